@@ -1,0 +1,175 @@
+"""The component hook interface.
+
+A component owns one kind of cache data on the shared tree (Full KV, SWA KV, Mamba
+state). The tree core walks, splits, evicts and locks; at each phase it asks every
+component what to do through the hooks below. Defaults describe "no opinion", so a new
+component overrides only the phases it cares about.
+
+Hooks by phase:
+  match    create_match_validator, finalize_match_result, finalize_match_in_cache
+  LRU      on_walkdown, on_match_end, on_insert_end
+  insert   on_insert_overlap, commit_insert
+  split    redistribute_on_split
+  evict    eviction_priority, evict_component, evict_start / evict_next / evict_end
+  lock     acquire_lock, check_release, release_lock
+  caching  prepare_for_caching_req, cleanup_after_caching_req
+  pools    free_device_values, apply_action (run by the controller, never the tree)
+  inspect  node_has_component_data, value_len, node_extras, check_invariants
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+from ..events import Cause, EventKind
+
+if TYPE_CHECKING:
+    from ..controller import UnifiedRadixCache
+    from ..params import DecLockRefParams, IncLockRefResult, InsertParams, InsertResult, MatchResult
+    from ..tree_core import UnifiedTreeCore
+    from ..tree_node import TreeNode
+
+
+class TreeComponent:
+    name = ""
+    uses_lru = False  # keeps a per-component LRU list in the tree core
+    leaf_priority = 0
+    internal_priority = 0
+
+    def __init__(self, cache: UnifiedRadixCache, index: int) -> None:
+        self.cache = cache  # for pool I/O in the controller-side hooks only
+        self.index = index
+        self.tree: UnifiedTreeCore = None  # set by the tree core
+
+    # ---- inspection -------------------------------------------------------
+    def node_has_component_data(self, node: TreeNode) -> bool:
+        return node.data[self.index].value is not None
+
+    def value_len(self, node: TreeNode) -> int:
+        """Units this component counts for a node (tokens, or 1 for a state slot)."""
+        return node.length
+
+    def node_extras(self, node: TreeNode) -> dict:
+        """Component-private facts the snapshot shows (e.g. a lock boundary)."""
+        return {}
+
+    def check_invariants(self) -> list[tuple[str, str]]:
+        """Component-specific (name, message) violations; the generic ones live elsewhere."""
+        return []
+
+    # ---- match ------------------------------------------------------------
+    def create_match_validator(self) -> Optional[Callable[[TreeNode], bool]]:
+        """A fresh (possibly stateful) predicate per match, or None for 'always valid'."""
+        return None
+
+    def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int) -> MatchResult:
+        return result
+
+    def finalize_match_in_cache(self, params, result: MatchResult) -> MatchResult:
+        return result
+
+    # ---- LRU refresh ------------------------------------------------------
+    def on_walkdown(self, node: TreeNode) -> None:
+        lru = self.tree.lru[self.name]
+        if node.data[self.index].value is not None and node in lru:
+            lru.promote(node)
+
+    def on_match_end(self, node: TreeNode) -> None:
+        i = self.index
+        self.tree.lru[self.name].promote_path(node, self.tree.root, lambda n: n.data[i].value is not None)
+
+    def on_insert_end(self, node: TreeNode) -> None:
+        pass
+
+    # ---- insert -----------------------------------------------------------
+    def on_insert_overlap(
+        self,
+        node: TreeNode,
+        prefix_len: int,
+        total_prefix_len: int,
+        value: torch.Tensor,
+        params: InsertParams,
+        result: InsertResult,
+        actions: list,
+    ) -> int:
+        """Return the offset (within the node) from which this component took the
+        incoming slots; the rest up to ``prefix_len`` are freed as duplicates."""
+        return prefix_len
+
+    def commit_insert(
+        self, node: TreeNode, is_new_leaf: bool, params: InsertParams, result: InsertResult, actions: list
+    ) -> None:
+        pass
+
+    # ---- split ------------------------------------------------------------
+    def redistribute_on_split(self, new_parent: TreeNode, child: TreeNode) -> None:
+        raise NotImplementedError
+
+    # ---- eviction ---------------------------------------------------------
+    def eviction_priority(self, is_leaf: bool) -> int:
+        """Higher is evicted later; evicting a trigger cascades to every component
+        whose priority on that node is <= the trigger's."""
+        return self.leaf_priority if is_leaf else self.internal_priority
+
+    def evict_component(self, node: TreeNode, frees: dict[str, list]) -> int:
+        """Drop this component's device data from ``node`` into ``frees`` and fix the
+        counters. Returns units freed. The tree core clears ``value`` and the LRU."""
+        raise NotImplementedError
+
+    def evict_start(self, request: int) -> None:
+        self._evict_request = request
+
+    def evict_next(self, tracker: dict[str, int], frees: dict[str, list]) -> tuple[Optional[TreeNode], bool]:
+        """One eviction step: a leaf for the controller to delete whole, or None with
+        ``progress`` True after tombstoning inline, or (None, False) when done."""
+        return None, False
+
+    def evict_end(self) -> None:
+        pass
+
+    # ---- locks ------------------------------------------------------------
+    def acquire_lock(self, node: TreeNode, receipt: IncLockRefResult) -> None:
+        raise NotImplementedError
+
+    def check_release(self, node: TreeNode, receipt: DecLockRefParams) -> Optional[str]:
+        """Why releasing would corrupt state (checked before anything changes), or None."""
+        return None
+
+    def release_lock(self, node: TreeNode, receipt: DecLockRefParams) -> None:
+        raise NotImplementedError
+
+    # ---- request caching (controller side) --------------------------------
+    def prepare_for_caching_req(self, req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
+        """Optionally cap how many tokens of the request get cached."""
+        return None
+
+    def cleanup_after_caching_req(self, req, finished: bool, result: Optional[InsertResult]) -> None:
+        pass
+
+    # ---- pools (controller side) ------------------------------------------
+    def free_device_values(self, values: list[torch.Tensor], cause: Cause, node: Optional[int]) -> None:
+        raise NotImplementedError
+
+    def apply_action(self, action) -> None:
+        raise AssertionError(f"{self.name}: unknown action {action!r}")
+
+    # ---- helpers shared by components -------------------------------------
+    def _move_to_protected(self, node: TreeNode) -> int:
+        n = self.value_len(node)
+        self.tree.evictable[self.index] -= n
+        self.tree.protected[self.index] += n
+        return n
+
+    def _move_to_evictable(self, node: TreeNode) -> int:
+        n = self.value_len(node)
+        self.tree.evictable[self.index] += n
+        self.tree.protected[self.index] -= n
+        return n
+
+    def _emit(self, kind: EventKind, node: Optional[TreeNode], cause: Cause, tokens: int = 0, detail: str = "") -> None:
+        bus = self.tree.events
+        if bus.enabled:
+            bus.emit(kind, self.name, None if node is None else node.id, cause, tokens, detail)

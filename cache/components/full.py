@@ -1,0 +1,115 @@
+"""Full-attention KV: the backbone component.
+
+Every tree-level notion (a node exists, is a leaf, is evictable) is defined by Full
+data. Full eviction takes the least recently used evictable leaf; its lock is a path
+lock from the node up to the root.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+from ..events import Cause, EventKind
+from .base import TreeComponent
+
+if TYPE_CHECKING:
+    from ..params import DecLockRefParams, IncLockRefResult
+    from ..tree_node import TreeNode
+
+
+class FullComponent(TreeComponent):
+    name = "full"
+    leaf_priority = 0
+    internal_priority = 2
+
+    # Full matches every node that has Full KV, i.e. every node (no host tier here),
+    # so it needs no validator; it orders eviction by access time, not an LRU list.
+    def on_walkdown(self, node: TreeNode) -> None:
+        pass
+
+    def on_match_end(self, node: TreeNode) -> None:
+        pass
+
+    def redistribute_on_split(self, new_parent: TreeNode, child: TreeNode) -> None:
+        i = self.index
+        upper, lower = new_parent.data[i], child.data[i]
+        upper.lock_ref = lower.lock_ref
+        if lower.value is not None:
+            cut = new_parent.length
+            value = lower.value
+            upper.value = value[:cut]
+            lower.value = value[cut:]
+
+    def evict_component(self, node: TreeNode, frees: dict[str, list]) -> int:
+        cd = node.data[self.index]
+        if cd.value is None:
+            return 0
+        frees["full"].append(cd.value)
+        n = node.length
+        self.tree.evictable[self.index] -= n
+        # value = None is left to the tree core: other components' frees may read it
+        return n
+
+    def evict_start(self, request: int) -> None:
+        self._evict_request = request
+
+    def evict_next(self, tracker: dict[str, int], frees: dict[str, list]) -> tuple[Optional[TreeNode], bool]:
+        if tracker["full"] >= self._evict_request:
+            return None, False
+        leaf = self.tree.leaves.peek_oldest()
+        return leaf, leaf is not None
+
+    def acquire_lock(self, node: TreeNode, receipt: IncLockRefResult) -> None:
+        i = self.index
+        tree = self.tree
+        root = tree.root
+        leaves = tree.leaves
+        delta = 0
+        events = tree.events.enabled
+        while node is not root:
+            cd = node.data[i]
+            if cd.lock_ref == 0:
+                n = node.length
+                tree.evictable[i] -= n
+                tree.protected[i] += n
+                delta += n
+                if node.in_leaf_set:
+                    leaves.discard(node)
+            cd.lock_ref += 1
+            if events:
+                self._emit(EventKind.LOCK, node, Cause.REQUEST, node.length, f"lock_ref={cd.lock_ref}")
+            node = node.parent
+        receipt.delta = delta
+
+    def check_release(self, node: TreeNode, receipt: DecLockRefParams) -> Optional[str]:
+        i = self.index
+        root = self.tree.root
+        while node is not root:
+            if node.data[i].lock_ref <= 0:
+                return f"full lock_ref=0 on node {node.id}: nothing to release"
+            node = node.parent
+        return None
+
+    def release_lock(self, node: TreeNode, receipt: DecLockRefParams) -> None:
+        i = self.index
+        tree = self.tree
+        root = tree.root
+        events = tree.events.enabled
+        while node is not root:
+            cd = node.data[i]
+            if cd.lock_ref == 1:
+                n = node.length
+                tree.evictable[i] += n
+                tree.protected[i] -= n
+                cd.lock_ref = 0
+                tree.update_leaf_state(node)
+            else:
+                cd.lock_ref -= 1
+            if events:
+                self._emit(EventKind.UNLOCK, node, Cause.REQUEST, node.length, f"lock_ref={cd.lock_ref}")
+            node = node.parent
+
+    def free_device_values(self, values: list[torch.Tensor], cause: Cause, node: Optional[int]) -> None:
+        self.cache.free_kv(values, cause, node)

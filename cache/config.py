@@ -1,0 +1,47 @@
+"""Cache configuration, validated once so a bad config never half-builds a cache."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheConfig:
+    components: tuple[str, ...] = ("full",)
+    page_size: int = 1
+    kv_size: int = 1024  # Full KV pool, tokens
+    sliding_window: Optional[int] = None  # required with "swa"
+    swa_kv_size: Optional[int] = None  # default: kv_size
+    mamba_size: Optional[int] = None  # state slots, required with "mamba"
+    device: str = "auto"
+    auto_evict: bool = True  # allocations evict their shortfall first
+
+    def __post_init__(self) -> None:
+        from .components import COMPONENT_REGISTRY
+
+        comps = tuple(self.components)
+        object.__setattr__(self, "components", comps)
+        if not comps or comps[0] != "full":
+            raise ValueError(f"components must start with 'full' (got {list(comps)})")
+        unknown = [c for c in comps if c not in COMPONENT_REGISTRY]
+        if unknown:
+            raise ValueError(f"unknown component(s) {unknown}; known: {sorted(COMPONENT_REGISTRY)}")
+        if len(set(comps)) != len(comps):
+            raise ValueError(f"duplicate component in {list(comps)}")
+        for name in ("page_size", "kv_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int (got {value!r})")
+        if self.kv_size % self.page_size:
+            raise ValueError(f"kv_size {self.kv_size} must be a multiple of page_size {self.page_size}")
+        if "swa" in comps and not (isinstance(self.sliding_window, int) and self.sliding_window > 0):
+            raise ValueError("sliding_window (a positive int) is required when 'swa' is a component")
+        if "mamba" in comps and not (isinstance(self.mamba_size, int) and self.mamba_size > 0):
+            raise ValueError("mamba_size (a positive int) is required when 'mamba' is a component")
+        if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise ValueError(f"device must be auto, cpu or cuda (got {self.device!r})")
+
+    @property
+    def swa_pool_size(self) -> int:
+        return self.swa_kv_size if self.swa_kv_size is not None else self.kv_size

@@ -1,0 +1,406 @@
+"""``UnifiedRadixCache``: the controller. It owns the pools and the request flows,
+asks the tree core for decisions and executes them (allocations, frees, copies).
+
+Public names follow SGLang (match_prefix, insert, evict, evict_for_alloc,
+inc_lock_ref, dec_lock_ref, cache_finished_req, cache_unfinished_req) so cache
+engineers can read a scenario as they would read scheduler code.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+import torch
+
+from .actions import ComponentAction, FreeDeviceKV, FreeDeviceKVFullOnly
+from .components import COMPONENT_REGISTRY, TreeComponent
+from .config import CacheConfig
+from .device import resolve_device
+from .errors import CacheError, InvalidKeyError, PoolExhaustedError
+from .events import Cause, EventBus, EventKind
+from .keys import RadixKey
+from .params import (
+    DecLockRefParams,
+    EvictParams,
+    EvictResult,
+    IncLockRefResult,
+    InsertParams,
+    InsertResult,
+    MatchPrefixParams,
+    MatchResult,
+)
+from .pools import KVFingerprintBuffer, PagedAllocator, prefix_fingerprints
+from .request import Req
+from .tree_core import UnifiedTreeCore
+
+
+class UnifiedRadixCache:
+    def __init__(self, config: Optional[CacheConfig] = None, **kwargs) -> None:
+        self.config = config if config is not None else CacheConfig(**kwargs)
+        cfg = self.config
+        self.device = resolve_device(cfg.device)
+        self.page_size = cfg.page_size
+        self.auto_evict = cfg.auto_evict
+        self.events = EventBus()
+        self.kv_pool = PagedAllocator(cfg.kv_size, cfg.page_size, self.device, "full")
+        self.kv_buffer = KVFingerprintBuffer(cfg.kv_size, self.device)
+        self.components = [COMPONENT_REGISTRY[name](self, i) for i, name in enumerate(cfg.components)]
+        self.by_name = {c.name: c for c in self.components}
+        self.tree = UnifiedTreeCore(self.components, cfg.page_size, self.device, self.events)
+        self._cache_finalizers = [
+            c for c in self.components if type(c).finalize_match_in_cache is not TreeComponent.finalize_match_in_cache
+        ]
+        self.requests: dict[str, Req] = {}
+        self._rids = itertools.count(1)
+
+    # ---- match / insert -------------------------------------------------------
+    def match_prefix(self, params: MatchPrefixParams | RadixKey) -> MatchResult:
+        if not isinstance(params, MatchPrefixParams):
+            params = MatchPrefixParams(_as_key(params))
+        bus = self.events
+        if bus.enabled:
+            bus.begin("match_prefix")
+        try:
+            result = self.tree.match_prefix(params.key)
+            for component in self._cache_finalizers:
+                result = component.finalize_match_in_cache(params, result)
+            return result
+        finally:
+            if bus.enabled:
+                bus.end()
+
+    def insert(self, params: InsertParams) -> InsertResult:
+        params.key = _as_key(params.key)
+        if params.prev_prefix_len < 0:
+            raise CacheError(f"prev_prefix_len must be >= 0 (got {params.prev_prefix_len})")
+        bus = self.events
+        if bus.enabled:
+            bus.begin("insert")
+        try:
+            return self.tree.insert(params, self._apply_actions)
+        finally:
+            if bus.enabled:
+                bus.end()
+
+    def _apply_actions(self, actions: list) -> None:
+        for action in actions:
+            if isinstance(action, FreeDeviceKV):
+                self.free_kv(action.values, action.cause, action.node)
+            elif isinstance(action, FreeDeviceKVFullOnly):
+                self.free_kv(action.values, action.cause, action.node, full_only=True)
+            elif isinstance(action, ComponentAction):
+                self.by_name[action.component].apply_action(action)
+            else:
+                raise AssertionError(f"unknown action {action!r}")
+
+    # ---- pools ----------------------------------------------------------------
+    def free_kv(self, values: list[torch.Tensor], cause: Cause = Cause.REQUEST, node: Optional[int] = None, full_only: bool = False) -> int:
+        """Return Full KV slots (and, unless ``full_only``, every peer pool's slots
+        mapped from them) to their pools."""
+        indices = values[0] if len(values) == 1 else torch.cat(values)
+        if not full_only:
+            for component in self.components[1:]:
+                free_peers = getattr(component, "free_kv_peers", None)
+                if free_peers is not None:
+                    free_peers(indices, cause, node)
+        freed = self.kv_pool.free(indices)
+        if self.events.enabled and freed:
+            self.events.emit(EventKind.FREE, "full", node, cause, int(indices.shape[0]), "pool=full")
+        return freed
+
+    def alloc_kv(self, num_tokens: int, evict: Optional[bool] = None) -> torch.Tensor:
+        """Fresh Full slots, evicting the shortfall first (like evict_for_alloc)."""
+        pool = self.kv_pool
+        bus = self.events
+        if bus.enabled:
+            bus.begin("alloc")
+        try:
+            short = pool.pages_for(num_tokens) * self.page_size - pool.available_size()
+            if short > 0 and (self.auto_evict if evict is None else evict):
+                self.evict_for_alloc(EvictParams(num_tokens=short))
+            slots = pool.alloc(num_tokens)
+            if bus.enabled and num_tokens:
+                bus.emit(EventKind.ALLOC, "full", None, Cause.REQUEST, num_tokens, "pool=full")
+            return slots
+        finally:
+            if bus.enabled:
+                bus.end()
+
+    def write_kv(self, slots: torch.Tensor, tokens: list[int], start: int = 0) -> None:
+        """Write KV (fingerprints) for tokens[start:] of a sequence into ``slots``."""
+        fps = prefix_fingerprints(tokens, self.device)[start:]
+        self.kv_buffer.write(slots, fps)
+
+    # ---- eviction -------------------------------------------------------------
+    def evict(self, params: EvictParams) -> EvictResult:
+        self._check_evict_params(params)
+        bus = self.events
+        if bus.enabled:
+            bus.begin("evict")
+        try:
+            return self._evict(params, None)
+        finally:
+            if bus.enabled:
+                bus.end()
+
+    def evict_for_alloc(self, params: EvictParams) -> EvictResult:
+        """Evict until each pool named in ``params`` has its shortfall free; stops as
+        soon as it has, even if that took fewer tokens than requested."""
+        self._check_evict_params(params)
+        targets = {}
+        for component in self.components:
+            request = params.request_for(component.name)
+            if request > 0:
+                targets[component.name] = self.available_size(component.name) + request
+        bus = self.events
+        if bus.enabled:
+            bus.begin("evict_for_alloc")
+        try:
+            return self._evict(params, targets)
+        finally:
+            if bus.enabled:
+                bus.end()
+
+    @staticmethod
+    def _check_evict_params(params: EvictParams) -> None:
+        for field in ("num_tokens", "swa_num_tokens", "mamba_num"):
+            value = getattr(params, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise CacheError(f"evict: {field} must be a non-negative int (got {value!r})")
+
+    def _evict(self, params: EvictParams, targets: Optional[dict[str, int]]) -> EvictResult:
+        tracker = {c.name: 0 for c in self.components}
+        frees: dict[str, list] = {c.name: [] for c in self.components}
+        tree = self.tree
+
+        def reached(name: str) -> bool:
+            if targets is None or name not in targets:
+                return False
+            self._drain(frees)
+            return self.available_size(name) >= targets[name]
+
+        for component in self.components:
+            name = component.name
+            request = params.request_for(name)
+            to_target = targets is not None and name == "full"
+            if request == 0 or reached(name) or (not to_target and tracker[name] >= request):
+                continue
+            # an allocation-driven Full walk runs until the pool reaches its target
+            quota = max(request, tracker[name] + tree.evictable[0]) if to_target else request
+            component.evict_start(quota)
+            try:
+                while True:
+                    node, progress = component.evict_next(tracker, frees)
+                    if node is None and not progress:
+                        break
+                    if node is not None:
+                        tree.delete_leaf(node, tracker, frees, Cause.CAPACITY)
+                    if reached(name):
+                        break
+            finally:
+                component.evict_end()
+        self._drain(frees)
+        return EvictResult(tracker["full"], tracker.get("swa", 0), tracker.get("mamba", 0))
+
+    def _drain(self, frees: dict[str, list]) -> None:
+        """Execute the tree's eviction frees on the pools, component by component."""
+        for component in self.components:
+            values = frees[component.name]
+            if values:
+                frees[component.name] = []
+                component.free_device_values(values, Cause.CAPACITY, None)
+
+    # ---- locks ----------------------------------------------------------------
+    def inc_lock_ref(self, node_id: int, skip_lock_components: tuple[str, ...] = ()) -> IncLockRefResult:
+        bus = self.events
+        if bus.enabled:
+            bus.begin("inc_lock_ref")
+        try:
+            return self.tree.inc_lock_ref(node_id, tuple(skip_lock_components))
+        finally:
+            if bus.enabled:
+                bus.end()
+
+    def dec_lock_ref(self, node_id: int, params: DecLockRefParams | IncLockRefResult, skip_swa: bool = False) -> None:
+        bus = self.events
+        if bus.enabled:
+            bus.begin("dec_lock_ref")
+        try:
+            self.tree.dec_lock_ref(node_id, params, skip_swa)
+        finally:
+            if bus.enabled:
+                bus.end()
+
+    # ---- requests ---------------------------------------------------------------
+    def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None) -> Req:
+        """Admit a request: match its prefix, lock it, allocate and write the rest."""
+        key = RadixKey(tokens, extra_key)
+        rid = rid if rid is not None else f"req{next(self._rids)}"
+        if rid in self.requests:
+            raise CacheError(f"request {rid!r} is already running")
+        req = Req(rid, list(tokens), self.tree._empty, self.tree.root.id, None, extra_key=extra_key)
+        bus = self.events
+        if bus.enabled:
+            bus.begin("new_request")
+        try:
+            match = self.match_prefix(MatchPrefixParams(key, cow_mamba="mamba" in self.by_name, req=req))
+            prefix_len = match.prefix_len
+            lock = self.tree.inc_lock_ref(match.last_device_node)
+            try:
+                fresh = self.alloc_kv(len(tokens) - prefix_len)
+            except PoolExhaustedError:
+                self.tree.dec_lock_ref(match.last_device_node, lock)
+                raise
+            self.write_kv(fresh, req.origin_input_ids, prefix_len)
+            req.kv_indices = torch.cat([match.device_indices, fresh]) if prefix_len else fresh
+            req.last_node, req.lock, req.cache_protected_len = match.last_device_node, lock, prefix_len
+            self.requests[rid] = req
+            return req
+        finally:
+            if bus.enabled:
+                bus.end()
+
+    def extend_request(self, req: Req, tokens: list[int]) -> None:
+        """Decode: append tokens, filling the request's last part-used page first."""
+        self._check_live(req)
+        _as_key(tokens)  # validates the ids
+        start = req.kv_len
+        ps = self.page_size
+        in_page = (ps - start % ps) % ps if start else 0
+        reuse = min(in_page, len(tokens))
+        parts = []
+        if reuse:
+            last = req.kv_indices[-1:]
+            parts.append(last + torch.arange(1, reuse + 1, dtype=torch.int64, device=self.device))
+        if len(tokens) > reuse:
+            parts.append(self.alloc_kv(len(tokens) - reuse))
+        req.output_ids.extend(tokens)
+        if parts:
+            new = torch.cat(parts)
+            self.write_kv(new, req.fill_ids, start)
+            req.kv_indices = torch.cat([req.kv_indices, new])
+
+    def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
+        """The request is done: cache what it computed (page-aligned), free the rest,
+        release its lock."""
+        self._check_live(req)
+        bus = self.events
+        if bus.enabled:
+            bus.begin("cache_finished_req")
+        try:
+            if is_insert:
+                self._checkpoint(req, finished=True)
+            own = req.own_indices
+            if own.shape[0]:
+                self.free_kv([own], Cause.TAIL if is_insert else Cause.REQUEST, None)
+            if req.lock is not None:
+                self.tree.dec_lock_ref(req.last_node, req.lock)
+            req.lock = None
+            for component in self.components:
+                component.cleanup_after_caching_req(req, True, None)
+            req.released = True
+            req.kv_indices = req.kv_indices[:0]
+            self.requests.pop(req.rid, None)
+        finally:
+            if bus.enabled:
+                bus.end()
+
+    def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
+        """Chunked prefill: cache what is computed so far and move the request's lock
+        onto the node the insert ended on; the request keeps its unaligned tail."""
+        self._check_live(req)
+        bus = self.events
+        if bus.enabled:
+            bus.begin("cache_unfinished_req")
+        try:
+            self._checkpoint(req, finished=False, chunked=chunked)
+        finally:
+            if bus.enabled:
+                bus.end()
+
+    def _checkpoint(self, req: Req, finished: bool, chunked: bool = False) -> None:
+        kv_len = req.kv_len
+        tokens = req.fill_ids[:kv_len]
+        params = InsertParams(
+            key=None, prev_prefix_len=req.cache_protected_len, chunked=chunked, priority=req.priority,
+            swa_evicted_seqlen=req.swa_evicted_seqlen,
+        )
+        cache_len = kv_len
+        for component in self.components:
+            capped = component.prepare_for_caching_req(req, params, kv_len, finished)
+            if capped is not None:
+                cache_len = min(cache_len, capped)
+        if cache_len <= 0:
+            return
+        key = RadixKey(tokens[:cache_len], req.extra_key).page_aligned(self.page_size)
+        aligned = len(key)
+        params.key, params.value = key, req.kv_indices[:aligned]
+        result = self.insert(params)
+        prompt_len = len(req.origin_input_ids) - len(req.origin_input_ids) % self.page_size
+        if len(self.components) == 1 and 0 < prompt_len < aligned:
+            # split the leaf at the prompt boundary so the output can be evicted alone
+            prompt = InsertParams(key[:prompt_len], params.value[:prompt_len], prev_prefix_len=prompt_len, priority=req.priority + 1)
+            self.insert(prompt)
+        new_node = result.last_device_node
+        tree_slots = self.tree.path_device_indices(new_node)
+        protected = req.cache_protected_len
+        req.kv_indices = torch.cat([req.kv_indices[:protected], tree_slots[protected:], req.kv_indices[aligned:]])
+        old_lock, old_node = req.lock, req.last_node
+        req.lock = self.tree.inc_lock_ref(new_node)
+        if old_lock is not None:
+            self.tree.dec_lock_ref(old_node, old_lock)
+        req.last_node, req.cache_protected_len = new_node, aligned
+        for component in self.components:
+            component.cleanup_after_caching_req(req, finished, result)
+
+    def _check_live(self, req: Req) -> None:
+        if req.released or self.requests.get(req.rid) is not req:
+            raise CacheError(f"request {req.rid!r} is not running (already finished?)")
+
+    # ---- sizes ------------------------------------------------------------------
+    def available_size(self, component: str = "full") -> int:
+        if component == "full":
+            return self.kv_pool.available_size()
+        return self.by_name[component].available_size()
+
+    def evictable_size(self, component: str = "full") -> int:
+        return self.tree.evictable_size(component)
+
+    def protected_size(self, component: str = "full") -> int:
+        return self.tree.protected_size(component)
+
+    def full_evictable_size(self) -> int:
+        return self.tree.evictable[0]
+
+    def full_protected_size(self) -> int:
+        return self.tree.protected[0]
+
+    def total_size(self, component: str = "full") -> int:
+        if component == "full":
+            return self.kv_pool.size
+        return self.by_name[component].pool_size()
+
+    def path_device_indices(self, node_id: int) -> torch.Tensor:
+        return self.tree.path_device_indices(node_id)
+
+    def reset(self) -> None:
+        """Empty tree, every pool free, no running request."""
+        self.tree.reset()
+        self.kv_pool.clear()
+        for component in self.components[1:]:
+            component.reset_pool()
+        self.requests.clear()
+
+    def snapshot(self):
+        from .snapshot import take_snapshot
+
+        return take_snapshot(self)
+
+
+def _as_key(key) -> RadixKey:
+    if isinstance(key, RadixKey):
+        return key
+    if key is None:
+        raise InvalidKeyError("a key is required")
+    return RadixKey(key)

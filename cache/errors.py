@@ -1,0 +1,44 @@
+"""Every error the cache raises on bad input derives from CacheError.
+
+A call that raises one of these has changed nothing: the cache validates before it
+mutates, so the workbench can report the error and carry on with the same state.
+"""
+
+
+class CacheError(Exception):
+    """Base class: a bad call, reported clearly, with the cache left intact."""
+
+
+class InvalidKeyError(CacheError, ValueError):
+    """Token ids that are not non-negative ints, or a malformed key."""
+
+
+class InvalidValueError(CacheError, ValueError):
+    """A value tensor of the wrong length, dtype or device."""
+
+
+class LockError(CacheError):
+    """Unlock without lock, a receipt released twice or on another node."""
+
+
+class PoolError(CacheError):
+    """Base class for allocator misuse."""
+
+
+class PoolExhaustedError(PoolError):
+    """An allocation larger than what is free (after eviction, if any)."""
+
+
+class DoubleFreeError(PoolError):
+    """Freeing a slot that is already free."""
+
+
+class ForeignIndexError(PoolError):
+    """Freeing an index outside the pool, or of the wrong dtype or device."""
+
+
+class UnknownNodeError(CacheError, KeyError):
+    """A node id that is not (or no longer) in the tree."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "unknown node"

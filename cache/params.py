@@ -1,0 +1,125 @@
+"""Parameter, result and receipt records, named as in SGLang's base_prefix_cache.
+
+Node references that leave the tree core are integer node ids (SGLang's ``NodeId``),
+so callers can never hold a node object that the tree has since deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple, Optional
+
+import torch
+
+from .keys import RadixKey
+
+NodeId = int
+
+
+@dataclasses.dataclass
+class MatchPrefixParams:
+    key: RadixKey
+    cow_mamba: bool = False
+    req: object = None  # the request receiving a Mamba copy-on-write, when cow_mamba
+
+
+class MatchResult(NamedTuple):
+    """What a prefix match found; without a host tier the three node ids coincide."""
+
+    device_indices: torch.Tensor
+    last_device_node: NodeId
+    last_host_node: NodeId
+    best_match_node: NodeId
+    host_hit_length: int = 0
+    swa_host_hit_length: int = 0
+    swa_branching_seqlen: Optional[int] = None
+    mamba_host_hit_length: int = 0
+    mamba_branching_seqlen: Optional[int] = None
+    cache_protected_len: Optional[int] = None
+    full_kv_hit_length: int = 0
+    last_visited_node_id: Optional[NodeId] = None
+
+    @property
+    def device_prefix_len(self) -> int:
+        return int(self.device_indices.shape[0])
+
+    @property
+    def prefix_len(self) -> int:
+        return int(self.device_indices.shape[0])
+
+
+@dataclasses.dataclass
+class InsertParams:
+    key: RadixKey
+    value: Optional[torch.Tensor] = None
+    mamba_value: Optional[torch.Tensor] = None
+    # Tokens at the front of the key the caller already uses from the tree itself:
+    # their incoming slots are not duplicates and must not be freed.
+    prev_prefix_len: int = 0
+    # Positions below this no longer hold live SWA slots of the inserting request.
+    swa_evicted_seqlen: int = 0
+    chunked: bool = False
+    priority: int = 0
+
+
+@dataclasses.dataclass
+class InsertResult:
+    prefix_len: int
+    last_device_node: Optional[NodeId] = None
+    mamba_exist: bool = False
+    total_len: int = 0
+
+
+@dataclasses.dataclass
+class EvictParams:
+    num_tokens: int = 0
+    swa_num_tokens: int = 0
+    mamba_num: int = 0
+
+    def request_for(self, component: str) -> int:
+        return {"full": self.num_tokens, "swa": self.swa_num_tokens, "mamba": self.mamba_num}.get(component, 0)
+
+
+@dataclasses.dataclass
+class EvictResult:
+    num_tokens_evicted: int = 0
+    swa_num_tokens_evicted: int = 0
+    mamba_num_evicted: int = 0
+
+
+@dataclasses.dataclass
+class IncLockRefResult:
+    """The receipt of one ``inc_lock_ref``: anchored to its node, released exactly once.
+
+    ``component_lock_uuids`` records, per component, the boundary a segment lock
+    stopped at (None: it reached the root), so the release undoes exactly the acquire.
+    """
+
+    delta: int = 0
+    node_id: Optional[NodeId] = None
+    receipt_id: int = 0
+    skipped_lock_components: tuple[str, ...] = ()
+    component_lock_uuids: dict[str, Optional[int]] = dataclasses.field(default_factory=dict)
+
+    def to_dec_params(self) -> DecLockRefParams:
+        return DecLockRefParams(
+            node_id=self.node_id,
+            receipt_id=self.receipt_id,
+            skipped_lock_components=self.skipped_lock_components,
+            component_lock_uuids=dict(self.component_lock_uuids),
+        )
+
+
+@dataclasses.dataclass
+class DecLockRefParams:
+    node_id: Optional[NodeId] = None
+    receipt_id: int = 0
+    skipped_lock_components: tuple[str, ...] = ()
+    component_lock_uuids: dict[str, Optional[int]] = dataclasses.field(default_factory=dict)
+    # set once the SWA window part was released early (release_window)
+    swa_released: bool = False
+
+
+@dataclasses.dataclass
+class DecLockRefResult:
+    delta: int = 0

@@ -1,0 +1,105 @@
+"""A page-granular slot allocator with a free list on the device.
+
+Slots are token positions in a KV pool; pages are ``page_size`` consecutive slots and
+are what is really handed out and taken back. The free list is a stack in a
+preallocated tensor, and a per-page ownership count catches double frees (across or
+within one call) before anything changes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import DoubleFreeError, ForeignIndexError, PoolExhaustedError
+
+
+class PagedAllocator:
+    def __init__(self, size: int, page_size: int, device: torch.device, name: str = "full") -> None:
+        if size <= 0 or page_size <= 0 or size % page_size:
+            raise ValueError(f"{name} pool size {size} must be a positive multiple of page_size {page_size}")
+        self.name = name
+        self.size = size
+        self.page_size = page_size
+        self.num_pages = size // page_size
+        self.device = device
+        self._offsets = torch.arange(page_size, dtype=torch.int64, device=device)
+        self._ones = torch.ones(self.num_pages, dtype=torch.int32, device=device)
+        self.clear()
+
+    def clear(self) -> None:
+        """Every page free again."""
+        self._stack = torch.arange(self.num_pages - 1, -1, -1, dtype=torch.int64, device=self.device)
+        self._top = self.num_pages  # stack[:top] are free pages; pops come from the top
+        self._owned = torch.zeros(self.num_pages, dtype=torch.int32, device=self.device)
+
+    def available_size(self) -> int:
+        """Free slots (whole pages)."""
+        return self._top * self.page_size
+
+    def pages_for(self, num_slots: int) -> int:
+        return -(-num_slots // self.page_size)
+
+    def alloc(self, num_slots: int) -> torch.Tensor:
+        """``num_slots`` slot indices on fresh pages (the last page may be part-used)."""
+        if num_slots < 0:
+            raise ValueError(f"cannot allocate a negative number of slots ({num_slots})")
+        need = self.pages_for(num_slots)
+        if need > self._top:
+            raise PoolExhaustedError(
+                f"{self.name} pool exhausted: need {need * self.page_size} slots, {self.available_size()} free"
+            )
+        pages = self._stack[self._top - need : self._top].flip(0)
+        self._top -= need
+        self._owned.index_fill_(0, pages, 1)
+        if self.page_size == 1:
+            return pages
+        return (pages[:, None] * self.page_size + self._offsets).reshape(-1)[:num_slots]
+
+    def page_ids(self, indices: torch.Tensor) -> torch.Tensor:
+        """Pages touched by ``indices`` (each once, in first-seen order for page-aligned runs)."""
+        if self.page_size == 1:
+            return indices
+        return torch.unique(torch.div(indices, self.page_size, rounding_mode="floor"))
+
+    def free(self, indices: torch.Tensor) -> int:
+        """Return the pages holding ``indices``; returns the number of slots freed."""
+        if indices.numel() == 0:
+            return 0
+        self._check_foreign(indices)
+        pages = self.page_ids(indices)
+        ones = self._ones[: pages.shape[0]]
+        owned = self._owned
+        owned.index_add_(0, pages, ones, alpha=-1)
+        if bool((owned.index_select(0, pages) < 0).any()):
+            owned.index_add_(0, pages, ones)  # undo: leave the pool as it was
+            raise DoubleFreeError(f"{self.name} pool: double free of slot(s) {self._already_free(indices)}")
+        k = pages.shape[0]
+        self._stack[self._top : self._top + k] = pages
+        self._top += k
+        return k * self.page_size
+
+    def _check_foreign(self, indices: torch.Tensor) -> None:
+        if indices.dtype is not torch.int64 or indices.dim() != 1:
+            raise ForeignIndexError(f"{self.name} pool: indices must be a 1-D int64 tensor")
+        if indices.device != self.device:
+            raise ForeignIndexError(f"{self.name} pool: indices on {indices.device}, pool on {self.device}")
+        lo, hi = indices.aminmax()
+        if int(lo) < 0 or int(hi) >= self.size:
+            raise ForeignIndexError(f"{self.name} pool: index out of range [0, {self.size}): {int(lo)}..{int(hi)}")
+
+    def _already_free(self, indices: torch.Tensor) -> list[int]:
+        pages = torch.div(indices, self.page_size, rounding_mode="floor")
+        seen, bad = set(), []
+        owned = self._owned.tolist()
+        for slot, page in zip(indices.tolist(), pages.tolist()):
+            if owned[page] == 0 or page in seen:
+                bad.append(slot)
+            seen.add(page)
+        return bad[:8]
+
+    def free_pages_list(self) -> list[int]:
+        """Free page ids (inspection only: copies to the host)."""
+        return self._stack[: self._top].tolist()
+
+    def owned_mask(self) -> torch.Tensor:
+        return self._owned.clone()

@@ -1,0 +1,49 @@
+"""A minimal request: just enough state for the request-level cache calls.
+
+``kv_indices`` is the request's req_to_token row: the slot of every token computed so
+far. Its first ``cache_protected_len`` slots belong to the tree (the request holds a
+lock there); the rest are the request's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from .params import IncLockRefResult
+
+
+@dataclasses.dataclass(eq=False)
+class Req:
+    rid: str
+    origin_input_ids: list[int]
+    kv_indices: torch.Tensor
+    last_node: int
+    lock: Optional[IncLockRefResult]
+    cache_protected_len: int = 0
+    output_ids: list[int] = dataclasses.field(default_factory=list)
+    extra_key: Optional[str] = None
+    priority: int = 0
+    swa_evicted_seqlen: int = 0  # positions below hold no live SWA slot of this request
+    mamba_pool_idx: Optional[torch.Tensor] = None  # the request's own state slot
+    released: bool = False
+
+    @property
+    def fill_ids(self) -> list[int]:
+        return self.origin_input_ids + self.output_ids
+
+    @property
+    def prefix_indices(self) -> torch.Tensor:
+        """Slots owned by the tree at the front of the row."""
+        return self.kv_indices[: self.cache_protected_len]
+
+    @property
+    def kv_len(self) -> int:
+        return int(self.kv_indices.shape[0])
+
+    @property
+    def own_indices(self) -> torch.Tensor:
+        """Slots this request holds itself (freed when it finishes)."""
+        return self.kv_indices[self.cache_protected_len :]

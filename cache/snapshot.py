@@ -1,0 +1,174 @@
+"""An immutable inspection snapshot: the only surface the workbench reads.
+
+Taking one copies plain ints and tuples out of the live tree, so a snapshot stays
+valid (and comparable) after the cache moves on; the timeline keeps one per step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from .controller import UnifiedRadixCache
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentView:
+    value_len: Optional[int]  # None: tombstone (data evicted, node kept)
+    lock_ref: int
+    lru_rank: Optional[int]  # 0 = most recently used; None when not ranked
+    extras: Mapping[str, object] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def tombstone(self) -> bool:
+        return self.value_len is None
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeView:
+    id: int
+    parent: Optional[int]
+    key: tuple[int, ...]
+    path: tuple[int, ...]  # every token from the root to the end of this node
+    extra_key: Optional[str]
+    last_access_time: float
+    priority: int
+    hit_count: int
+    evictable_leaf: bool
+    children: tuple[int, ...]
+    components: Mapping[str, ComponentView]
+
+    @property
+    def tokens(self) -> int:
+        return len(self.key)
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolView:
+    name: str
+    total: int
+    available: int
+    evictable: int  # cached in the tree, unlocked
+    protected: int  # cached in the tree, locked
+    held: int  # owned by running requests (outside the tree)
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestView:
+    rid: str
+    tokens: int
+    cache_protected_len: int
+    last_node: int
+    locked: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheSnapshot:
+    op_seq: int
+    page_size: int
+    components: tuple[str, ...]
+    nodes: tuple[NodeView, ...]  # depth first, children by first token, root first
+    lru: Mapping[str, tuple[int, ...]]  # node ids, MRU first (Full: by access time)
+    evictable_leaves: tuple[int, ...]  # oldest first: the order Full would evict them
+    pools: Mapping[str, PoolView]
+    requests: tuple[RequestView, ...]
+
+    @property
+    def root(self) -> NodeView:
+        return self.nodes[0]
+
+    def node(self, node_id: int) -> NodeView:
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise KeyError(f"node {node_id} not in snapshot")
+
+    def non_root(self) -> tuple[NodeView, ...]:
+        return self.nodes[1:]
+
+    def tombstones(self, component: str) -> int:
+        return sum(1 for n in self.nodes[1:] if n.components[component].tombstone)
+
+
+def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
+    tree = cache.tree
+    root = tree.root
+    order = list(tree.iter_nodes())
+    ranks: dict[str, dict[int, int]] = {}
+    lru: dict[str, tuple[int, ...]] = {}
+    by_time = sorted((n for n in order if n is not root), key=lambda n: (-n.last_access_time, n.id))
+    lru["full"] = tuple(n.id for n in by_time)
+    for component in cache.components[1:]:
+        if component.uses_lru:
+            lru[component.name] = tuple(n.id for n in tree.lru[component.name])
+    for name, ids in lru.items():
+        ranks[name] = {node_id: rank for rank, node_id in enumerate(ids)}
+    paths: dict[int, tuple[int, ...]] = {root.id: ()}
+    views = []
+    for node in order:
+        key = tuple(node.token_ids)
+        path = paths[node.parent.id] + key if node.parent is not None else ()
+        paths[node.id] = path
+        comps = {}
+        for component in cache.components:
+            cd = node.data[component.index]
+            comps[component.name] = ComponentView(
+                None if cd.value is None else component.value_len(node),
+                cd.lock_ref,
+                ranks.get(component.name, {}).get(node.id),
+                MappingProxyType(dict(component.node_extras(node))),
+            )
+        views.append(
+            NodeView(
+                node.id,
+                node.parent.id if node.parent is not None else None,
+                key,
+                path,
+                node.extra_key,
+                node.last_access_time,
+                node.priority if node is not root else 0,
+                node.hit_count,
+                node.in_leaf_set,
+                tuple(c.id for c in tree.iter_children(node)),
+                MappingProxyType(comps),
+            )
+        )
+    leaves = tuple(n.id for n in sorted(tree.leaves, key=lambda n: (n.last_access_time, n.id)))
+    pools = pool_views(cache)
+    requests = tuple(
+        RequestView(r.rid, r.kv_len, r.cache_protected_len, r.last_node, r.lock is not None) for r in cache.requests.values()
+    )
+    return CacheSnapshot(
+        cache.events.seq,
+        cache.page_size,
+        tuple(c.name for c in cache.components),
+        tuple(views),
+        MappingProxyType(lru),
+        leaves,
+        MappingProxyType(pools),
+        requests,
+    )
+
+
+def pool_views(cache: UnifiedRadixCache) -> dict[str, PoolView]:
+    """Per pool: total, available, evictable, protected and held by running requests."""
+    pool = cache.kv_pool
+    held_pages = set()
+    for req in cache.requests.values():
+        held_pages.update(pool.page_ids(req.own_indices).tolist())
+    views = {
+        "full": PoolView(
+            "full",
+            pool.size,
+            pool.available_size(),
+            cache.tree.evictable[0],
+            cache.tree.protected[0],
+            len(held_pages) * pool.page_size,
+        )
+    }
+    for component in cache.components[1:]:
+        views.update(component.pool_views())
+    return views

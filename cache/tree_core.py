@@ -1,0 +1,500 @@
+"""The tree core: one radix tree, per-component data on each node.
+
+It matches, inserts, splits, evicts and locks, asking the components what each phase
+means for their data. It never touches a pool: slots to free come back as deferred
+actions (insert) or per-component free lists (eviction) that the controller executes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Optional
+
+import torch
+
+from .actions import FreeDeviceKV, FreeDeviceKVFullOnly
+from .components.base import TreeComponent
+from .errors import InvalidValueError, LockError, UnknownNodeError
+from .events import Cause, EventBus, EventKind
+from .keys import TOKEN_BYTES, RadixKey, child_key, common_prefix_tokens
+from .leaf_set import EvictableLeafSet
+from .lru import LRUList
+from .params import DecLockRefParams, IncLockRefResult, InsertParams, InsertResult, MatchResult
+from .tree_node import TreeNode
+
+# Methods a component may leave at the base-class default; skipping those keeps the
+# per-node hot loops free of no-op calls.
+_HOOKS = ("on_walkdown", "on_match_end", "on_insert_end", "on_insert_overlap", "commit_insert", "finalize_match_result")
+
+
+def _child_order(node: TreeNode):
+    return (node.extra_key or "", node.token_ids[:1])
+
+
+def _overrides(component: TreeComponent, hook: str) -> bool:
+    return getattr(type(component), hook) is not getattr(TreeComponent, hook)
+
+
+class UnifiedTreeCore:
+    def __init__(self, components: list[TreeComponent], page_size: int, device: torch.device, events: EventBus):
+        if not components or components[0].name != "full":
+            raise ValueError("the first component must be 'full'")
+        self.components = components
+        self.by_name = {c.name: c for c in components}
+        self.page_size = page_size
+        self.page_bytes = page_size * TOKEN_BYTES
+        self.device = device
+        self.events = events
+        for component in components:
+            component.tree = self
+        aux = components[1:]
+        self._walkdown_hooks = [c.on_walkdown for c in aux]
+        self._match_end_hooks = [c.on_match_end for c in aux]
+        self._insert_end_hooks = [c.on_insert_end for c in aux]
+        self._overlap_hooks = [c for c in components if _overrides(c, "on_insert_overlap")]
+        self._commit_hooks = [c for c in components if _overrides(c, "commit_insert")]
+        self._finalizers = [c for c in components if _overrides(c, "finalize_match_result")]
+        self._empty = torch.empty(0, dtype=torch.int64, device=device)
+        self.reset()
+
+    # ---- state ------------------------------------------------------------
+    def reset(self) -> None:
+        n = len(self.components)
+        self._clock = 1.0
+        self._next_id = 0
+        self._next_receipt = 0
+        self._next_uuid = 1
+        self.nodes: dict[int, TreeNode] = {}
+        self.root = self._new_node()
+        self.root.priority = -(2**63)
+        for cd in self.root.data:
+            cd.lock_ref = 1
+        self.root.data[0].value = self._empty
+        self.evictable = [0] * n
+        self.protected = [0] * n
+        self.leaves = EvictableLeafSet()
+        self.lru = {c.name: LRUList(c.index, n) for c in self.components if c.uses_lru}
+        self.live_receipts: dict[int, int] = {}  # receipt id -> anchor node id
+
+    def tick(self) -> float:
+        t = self._clock
+        self._clock = t + 1.0
+        return t
+
+    def new_uuid(self) -> int:
+        self._next_uuid += 1
+        return self._next_uuid
+
+    def _new_node(self, priority: int = 0) -> TreeNode:
+        node = TreeNode(self._next_id, len(self.components), self._clock)
+        self._clock += 1.0
+        node.creation_time = self._clock
+        self._clock += 1.0
+        node.priority = priority
+        self.nodes[node.id] = node
+        self._next_id += 1
+        return node
+
+    def node_by_id(self, node_id: int) -> TreeNode:
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise UnknownNodeError(f"node {node_id} is not in the tree (evicted or never existed)")
+        return node
+
+    def _child_key_of(self, node: TreeNode):
+        return child_key(node.key, 0, self.page_bytes, node.extra_key)
+
+    def is_device_leaf(self, node: TreeNode) -> bool:
+        """Evictable leaf: has Full KV, no child with Full KV, nothing locked on it."""
+        if node is self.root or node.data[0].value is None:
+            return False
+        for cd in node.data:
+            if cd.lock_ref > 0:
+                return False
+        for child in node.children.values():
+            if child.data[0].value is not None:
+                return False
+        return True
+
+    def update_leaf_state(self, node: TreeNode) -> None:
+        if self.is_device_leaf(node):
+            self.leaves.add(node)
+        else:
+            self.leaves.discard(node)
+
+    # ---- match ------------------------------------------------------------
+    def match_prefix(self, key: RadixKey) -> MatchResult:
+        data = key.data
+        ps = self.page_size
+        ntok = len(data) // TOKEN_BYTES
+        ntok -= ntok % ps
+        limit = ntok * TOKEN_BYTES
+        root = self.root
+        if limit == 0:
+            return MatchResult(self._empty, root.id, root.id, root.id)
+        if limit != len(data):
+            data = data[:limit]
+        validators = [v for c in self.components if (v := c.create_match_validator()) is not None]
+        ek = key.extra_key
+        pb = self.page_bytes
+        node = root
+        off = 0
+        chunks: list[torch.Tensor] = []
+        best, best_chunks = root, 0
+        walked = 0
+        while off < limit:
+            ck = data[off : off + pb] if ek is None else (ek, data[off : off + pb])
+            child = node.children.get(ck)
+            if child is None:
+                break
+            if data.startswith(child.key, off):
+                plen = child.length
+            else:
+                plen = common_prefix_tokens(data, off, child.key)
+                plen -= plen % ps
+            walked += plen
+            if plen < child.length:
+                child = self._split_node(child, plen)
+                off = limit  # stop after this node
+            chunks.append(child.data[0].value)
+            node = child
+            if validators:
+                ok = True
+                for validate in validators:  # every one sees every node: they keep state
+                    if not validate(child):
+                        ok = False
+                if ok:
+                    best, best_chunks = child, len(chunks)
+            else:
+                best, best_chunks = child, len(chunks)
+            off += plen * TOKEN_BYTES
+        return self._finish_match(best, chunks[:best_chunks], walked, node)
+
+    def _finish_match(self, best: TreeNode, chunks: list, walked: int, last_visited: TreeNode) -> MatchResult:
+        for hook in self._match_end_hooks:
+            hook(best)
+        # MRU bump; each parent slightly older than its child so deeper leaves go first
+        t = self.tick()
+        node = best
+        while node is not None:
+            node.last_access_time = t
+            t -= 1e-5
+            node = node.parent
+        if self.events.enabled and best is not self.root:
+            self.events.emit(EventKind.PROMOTE, "full", best.id, Cause.REQUEST, 0, "access time, path to root")
+        if not chunks:
+            indices = self._empty
+        elif len(chunks) == 1:
+            indices = chunks[0]
+        else:
+            indices = torch.cat(chunks)
+        root_id = self.root.id
+        result = MatchResult(
+            indices,
+            best.id,
+            best.id,
+            best.id,
+            full_kv_hit_length=walked,
+            last_visited_node_id=None if last_visited.id == root_id else last_visited.id,
+        )
+        for component in self._finalizers:
+            result = component.finalize_match_result(result, best, walked)
+        return result
+
+    # ---- insert -----------------------------------------------------------
+    def insert(self, params: InsertParams, apply_actions: Callable[[list], None]) -> InsertResult:
+        """Walk/split along the key, let components claim overlapping slots, free the
+        duplicates and add a leaf for the rest. Deferred actions are handed to
+        ``apply_actions``: at once when a component emitted a barrier action, the rest
+        at the end."""
+        key = params.key
+        data = key.data
+        ps = self.page_size
+        ntok = len(data) // TOKEN_BYTES
+        ntok -= ntok % ps
+        value = self._check_value(params.value, len(data) // TOKEN_BYTES, ntok)
+        root = self.root
+        root.last_access_time = self.tick()
+        if ntok == 0:
+            return InsertResult(prefix_len=0, last_device_node=root.id, mamba_exist=True)
+        limit = ntok * TOKEN_BYTES
+        if limit != len(data):
+            data = data[:limit]
+        ek = key.extra_key
+        pb = self.page_bytes
+        prev = params.prev_prefix_len
+        priority = params.priority
+        result = InsertResult(prefix_len=0, total_len=ntok)
+        pending: list = []
+        walkdown = self._walkdown_hooks
+        overlap_hooks = self._overlap_hooks
+        events = self.events.enabled
+        node = root
+        done = 0  # tokens walked
+        while done < ntok:
+            off = done * TOKEN_BYTES
+            ck = data[off : off + pb] if ek is None else (ek, data[off : off + pb])
+            child = node.children.get(ck)
+            if child is None:
+                break
+            child.last_access_time = self.tick()
+            for hook in walkdown:
+                hook(child)
+            if data.startswith(child.key, off):
+                plen = child.length
+            else:
+                plen = common_prefix_tokens(data, off, child.key)
+                plen -= plen % ps
+                if plen < child.length:
+                    child = self._split_node(child, plen)
+            if priority > child.priority:
+                child.priority = priority
+            consumed = plen
+            for component in overlap_hooks:
+                taken = component.on_insert_overlap(child, plen, done, value, params, result, pending)
+                if taken < consumed:
+                    consumed = taken
+            dup_start = prev - done if prev > done else 0
+            if dup_start < consumed:
+                self._free_duplicates(value, done + dup_start, done + consumed, params, child, pending)
+            if not params.chunked:
+                child.hit_count += 1
+            if pending and not all(a.deferrable for a in pending):
+                apply_actions(pending)
+                pending = []
+            node = child
+            done += plen
+        if done < ntok:
+            target = self._add_leaf(node, data[done * TOKEN_BYTES :], ek, value[done:ntok], priority)
+            is_new_leaf = True
+            if events:
+                self.events.emit(EventKind.ADD, None, target.id, Cause.REQUEST, target.length)
+        else:
+            target, is_new_leaf = node, False
+        result.prefix_len = done
+        result.last_device_node = target.id
+        for component in self._commit_hooks:
+            component.commit_insert(target, is_new_leaf, params, result, pending)
+        if target is not root:
+            for hook in self._insert_end_hooks:
+                hook(target)
+        if pending:
+            apply_actions(pending)
+        return result
+
+    def _check_value(self, value: Optional[torch.Tensor], key_len: int, aligned: int) -> torch.Tensor:
+        if value is None:
+            raise InvalidValueError("insert needs a value: the slot indices of the key's tokens")
+        if not isinstance(value, torch.Tensor) or value.dtype is not torch.int64 or value.dim() != 1:
+            raise InvalidValueError("value must be a 1-D int64 tensor of slot indices")
+        n = value.shape[0]
+        if n != key_len and n != aligned:
+            raise InvalidValueError(f"value has {n} slots but the key has {key_len} tokens")
+        if value.device != self.device:
+            raise InvalidValueError(f"value is on {value.device}, the cache on {self.device}")
+        return value
+
+    def _free_duplicates(self, value, start: int, end: int, params: InsertParams, node: TreeNode, pending: list) -> None:
+        """Incoming slots for tokens the tree already holds go back to the pools. Below
+        the request's SWA eviction floor only the Full side is still the request's."""
+        floor = params.swa_evicted_seqlen
+        if floor > start:
+            cut = min(floor, end)
+            pending.append(FreeDeviceKVFullOnly([value[start:cut]], node.id))
+            start = cut
+        if start < end:
+            pending.append(FreeDeviceKV([value[start:end]], node.id))
+
+    def _add_leaf(self, parent: TreeNode, key: bytes, extra_key, value: torch.Tensor, priority: int) -> TreeNode:
+        node = self._new_node(priority)
+        node.parent = parent
+        node.extra_key = extra_key
+        node.set_key(key)
+        node.data[0].value = value
+        parent.children[child_key(key, 0, self.page_bytes, extra_key)] = node
+        self.evictable[0] += node.length
+        self.leaves.add(node)
+        if parent.in_leaf_set:
+            self.leaves.discard(parent)
+        return node
+
+    def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
+        """Cut ``child`` after ``split_len`` tokens; the new upper node is returned."""
+        new = self._new_node(child.priority)
+        parent = child.parent
+        cut = split_len * TOKEN_BYTES
+        new.parent = parent
+        new.extra_key = child.extra_key
+        new.set_key(child.key[:cut])
+        child.set_key(child.key[cut:])
+        new.hit_count = child.hit_count
+        new.creation_time = child.creation_time
+        new.children = {self._child_key_of(child): child}
+        child.parent = new
+        for component in self.components:
+            component.redistribute_on_split(new, child)
+        parent.children[self._child_key_of(new)] = new
+        # the suffix keeps its recency; the new prefix goes right behind it
+        for component in self.components[1:]:
+            if component.uses_lru and new.data[component.index].value is not None:
+                lru = self.lru[component.name]
+                if new not in lru:
+                    lru.insert_after(child, new)
+        child.last_access_time = self.tick()
+        # the upper node has a child, so it is never an evictable leaf
+        if self.events.enabled:
+            self.events.emit(EventKind.SPLIT, None, new.id, Cause.REQUEST, new.length, f"child {child.id} keeps {child.length}")
+        return new
+
+    # ---- eviction -----------------------------------------------------------
+    def delete_leaf(self, node: TreeNode, tracker: dict[str, int], frees: dict[str, list], cause: Cause) -> None:
+        """Evict every component of an evictable leaf and remove it, then clean up
+        ancestors that were only kept alive by it."""
+        assert node.in_leaf_set, f"node {node.id} is not an evictable leaf"
+        events = self.events.enabled
+        for component in self.components:
+            if node.data[component.index].value is None:
+                continue
+            n = component.evict_component(node, frees)
+            tracker[component.name] += n
+            if events:
+                self.events.emit(EventKind.EVICT, component.name, node.id, cause, n)
+            self._detach(node, component)
+        self._remove_from_parent(node)
+        self._delete_tombstone_ancestors(node.parent, tracker, frees)
+
+    def _detach(self, node: TreeNode, component: TreeComponent) -> None:
+        node.data[component.index].value = None
+        if component.uses_lru:
+            lru = self.lru[component.name]
+            if node in lru:
+                lru.remove(node)
+
+    def _remove_from_parent(self, node: TreeNode) -> None:
+        self.leaves.discard(node)
+        parent = node.parent
+        popped = parent.children.pop(self._child_key_of(node))
+        assert popped is node, f"parent {parent.id} had {popped.id} where {node.id} was expected"
+        del self.nodes[node.id]
+        if self.events.enabled:
+            self.events.emit(EventKind.DELETE, None, node.id, Cause.CAPACITY, node.length)
+        self.update_leaf_state(parent)
+
+    def _delete_tombstone_ancestors(self, cur: TreeNode, tracker: dict[str, int], frees: dict[str, list]) -> None:
+        """Walk up from a deleted leaf: a childless ancestor without Full KV is removed
+        (with whatever aux data it still had); Full decides who survives."""
+        while cur is not self.root and not cur.children:
+            if any(cd.lock_ref > 0 for cd in cur.data):
+                return
+            if cur.data[0].value is not None:
+                self.update_leaf_state(cur)
+                return
+            for component in self.components[1:]:
+                if cur.data[component.index].value is not None:
+                    tracker[component.name] += component.evict_component(cur, frees)
+                    self._detach(cur, component)
+            parent = cur.parent
+            self._remove_from_parent(cur)
+            cur = parent
+
+    def cascade_evict(
+        self, node: TreeNode, trigger: TreeComponent, tracker: dict[str, int], frees: dict[str, list]
+    ) -> None:
+        """After ``trigger`` lost its data on ``node``, evict every other component whose
+        priority there is <= the trigger's. A component whose true (internal) priority is
+        at least the trigger's is only here because leaf priorities tie at 0; a lock on
+        it is legitimate and spares it. A lock on a strictly lower tier is a bug."""
+        is_leaf = node.in_leaf_set
+        trigger_priority = trigger.eviction_priority(is_leaf)
+        for component in self.components:
+            if component is trigger or node.data[component.index].value is None:
+                continue
+            if component.eviction_priority(is_leaf) > trigger_priority:
+                continue
+            cd = node.data[component.index]
+            if component.eviction_priority(False) >= trigger.eviction_priority(False):
+                if cd.lock_ref != 0:
+                    continue
+            assert cd.lock_ref == 0, f"{component.name} locked on node {node.id} below evicting {trigger.name}"
+            n = component.evict_component(node, frees)
+            tracker[component.name] += n
+            if self.events.enabled:
+                self.events.emit(EventKind.CASCADE, component.name, node.id, Cause.CASCADE, n, f"from {trigger.name}")
+            self._detach(node, component)
+        self.update_leaf_state(node)
+
+    # ---- locks --------------------------------------------------------------
+    def inc_lock_ref(self, node_id: int, skip: tuple[str, ...] = ()) -> IncLockRefResult:
+        node = self.node_by_id(node_id)
+        self._next_receipt += 1
+        receipt = IncLockRefResult(node_id=node_id, receipt_id=self._next_receipt, skipped_lock_components=skip)
+        for component in self.components:
+            if component.name not in skip:
+                component.acquire_lock(node, receipt)
+        if node.in_leaf_set:
+            self.leaves.discard(node)
+        self.live_receipts[receipt.receipt_id] = node_id
+        return receipt
+
+    def dec_lock_ref(self, node_id: int, params: DecLockRefParams | IncLockRefResult, skip_swa: bool = False) -> None:
+        anchor = self.live_receipts.get(params.receipt_id)
+        if anchor is None:
+            raise LockError(
+                f"lock receipt {params.receipt_id} is not held: released twice, or never taken"
+                if params.receipt_id
+                else "unlock without a lock: this receipt was never returned by inc_lock_ref"
+            )
+        if anchor != node_id or params.node_id != node_id:
+            raise LockError(f"lock receipt anchored on node {anchor} released on node {node_id}")
+        node = self.node_by_id(node_id)
+        skip_swa = skip_swa or getattr(params, "swa_released", False)
+        releasing = [c for c in reversed(self.components) if self._releases(c, params, skip_swa)]
+        for component in releasing:
+            problem = component.check_release(node, params)
+            if problem:
+                raise LockError(problem)
+        for component in releasing:
+            component.release_lock(node, params)
+        del self.live_receipts[params.receipt_id]
+        self.update_leaf_state(node)
+
+    def _releases(self, component: TreeComponent, params, skip_swa: bool) -> bool:
+        if component.name in params.skipped_lock_components:
+            return False
+        if skip_swa and "swa" in self.by_name:
+            swa_priority = self.by_name["swa"].eviction_priority(False)
+            if component.name == "swa" or component.eviction_priority(False) < swa_priority:
+                return False
+        return True
+
+    # ---- sizes --------------------------------------------------------------
+    def evictable_size(self, name: str = "full") -> int:
+        return self.evictable[self.by_name[name].index]
+
+    def protected_size(self, name: str = "full") -> int:
+        return self.protected[self.by_name[name].index]
+
+    def path_device_indices(self, node_id: int) -> torch.Tensor:
+        """Full slots from the root down to the end of ``node_id``."""
+        node = self.node_by_id(node_id)
+        chunks = []
+        while node is not self.root:
+            chunks.append(node.data[0].value)
+            node = node.parent
+        if not chunks:
+            return self._empty
+        chunks.reverse()
+        return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
+
+    def iter_nodes(self):
+        """Depth-first, children ordered by their first token (root first)."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(self.iter_children(node)))
+
+    @staticmethod
+    def iter_children(node: TreeNode) -> list[TreeNode]:
+        """Children ordered by (namespace, first token)."""
+        return sorted(node.children.values(), key=_child_order)

@@ -1,0 +1,73 @@
+"""Tree nodes and their per-component data.
+
+A node carries one ``ComponentData`` per registered component, indexed by the
+component's position in the registry order (Full is always 0). ``value is None`` is a
+tombstone: the component's data was evicted while the node stayed in the tree.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .keys import TOKEN_BYTES, unpack_tokens
+
+
+class ComponentData:
+    __slots__ = ("value", "lock_ref", "metadata", "host_value", "host_lock_ref")
+
+    def __init__(self) -> None:
+        self.value: Optional[torch.Tensor] = None
+        self.lock_ref = 0
+        self.metadata: dict = {}
+        # Reserved for a host tier (HiCache); this project keeps them empty.
+        self.host_value: Optional[torch.Tensor] = None
+        self.host_lock_ref = 0
+
+
+class TreeNode:
+    __slots__ = (
+        "id",
+        "parent",
+        "children",
+        "key",
+        "extra_key",
+        "length",
+        "data",
+        "last_access_time",
+        "creation_time",
+        "hit_count",
+        "priority",
+        "lru_prev",
+        "lru_next",
+        "in_leaf_set",
+    )
+
+    def __init__(self, node_id: int, num_components: int, clock: float) -> None:
+        self.id = node_id
+        self.parent: Optional[TreeNode] = None
+        self.children: dict = {}
+        self.key = b""  # packed int32 tokens of this node's edge
+        self.extra_key: Optional[str] = None
+        self.length = 0  # tokens on the edge
+        self.data = [ComponentData() for _ in range(num_components)]
+        self.last_access_time = clock
+        self.creation_time = clock
+        self.hit_count = 0
+        self.priority = 0
+        # Intrusive links, one pair per component LRU list.
+        self.lru_prev: list[Optional[TreeNode]] = [None] * num_components
+        self.lru_next: list[Optional[TreeNode]] = [None] * num_components
+        self.in_leaf_set = False
+
+    @property
+    def token_ids(self) -> list[int]:
+        return unpack_tokens(self.key)
+
+    def set_key(self, data: bytes) -> None:
+        self.key = data
+        self.length = len(data) // TOKEN_BYTES
+
+    def __repr__(self) -> str:
+        return f"TreeNode(id={self.id}, len={self.length})"

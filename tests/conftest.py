@@ -1,0 +1,81 @@
+"""Shared helpers: a cache that checks every invariant after every step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cache import (
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+    RadixKey,
+    UnifiedRadixCache,
+    check_invariants,
+    verify_match,
+)
+
+
+def seq(start: int, pages: int, page_size: int) -> list[int]:
+    """``pages`` pages of consecutive tokens starting at ``start`` (upstream's seq())."""
+    return list(range(start, start + pages * page_size))
+
+
+class Checked:
+    """Drives a cache like upstream's unit tests do, checking invariants after each call
+    and fingerprints after each match."""
+
+    def __init__(self, **config) -> None:
+        config.setdefault("device", "cpu")
+        self.cache = UnifiedRadixCache(**config)
+        self.ps = self.cache.page_size
+
+    def ok(self) -> None:
+        violations = check_invariants(self.cache)
+        assert not violations, "\n".join(map(str, violations))
+
+    def insert(self, tokens: list[int], prev_prefix_len: int = 0, value: torch.Tensor | None = None, **kw):
+        """Allocate fresh slots for the whole key, write its KV, insert, free the
+        unaligned tail (as the request flow would)."""
+        cache = self.cache
+        if value is None:
+            value = cache.alloc_kv(len(tokens))
+            cache.write_kv(value, tokens)
+        result = cache.insert(InsertParams(RadixKey(tokens), value, prev_prefix_len=prev_prefix_len, **kw))
+        aligned = len(tokens) - len(tokens) % self.ps
+        if aligned < len(tokens):
+            cache.free_kv([value[aligned:]])
+        self.ok()
+        return result
+
+    def match(self, tokens: list[int]):
+        result = self.cache.match_prefix(MatchPrefixParams(RadixKey(tokens)))
+        bad = verify_match(self.cache, tokens, result)
+        assert not bad, bad
+        self.ok()
+        return result
+
+    def evict(self, num_tokens: int = 0, **kw):
+        result = self.cache.evict(EvictParams(num_tokens=num_tokens, **kw))
+        self.ok()
+        return result
+
+    def lock(self, node_id: int):
+        receipt = self.cache.inc_lock_ref(node_id)
+        self.ok()
+        return receipt
+
+    def unlock(self, node_id: int, receipt) -> None:
+        self.cache.dec_lock_ref(node_id, receipt)
+        self.ok()
+
+
+@pytest.fixture(params=[1, 4, 16], ids=lambda ps: f"ps{ps}")
+def page_size(request) -> int:
+    return request.param
+
+
+@pytest.fixture
+def full(page_size) -> Checked:
+    """A Full-only cache (upstream fixture size: 256 tokens; 512 at page 16)."""
+    return Checked(page_size=page_size, kv_size=256 if page_size < 16 else 512)
