@@ -55,33 +55,36 @@ class UnifiedRadixCache:
         self._rids = itertools.count(1)
 
     # ---- match / insert -------------------------------------------------------
+    def _observed(self, op: str, fn, *args):
+        """Run ``fn`` as public op ``op`` for the event stream (only when observed)."""
+        bus = self.events
+        bus.begin(op)
+        try:
+            return fn(*args)
+        finally:
+            bus.end()
+
     def match_prefix(self, params: MatchPrefixParams | RadixKey) -> MatchResult:
         if not isinstance(params, MatchPrefixParams):
             params = MatchPrefixParams(_as_key(params))
-        bus = self.events
-        if bus.enabled:
-            bus.begin("match_prefix")
-        try:
-            result = self.tree.match_prefix(params.key)
-            for component in self._cache_finalizers:
-                result = component.finalize_match_in_cache(params, result)
-            return result
-        finally:
-            if bus.enabled:
-                bus.end()
+        if self.events.enabled:
+            return self._observed("match_prefix", self._match_prefix, params)
+        return self._match_prefix(params)
+
+    def _match_prefix(self, params: MatchPrefixParams) -> MatchResult:
+        result = self.tree.match_prefix(params.key)
+        for component in self._cache_finalizers:
+            result = component.finalize_match_in_cache(params, result)
+        return result
 
     def insert(self, params: InsertParams) -> InsertResult:
-        params.key = _as_key(params.key)
+        if type(params.key) is not RadixKey:
+            params.key = _as_key(params.key)
         if params.prev_prefix_len < 0:
             raise CacheError(f"prev_prefix_len must be >= 0 (got {params.prev_prefix_len})")
-        bus = self.events
-        if bus.enabled:
-            bus.begin("insert")
-        try:
-            return self.tree.insert(params, self._apply_actions)
-        finally:
-            if bus.enabled:
-                bus.end()
+        if self.events.enabled:
+            return self._observed("insert", self.tree.insert, params, self._apply_actions)
+        return self.tree.insert(params, self._apply_actions)
 
     def _apply_actions(self, actions: list) -> None:
         for action in actions:
@@ -135,14 +138,9 @@ class UnifiedRadixCache:
     # ---- eviction -------------------------------------------------------------
     def evict(self, params: EvictParams) -> EvictResult:
         self._check_evict_params(params)
-        bus = self.events
-        if bus.enabled:
-            bus.begin("evict")
-        try:
-            return self._evict(params, None)
-        finally:
-            if bus.enabled:
-                bus.end()
+        if self.events.enabled:
+            return self._observed("evict", self._evict, params, None)
+        return self._evict(params, None)
 
     def evict_for_alloc(self, params: EvictParams) -> EvictResult:
         """Evict until each pool named in ``params`` has its shortfall free; stops as
@@ -153,20 +151,18 @@ class UnifiedRadixCache:
             request = params.request_for(component.name)
             if request > 0:
                 targets[component.name] = self.available_size(component.name) + request
-        bus = self.events
-        if bus.enabled:
-            bus.begin("evict_for_alloc")
-        try:
-            return self._evict(params, targets)
-        finally:
-            if bus.enabled:
-                bus.end()
+        if self.events.enabled:
+            return self._observed("evict_for_alloc", self._evict, params, targets)
+        return self._evict(params, targets)
 
     @staticmethod
     def _check_evict_params(params: EvictParams) -> None:
+        a, b, c = params.num_tokens, params.swa_num_tokens, params.mamba_num
+        if type(a) is int and type(b) is int and type(c) is int and a >= 0 and b >= 0 and c >= 0:
+            return
         for field in ("num_tokens", "swa_num_tokens", "mamba_num"):
             value = getattr(params, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if type(value) is not int or value < 0:
                 raise CacheError(f"evict: {field} must be a non-negative int (got {value!r})")
 
     def _evict(self, params: EvictParams, targets: Optional[dict[str, int]]) -> EvictResult:
@@ -213,24 +209,14 @@ class UnifiedRadixCache:
 
     # ---- locks ----------------------------------------------------------------
     def inc_lock_ref(self, node_id: int, skip_lock_components: tuple[str, ...] = ()) -> IncLockRefResult:
-        bus = self.events
-        if bus.enabled:
-            bus.begin("inc_lock_ref")
-        try:
-            return self.tree.inc_lock_ref(node_id, tuple(skip_lock_components))
-        finally:
-            if bus.enabled:
-                bus.end()
+        if self.events.enabled:
+            return self._observed("inc_lock_ref", self.tree.inc_lock_ref, node_id, tuple(skip_lock_components))
+        return self.tree.inc_lock_ref(node_id, skip_lock_components)
 
     def dec_lock_ref(self, node_id: int, params: DecLockRefParams | IncLockRefResult, skip_swa: bool = False) -> None:
-        bus = self.events
-        if bus.enabled:
-            bus.begin("dec_lock_ref")
-        try:
-            self.tree.dec_lock_ref(node_id, params, skip_swa)
-        finally:
-            if bus.enabled:
-                bus.end()
+        if self.events.enabled:
+            return self._observed("dec_lock_ref", self.tree.dec_lock_ref, node_id, params, skip_swa)
+        self.tree.dec_lock_ref(node_id, params, skip_swa)
 
     # ---- requests ---------------------------------------------------------------
     def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None) -> Req:

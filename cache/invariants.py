@@ -67,7 +67,7 @@ def _check_structure(cache, out: list[Violation]) -> None:
         for ck, child in node.children.items():
             if child.parent is not node:
                 out.append(Violation("tree.parent", f"node {child.id}'s parent is not {node.id}"))
-            if ck != tree._child_key_of(child):
+            if ck != tree._child_key_of(child) or child.child_key != ck:
                 out.append(Violation("tree.child_key", f"node {child.id} filed under the wrong child key"))
             stack.append(child)
     if seen != set(tree.nodes):

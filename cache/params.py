@@ -77,7 +77,11 @@ class EvictParams:
     mamba_num: int = 0
 
     def request_for(self, component: str) -> int:
-        return {"full": self.num_tokens, "swa": self.swa_num_tokens, "mamba": self.mamba_num}.get(component, 0)
+        field = _EVICT_FIELDS.get(component)
+        return getattr(self, field) if field else 0
+
+
+_EVICT_FIELDS = {"full": "num_tokens", "swa": "swa_num_tokens", "mamba": "mamba_num"}
 
 
 @dataclasses.dataclass
@@ -87,19 +91,31 @@ class EvictResult:
     mamba_num_evicted: int = 0
 
 
-@dataclasses.dataclass
 class IncLockRefResult:
     """The receipt of one ``inc_lock_ref``: anchored to its node, released exactly once.
 
     ``component_lock_uuids`` records, per component, the boundary a segment lock
     stopped at (None: it reached the root), so the release undoes exactly the acquire.
+    A plain class with slots: one is built per lock, on the hot path.
     """
 
-    delta: int = 0
-    node_id: Optional[NodeId] = None
-    receipt_id: int = 0
-    skipped_lock_components: tuple[str, ...] = ()
-    component_lock_uuids: dict[str, Optional[int]] = dataclasses.field(default_factory=dict)
+    __slots__ = ("delta", "node_id", "receipt_id", "skipped_lock_components", "component_lock_uuids")
+
+    def __init__(
+        self,
+        delta: int = 0,
+        node_id: Optional[NodeId] = None,
+        receipt_id: int = 0,
+        skipped_lock_components: tuple[str, ...] = (),
+        component_lock_uuids: Optional[dict[str, Optional[int]]] = None,
+    ) -> None:
+        self.delta = delta
+        self.node_id = node_id
+        self.receipt_id = receipt_id
+        self.skipped_lock_components = skipped_lock_components
+        self.component_lock_uuids = component_lock_uuids if component_lock_uuids is not None else {}
+
+    swa_released = False
 
     def to_dec_params(self) -> DecLockRefParams:
         return DecLockRefParams(
@@ -107,6 +123,12 @@ class IncLockRefResult:
             receipt_id=self.receipt_id,
             skipped_lock_components=self.skipped_lock_components,
             component_lock_uuids=dict(self.component_lock_uuids),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"IncLockRefResult(delta={self.delta}, node_id={self.node_id}, receipt_id={self.receipt_id}, "
+            f"skipped={self.skipped_lock_components}, uuids={self.component_lock_uuids})"
         )
 
 

@@ -54,6 +54,8 @@ class UnifiedTreeCore:
         self._overlap_hooks = [c for c in components if _overrides(c, "on_insert_overlap")]
         self._commit_hooks = [c for c in components if _overrides(c, "commit_insert")]
         self._finalizers = [c for c in components if _overrides(c, "finalize_match_result")]
+        self._release_order = list(reversed(components))  # auxiliaries first, Full last
+        self._checked_releases = [c for c in components if _overrides(c, "check_release")]
         self._empty = torch.empty(0, dtype=torch.int64, device=device)
         self.reset()
 
@@ -66,6 +68,7 @@ class UnifiedTreeCore:
         self._next_uuid = 1
         self.nodes: dict[int, TreeNode] = {}
         self.root = self._new_node()
+        self.root.child_key = b""
         self.root.priority = -(2**63)
         for cd in self.root.data:
             cd.lock_ref = 1
@@ -103,6 +106,10 @@ class UnifiedTreeCore:
 
     def _child_key_of(self, node: TreeNode):
         return child_key(node.key, 0, self.page_bytes, node.extra_key)
+
+    def _set_key(self, node: TreeNode, data: bytes) -> None:
+        node.set_key(data)
+        node.child_key = child_key(data, 0, self.page_bytes, node.extra_key)
 
     def is_device_leaf(self, node: TreeNode) -> bool:
         """Evictable leaf: has Full KV, no child with Full KV, nothing locked on it."""
@@ -309,9 +316,9 @@ class UnifiedTreeCore:
         node = self._new_node(priority)
         node.parent = parent
         node.extra_key = extra_key
-        node.set_key(key)
+        self._set_key(node, key)
         node.data[0].value = value
-        parent.children[child_key(key, 0, self.page_bytes, extra_key)] = node
+        parent.children[node.child_key] = node
         self.evictable[0] += node.length
         self.leaves.add(node)
         if parent.in_leaf_set:
@@ -325,15 +332,15 @@ class UnifiedTreeCore:
         cut = split_len * TOKEN_BYTES
         new.parent = parent
         new.extra_key = child.extra_key
-        new.set_key(child.key[:cut])
-        child.set_key(child.key[cut:])
+        self._set_key(new, child.key[:cut])
+        self._set_key(child, child.key[cut:])
         new.hit_count = child.hit_count
         new.creation_time = child.creation_time
-        new.children = {self._child_key_of(child): child}
+        new.children = {child.child_key: child}
         child.parent = new
         for component in self.components:
             component.redistribute_on_split(new, child)
-        parent.children[self._child_key_of(new)] = new
+        parent.children[new.child_key] = new
         # the suffix keeps its recency; the new prefix goes right behind it
         for component in self.components[1:]:
             if component.uses_lru and new.data[component.index].value is not None:
@@ -373,7 +380,7 @@ class UnifiedTreeCore:
     def _remove_from_parent(self, node: TreeNode) -> None:
         self.leaves.discard(node)
         parent = node.parent
-        popped = parent.children.pop(self._child_key_of(node))
+        popped = parent.children.pop(node.child_key)
         assert popped is node, f"parent {parent.id} had {popped.id} where {node.id} was expected"
         del self.nodes[node.id]
         if self.events.enabled:
@@ -382,13 +389,13 @@ class UnifiedTreeCore:
 
     def _delete_tombstone_ancestors(self, cur: TreeNode, tracker: dict[str, int], frees: dict[str, list]) -> None:
         """Walk up from a deleted leaf: a childless ancestor without Full KV is removed
-        (with whatever aux data it still had); Full decides who survives."""
-        while cur is not self.root and not cur.children:
-            if any(cd.lock_ref > 0 for cd in cur.data):
-                return
-            if cur.data[0].value is not None:
-                self.update_leaf_state(cur)
-                return
+        (with whatever aux data it still had); Full decides who survives. The first
+        ancestor with Full KV stops the walk (its leaf state was already refreshed)."""
+        root = self.root
+        while cur is not root and not cur.children and cur.data[0].value is None:
+            for cd in cur.data:
+                if cd.lock_ref > 0:
+                    return
             for component in self.components[1:]:
                 if cur.data[component.index].value is not None:
                     tracker[component.name] += component.evict_component(cur, frees)
@@ -425,18 +432,22 @@ class UnifiedTreeCore:
 
     # ---- locks --------------------------------------------------------------
     def inc_lock_ref(self, node_id: int, skip: tuple[str, ...] = ()) -> IncLockRefResult:
-        node = self.node_by_id(node_id)
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise UnknownNodeError(f"node {node_id} is not in the tree (evicted or never existed)")
         self._next_receipt += 1
-        receipt = IncLockRefResult(node_id=node_id, receipt_id=self._next_receipt, skipped_lock_components=skip)
+        receipt = IncLockRefResult(0, node_id, self._next_receipt, skip)
         for component in self.components:
-            if component.name not in skip:
+            if not skip or component.name not in skip:
                 component.acquire_lock(node, receipt)
         if node.in_leaf_set:
             self.leaves.discard(node)
-        self.live_receipts[receipt.receipt_id] = node_id
+        self.live_receipts[self._next_receipt] = node_id
         return receipt
 
     def dec_lock_ref(self, node_id: int, params: DecLockRefParams | IncLockRefResult, skip_swa: bool = False) -> None:
+        """Release exactly what the receipt acquired. Every check runs before any
+        count changes, so a refused release leaves the tree as it was."""
         anchor = self.live_receipts.get(params.receipt_id)
         if anchor is None:
             raise LockError(
@@ -447,16 +458,21 @@ class UnifiedTreeCore:
         if anchor != node_id or params.node_id != node_id:
             raise LockError(f"lock receipt anchored on node {anchor} released on node {node_id}")
         node = self.node_by_id(node_id)
-        skip_swa = skip_swa or getattr(params, "swa_released", False)
-        releasing = [c for c in reversed(self.components) if self._releases(c, params, skip_swa)]
-        for component in releasing:
-            problem = component.check_release(node, params)
-            if problem:
-                raise LockError(problem)
+        skip_swa = skip_swa or params.swa_released
+        if params.skipped_lock_components or skip_swa:
+            releasing = [c for c in self._release_order if self._releases(c, params, skip_swa)]
+        else:
+            releasing = self._release_order
+        for component in self._checked_releases:
+            if component in releasing:
+                problem = component.check_release(node, params)
+                if problem:
+                    raise LockError(problem)
         for component in releasing:
             component.release_lock(node, params)
         del self.live_receipts[params.receipt_id]
-        self.update_leaf_state(node)
+        if not node.in_leaf_set:
+            self.update_leaf_state(node)
 
     def _releases(self, component: TreeComponent, params, skip_swa: bool) -> bool:
         if component.name in params.skipped_lock_components:

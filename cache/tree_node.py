@@ -42,6 +42,7 @@ class TreeNode:
         "lru_prev",
         "lru_next",
         "in_leaf_set",
+        "child_key",
     )
 
     def __init__(self, node_id: int, num_components: int, clock: float) -> None:
@@ -60,6 +61,7 @@ class TreeNode:
         self.lru_prev: list[Optional[TreeNode]] = [None] * num_components
         self.lru_next: list[Optional[TreeNode]] = [None] * num_components
         self.in_leaf_set = False
+        self.child_key = None  # the key the parent files this node under (first page)
 
     @property
     def token_ids(self) -> list[int]:

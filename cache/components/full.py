@@ -83,22 +83,16 @@ class FullComponent(TreeComponent):
             node = node.parent
         receipt.delta = delta
 
-    def check_release(self, node: TreeNode, receipt: DecLockRefParams) -> Optional[str]:
-        i = self.index
-        root = self.tree.root
-        while node is not root:
-            if node.data[i].lock_ref <= 0:
-                return f"full lock_ref=0 on node {node.id}: nothing to release"
-            node = node.parent
-        return None
-
     def release_lock(self, node: TreeNode, receipt: DecLockRefParams) -> None:
         i = self.index
         tree = self.tree
         root = tree.root
         events = tree.events.enabled
+        # The receipt check guarantees every node on the path holds this lock (a split
+        # copies lock_ref to the new parent), so there is nothing to validate here.
         while node is not root:
             cd = node.data[i]
+            assert cd.lock_ref > 0, f"full lock_ref=0 on node {node.id} under a live receipt"
             if cd.lock_ref == 1:
                 n = node.length
                 tree.evictable[i] += n

@@ -63,19 +63,20 @@ class PagedAllocator:
 
     def free(self, indices: torch.Tensor) -> int:
         """Return the pages holding ``indices``; returns the number of slots freed."""
-        if indices.numel() == 0:
+        if indices.shape[0] == 0:
             return 0
         self._check_foreign(indices)
         pages = self.page_ids(indices)
-        ones = self._ones[: pages.shape[0]]
+        k = pages.shape[0]
+        ones = self._ones[:k]
         owned = self._owned
         owned.index_add_(0, pages, ones, alpha=-1)
-        if bool((owned.index_select(0, pages) < 0).any()):
+        if int(owned.index_select(0, pages).min()) < 0:
             owned.index_add_(0, pages, ones)  # undo: leave the pool as it was
             raise DoubleFreeError(f"{self.name} pool: double free of slot(s) {self._already_free(indices)}")
-        k = pages.shape[0]
-        self._stack[self._top : self._top + k] = pages
-        self._top += k
+        top = self._top
+        self._stack[top : top + k] = pages
+        self._top = top + k
         return k * self.page_size
 
     def _check_foreign(self, indices: torch.Tensor) -> None:
@@ -84,8 +85,9 @@ class PagedAllocator:
         if indices.device != self.device:
             raise ForeignIndexError(f"{self.name} pool: indices on {indices.device}, pool on {self.device}")
         lo, hi = indices.aminmax()
-        if int(lo) < 0 or int(hi) >= self.size:
-            raise ForeignIndexError(f"{self.name} pool: index out of range [0, {self.size}): {int(lo)}..{int(hi)}")
+        lo, hi = int(lo), int(hi)
+        if lo < 0 or hi >= self.size:
+            raise ForeignIndexError(f"{self.name} pool: index out of range [0, {self.size}): {lo}..{hi}")
 
     def _already_free(self, indices: torch.Tensor) -> list[int]:
         pages = torch.div(indices, self.page_size, rounding_mode="floor")

@@ -1,0 +1,57 @@
+"""A small built-in sequence that shows splits, duplicate freeing, a path lock and
+LRU eviction, printing the tree after each step (``urc demo``)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.rule import Rule
+
+from cache import EventLog, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants
+
+
+def run_demo(console: Console | None = None) -> int:
+    console = console or Console()
+    cache = UnifiedRadixCache(kv_size=64, page_size=1, device="auto")
+    log = EventLog(cache.events)
+    receipts = {}
+
+    def insert(tokens):
+        slots = cache.alloc_kv(len(tokens))
+        cache.write_kv(slots, tokens)
+        return cache.insert(InsertParams(RadixKey(tokens), slots))
+
+    def lock(tokens):
+        match = cache.match_prefix(RadixKey(tokens))
+        receipts[tuple(tokens)] = (match.last_device_node, cache.inc_lock_ref(match.last_device_node))
+        return match
+
+    def unlock(tokens):
+        node, receipt = receipts.pop(tuple(tokens))
+        cache.dec_lock_ref(node, receipt)
+
+    steps = [
+        ("insert a 6-token prompt", lambda: insert([1, 2, 3, 4, 5, 6])),
+        ("a second prompt shares 3 tokens: the node splits, duplicates are freed", lambda: insert([1, 2, 3, 7, 8])),
+        ("a third branch", lambda: insert([9, 9, 9, 9])),
+        ("match + lock [1 2 3 7 8]: a path lock up to the root", lambda: lock([1, 2, 3, 7, 8])),
+        ("evict 8 tokens: the oldest unlocked leaves go first", lambda: cache.evict(EvictParams(num_tokens=8))),
+        ("unlock: the path becomes evictable again", lambda: unlock([1, 2, 3, 7, 8])),
+        ("evict everything", lambda: cache.evict(EvictParams(num_tokens=64))),
+    ]
+    console.print(Rule(f"Unified Radix Cache demo — pools on {cache.device}"))
+    for i, (title, action) in enumerate(steps, 1):
+        result = action()
+        console.print(Rule(f"step {i}: {title}", style="blue"))
+        if result is not None:
+            console.print(f"[dim]result:[/] {result!r}"[:300])
+        for event in log.take():
+            console.print(f"  [dim]{event.describe()}[/]")
+        snap = cache.snapshot()
+        from .tree_view import render_state
+
+        console.print(render_state(snap))
+        violations = check_invariants(cache)
+        if violations:
+            console.print(f"[bold red]invariant violations:[/] {violations}")
+            return 1
+    return 0
