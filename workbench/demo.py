@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.rule import Rule
+from rich.text import Text
 
 from cache import EventLog, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants
 
@@ -43,9 +44,9 @@ def run_demo(console: Console | None = None) -> int:
         result = action()
         console.print(Rule(f"step {i}: {title}", style="blue"))
         if result is not None:
-            console.print(f"[dim]result:[/] {result!r}"[:300])
+            console.print(Text(f"result: {_summary(result)}", style="dim"))
         for event in log.take():
-            console.print(f"  [dim]{event.describe()}[/]")
+            console.print(Text(f"  {event.describe()}", style="dim"))
         snap = cache.snapshot()
         from .tree_view import render_state
 
@@ -55,3 +56,10 @@ def run_demo(console: Console | None = None) -> int:
             console.print(f"[bold red]invariant violations:[/] {violations}")
             return 1
     return 0
+
+
+def _summary(result) -> str:
+    """A one-line view of an op's result (MatchResult's tensor would swamp the screen)."""
+    if hasattr(result, "device_indices"):
+        return f"prefix_len={result.prefix_len} last_node={result.last_device_node}"
+    return repr(result)

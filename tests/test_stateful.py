@@ -1,0 +1,124 @@
+"""Hypothesis stateful test: random op sequences, invariants after every step.
+
+Keys come from a tiny alphabet over a few shared stems, so sequences constantly share
+prefixes, split nodes, hit duplicates and fight over a small pool.
+"""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
+
+STEMS = [[1, 2, 3, 4], [1, 2, 5, 6], [7, 8, 9, 10], [1, 2, 3, 4, 11, 12, 13, 14]]
+keys = st.builds(lambda stem, tail: STEMS[stem] + tail, st.integers(0, len(STEMS) - 1), st.lists(st.integers(1, 4), max_size=10))
+
+
+class CacheMachine(RuleBasedStateMachine):
+    page_size = 1
+    kv_size = 64
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = UnifiedRadixCache(page_size=self.page_size, kv_size=self.kv_size, device="cpu")
+        self.locks: list[tuple[int, object]] = []
+        self.reqs = []
+
+    @rule(tokens=keys, reuse=st.booleans())
+    def insert(self, tokens, reuse):
+        cache = self.cache
+        prev = 0
+        if reuse:  # like a request: the matched prefix uses the tree's own slots
+            m = cache.match_prefix(RadixKey(tokens))
+            prev = m.prefix_len
+            receipt = cache.inc_lock_ref(m.last_device_node)
+        try:
+            fresh = cache.alloc_kv(len(tokens) - prev)
+        except CacheError:
+            if reuse:
+                cache.dec_lock_ref(m.last_device_node, receipt)
+            return
+        cache.write_kv(fresh, tokens, prev)
+        value = fresh if not prev else __import__("torch").cat([m.device_indices, fresh])
+        result = cache.insert(InsertParams(RadixKey(tokens), value, prev_prefix_len=prev))
+        aligned = len(tokens) - len(tokens) % self.page_size
+        if aligned < len(tokens):
+            cache.free_kv([value[aligned:]])
+        if reuse:
+            cache.dec_lock_ref(m.last_device_node, receipt)
+        assert result.prefix_len <= aligned
+
+    @rule(tokens=keys, hold=st.booleans())
+    def match(self, tokens, hold):
+        m = self.cache.match_prefix(RadixKey(tokens))
+        assert verify_match(self.cache, tokens, m) == []
+        if hold:
+            self.locks.append((m.last_device_node, self.cache.inc_lock_ref(m.last_device_node)))
+
+    @precondition(lambda self: self.locks)
+    @rule(data=st.data())
+    def unlock(self, data):
+        node, receipt = self.locks.pop(data.draw(st.integers(0, len(self.locks) - 1)))
+        self.cache.dec_lock_ref(node, receipt)
+
+    @rule(n=st.integers(0, 80))
+    def evict(self, n):
+        before = self.cache.full_evictable_size()
+        result = self.cache.evict(EvictParams(num_tokens=n))
+        assert result.num_tokens_evicted == before - self.cache.full_evictable_size()
+        assert result.num_tokens_evicted >= min(n, before)
+
+    @rule(tokens=keys)
+    def new_request(self, tokens):
+        try:
+            self.reqs.append(self.cache.new_request(tokens))
+        except CacheError:
+            pass
+
+    @precondition(lambda self: self.reqs)
+    @rule(data=st.data(), tokens=st.lists(st.integers(1, 4), min_size=1, max_size=5))
+    def decode(self, data, tokens):
+        req = self.reqs[data.draw(st.integers(0, len(self.reqs) - 1))]
+        try:
+            self.cache.extend_request(req, tokens)
+        except CacheError:
+            pass
+
+    @precondition(lambda self: self.reqs)
+    @rule(data=st.data())
+    def chunk(self, data):
+        self.cache.cache_unfinished_req(self.reqs[data.draw(st.integers(0, len(self.reqs) - 1))])
+
+    @precondition(lambda self: self.reqs)
+    @rule(data=st.data(), insert=st.booleans())
+    def finish(self, data, insert):
+        req = self.reqs.pop(data.draw(st.integers(0, len(self.reqs) - 1)))
+        self.cache.cache_finished_req(req, is_insert=insert)
+
+    @invariant()
+    def invariants_hold(self):
+        violations = check_invariants(self.cache)
+        assert not violations, "\n".join(map(str, violations))
+
+    def teardown(self):
+        for node, receipt in self.locks:
+            self.cache.dec_lock_ref(node, receipt)
+        for req in self.reqs:
+            self.cache.cache_finished_req(req)
+        self.cache.evict(EvictParams(num_tokens=self.kv_size))
+        assert self.cache.available_size() == self.kv_size, "slots leaked"
+        assert check_invariants(self.cache) == []
+
+
+class PagedCacheMachine(CacheMachine):
+    page_size = 4
+    kv_size = 128
+
+
+_settings = settings(max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TestCacheStateful = CacheMachine.TestCase
+TestCacheStateful.settings = _settings
+TestPagedCacheStateful = PagedCacheMachine.TestCase
+TestPagedCacheStateful.settings = _settings
