@@ -17,7 +17,7 @@ from .actions import ComponentAction, FreeDeviceKV, FreeDeviceKVFullOnly
 from .components import COMPONENT_REGISTRY, TreeComponent
 from .config import CacheConfig
 from .device import resolve_device
-from .errors import CacheError, InvalidKeyError, PoolExhaustedError
+from .errors import CacheError, InvalidKeyError, PoolError, PoolExhaustedError
 from .events import Cause, EventBus, EventKind
 from .keys import RadixKey
 from .params import (
@@ -119,8 +119,11 @@ class UnifiedRadixCache:
         if bus.enabled:
             bus.begin("alloc")
         try:
+            if type(num_tokens) is not int or num_tokens < 0:
+                raise PoolError(f"cannot allocate {num_tokens!r} slots (need a non-negative int)")
             short = pool.pages_for(num_tokens) * self.page_size - pool.available_size()
-            if short > 0 and (self.auto_evict if evict is None else evict):
+            if short > 0:
+                self._ensure_capacity(short, 0, self.auto_evict if evict is None else evict)
                 self.evict_for_alloc(EvictParams(num_tokens=short))
             slots = pool.alloc(num_tokens)
             if bus.enabled and num_tokens:
@@ -129,6 +132,17 @@ class UnifiedRadixCache:
         finally:
             if bus.enabled:
                 bus.end()
+
+    def _ensure_capacity(self, short: int, pinned: int, evict: bool) -> None:
+        """Refuse, before anything changes, an allocation eviction cannot cover.
+        Every unlocked Full token is reachable by leaf eviction (locks are path locks),
+        so the evictable count minus what the caller is about to pin is exact."""
+        reclaimable = self.tree.evictable[0] - pinned if evict else 0
+        if short > reclaimable:
+            raise PoolExhaustedError(
+                f"full pool exhausted: {short} more slot(s) needed, {self.kv_pool.available_size()} free"
+                + (f", {reclaimable} evictable" if evict else " (auto_evict is off)")
+            )
 
     def write_kv(self, slots: torch.Tensor, tokens: list[int], start: int = 0) -> None:
         """Write KV (fingerprints) for tokens[start:] of a sequence into ``slots``."""
@@ -230,6 +244,11 @@ class UnifiedRadixCache:
         if bus.enabled:
             bus.begin("new_request")
         try:
+            cached, pinned = self.tree.peek_match(key)
+            pool = self.kv_pool
+            short = pool.pages_for(len(tokens) - cached) * self.page_size - pool.available_size()
+            if short > 0:
+                self._ensure_capacity(short, pinned, self.auto_evict)
             match = self.match_prefix(MatchPrefixParams(key, cow_mamba="mamba" in self.by_name, req=req))
             prefix_len = match.prefix_len
             lock = self.tree.inc_lock_ref(match.last_device_node)

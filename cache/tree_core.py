@@ -177,6 +177,31 @@ class UnifiedTreeCore:
             off += plen * TOKEN_BYTES
         return self._finish_match(best, chunks[:best_chunks], walked, node)
 
+    def peek_match(self, key: RadixKey) -> tuple[int, int]:
+        """Read-only walk: (tokens a match would return, of those how many are
+        unlocked Full tokens). Splits nothing and touches no access time, so callers
+        can check capacity before changing anything. Full-only validation."""
+        data = key.data
+        ps = self.page_size
+        ntok = len(data) // TOKEN_BYTES
+        limit = (ntok - ntok % ps) * TOKEN_BYTES
+        node, off, matched, unlocked = self.root, 0, 0, 0
+        ek, pb = key.extra_key, self.page_bytes
+        while off < limit:
+            ck = data[off : off + pb] if ek is None else (ek, data[off : off + pb])
+            child = node.children.get(ck)
+            if child is None:
+                break
+            plen = common_prefix_tokens(data[:limit], off, child.key)
+            plen -= plen % ps
+            matched += plen
+            if child.data[0].lock_ref == 0:
+                unlocked += plen
+            if plen < child.length:
+                break
+            node, off = child, off + plen * TOKEN_BYTES
+        return matched, unlocked
+
     def _finish_match(self, best: TreeNode, chunks: list, walked: int, last_visited: TreeNode) -> MatchResult:
         for hook in self._match_end_hooks:
             hook(best)

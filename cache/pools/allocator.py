@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import DoubleFreeError, ForeignIndexError, PoolExhaustedError
+from ..errors import DoubleFreeError, ForeignIndexError, PoolError, PoolExhaustedError
 
 
 class PagedAllocator:
@@ -41,8 +41,8 @@ class PagedAllocator:
 
     def alloc(self, num_slots: int) -> torch.Tensor:
         """``num_slots`` slot indices on fresh pages (the last page may be part-used)."""
-        if num_slots < 0:
-            raise ValueError(f"cannot allocate a negative number of slots ({num_slots})")
+        if type(num_slots) is not int or num_slots < 0:
+            raise PoolError(f"{self.name} pool: cannot allocate {num_slots!r} slots (need a non-negative int)")
         need = self.pages_for(num_slots)
         if need > self._top:
             raise PoolExhaustedError(
