@@ -202,7 +202,7 @@ def test_alloc_beyond_pool_without_auto_evict(page_size):
 
 
 def test_alloc_beyond_pool_everything_locked(full):
-    cache, P = full.cache, full.ps
+    cache = full.cache
     _, a, b = populated(full)
     ra, rb = full.lock(a), full.lock(b)
     assert cache.full_evictable_size() == 0
