@@ -329,7 +329,7 @@ class UnifiedRadixCache:
         tokens = req.fill_ids[:kv_len]
         params = InsertParams(
             key=None, prev_prefix_len=req.cache_protected_len, chunked=chunked, priority=req.priority,
-            swa_evicted_seqlen=req.swa_evicted_seqlen,
+            swa_evicted_seqlen=req.swa_evicted_seqlen, inserted_len=req.cache_inserted_len,
         )
         cache_len = kv_len
         for component in self.components:
@@ -342,10 +342,14 @@ class UnifiedRadixCache:
         aligned = len(key)
         params.key, params.value = key, req.kv_indices[:aligned]
         result = self.insert(params)
+        req.cache_inserted_len = max(req.cache_inserted_len, aligned)
         prompt_len = len(req.origin_input_ids) - len(req.origin_input_ids) % self.page_size
         if len(self.components) == 1 and 0 < prompt_len < aligned:
             # split the leaf at the prompt boundary so the output can be evicted alone
-            prompt = InsertParams(key[:prompt_len], params.value[:prompt_len], prev_prefix_len=prompt_len, priority=req.priority + 1)
+            prompt = InsertParams(
+                key[:prompt_len], params.value[:prompt_len], prev_prefix_len=prompt_len,
+                priority=req.priority + 1, inserted_len=prompt_len,
+            )
             self.insert(prompt)
         new_node = result.last_device_node
         tree_slots = self.tree.path_device_indices(new_node)

@@ -60,6 +60,9 @@ class InsertParams:
     swa_evicted_seqlen: int = 0
     chunked: bool = False
     priority: int = 0
+    # The inserting request already inserted [0, here): only nodes ending past it
+    # count a hit, so a request counts each node once across its checkpoints.
+    inserted_len: int = 0
 
 
 @dataclasses.dataclass

@@ -23,6 +23,7 @@ class Req:
     last_node: int
     lock: Optional[IncLockRefResult]
     cache_protected_len: int = 0
+    cache_inserted_len: int = 0  # tokens this request already inserted (hit counting)
     output_ids: list[int] = dataclasses.field(default_factory=list)
     extra_key: Optional[str] = None
     priority: int = 0

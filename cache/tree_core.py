@@ -289,7 +289,7 @@ class UnifiedTreeCore:
             dup_start = prev - done if prev > done else 0
             if dup_start < consumed:
                 self._free_duplicates(value, done + dup_start, done + consumed, params, child, pending)
-            if not params.chunked:
+            if done + plen > params.inserted_len:
                 child.hit_count += 1
             if pending and not all(a.deferrable for a in pending):
                 apply_actions(pending)
@@ -299,6 +299,8 @@ class UnifiedTreeCore:
         if done < ntok:
             target = self._add_leaf(node, data[done * TOKEN_BYTES :], ek, value[done:ntok], priority)
             is_new_leaf = True
+            if ntok > params.inserted_len:
+                target.hit_count += 1
             if events:
                 self.events.emit(EventKind.ADD, None, target.id, Cause.REQUEST, target.length)
         else:
