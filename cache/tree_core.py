@@ -464,8 +464,12 @@ class UnifiedTreeCore:
             raise UnknownNodeError(f"node {node_id} is not in the tree (evicted or never existed)")
         self._next_receipt += 1
         receipt = IncLockRefResult(0, node_id, self._next_receipt, skip)
-        for component in self.components:
-            if not skip or component.name not in skip:
+        if skip:
+            for component in self.components:
+                if component.name not in skip:
+                    component.acquire_lock(node, receipt)
+        else:
+            for component in self.components:
                 component.acquire_lock(node, receipt)
         if node.in_leaf_set:
             self.leaves.discard(node)
