@@ -70,6 +70,32 @@ class Checked:
         self.ok()
 
 
+def lock_ref(cache, node_id: int) -> int:
+    return cache.snapshot().node(node_id).components["full"].lock_ref
+
+
+def matched(full: Checked, tokens: list[int]) -> int:
+    return full.match(tokens).prefix_len
+
+
+def root_children(cache) -> int:
+    return len(cache.tree.root.children)
+
+
+def assert_empty_tree(full: Checked) -> None:
+    cache = full.cache
+    assert root_children(cache) == 0
+    snap = cache.snapshot()
+    assert len(snap.nodes) == 1 and snap.nodes[0].parent is None
+    assert cache.full_evictable_size() == 0
+    assert cache.full_protected_size() == 0
+    assert cache.available_size() == cache.total_size()
+
+
+def stray(n: int, start: int = 9000) -> list[int]:
+    return list(range(start, start + n))
+
+
 @pytest.fixture(params=[1, 4, 16], ids=lambda ps: f"ps{ps}")
 def page_size(request) -> int:
     return request.param
