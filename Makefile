@@ -24,7 +24,7 @@ graphviz:
 	  else echo "note: Graphviz 'dot' not found (install the 'graphviz' package); SVG export will be unavailable"; fi; }
 
 run: setup
-	@$(BIN)/urc demo
+	@$(BIN)/urc show scenarios/tour.toml --walk
 
 test: setup
 	@$(BIN)/python -m pytest

@@ -53,6 +53,7 @@ class UnifiedRadixCache:
         ]
         self.requests: dict[str, Req] = {}
         self._rids = itertools.count(1)
+        self.fingerprints = True  # write_kv records KV fingerprints (off only for timing replays)
 
     # ---- match / insert -------------------------------------------------------
     def _observed(self, op: str, fn, *args):
@@ -146,6 +147,8 @@ class UnifiedRadixCache:
 
     def write_kv(self, slots: torch.Tensor, tokens: list[int], start: int = 0) -> None:
         """Write KV (fingerprints) for tokens[start:] of a sequence into ``slots``."""
+        if not self.fingerprints:
+            return
         fps = prefix_fingerprints(tokens, self.device)[start:]
         self.kv_buffer.write(slots, fps)
 

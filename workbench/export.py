@@ -1,0 +1,71 @@
+"""Plain-data views of snapshots, events and step records (for JSON output)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cache.events import Event
+from cache.snapshot import CacheSnapshot
+
+from .timeline import StepRecord, Timeline
+
+
+def state_json(snapshot: CacheSnapshot) -> dict[str, Any]:
+    """Nodes depth-first (children by first token, root left out), aux LRU orders as
+    paths (MRU first) and per-pool counters."""
+    paths = {n.id: list(n.path) for n in snapshot.nodes}
+    nodes = [
+        {
+            "path": list(n.path),
+            "key": list(n.key),
+            "components": {name: {"len": view.value_len, "lock_ref": view.lock_ref} for name, view in n.components.items()},
+        }
+        for n in snapshot.nodes[1:]
+    ]
+    lru = {name: [paths[i] for i in ids] for name, ids in snapshot.lru.items() if name != "full"}
+    pools = {
+        name: {"total": p.total, "available": p.available, "evictable": p.evictable, "protected": p.protected}
+        for name, p in snapshot.pools.items()
+    }
+    return {"nodes": nodes, "lru": lru, "pools": pools}
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    return {
+        "seq": event.seq,
+        "op": event.op,
+        "kind": event.kind.value,
+        "component": event.component,
+        "node": event.node,
+        "cause": event.cause.value,
+        "tokens": event.tokens,
+        "detail": event.detail,
+    }
+
+
+def step_json(record: StepRecord, with_state: bool = False) -> dict[str, Any]:
+    out = {
+        "index": record.step.index,
+        "line": record.step.line,
+        "op": record.step.op,
+        "result": record.result,
+        "failures": [{"field": f.field, "expected": f.expected, "actual": f.actual} for f in record.failures],
+        "violations": [{"name": v.name, "message": v.message} for v in record.violations],
+        "events": [event_json(e) for e in record.events],
+    }
+    if record.error is not None:
+        out["error"] = record.error
+    if with_state:
+        out["state"] = state_json(record.snapshot)
+    return out
+
+
+def timeline_json(timeline: Timeline, with_states: bool = False) -> dict[str, Any]:
+    final = timeline.records[-1].snapshot if timeline.records else timeline.initial
+    return {
+        "file": timeline.scenario.path,
+        "scenario": timeline.scenario.name,
+        "passed": timeline.passed,
+        "steps": [step_json(r, with_states) for r in timeline.records],
+        "final_state": state_json(final),
+    }

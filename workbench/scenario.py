@@ -1,0 +1,389 @@
+"""Scenario files (schema 1): TOML by hand, JSON Lines for recordings.
+
+A scenario is data, never code: ``tomllib``/``json`` read it and this module checks
+every field before anything runs, so a bad file fails with one message that names the
+file, the line and the field. Both formats share one step schema (a ``[[step]]`` table
+is one JSONL line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import tomllib
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+SCHEMA = 1
+MAX_TOKEN = 2**31 - 1
+
+
+class ScenarioError(Exception):
+    """An invalid scenario file or usage: ``file:line: message`` (exit code 2)."""
+
+    def __init__(self, message: str, file: str = "", line: Optional[int] = None, field: Optional[str] = None):
+        self.file, self.line, self.field, self.message = file, line, field, message
+        where = file + (f":{line}" if line else "")
+        what = f" (field {field!r})" if field else ""
+        super().__init__(f"{where}: {message}{what}" if where else f"{message}{what}")
+
+
+# op -> (required fields, optional fields, result fields)
+OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "insert": (("key",), ("swa_evicted_seqlen", "extra_key"), ("prefix_len",)),
+    "match": (("key",), ("as", "extra_key"), ("prefix_len", "host_hit_length", "mamba_branching_seqlen")),
+    "lock": (("match", "as"), (), ()),
+    "unlock": (("lock",), (), ()),
+    "release_window": (("lock",), (), ()),
+    "evict": ((), ("full", "swa", "mamba"), ("full_evicted", "swa_evicted", "mamba_evicted")),
+    "req_prefill": (("req", "tokens"), (), ("prefix_len",)),
+    "req_decode": (("req", "tokens"), ("slide_window",), ()),
+    "req_chunk": (("req",), (), ()),
+    "req_finish": (("req",), ("insert",), ()),
+    "check": ((), (), ()),
+}
+COMMON_FIELDS = ("op", "expect", "expect_error", "description")
+
+# State fields any step may expect (all ints). Per-name tables come after.
+STATE_FIELDS = tuple(f"{c}_{k}" for c in ("full", "swa", "mamba") for k in ("evictable", "protected", "available", "held")) + (
+    "nodes",
+    "swa_tombstones",
+    "mamba_tombstones",
+    "evictable_leaves",
+    "requests",
+)
+# {match name: int}: the lock_ref of that match's last node, per component
+NAMED_FIELDS = ("full_lock_ref", "swa_lock_ref", "mamba_lock_ref")
+CONFIG_FIELDS = {
+    "components": list,
+    "page_size": int,
+    "kv_size": int,
+    "sliding_window": int,
+    "swa_kv_size": int,
+    "mamba_size": int,
+    "device": str,
+    "faults": list,
+    "auto_evict": bool,
+}
+SCENARIO_FIELDS = {"name": str, "description": str, "source": str}
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    index: int  # 1-based
+    line: int
+    op: str
+    fields: dict[str, Any]  # the op's own fields
+    expect: dict[str, Any]
+    expect_error: Optional[str]
+    description: str
+    raw: dict[str, Any]  # the step exactly as written (for recordings)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    path: str
+    name: str
+    description: str
+    source: str
+    config: dict[str, Any]
+    steps: tuple[Step, ...]
+    meta: dict[str, Any]  # the [scenario] table as written
+    config_line: Optional[int] = None
+
+    def header(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "scenario": dict(self.meta), "config": dict(self.config)}
+
+
+# ---- loading ----------------------------------------------------------------------------
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    path = Path(path)
+    name = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError("no such file", name) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"cannot read file: {exc}", name) from None
+    if path.suffix == ".jsonl":
+        return _load_jsonl(text, name)
+    if path.suffix == ".toml":
+        return _load_toml(text, name)
+    raise ScenarioError("scenario files end in .toml (hand-written) or .jsonl (recorded)", name)
+
+
+def _load_toml(text: str, name: str) -> Scenario:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = re.search(r"at line (\d+)", str(exc))
+        raise ScenarioError(f"malformed TOML: {exc}", name, int(match.group(1)) if match else None) from None
+    lines = _TomlLines(text)
+    unknown = set(doc) - {"schema", "scenario", "config", "step"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ScenarioError(f"unknown top-level key {key!r}", name, lines.top(key))
+    _check_schema(doc.get("schema"), name, lines.top("schema"))
+    steps = doc.get("step", [])
+    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+        raise ScenarioError("steps must be [[step]] tables", name, lines.top("step"), "step")
+    return _build(doc.get("scenario"), doc.get("config"), steps, name, lines.section, lines.step)
+
+
+def _load_jsonl(text: str, name: str) -> Scenario:
+    raw_lines = text.split("\n")
+    records: list[tuple[int, Any]] = []
+    for lineno, raw in enumerate(raw_lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            records.append((lineno, json.loads(raw)))
+        except json.JSONDecodeError as exc:
+            last = all(not r.strip() for r in raw_lines[lineno:])
+            if last and not text.endswith("\n") and lineno > 1:
+                warnings.warn(f"{name}:{lineno}: dropped a truncated last line (an interrupted recording)", stacklevel=2)
+                break
+            raise ScenarioError(f"malformed JSON: {exc.msg} (column {exc.colno})", name, lineno) from None
+    if not records:
+        raise ScenarioError("empty file: line 1 must be the header {\"schema\": 1, \"scenario\": …, \"config\": …}", name, 1)
+    head_line, head = records[0]
+    if not isinstance(head, dict) or "config" not in head:
+        raise ScenarioError("line 1 must be the header {\"schema\": 1, \"scenario\": …, \"config\": …}", name, head_line)
+    unknown = set(head) - {"schema", "scenario", "config"}
+    if unknown:
+        raise ScenarioError(f"unknown header key {sorted(unknown)[0]!r}", name, head_line)
+    _check_schema(head.get("schema"), name, head_line)
+    step_lines = [ln for ln, _ in records[1:]]
+    steps = [rec for _, rec in records[1:]]
+    for ln, rec in records[1:]:
+        if not isinstance(rec, dict):
+            raise ScenarioError("each step line must be a JSON object", name, ln)
+    return _build(
+        head.get("scenario"), head.get("config"), steps, name,
+        lambda section, field=None: head_line,
+        lambda i, field=None: step_lines[i],
+    )
+
+
+def _check_schema(value, name: str, line: Optional[int]) -> None:
+    if value != SCHEMA:
+        raise ScenarioError(f"schema must be {SCHEMA} (got {value!r})", name, line, "schema")
+
+
+def _build(meta, config, steps: list, name: str, section_line, step_line) -> Scenario:
+    if not isinstance(meta, dict):
+        raise ScenarioError("a [scenario] table with a name is required", name, section_line("scenario"))
+    for key, value in meta.items():
+        want = SCENARIO_FIELDS.get(key)
+        if want is None:
+            raise ScenarioError(f"unknown [scenario] field {key!r}", name, section_line("scenario", key), key)
+        if not isinstance(value, want):
+            raise ScenarioError(f"must be a {want.__name__}", name, section_line("scenario", key), key)
+    if not meta.get("name"):
+        raise ScenarioError("[scenario] needs a name", name, section_line("scenario"), "name")
+    config = _check_config(config, name, section_line)
+    checked = []
+    names = _Names()
+    for i, raw in enumerate(steps):
+        checked.append(_check_step(i, raw, name, lambda field=None, i=i: step_line(i, field), config, names))
+    return Scenario(
+        name, meta["name"], meta.get("description", ""), meta.get("source", ""), config, tuple(checked), dict(meta),
+        section_line("config"),
+    )
+
+
+def _check_config(config, name: str, section_line) -> dict[str, Any]:
+    if not isinstance(config, dict):
+        raise ScenarioError("a [config] table is required", name, section_line("config"))
+    for key, value in config.items():
+        want = CONFIG_FIELDS.get(key)
+        line = section_line("config", key)
+        if want is None:
+            raise ScenarioError(f"unknown [config] field {key!r}", name, line, key)
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            raise ScenarioError(f"must be {_article(want)}", name, line, key)
+    for required in ("components", "kv_size"):
+        if required not in config:
+            raise ScenarioError(f"[config] needs {required}", name, section_line("config"), required)
+    comps = config["components"]
+    if not all(isinstance(c, str) for c in comps) or "full" not in comps:
+        raise ScenarioError('must list component names and include "full"', name, section_line("config", "components"), "components")
+    if config.get("faults"):
+        raise ScenarioError("faults are reserved for a later fault catalogue and must be empty", name, section_line("config", "faults"), "faults")
+    return dict(config)
+
+
+def _article(kind: type) -> str:
+    return {int: "an int", str: "a string", bool: "a boolean (true/false)", list: "a list"}.get(kind, kind.__name__)
+
+
+class _Names:
+    """Match, lock and request names defined so far, to catch bad references early."""
+
+    def __init__(self) -> None:
+        self.matches: set[str] = set()
+        self.locks: set[str] = set()
+        self.released: set[str] = set()
+        self.live_reqs: set[str] = set()
+
+
+def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: _Names) -> Step:
+    op = raw.get("op")
+    if op is None:
+        raise ScenarioError(f"step {i + 1} has no op", name, line_of(), "op")
+    if op not in OPS:
+        raise ScenarioError(f"unknown op {op!r}; known: {', '.join(OPS)}", name, line_of("op"), "op")
+    required, optional, results = OPS[op]
+    for key in raw:
+        if key not in required and key not in optional and key not in COMMON_FIELDS:
+            raise ScenarioError(f"unknown field {key!r} for op {op!r}", name, line_of(key), key)
+    for key in required:
+        if key not in raw:
+            raise ScenarioError(f"op {op!r} needs {key!r}", name, line_of(), key)
+    fields = {k: raw[k] for k in raw if k not in COMMON_FIELDS}
+    for key, value in fields.items():
+        _check_field(op, key, value, name, line_of(key))
+    expect = raw.get("expect", {})
+    if not isinstance(expect, dict):
+        raise ScenarioError("expect must be a table of field = value", name, line_of("expect"), "expect")
+    for key, value in expect.items():
+        _check_expect(op, results, key, value, name, line_of("expect"), names)
+    error = raw.get("expect_error")
+    if error is not None and not isinstance(error, str):
+        raise ScenarioError("expect_error must be a string (a substring of the error)", name, line_of("expect_error"), "expect_error")
+    if error is not None and expect:
+        raise ScenarioError("a step carries expect or expect_error, not both", name, line_of("expect_error"), "expect_error")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise ScenarioError("description must be a string", name, line_of("description"), "description")
+    _check_components(op, fields, config, name, line_of)
+    _track_names(op, fields, names, error is not None, name, line_of)
+    return Step(i + 1, line_of() or 0, op, fields, dict(expect), error, description, dict(raw))
+
+
+def _check_field(op: str, key: str, value, name: str, line: Optional[int]) -> None:
+    if key in ("key", "tokens"):
+        if not isinstance(value, list):
+            raise ScenarioError("must be a list of token ids", name, line, key)
+        for tok in value:
+            if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok <= MAX_TOKEN:
+                raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {tok!r})", name, line, key)
+        if key == "tokens" and not value:
+            raise ScenarioError("needs at least one token", name, line, key)
+    elif key in ("as", "match", "lock", "req", "extra_key"):
+        if not isinstance(value, str) or not value:
+            raise ScenarioError("must be a non-empty string (a name)", name, line, key)
+    elif key in ("full", "swa", "mamba", "swa_evicted_seqlen"):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ScenarioError("must be a non-negative int", name, line, key)
+    elif key in ("slide_window", "insert"):
+        if not isinstance(value, bool):
+            raise ScenarioError("must be true or false", name, line, key)
+
+
+def _check_expect(op: str, results: tuple, key: str, value, name: str, line: Optional[int], names: _Names) -> None:
+    if key in results:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
+        return
+    if key in STATE_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
+        return
+    if key in NAMED_FIELDS:
+        if not isinstance(value, dict) or not value:
+            raise ScenarioError("must be a table {match_name = lock_ref}", name, line, f"expect.{key}")
+        for match, ref in value.items():
+            if match not in names.matches:
+                raise ScenarioError(f"unknown match name {match!r}", name, line, f"expect.{key}")
+            if isinstance(ref, bool) or not isinstance(ref, int):
+                raise ScenarioError("expected lock_ref must be an int", name, line, f"expect.{key}.{match}")
+        return
+    other = [o for o, spec in OPS.items() if key in spec[2]]
+    hint = f" (a result of {', '.join(other)})" if other else ""
+    raise ScenarioError(f"cannot expect {key!r} on op {op!r}{hint}", name, line, f"expect.{key}")
+
+
+def _check_components(op: str, fields: dict, config: dict, name: str, line_of) -> None:
+    comps = config.get("components", [])
+    needs_swa = op == "release_window" or fields.get("slide_window") or "swa" in fields or fields.get("swa_evicted_seqlen")
+    if needs_swa and "swa" not in comps:
+        raise ScenarioError(f"op {op!r} as written needs the swa component", name, line_of(), "op")
+    if "mamba" in fields and "mamba" not in comps:
+        raise ScenarioError("evicting mamba needs the mamba component", name, line_of("mamba"), "mamba")
+
+
+def _track_names(op: str, fields: dict, names: _Names, expects_error: bool, name: str, line_of) -> None:
+    """Static name checks; a step expecting an error may reference a stale name on
+    purpose (to show the cache's own error), so those skip the checks."""
+    if op == "match" and "as" in fields:
+        names.matches.add(fields["as"])
+    elif op == "lock":
+        if fields["match"] not in names.matches and not expects_error:
+            raise ScenarioError(f"unknown match name {fields['match']!r}", name, line_of("match"), "match")
+        if not expects_error:
+            names.locks.add(fields["as"])
+            names.released.discard(fields["as"])
+    elif op in ("unlock", "release_window"):
+        lock = fields["lock"]
+        if expects_error:
+            return
+        if lock in names.released and op == "unlock":
+            raise ScenarioError(f"lock {lock!r} was already unlocked", name, line_of("lock"), "lock")
+        if lock not in names.locks:
+            raise ScenarioError(f"unknown lock name {lock!r}", name, line_of("lock"), "lock")
+        if op == "unlock":
+            names.locks.discard(lock)
+            names.released.add(lock)
+    elif op == "req_prefill":
+        if fields["req"] in names.live_reqs and not expects_error:
+            raise ScenarioError(f"request {fields['req']!r} is already running", name, line_of("req"), "req")
+        if not expects_error:
+            names.live_reqs.add(fields["req"])
+    elif op in ("req_decode", "req_chunk", "req_finish"):
+        if fields["req"] not in names.live_reqs and not expects_error:
+            raise ScenarioError(f"unknown or finished request {fields['req']!r}", name, line_of("req"), "req")
+        if op == "req_finish" and not expects_error:
+            names.live_reqs.discard(fields["req"])
+
+
+class _TomlLines:
+    """Line numbers for TOML tables and fields (tomllib keeps none)."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.split("\n")
+        self.steps = [i + 1 for i, l in enumerate(self.lines) if re.match(r"\s*\[\[\s*step\s*\]\]", l)]
+        self.sections = {
+            m.group(1): i + 1 for i, l in enumerate(self.lines) if (m := re.match(r"\s*\[\s*([A-Za-z_]+)\s*\]\s*(#.*)?$", l))
+        }
+
+    def _find(self, start: int, end: int, field: Optional[str]) -> int:
+        if field:
+            pat = re.compile(rf"\s*{re.escape(field)}\s*=|.*[{{,]\s*{re.escape(field)}\s*=")
+            for i in range(start, min(end, len(self.lines) + 1)):
+                if pat.match(self.lines[i - 1]):
+                    return i
+        return start
+
+    def _end(self, start: int) -> int:
+        later = [n for n in self.steps + list(self.sections.values()) if n > start]
+        return min(later) if later else len(self.lines) + 1
+
+    def top(self, key: str) -> Optional[int]:
+        return self._find(1, self._end(0), key) if key != "step" else (self.steps[0] if self.steps else None)
+
+    def section(self, name: str, field: Optional[str] = None) -> Optional[int]:
+        start = self.sections.get(name)
+        if start is None:
+            return None
+        return self._find(start, self._end(start), field)
+
+    def step(self, i: int, field: Optional[str] = None) -> Optional[int]:
+        if i >= len(self.steps):
+            return None
+        start = self.steps[i]
+        return self._find(start, self._end(start), field)

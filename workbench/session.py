@@ -1,0 +1,158 @@
+"""Executes scenario ops on a cache, keeping the names a scenario refers to.
+
+Each op is the sequence of calls a scheduler would make (allocate, write KV, insert,
+free the tail …), so a scenario reads like the scheduler code it reproduces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+from cache import CacheError, EvictParams, InsertParams, MatchPrefixParams, RadixKey, UnifiedRadixCache
+from cache.params import IncLockRefResult, MatchResult
+from cache.request import Req
+
+
+class RunError(CacheError):
+    """A name the scenario refers to does not exist at run time (only reachable from a
+    step that expects an error: load-time checks catch the rest)."""
+
+
+@dataclasses.dataclass
+class MatchHandle:
+    node: int
+    prefix_len: int
+    tokens: list[int]
+    result: MatchResult
+
+
+@dataclasses.dataclass
+class LockHandle:
+    node: int
+    receipt: IncLockRefResult
+
+
+class Session:
+    def __init__(self, cache: UnifiedRadixCache) -> None:
+        self.cache = cache
+        self.matches: dict[str, MatchHandle] = {}
+        self.locks: dict[str, LockHandle] = {}
+        self.released: dict[str, LockHandle] = {}  # kept so a second unlock reaches the cache
+        self.reqs: dict[str, Req] = {}
+        self.finished: dict[str, Req] = {}
+        self.last_match: Optional[MatchHandle] = None
+        self._ops: dict[str, Callable[[dict], Optional[dict]]] = {
+            "insert": self.insert,
+            "match": self.match,
+            "lock": self.lock,
+            "unlock": self.unlock,
+            "release_window": self.release_window,
+            "evict": self.evict,
+            "req_prefill": self.req_prefill,
+            "req_decode": self.req_decode,
+            "req_chunk": self.req_chunk,
+            "req_finish": self.req_finish,
+            "check": lambda f: None,
+        }
+
+    def run(self, op: str, fields: dict[str, Any]) -> Optional[dict[str, Any]]:
+        self.last_match = None
+        return self._ops[op](fields)
+
+    # ---- tree ops -------------------------------------------------------------------
+    def insert(self, f: dict) -> dict:
+        cache = self.cache
+        tokens = f["key"]
+        key = RadixKey(tokens, f.get("extra_key"))
+        slots = cache.alloc_kv(len(tokens))
+        cache.write_kv(slots, tokens)
+        aligned = len(tokens) - len(tokens) % cache.page_size
+        try:
+            result = cache.insert(InsertParams(key, slots, swa_evicted_seqlen=f.get("swa_evicted_seqlen", 0)))
+        finally:
+            if aligned < len(tokens):
+                cache.free_kv([slots[aligned:]])
+        return {"prefix_len": result.prefix_len}
+
+    def match(self, f: dict) -> dict:
+        tokens = f["key"]
+        result = self.cache.match_prefix(MatchPrefixParams(RadixKey(tokens, f.get("extra_key"))))
+        handle = MatchHandle(result.last_device_node, result.prefix_len, tokens, result)
+        self.last_match = handle
+        if "as" in f:
+            self.matches[f["as"]] = handle
+        out = {"prefix_len": result.prefix_len, "host_hit_length": result.host_hit_length}
+        if "mamba" in self.cache.by_name:
+            out["mamba_branching_seqlen"] = result.mamba_branching_seqlen
+        return out
+
+    def lock(self, f: dict) -> None:
+        match = self.matches.get(f["match"])
+        if match is None:
+            raise RunError(f"unknown match name {f['match']!r}")
+        receipt = self.cache.inc_lock_ref(match.node)
+        self.locks[f["as"]] = LockHandle(match.node, receipt)
+        self.released.pop(f["as"], None)
+
+    def _lock_handle(self, name: str) -> LockHandle:
+        handle = self.locks.get(name) or self.released.get(name)
+        if handle is None:
+            raise RunError(f"unknown lock name {name!r}")
+        return handle
+
+    def unlock(self, f: dict) -> None:
+        handle = self._lock_handle(f["lock"])
+        self.cache.dec_lock_ref(handle.node, handle.receipt)
+        self.released[f["lock"]] = self.locks.pop(f["lock"])
+
+    def release_window(self, f: dict) -> None:
+        handle = self._lock_handle(f["lock"])
+        release = getattr(self.cache, "release_window", None)
+        if release is None:
+            raise RunError("release_window needs the swa component")
+        release(handle.node, handle.receipt)
+
+    def evict(self, f: dict) -> dict:
+        result = self.cache.evict(EvictParams(f.get("full", 0), f.get("swa", 0), f.get("mamba", 0)))
+        return {
+            "full_evicted": result.num_tokens_evicted,
+            "swa_evicted": result.swa_num_tokens_evicted,
+            "mamba_evicted": result.mamba_num_evicted,
+        }
+
+    # ---- request ops ---------------------------------------------------------------
+    def _req(self, name: str) -> Req:
+        req = self.reqs.get(name) or self.finished.get(name)
+        if req is None:
+            raise RunError(f"unknown request {name!r}")
+        return req
+
+    def req_prefill(self, f: dict) -> dict:
+        name = f["req"]
+        if name in self.reqs:
+            raise RunError(f"request {name!r} is already running")
+        req = self.cache.new_request(f["tokens"], rid=name)
+        self.reqs[name] = req
+        self.finished.pop(name, None)
+        return {"prefix_len": req.cache_protected_len}
+
+    def req_decode(self, f: dict) -> None:
+        req = self._req(f["req"])
+        self.cache.extend_request(req, f["tokens"])
+        if f.get("slide_window"):
+            self.cache.slide_window(req)
+
+    def req_chunk(self, f: dict) -> None:
+        self.cache.cache_unfinished_req(self._req(f["req"]))
+
+    def req_finish(self, f: dict) -> None:
+        name = f["req"]
+        req = self._req(name)
+        self.cache.cache_finished_req(req, is_insert=f.get("insert", True))
+        self.finished[name] = self.reqs.pop(name)
+
+    # ---- state read-back -------------------------------------------------------------
+    def node_of(self, match_name: str) -> Optional[int]:
+        handle = self.matches.get(match_name)
+        return None if handle is None else handle.node
