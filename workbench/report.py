@@ -12,6 +12,11 @@ from .timeline import StepRecord, Timeline
 from .tree_view import render_state
 
 
+def reflow(text: str) -> str:
+    """Join hard-wrapped lines of a TOML string; keep blank-line paragraph breaks."""
+    return "\n".join(" ".join(p.split()) for p in text.strip().split("\n\n"))
+
+
 def step_title(record: StepRecord, path: str) -> str:
     step = record.step
     args = ", ".join(f"{k}={v}" for k, v in step.fields.items())
@@ -41,7 +46,7 @@ def print_run_report(timeline: Timeline, console: Console) -> None:
 def walk(timeline: Timeline, console: Console, upto: int | None = None) -> None:
     """Print each step's description, op, result, events and tree (the tour)."""
     scenario = timeline.scenario
-    console.print(Panel(Text(scenario.description or scenario.name), title=escape(scenario.name), expand=False))
+    console.print(Panel(Text(reflow(scenario.description or scenario.name)), title=escape(scenario.name)))
     for record in timeline.records[:upto]:
         console.print(step_panel(record, scenario.path))
 
@@ -49,7 +54,7 @@ def walk(timeline: Timeline, console: Console, upto: int | None = None) -> None:
 def step_panel(record: StepRecord, path: str) -> Panel:
     parts = []
     if record.step.description:
-        parts.append(Text(record.step.description, style="italic"))
+        parts.append(Text(reflow(record.step.description), style="italic"))
     if record.error:
         parts.append(Text(f"error: {record.error}", style="yellow"))
     elif record.result:
