@@ -47,7 +47,9 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
 COMMON_FIELDS = ("op", "expect", "expect_error", "description")
 
 # State fields any step may expect (all ints). Per-name tables come after.
-STATE_FIELDS = tuple(f"{c}_{k}" for c in ("full", "swa", "mamba") for k in ("evictable", "protected", "available", "held")) + (
+STATE_FIELDS = tuple(
+    f"{c}_{k}" for c in ("full", "swa", "mamba") for k in ("evictable", "protected", "available", "held", "total")
+) + (
     "nodes",
     "swa_tombstones",
     "mamba_tombstones",
@@ -247,12 +249,13 @@ def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: _Nam
     fields = {k: raw[k] for k in raw if k not in COMMON_FIELDS}
     for key, value in fields.items():
         _check_field(op, key, value, name, line_of(key))
+    error = raw.get("expect_error")
+    _track_names(op, fields, names, error is not None, name, line_of)  # a match may expect its own name
     expect = raw.get("expect", {})
     if not isinstance(expect, dict):
         raise ScenarioError("expect must be a table of field = value", name, line_of("expect"), "expect")
     for key, value in expect.items():
         _check_expect(op, results, key, value, name, line_of("expect"), names)
-    error = raw.get("expect_error")
     if error is not None and not isinstance(error, str):
         raise ScenarioError("expect_error must be a string (a substring of the error)", name, line_of("expect_error"), "expect_error")
     if error is not None and expect:
@@ -261,7 +264,6 @@ def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: _Nam
     if not isinstance(description, str):
         raise ScenarioError("description must be a string", name, line_of("description"), "description")
     _check_components(op, fields, config, name, line_of)
-    _track_names(op, fields, names, error is not None, name, line_of)
     return Step(i + 1, line_of() or 0, op, fields, dict(expect), error, description, dict(raw))
 
 
