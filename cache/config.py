@@ -6,6 +6,9 @@ import dataclasses
 from typing import Optional
 
 
+MAX_POOL = 2**30  # slot ids fit int32 tokens' tensors comfortably; far above any scenario
+
+
 @dataclasses.dataclass(frozen=True)
 class CacheConfig:
     components: tuple[str, ...] = ("full",)
@@ -29,10 +32,14 @@ class CacheConfig:
             raise ValueError(f"unknown component(s) {unknown}; known: {sorted(COMPONENT_REGISTRY)}")
         if len(set(comps)) != len(comps):
             raise ValueError(f"duplicate component in {list(comps)}")
-        for name in ("page_size", "kv_size"):
+        for name in ("page_size", "kv_size", "sliding_window", "swa_kv_size", "mamba_size"):
             value = getattr(self, name)
+            if value is None and name not in ("page_size", "kv_size"):
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int (got {value!r})")
+            if value > MAX_POOL:
+                raise ValueError(f"{name} {value} is larger than this workbench supports ({MAX_POOL})")
         if self.kv_size % self.page_size:
             raise ValueError(f"kv_size {self.kv_size} must be a multiple of page_size {self.page_size}")
         if "swa" in comps and not (isinstance(self.sliding_window, int) and self.sliding_window > 0):

@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("files", nargs="+", metavar="FILE", help=".toml scenarios or .jsonl traces")
     run.add_argument("--json", action="store_true", help="print a JSON array, one object per file")
     run.add_argument("--states", action="store_true", help="with --json: add the state after every step")
-    run.add_argument("--record", metavar="OUT.jsonl", help="append each executed step to a JSONL trace as it runs")
+    run.add_argument("--record", metavar="OUT.jsonl", help="write a JSONL trace, one executed step per line as it runs")
 
     show = sub.add_parser("show", help="print the tree after a step of a scenario")
     show.add_argument("file", metavar="FILE")
@@ -67,7 +67,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 def _run(args) -> int:
     from .export import timeline_json
     from .report import print_run_report
-    from .runner import Runner
+    from .runner import Runner, cache_config
     from .scenario import ScenarioError, load_scenario
 
     if args.record and len(args.files) != 1:
@@ -75,11 +75,13 @@ def _run(args) -> int:
     if args.states and not args.json:
         raise ScenarioError("--states only applies with --json")
     scenarios = [load_scenario(path) for path in args.files]  # validate all before running any
+    for scenario in scenarios:
+        cache_config(scenario)
     console = Console(stderr=args.json)
     timelines = []
     for scenario in scenarios:
         if args.record:
-            with open(args.record, "a", encoding="utf-8") as stream:
+            with open(args.record, "w", encoding="utf-8") as stream:
                 timeline = Runner(scenario, record=stream).run()
         else:
             timeline = Runner(scenario).run()

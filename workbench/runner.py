@@ -17,17 +17,26 @@ from .session import Session
 from .timeline import Failure, StepRecord, Timeline
 
 
-def build_cache(scenario: Scenario, device: Optional[str] = None) -> UnifiedRadixCache:
-    """The cache a scenario's [config] describes; a config that cannot be built is a
-    ScenarioError pointing at the [config] table."""
+def cache_config(scenario: Scenario, device: Optional[str] = None) -> CacheConfig:
+    """Validate a scenario's [config] as a CacheConfig (cheap: allocates nothing)."""
     cfg = dict(scenario.config)
     cfg.pop("faults", None)
     cfg["components"] = tuple(cfg["components"])
     if device is not None:
         cfg["device"] = device
     try:
-        return UnifiedRadixCache(CacheConfig(**cfg))
+        return CacheConfig(**cfg)
     except (ValueError, TypeError) as exc:
+        raise ScenarioError(f"config cannot be built: {exc}", scenario.path, scenario.config_line) from None
+
+
+def build_cache(scenario: Scenario, device: Optional[str] = None) -> UnifiedRadixCache:
+    """The cache a scenario's [config] describes; a config that cannot be built is a
+    ScenarioError pointing at the [config] table."""
+    config = cache_config(scenario, device)
+    try:
+        return UnifiedRadixCache(config)
+    except (ValueError, TypeError, RuntimeError, MemoryError) as exc:
         raise ScenarioError(f"config cannot be built: {exc}", scenario.path, scenario.config_line) from None
 
 
@@ -145,5 +154,5 @@ def run_scenario(scenario: Scenario | str | Path, record: Optional[str | Path] =
         scenario = load_scenario(scenario)
     if record is None:
         return Runner(scenario, checks=checks).run()
-    with open(record, "a", encoding="utf-8") as stream:
+    with open(record, "w", encoding="utf-8") as stream:
         return Runner(scenario, record=stream, checks=checks).run()

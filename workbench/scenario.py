@@ -123,7 +123,8 @@ def _load_toml(text: str, name: str) -> Scenario:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         match = re.search(r"at line (\d+)", str(exc))
-        raise ScenarioError(f"malformed TOML: {exc}", name, int(match.group(1)) if match else None) from None
+        line = int(match.group(1)) if match else max(1, len(text.rstrip("\n").split("\n")))  # "at end of document"
+        raise ScenarioError(f"malformed TOML: {exc}", name, line) from None
     lines = _TomlLines(text)
     unknown = set(doc) - {"schema", "scenario", "config", "step"}
     if unknown:
@@ -189,7 +190,7 @@ def _build(meta, config, steps: list, name: str, section_line, step_line) -> Sce
         raise ScenarioError("[scenario] needs a name", name, section_line("scenario"), "name")
     config = _check_config(config, name, section_line)
     checked = []
-    names = _Names()
+    names = _Names(config["components"])
     for i, raw in enumerate(steps):
         checked.append(_check_step(i, raw, name, lambda field=None, i=i: step_line(i, field), config, names))
     return Scenario(
@@ -226,7 +227,8 @@ def _article(kind: type) -> str:
 class _Names:
     """Match, lock and request names defined so far, to catch bad references early."""
 
-    def __init__(self) -> None:
+    def __init__(self, components: list[str]) -> None:
+        self.components = components
         self.matches: set[str] = set()
         self.locks: set[str] = set()
         self.released: set[str] = set()
@@ -237,7 +239,7 @@ def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: _Nam
     op = raw.get("op")
     if op is None:
         raise ScenarioError(f"step {i + 1} has no op", name, line_of(), "op")
-    if op not in OPS:
+    if not isinstance(op, str) or op not in OPS:
         raise ScenarioError(f"unknown op {op!r}; known: {', '.join(OPS)}", name, line_of("op"), "op")
     required, optional, results = OPS[op]
     for key in raw:
@@ -288,6 +290,8 @@ def _check_field(op: str, key: str, value, name: str, line: Optional[int]) -> No
 
 
 def _check_expect(op: str, results: tuple, key: str, value, name: str, line: Optional[int], names: _Names) -> None:
+    if key == "mamba_branching_seqlen" and "mamba" not in names.components:
+        raise ScenarioError("mamba_branching_seqlen is only reported with the mamba component", name, line, f"expect.{key}")
     if key in results:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
@@ -376,12 +380,15 @@ class _TomlLines:
         return min(later) if later else len(self.lines) + 1
 
     def top(self, key: str) -> Optional[int]:
-        return self._find(1, self._end(0), key) if key != "step" else (self.steps[0] if self.steps else None)
+        if key == "step":
+            single = next((i + 1 for i, l in enumerate(self.lines) if re.match(r"\s*\[\s*step\s*\]", l)), None)
+            return self.steps[0] if self.steps else (single or 1)
+        return self._find(1, self._end(0), key)
 
     def section(self, name: str, field: Optional[str] = None) -> Optional[int]:
         start = self.sections.get(name)
         if start is None:
-            return None
+            return 1  # a missing table: point at the top of the file
         return self._find(start, self._end(start), field)
 
     def step(self, i: int, field: Optional[str] = None) -> Optional[int]:
