@@ -51,6 +51,7 @@ class UnifiedRadixCache:
         self._cache_finalizers = [
             c for c in self.components if type(c).finalize_match_in_cache is not TreeComponent.finalize_match_in_cache
         ]
+        self._kv_peers = [c for c in self.components if c.kv_peer]
         self.requests: dict[str, Req] = {}
         self._rids = itertools.count(1)
         self.fingerprints = True  # write_kv records KV fingerprints (off only for timing replays)
@@ -104,17 +105,17 @@ class UnifiedRadixCache:
         mapped from them) to their pools."""
         indices = values[0] if len(values) == 1 else torch.cat(values)
         if not full_only:
-            for component in self.components[1:]:
-                free_peers = getattr(component, "free_kv_peers", None)
-                if free_peers is not None:
-                    free_peers(indices, cause, node)
+            for component in self._kv_peers:
+                component.peer_free(indices, cause, node)
         freed = self.kv_pool.free(indices)
         if self.events.enabled and freed:
             self.events.emit(EventKind.FREE, "full", node, cause, int(indices.shape[0]), "pool=full")
         return freed
 
-    def alloc_kv(self, num_tokens: int, evict: Optional[bool] = None) -> torch.Tensor:
-        """Fresh Full slots, evicting the shortfall first (like evict_for_alloc)."""
+    def alloc_kv(self, num_tokens: int, evict: Optional[bool] = None, pinned: int = 0) -> torch.Tensor:
+        """Fresh Full slots (and their peers' slots, e.g. SWA), evicting the shortfall
+        first like evict_for_alloc. Refused before anything changes when eviction
+        cannot cover it; ``pinned`` is evictable Full the caller is about to lock."""
         pool = self.kv_pool
         bus = self.events
         if bus.enabled:
@@ -122,11 +123,17 @@ class UnifiedRadixCache:
         try:
             if type(num_tokens) is not int or num_tokens < 0:
                 raise PoolError(f"cannot allocate {num_tokens!r} slots (need a non-negative int)")
-            short = pool.pages_for(num_tokens) * self.page_size - pool.available_size()
-            if short > 0:
-                self._ensure_capacity(short, 0, self.auto_evict if evict is None else evict)
-                self.evict_for_alloc(EvictParams(num_tokens=short))
+            shorts = {"full": pool.pages_for(num_tokens) * self.page_size - pool.available_size()}
+            for component in self._kv_peers:
+                shorts[component.name] = component.peer_shortfall(num_tokens)
+            if any(short > 0 for short in shorts.values()):
+                self._ensure_capacity(shorts, pinned, self.auto_evict if evict is None else evict)
+                self.evict_for_alloc(
+                    EvictParams(num_tokens=max(0, shorts["full"]), swa_num_tokens=max(0, shorts.get("swa", 0)))
+                )
             slots = pool.alloc(num_tokens)
+            for component in self._kv_peers:
+                component.peer_alloc(slots)
             if bus.enabled and num_tokens:
                 bus.emit(EventKind.ALLOC, "full", None, Cause.REQUEST, num_tokens, "pool=full")
             return slots
@@ -134,16 +141,27 @@ class UnifiedRadixCache:
             if bus.enabled:
                 bus.end()
 
-    def _ensure_capacity(self, short: int, pinned: int, evict: bool) -> None:
-        """Refuse, before anything changes, an allocation eviction cannot cover.
-        Every unlocked Full token is reachable by leaf eviction (locks are path locks),
-        so the evictable count minus what the caller is about to pin is exact."""
-        reclaimable = self.tree.evictable[0] - pinned if evict else 0
-        if short > reclaimable:
-            raise PoolExhaustedError(
-                f"full pool exhausted: {short} more slot(s) needed, {self.kv_pool.available_size()} free"
-                + (f", {reclaimable} evictable" if evict else " (auto_evict is off)")
-            )
+    def _ensure_capacity(self, shorts: dict[str, int], pinned: int, evict: bool) -> None:
+        """Refuse, before anything changes, an allocation eviction cannot cover. Every
+        unlocked token of a component is reachable by its eviction walk (locks are
+        path or window locks), so its evictable count (less what the caller is about
+        to pin) is exactly what eviction can give back."""
+        for name, short in shorts.items():
+            if short <= 0:
+                continue
+            reclaimable = (self.tree.evictable_size(name) - (pinned if name == "full" else 0)) if evict else 0
+            if short > reclaimable:
+                raise PoolExhaustedError(
+                    f"{name} pool exhausted: {short} more slot(s) needed, {self.available_size(name)} free"
+                    + (f", {reclaimable} evictable" if evict else " (auto_evict is off)")
+                )
+
+    def free_swa(self, full_slots: torch.Tensor) -> None:
+        """Free only the SWA side of these Full slots (a request's out-of-window KV)."""
+        swa = self.by_name.get("swa")
+        if swa is None:
+            raise CacheError("free_swa needs the swa component")
+        swa.peer_free(full_slots, Cause.WINDOW, None)
 
     def write_kv(self, slots: torch.Tensor, tokens: list[int], start: int = 0) -> None:
         """Write KV (fingerprints) for tokens[start:] of a sequence into ``slots``."""
@@ -151,6 +169,8 @@ class UnifiedRadixCache:
             return
         fps = prefix_fingerprints(tokens, self.device)[start:]
         self.kv_buffer.write(slots, fps)
+        for component in self._kv_peers:
+            component.peer_write(slots, fps)
 
     # ---- eviction -------------------------------------------------------------
     def evict(self, params: EvictParams) -> EvictResult:
@@ -235,6 +255,18 @@ class UnifiedRadixCache:
             return self._observed("dec_lock_ref", self.tree.dec_lock_ref, node_id, params, skip_swa)
         self.tree.dec_lock_ref(node_id, params, skip_swa)
 
+    def release_window(self, node_id: int, receipt: IncLockRefResult) -> None:
+        """Early release of a lock's SWA window part (decode has moved past the
+        window); its Full lock stays until dec_lock_ref."""
+        if self.events.enabled:
+            return self._observed("release_window", self._release_window, node_id, receipt)
+        self._release_window(node_id, receipt)
+
+    def _release_window(self, node_id: int, receipt) -> None:
+        frees: dict[str, list] = {c.name: [] for c in self.components}
+        self.tree.dec_window_lock(node_id, receipt, frees)
+        self._drain(frees)
+
     # ---- requests ---------------------------------------------------------------
     def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None) -> Req:
         """Admit a request: match its prefix, lock it, allocate and write the rest."""
@@ -248,16 +280,17 @@ class UnifiedRadixCache:
             bus.begin("new_request")
         try:
             cached, pinned = self.tree.peek_match(key)
-            pool = self.kv_pool
-            short = pool.pages_for(len(tokens) - cached) * self.page_size - pool.available_size()
-            if short > 0:
-                self._ensure_capacity(short, pinned, self.auto_evict)
+            need = len(tokens) - cached
+            shorts = {"full": self.kv_pool.pages_for(need) * self.page_size - self.kv_pool.available_size()}
+            for component in self._kv_peers:
+                shorts[component.name] = component.peer_shortfall(need)
+            self._ensure_capacity(shorts, pinned, self.auto_evict)
             match = self.match_prefix(MatchPrefixParams(key, cow_mamba="mamba" in self.by_name, req=req))
             prefix_len = match.prefix_len
             lock = self.tree.inc_lock_ref(match.last_device_node)
             try:
                 fresh = self.alloc_kv(len(tokens) - prefix_len)
-            except PoolExhaustedError:
+            except PoolExhaustedError:  # only an aux pool pinned by this very lock can get here
                 self.tree.dec_lock_ref(match.last_device_node, lock)
                 raise
             self.write_kv(fresh, req.origin_input_ids, prefix_len)
@@ -288,6 +321,27 @@ class UnifiedRadixCache:
             new = torch.cat(parts)
             self.write_kv(new, req.fill_ids, start)
             req.kv_indices = torch.cat([req.kv_indices, new])
+
+    def slide_window(self, req: Req) -> None:
+        """Decode moved on: free the request's SWA slots that fell out of the window
+        (the scheduler's maybe_evict_swa), and once it has decoded a whole window past
+        its prefill, release its prefix's SWA lock."""
+        self._check_live(req)
+        swa = self.by_name.get("swa")
+        if swa is None:
+            raise CacheError("slide_window needs the swa component")
+        bus = self.events
+        if bus.enabled:
+            bus.begin("slide_window")
+        try:
+            swa.slide_window(req, req.kv_len - 1)
+            lock = req.lock
+            if lock is not None and not lock.swa_released and len(req.output_ids) >= swa.window:
+                if lock.component_lock_uuids.get("swa") is not None:
+                    self._release_window(req.last_node, lock)
+        finally:
+            if bus.enabled:
+                bus.end()
 
     def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
         """The request is done: cache what it computed (page-aligned), free the rest,
@@ -341,7 +395,11 @@ class UnifiedRadixCache:
                 cache_len = min(cache_len, capped)
         if cache_len <= 0:
             return
-        key = RadixKey(tokens[:cache_len], req.extra_key).page_aligned(self.page_size)
+        key = RadixKey(tokens[:cache_len], req.extra_key)
+        if not finished:
+            for component in self.components:
+                component.free_out_of_window_slots(req, len(key) - 1, params)
+        key = key.page_aligned(self.page_size)
         aligned = len(key)
         params.key, params.value = key, req.kv_indices[:aligned]
         result = self.insert(params)

@@ -153,11 +153,6 @@ def _check_lru_lists(cache, out: list[Violation]) -> None:
 
 def _check_full_pool(cache, out: list[Violation]) -> None:
     pool = cache.kv_pool
-    ps = pool.page_size
-    free = pool.free_pages_list()
-    free_set = set(free)
-    if len(free_set) != len(free):
-        out.append(Violation("pool.full.free_twice", "a page sits on the free list twice"))
     tree_pages: list[int] = []
     for node in _non_root(cache):
         value = node.data[0].value
@@ -166,30 +161,45 @@ def _check_full_pool(cache, out: list[Violation]) -> None:
     held_pages: list[int] = []
     for req in cache.requests.values():
         held_pages.extend(pool.page_ids(req.own_indices).tolist())
+    out.extend(Violation(name, msg) for name, msg in pool_balance(pool, tree_pages, held_pages))
+
+
+def pool_balance(pool, tree_pages: list[int], held_pages: list[int]) -> list[tuple[str, str]]:
+    """available + cached + held == total, no page both free and used or owned twice,
+    and the allocator's ownership marks agree with its free list."""
+    out: list[tuple[str, str]] = []
+    name, ps = pool.name, pool.page_size
+    free = pool.free_pages_list()
+    free_set = set(free)
+    if len(free_set) != len(free):
+        out.append((f"pool.{name}.free_twice", "a page sits on the free list twice"))
     used = tree_pages + held_pages
     if len(set(used)) != len(used):
-        out.append(Violation("pool.full.owned_twice", f"page(s) owned twice: {_dupes(used)[:5]}"))
+        out.append((f"pool.{name}.owned_twice", f"page(s) owned twice: {_dupes(used)[:5]}"))
     both = free_set & set(used)
     if both:
-        out.append(Violation("pool.full.free_and_used", f"page(s) both free and in use: {sorted(both)[:5]}"))
+        out.append((f"pool.{name}.free_and_used", f"page(s) both free and in use: {sorted(both)[:5]}"))
     cached = len(set(tree_pages)) * ps
     held = len(set(held_pages)) * ps
     available = pool.available_size()
     if available + cached + held != pool.size:
         out.append(
-            Violation(
-                "pool.full.balance",
-                f"available {available} + cached {cached} + held {held} != total {pool.size} (leak of {pool.size - available - cached - held})",
+            (
+                f"pool.{name}.balance",
+                f"available {available} + cached {cached} + held {held} != total {pool.size} "
+                f"(leak of {pool.size - available - cached - held})",
             )
         )
     owned = pool.owned_mask().tolist()
     bad = [p for p in range(pool.num_pages) if (owned[p] == 0) != (p in free_set)]
     if bad:
-        out.append(Violation("pool.full.ownership", f"ownership marks disagree with the free list on page(s) {bad[:5]}"))
+        out.append((f"pool.{name}.ownership", f"ownership marks disagree with the free list on page(s) {bad[:5]}"))
+    return out
 
 
 def _check_receipts(cache, out: list[Violation]) -> None:
-    for receipt_id, node_id in cache.tree.live_receipts.items():
+    for receipt_id, receipt in cache.tree.live_receipts.items():
+        node_id = receipt.node_id
         if node_id not in cache.tree.nodes:
             out.append(Violation("lock.receipt_dangling", f"receipt {receipt_id} anchored on deleted node {node_id}"))
 
@@ -215,4 +225,4 @@ def verify_match(cache: UnifiedRadixCache, key: RadixKey | list[int], result: Ma
     bad = cache.kv_buffer.mismatches(indices, tokens[:n])
     if bad:
         return [Violation("match.fingerprint", f"{len(bad)} slot(s) hold the wrong KV, first at position {bad[0]}")]
-    return [v for c in cache.components for v in getattr(c, "verify_match", lambda *_: [])(tokens, result)]
+    return [v for c in cache.components for v in c.verify_match(tokens, result)]

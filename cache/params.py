@@ -102,7 +102,7 @@ class IncLockRefResult:
     A plain class with slots: one is built per lock, on the hot path.
     """
 
-    __slots__ = ("delta", "node_id", "receipt_id", "skipped_lock_components", "component_lock_uuids")
+    __slots__ = ("delta", "node_id", "receipt_id", "skipped_lock_components", "component_lock_uuids", "swa_released")
 
     def __init__(
         self,
@@ -117,8 +117,7 @@ class IncLockRefResult:
         self.receipt_id = receipt_id
         self.skipped_lock_components = skipped_lock_components
         self.component_lock_uuids = component_lock_uuids if component_lock_uuids is not None else {}
-
-    swa_released = False
+        self.swa_released = False  # the SWA window part was released early
 
     def to_dec_params(self) -> DecLockRefParams:
         return DecLockRefParams(
@@ -126,6 +125,7 @@ class IncLockRefResult:
             receipt_id=self.receipt_id,
             skipped_lock_components=self.skipped_lock_components,
             component_lock_uuids=dict(self.component_lock_uuids),
+            swa_released=self.swa_released,
         )
 
     def __repr__(self) -> str:

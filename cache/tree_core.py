@@ -77,7 +77,7 @@ class UnifiedTreeCore:
         self.protected = [0] * n
         self.leaves = EvictableLeafSet()
         self.lru = {c.name: LRUList(c.index, n) for c in self.components if c.uses_lru}
-        self.live_receipts: dict[int, int] = {}  # receipt id -> anchor node id
+        self.live_receipts: dict[int, IncLockRefResult] = {}  # receipt id -> receipt
 
     def tick(self) -> float:
         t = self._clock
@@ -386,16 +386,52 @@ class UnifiedTreeCore:
         ancestors that were only kept alive by it."""
         assert node.in_leaf_set, f"node {node.id} is not an evictable leaf"
         events = self.events.enabled
-        for component in self.components:
-            if node.data[component.index].value is None:
-                continue
+        present = [c for c in self.components if node.data[c.index].value is not None]
+        for component in present:  # all frees first: SWA's free reads the Full value
             n = component.evict_component(node, frees)
             tracker[component.name] += n
             if events:
                 self.events.emit(EventKind.EVICT, component.name, node.id, cause, n)
+        for component in present:
             self._detach(node, component)
         self._remove_from_parent(node)
         self._delete_tombstone_ancestors(node.parent, tracker, frees)
+
+    def tombstone(
+        self, node: TreeNode, component: TreeComponent, tracker: dict[str, int], frees: dict[str, list], cause: Cause
+    ) -> None:
+        """Evict one component's data from a node that stays in the tree, then cascade
+        to the components that rank below it there."""
+        n = component.evict_component(node, frees)
+        tracker[component.name] += n
+        if self.events.enabled:
+            self.events.emit(EventKind.TOMBSTONE, component.name, node.id, cause, n)
+        self._detach(node, component)
+        self.cascade_evict(node, component, tracker, frees)
+
+    def set_component_value(self, node_id: int, name: str, value: torch.Tensor, cause: Cause = Cause.REQUEST) -> None:
+        """Attach an auxiliary component's value (an SWA rebuild, a recovery): the
+        node enters that component's LRU at the MRU end, protected if locked."""
+        component = self.by_name[name]
+        assert component.index != 0, "Full values are set by the insert paths"
+        node = self.node_by_id(node_id)
+        cd = node.data[component.index]
+        recovered = cd.value is None
+        assert recovered, f"node {node_id} already has {name} data"
+        cd.value = value
+        if component.uses_lru:
+            self.lru[name].insert_mru(node)
+        n = component.value_len(node)
+        if cd.lock_ref > 0:
+            self.protected[component.index] += n
+        else:
+            self.evictable[component.index] += n
+        if self.events.enabled:
+            self.events.emit(EventKind.SET, name, node_id, cause, n)
+
+    def split_node(self, node: TreeNode, split_len: int) -> TreeNode:
+        """Components' entry to a split (e.g. at an SWA window boundary)."""
+        return self._split_node(node, split_len)
 
     def _detach(self, node: TreeNode, component: TreeComponent) -> None:
         node.data[component.index].value = None
@@ -473,22 +509,23 @@ class UnifiedTreeCore:
                 component.acquire_lock(node, receipt)
         if node.in_leaf_set:
             self.leaves.discard(node)
-        self.live_receipts[self._next_receipt] = node_id
+        self.live_receipts[self._next_receipt] = receipt
         return receipt
 
     def dec_lock_ref(self, node_id: int, params: DecLockRefParams | IncLockRefResult, skip_swa: bool = False) -> None:
         """Release exactly what the receipt acquired. Every check runs before any
         count changes, so a refused release leaves the tree as it was."""
-        anchor = self.live_receipts.get(params.receipt_id)
-        if anchor is None:
+        held = self.live_receipts.get(params.receipt_id)
+        if held is None:
             raise LockError(
                 f"lock receipt {params.receipt_id} is not held: released twice, or never taken"
                 if params.receipt_id
                 else "unlock without a lock: this receipt was never returned by inc_lock_ref"
             )
-        if anchor != node_id or params.node_id != node_id:
-            raise LockError(f"lock receipt anchored on node {anchor} released on node {node_id}")
+        if held.node_id != node_id or params.node_id != node_id:
+            raise LockError(f"lock receipt anchored on node {held.node_id} released on node {node_id}")
         node = self.node_by_id(node_id)
+        params = held  # the tree's own copy is authoritative (window release, boundary)
         skip_swa = skip_swa or params.swa_released
         if params.skipped_lock_components or skip_swa:
             releasing = [c for c in self._release_order if self._releases(c, params, skip_swa)]
@@ -504,6 +541,34 @@ class UnifiedTreeCore:
         del self.live_receipts[params.receipt_id]
         if not node.in_leaf_set:
             self.update_leaf_state(node)
+
+    def dec_window_lock(self, node_id: int, params, frees: dict[str, list]) -> None:
+        """Early release of a lock's SWA window part (decode moved past the window),
+        plus every component ranked below SWA (Mamba); Full stays locked."""
+        held = self.live_receipts.get(params.receipt_id)
+        if held is None or held.node_id != node_id or params.node_id != node_id:
+            raise LockError(f"lock receipt {params.receipt_id} is not held on node {node_id}")
+        params = held
+        if params.swa_released:
+            raise LockError(f"the window part of lock receipt {params.receipt_id} was already released")
+        swa = self.by_name.get("swa")
+        if swa is None:
+            raise LockError("release_window needs the swa component")
+        node = self.node_by_id(node_id)
+        below = [
+            c for c in self._release_order
+            if c.eviction_priority(False) < swa.eviction_priority(False) and c.name not in params.skipped_lock_components
+        ]
+        releasing = ([swa] if swa.name not in params.skipped_lock_components else []) + below
+        for component in releasing:
+            problem = component.check_release(node, params)
+            if problem:
+                raise LockError(problem)
+        if swa in releasing:
+            swa.release_window_lock(node, params, frees)
+        for component in below:
+            component.release_lock(node, params)
+        params.swa_released = True
 
     def _releases(self, component: TreeComponent, params, skip_swa: bool) -> bool:
         if component.name in params.skipped_lock_components:

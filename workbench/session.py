@@ -68,8 +68,11 @@ class Session:
         slots = cache.alloc_kv(len(tokens))
         cache.write_kv(slots, tokens)
         aligned = len(tokens) - len(tokens) % cache.page_size
+        window_floor = f.get("swa_evicted_seqlen", 0)
+        if window_floor:  # a request whose window slid: its SWA KV below the floor is gone
+            cache.free_swa(slots[:window_floor])
         try:
-            result = cache.insert(InsertParams(key, slots, swa_evicted_seqlen=f.get("swa_evicted_seqlen", 0)))
+            result = cache.insert(InsertParams(key, slots, swa_evicted_seqlen=window_floor))
         finally:
             if aligned < len(tokens):
                 cache.free_kv([slots[aligned:]])

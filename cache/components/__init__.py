@@ -2,9 +2,11 @@
 
 from .base import TreeComponent
 from .full import FullComponent
+from .swa import SWAComponent
 
 COMPONENT_REGISTRY: dict[str, type[TreeComponent]] = {
     "full": FullComponent,
+    "swa": SWAComponent,
 }
 
-__all__ = ["COMPONENT_REGISTRY", "FullComponent", "TreeComponent"]
+__all__ = ["COMPONENT_REGISTRY", "FullComponent", "SWAComponent", "TreeComponent"]

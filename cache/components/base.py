@@ -12,9 +12,12 @@ Hooks by phase:
   split    redistribute_on_split
   evict    eviction_priority, evict_component, evict_start / evict_next / evict_end
   lock     acquire_lock, check_release, release_lock
-  caching  prepare_for_caching_req, cleanup_after_caching_req
-  pools    free_device_values, apply_action (run by the controller, never the tree)
-  inspect  node_has_component_data, value_len, node_extras, check_invariants
+  caching  prepare_for_caching_req, free_out_of_window_slots, cleanup_after_caching_req
+  pools    free_device_values, apply_action (run by the controller, never the tree);
+           a component with its own pool also answers available_size, pool_size,
+           reset_pool, pool_views; a pool that follows Full KV slot for slot sets
+           ``kv_peer`` and implements the peer_* hooks
+  inspect  node_has_component_data, value_len, node_extras, check_invariants, verify_match
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 class TreeComponent:
     name = ""
     uses_lru = False  # keeps a per-component LRU list in the tree core
+    kv_peer = False  # allocated and freed along with Full KV slots (SWA)
     leaf_priority = 0
     internal_priority = 0
 
@@ -146,8 +150,15 @@ class TreeComponent:
         """Optionally cap how many tokens of the request get cached."""
         return None
 
+    def free_out_of_window_slots(self, req, pre_len: int, params: InsertParams) -> None:
+        """Before caching an unfinished request: drop what it no longer needs."""
+
     def cleanup_after_caching_req(self, req, finished: bool, result: Optional[InsertResult]) -> None:
         pass
+
+    def verify_match(self, tokens: list[int], result: MatchResult) -> list:
+        """Extra proof that a match handed out the right data (Violations)."""
+        return []
 
     # ---- pools (controller side) ------------------------------------------
     def free_device_values(self, values: list[torch.Tensor], cause: Cause, node: Optional[int]) -> None:
@@ -155,6 +166,20 @@ class TreeComponent:
 
     def apply_action(self, action) -> None:
         raise AssertionError(f"{self.name}: unknown action {action!r}")
+
+    # ---- Full-KV peers (controller side; only when kv_peer) -----------------
+    def peer_shortfall(self, num_tokens: int) -> int:
+        """Slots this pool lacks for ``num_tokens`` new Full slots."""
+        return 0
+
+    def peer_alloc(self, full_slots: torch.Tensor) -> None:
+        pass
+
+    def peer_free(self, full_slots: torch.Tensor, cause: Cause, node: Optional[int]) -> None:
+        pass
+
+    def peer_write(self, full_slots: torch.Tensor, fingerprints: torch.Tensor) -> None:
+        pass
 
     # ---- helpers shared by components -------------------------------------
     def _move_to_protected(self, node: TreeNode) -> int:

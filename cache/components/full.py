@@ -106,4 +106,5 @@ class FullComponent(TreeComponent):
             node = node.parent
 
     def free_device_values(self, values: list[torch.Tensor], cause: Cause, node: Optional[int]) -> None:
-        self.cache.free_kv(values, cause, node)
+        # Full side only: each other component frees its own share of an evicted node
+        self.cache.free_kv(values, cause, node, full_only=True)

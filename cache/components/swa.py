@@ -1,0 +1,350 @@
+"""Sliding-window attention KV: only the last ``sliding_window`` tokens stay alive.
+
+So the tree holds nodes whose SWA data is a tombstone while their Full KV lives on. A
+node is a valid match boundary only if the run of SWA-bearing nodes above it, back to
+the last tombstone, covers a whole window (or has no gap since the root). A lock pins
+just one window: it walks up until ``sliding_window`` tokens are covered and stamps a
+boundary uuid on the node where it stopped, so the release stops exactly there even
+after a later split moved that edge. Eviction tombstones internal nodes (Full stays)
+and deletes leaves whole.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+from ..actions import ComponentAction, FreeDeviceKVFullOnly
+from ..events import Cause, EventKind
+from ..pools.swa_pool import SWAPool
+from .base import TreeComponent
+
+if TYPE_CHECKING:
+    from ..params import DecLockRefParams, IncLockRefResult, InsertParams, MatchResult
+    from ..tree_node import TreeNode
+
+REBUILD = "swa_rebuild"  # payload: (full value whose SWA mapping becomes the node's value,)
+RECOVER_LOCKED = "swa_recover_locked_full"  # payload: (kept full value, incoming full value)
+
+
+class SWAComponent(TreeComponent):
+    name = "swa"
+    uses_lru = True
+    kv_peer = True
+    leaf_priority = 0
+    internal_priority = 1
+
+    def __init__(self, cache, index: int) -> None:
+        super().__init__(cache, index)
+        cfg = cache.config
+        self.window = cfg.sliding_window
+        self.page_size = cfg.page_size
+        # a fresh leaf is capped to this many tokens of live SWA (one page-aligned window)
+        self.window_tail = -(-self.window // self.page_size) * self.page_size
+        self.pool = SWAPool(cfg.swa_pool_size, cfg.kv_size, cfg.page_size, cache.device)
+        self._cursor: Optional[TreeNode] = None
+
+    # ---- inspection -------------------------------------------------------
+    def node_extras(self, node: TreeNode) -> dict:
+        uuid = node.data[self.index].metadata.get("uuid")
+        return {"boundary": uuid} if uuid is not None else {}
+
+    def check_invariants(self) -> list[tuple[str, str]]:
+        from .swa_checks import check_swa
+
+        return check_swa(self)
+
+    def verify_match(self, tokens: list[int], result: MatchResult) -> list:
+        from .swa_checks import verify_swa_match
+
+        return verify_swa_match(self, tokens, result)
+
+    # ---- match ------------------------------------------------------------
+    def create_match_validator(self):
+        i, window = self.index, self.window
+        run = [float("inf")]  # tokens of live SWA since the last gap (no gap yet: infinite)
+
+        def validate(node: TreeNode) -> bool:
+            if node.data[i].value is None:
+                run[0] = 0
+                return False
+            run[0] += node.length
+            return run[0] >= window
+
+        return validate
+
+    def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int) -> MatchResult:
+        aligned = walked - walked % self.page_size
+        branching = aligned if aligned > result.device_prefix_len else None
+        return result._replace(swa_branching_seqlen=branching)
+
+    def on_walkdown(self, node: TreeNode) -> None:
+        pass  # walking through old ancestors must not keep them hot
+
+    def on_match_end(self, node: TreeNode) -> None:
+        self._refresh_window(node)
+
+    def on_insert_end(self, node: TreeNode) -> None:
+        self._refresh_window(node)
+
+    def _refresh_window(self, node: TreeNode) -> None:
+        i = self.index
+        self.tree.lru["swa"].promote_path(
+            node, self.tree.root, lambda n: n.data[i].value is not None, window=self.window + self.page_size
+        )
+
+    # ---- insert -----------------------------------------------------------
+    def on_insert_overlap(self, node, prefix_len, total_prefix_len, value, params, result, actions) -> int:
+        """Recover a tombstone the request still has live SWA for: the part at or above
+        the request's ``swa_evicted_seqlen`` takes the incoming slots; below it, they
+        are duplicates (freed by the tree, Full side only)."""
+        start, end = total_prefix_len, total_prefix_len + prefix_len
+        if params.prev_prefix_len >= end or node.data[self.index].value is not None:
+            return prefix_len
+        live = self._clip_to_window(node, start, end, params.swa_evicted_seqlen)
+        if live is None:
+            return prefix_len
+        node, live_start = live
+        incoming = value[live_start:end]
+        full = node.data[0]
+        if full.lock_ref > 0:  # someone uses the old Full KV: keep it, take the incoming SWA
+            actions.append(ComponentAction(self.name, RECOVER_LOCKED, node.id, (full.value, incoming)))
+        else:
+            old = full.value
+            full.value = incoming
+            actions.append(FreeDeviceKVFullOnly([old], node.id, Cause.DUPLICATE))
+            actions.append(ComponentAction(self.name, REBUILD, node.id, (incoming,)))
+        return live_start - start
+
+    def _clip_to_window(self, node: TreeNode, start: int, end: int, window_start: int):
+        """(node, live_start) for the in-window part of a tombstoned span, splitting the
+        node at the window boundary; None when the whole span is out of the window."""
+        if window_start % self.page_size:
+            raise ValueError(f"swa_evicted_seqlen {window_start} is not page-aligned (page {self.page_size})")
+        live_start = max(start, window_start)
+        if live_start >= end:
+            return None
+        if live_start > start:
+            self.tree.split_node(node, live_start - start)  # ``node`` becomes the in-window lower part
+        return node, live_start
+
+    def commit_insert(self, node, is_new_leaf, params, result, actions) -> None:
+        """A new leaf gets SWA only for its in-window part (the rest stays a tombstone),
+        capped to one page-aligned window so a lock on it pins one window of pool."""
+        if not is_new_leaf:
+            return
+        start = result.prefix_len
+        live = self._clip_to_window(node, start, start + node.length, params.swa_evicted_seqlen)
+        if live is None:
+            return
+        node = live[0]
+        capped = self._cap_leaf(node)
+        if capped is not None:  # older part first, so the tail ends up more recent
+            actions.append(ComponentAction(self.name, REBUILD, capped.id, (capped.data[0].value,)))
+        actions.append(ComponentAction(self.name, REBUILD, node.id, (node.data[0].value,)))
+
+    def _cap_leaf(self, leaf: TreeNode) -> Optional[TreeNode]:
+        if leaf.data[self.index].lock_ref > 0 or leaf.length <= self.window_tail:
+            return None
+        split_at = leaf.length - self.window_tail
+        if split_at % self.page_size or leaf.length % self.page_size:
+            return None
+        return self.tree.split_node(leaf, split_at)
+
+    # ---- split ------------------------------------------------------------
+    def redistribute_on_split(self, new_parent: TreeNode, child: TreeNode) -> None:
+        i = self.index
+        upper, lower = new_parent.data[i], child.data[i]
+        upper.lock_ref = lower.lock_ref
+        if lower.value is not None:
+            cut = new_parent.length
+            value = lower.value
+            upper.value, lower.value = value[:cut], value[cut:]
+        # the window-lock boundary marks a node's older edge, which now belongs to the parent
+        uuid = lower.metadata.pop("uuid", None)
+        if uuid is not None:
+            upper.metadata["uuid"] = uuid
+
+    # ---- eviction ---------------------------------------------------------
+    def evict_component(self, node: TreeNode, frees: dict[str, list]) -> int:
+        if node.data[self.index].value is None:
+            return 0
+        frees["swa"].append(node.data[0].value)  # freed through the Full->SWA mapping
+        n = node.length
+        self.tree.evictable[self.index] -= n
+        return n
+
+    def evict_start(self, request: int) -> None:
+        self._evict_request = request
+        self._cursor = self.tree.lru["swa"].lru_first()
+
+    def evict_next(self, tracker, frees):
+        lru = self.tree.lru["swa"]
+        if self._cursor is not None and self._cursor not in lru:
+            self._cursor = lru.lru_first()
+        x = self._cursor
+        if tracker["swa"] >= self._evict_request or x is None:
+            return None, False
+        self._cursor = lru.prev_of(x)
+        if x.in_leaf_set:
+            return x, True  # the controller deletes the whole leaf
+        self.tree.tombstone(x, self, tracker, frees, Cause.CAPACITY)
+        return None, True
+
+    def evict_end(self) -> None:
+        self._cursor = None
+
+    # ---- locks ------------------------------------------------------------
+    def acquire_lock(self, node: TreeNode, receipt: IncLockRefResult) -> None:
+        """Lock the segment covering the trailing window, tombstones included, and
+        stamp the node where coverage was reached (None: the segment hit the root)."""
+        i, tree = self.index, self.tree
+        covered, boundary = 0, None
+        while node is not tree.root and covered < self.window:
+            cd = node.data[i]
+            if cd.lock_ref == 0 and cd.value is not None:
+                self._move_to_protected(node)
+            cd.lock_ref += 1
+            if tree.events.enabled:
+                self._emit(EventKind.LOCK, node, Cause.REQUEST, node.length, f"lock_ref={cd.lock_ref}")
+            covered += node.length
+            if covered >= self.window:
+                boundary = cd.metadata.get("uuid")
+                if boundary is None:
+                    boundary = cd.metadata["uuid"] = tree.new_uuid()
+            node = node.parent
+        receipt.component_lock_uuids[self.name] = boundary
+
+    def _segment(self, node: TreeNode, receipt):
+        """The nodes a receipt's window lock covers, from ``node`` up to its boundary."""
+        boundary = receipt.component_lock_uuids.get(self.name)
+        root = self.tree.root
+        while node is not root:
+            yield node
+            if boundary is not None and node.data[self.index].metadata.get("uuid") == boundary:
+                return
+            node = node.parent
+        if boundary is not None:
+            raise LookupError(f"swa lock boundary {boundary} is not above the receipt's node")
+
+    def check_release(self, node: TreeNode, receipt: DecLockRefParams) -> Optional[str]:
+        try:
+            for cur in self._segment(node, receipt):
+                if cur.data[self.index].lock_ref <= 0:
+                    return f"swa segment release hit lock_ref=0 on node {cur.id}"
+        except LookupError as exc:
+            return str(exc)
+        return None
+
+    def release_lock(self, node: TreeNode, receipt: DecLockRefParams) -> None:
+        for cur in list(self._segment(node, receipt)):
+            self._unlock_one(cur, None)
+
+    def release_window_lock(self, node: TreeNode, receipt, frees: dict[str, list]) -> None:
+        """Early release once decode has moved past the window: a node whose last SWA
+        lock goes and that is an evictable leaf loses its SWA data right away."""
+        for cur in list(self._segment(node, receipt)):
+            self._unlock_one(cur, frees)
+
+    def _unlock_one(self, cur: TreeNode, frees: Optional[dict[str, list]]) -> None:
+        cd = cur.data[self.index]
+        cd.lock_ref -= 1
+        if self.tree.events.enabled:
+            self._emit(EventKind.UNLOCK, cur, Cause.REQUEST, cur.length, f"lock_ref={cd.lock_ref}")
+        if cd.lock_ref:
+            return
+        if cd.value is not None:
+            self._move_to_evictable(cur)
+        self.tree.update_leaf_state(cur)
+        if frees is not None and cd.value is not None and cur.in_leaf_set:
+            self.tree.tombstone(cur, self, {c.name: 0 for c in self.tree.components}, frees, Cause.WINDOW)
+
+    # ---- request caching --------------------------------------------------
+    def prepare_for_caching_req(self, req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
+        params.swa_evicted_seqlen = req.swa_evicted_seqlen
+        return None
+
+    def free_out_of_window_slots(self, req, pre_len: int, params: InsertParams) -> None:
+        self.slide_window(req, pre_len)
+        params.swa_evicted_seqlen = req.swa_evicted_seqlen
+
+    def slide_window(self, req, pre_len: int) -> int:
+        """Free the request's own SWA slots that fell out of the window before
+        position ``pre_len``, keeping whole pages and max(window, page) rounded up to
+        a page, so the leaf a later insert makes still has a live window."""
+        ps, evicted = self.page_size, req.swa_evicted_seqlen
+        if pre_len - self.window < evicted + 1:
+            return 0
+        floor = req.cache_protected_len  # the tree owns everything below
+        evicted = max(evicted, floor)
+        keep = -(-max(self.window, ps) // ps) * ps
+        new = max(evicted, pre_len - keep)
+        new -= new % ps
+        freed = 0
+        if new > evicted:
+            freed = self.pool.free_for(req.kv_indices[evicted:new])
+            self._emit(EventKind.FREE, None, Cause.WINDOW, freed, f"{req.rid} positions {evicted}..{new}")
+        req.swa_evicted_seqlen = max(evicted, new)
+        return freed
+
+    # ---- pools ------------------------------------------------------------
+    def held_by_requests(self) -> list[int]:
+        """SWA pages running requests hold (mapped from their own Full slots)."""
+        pages: list[int] = []
+        for req in self.cache.requests.values():
+            swa = self.pool.translate(req.own_indices)
+            pages.extend(self.pool.allocator.page_ids(swa[swa >= 0]).tolist())
+        return pages
+
+    def pool_views(self) -> dict:
+        from ..snapshot import PoolView
+
+        held = len(set(self.held_by_requests())) * self.page_size
+        pool = self.pool
+        return {
+            "swa": PoolView("swa", pool.size, pool.available_size(), self.tree.evictable[self.index], self.tree.protected[self.index], held)
+        }
+
+    def available_size(self) -> int:
+        return self.pool.available_size()
+
+    def pool_size(self) -> int:
+        return self.pool.size
+
+    def reset_pool(self) -> None:
+        self.pool.clear()
+
+    def free_device_values(self, values: list[torch.Tensor], cause: Cause, node: Optional[int]) -> None:
+        full = values[0] if len(values) == 1 else torch.cat(values)
+        freed = self.pool.free_for(full)
+        if freed:
+            self._emit(EventKind.FREE, None, cause, freed, "pool=swa")
+
+    def apply_action(self, action: ComponentAction) -> None:
+        if action.name == REBUILD:
+            (source,) = action.payload
+            self.tree.set_component_value(action.node, self.name, self.pool.translate(source), Cause.WINDOW)
+        elif action.name == RECOVER_LOCKED:
+            kept, incoming = action.payload
+            swa = self.pool.move_mapping(kept, incoming)
+            self.cache.kv_pool.free(incoming)  # only the incoming Full side: its SWA moved
+            self.tree.set_component_value(action.node, self.name, swa, Cause.WINDOW)
+            self._emit(EventKind.RECOVER, None, Cause.WINDOW, int(kept.shape[0]), "locked Full kept")
+        else:
+            super().apply_action(action)
+
+    def peer_shortfall(self, num_tokens: int) -> int:
+        pool = self.pool.allocator
+        return pool.pages_for(num_tokens) * self.page_size - pool.available_size()
+
+    def peer_alloc(self, full_slots: torch.Tensor) -> None:
+        self.pool.alloc_for(full_slots)
+
+    def peer_free(self, full_slots: torch.Tensor, cause: Cause, node: Optional[int]) -> None:
+        freed = self.pool.free_for(full_slots)
+        if freed:
+            self._emit(EventKind.FREE, None, cause, freed, "pool=swa")
+
+    def peer_write(self, full_slots: torch.Tensor, fingerprints: torch.Tensor) -> None:
+        self.pool.write(full_slots, fingerprints)
