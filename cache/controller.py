@@ -112,10 +112,10 @@ class UnifiedRadixCache:
             self.events.emit(EventKind.FREE, "full", node, cause, int(indices.shape[0]), "pool=full")
         return freed
 
-    def alloc_kv(self, num_tokens: int, evict: Optional[bool] = None, pinned: int = 0) -> torch.Tensor:
+    def alloc_kv(self, num_tokens: int, evict: Optional[bool] = None) -> torch.Tensor:
         """Fresh Full slots (and their peers' slots, e.g. SWA), evicting the shortfall
         first like evict_for_alloc. Refused before anything changes when eviction
-        cannot cover it; ``pinned`` is evictable Full the caller is about to lock."""
+        cannot cover it."""
         pool = self.kv_pool
         bus = self.events
         if bus.enabled:
@@ -127,7 +127,7 @@ class UnifiedRadixCache:
             for component in self._kv_peers:
                 shorts[component.name] = component.peer_shortfall(num_tokens)
             if any(short > 0 for short in shorts.values()):
-                self._ensure_capacity(shorts, pinned, self.auto_evict if evict is None else evict)
+                self._ensure_capacity(shorts, {}, self.auto_evict if evict is None else evict)
                 self.evict_for_alloc(
                     EvictParams(num_tokens=max(0, shorts["full"]), swa_num_tokens=max(0, shorts.get("swa", 0)))
                 )
@@ -141,7 +141,7 @@ class UnifiedRadixCache:
             if bus.enabled:
                 bus.end()
 
-    def _ensure_capacity(self, shorts: dict[str, int], pinned: int, evict: bool) -> None:
+    def _ensure_capacity(self, shorts: dict[str, int], pinned: dict[str, int], evict: bool) -> None:
         """Refuse, before anything changes, an allocation eviction cannot cover. Every
         unlocked token of a component is reachable by its eviction walk (locks are
         path or window locks), so its evictable count (less what the caller is about
@@ -149,7 +149,7 @@ class UnifiedRadixCache:
         for name, short in shorts.items():
             if short <= 0:
                 continue
-            reclaimable = (self.tree.evictable_size(name) - (pinned if name == "full" else 0)) if evict else 0
+            reclaimable = (self.tree.evictable_size(name) - pinned.get(name, 0)) if evict else 0
             if short > reclaimable:
                 raise PoolExhaustedError(
                     f"{name} pool exhausted: {short} more slot(s) needed, {self.available_size(name)} free"
@@ -279,18 +279,19 @@ class UnifiedRadixCache:
         if bus.enabled:
             bus.begin("new_request")
         try:
-            cached, pinned = self.tree.peek_match(key)
-            need = len(tokens) - cached
+            path = self.tree.peek_match(key)
+            need = len(tokens) - sum(n for _, n in path)
             shorts = {"full": self.kv_pool.pages_for(need) * self.page_size - self.kv_pool.available_size()}
             for component in self._kv_peers:
                 shorts[component.name] = component.peer_shortfall(need)
+            pinned = {c.name: c.pinned_by_lock(path) for c in self.components}
             self._ensure_capacity(shorts, pinned, self.auto_evict)
             match = self.match_prefix(MatchPrefixParams(key, cow_mamba="mamba" in self.by_name, req=req))
             prefix_len = match.prefix_len
             lock = self.tree.inc_lock_ref(match.last_device_node)
             try:
                 fresh = self.alloc_kv(len(tokens) - prefix_len)
-            except PoolExhaustedError:  # only an aux pool pinned by this very lock can get here
+            except PoolExhaustedError:  # unreachable after the check above; kept as a guard
                 self.tree.dec_lock_ref(match.last_device_node, lock)
                 raise
             self.write_kv(fresh, req.origin_input_ids, prefix_len)

@@ -168,7 +168,7 @@ class UnifiedTreeCore:
             if validators:
                 ok = True
                 for validate in validators:  # every one sees every node: they keep state
-                    if not validate(child):
+                    if not validate(child, child.length):
                         ok = False
                 if ok:
                     best, best_chunks = child, len(chunks)
@@ -177,30 +177,36 @@ class UnifiedTreeCore:
             off += plen * TOKEN_BYTES
         return self._finish_match(best, chunks[:best_chunks], walked, node)
 
-    def peek_match(self, key: RadixKey) -> tuple[int, int]:
-        """Read-only walk: (tokens a match would return, of those how many are
-        unlocked Full tokens). Splits nothing and touches no access time, so callers
-        can check capacity before changing anything. Full-only validation."""
+    def peek_match(self, key: RadixKey) -> list[tuple[TreeNode, int]]:
+        """Read-only twin of match_prefix: the path a match would lock, as (node,
+        tokens of it matched), root excluded, ending at the best node. Splits nothing
+        and touches no access time, so callers can check capacity first."""
         data = key.data
         ps = self.page_size
         ntok = len(data) // TOKEN_BYTES
         limit = (ntok - ntok % ps) * TOKEN_BYTES
-        node, off, matched, unlocked = self.root, 0, 0, 0
+        data = data[:limit]
+        validators = [v for c in self.components if (v := c.create_match_validator()) is not None]
+        node, off, path, best = self.root, 0, [], 0
         ek, pb = key.extra_key, self.page_bytes
         while off < limit:
             ck = data[off : off + pb] if ek is None else (ek, data[off : off + pb])
             child = node.children.get(ck)
             if child is None:
                 break
-            plen = common_prefix_tokens(data[:limit], off, child.key)
+            plen = common_prefix_tokens(data, off, child.key)
             plen -= plen % ps
-            matched += plen
-            if child.data[0].lock_ref == 0:
-                unlocked += plen
+            path.append((child, plen))
+            ok = True
+            for validate in validators:
+                if not validate(child, plen):
+                    ok = False
+            if ok:
+                best = len(path)
             if plen < child.length:
                 break
             node, off = child, off + plen * TOKEN_BYTES
-        return matched, unlocked
+        return path[:best]
 
     def _finish_match(self, best: TreeNode, chunks: list, walked: int, last_visited: TreeNode) -> MatchResult:
         for hook in self._match_end_hooks:
@@ -398,16 +404,18 @@ class UnifiedTreeCore:
         self._delete_tombstone_ancestors(node.parent, tracker, frees)
 
     def tombstone(
-        self, node: TreeNode, component: TreeComponent, tracker: dict[str, int], frees: dict[str, list], cause: Cause
+        self, node: TreeNode, component: TreeComponent, tracker: dict[str, int], frees: dict[str, list], cause: Cause,
+        cascade: bool = True,
     ) -> None:
-        """Evict one component's data from a node that stays in the tree, then cascade
-        to the components that rank below it there."""
+        """Evict one component's data from a node that stays in the tree, then (by
+        default) cascade to the components that rank below it there."""
         n = component.evict_component(node, frees)
         tracker[component.name] += n
         if self.events.enabled:
             self.events.emit(EventKind.TOMBSTONE, component.name, node.id, cause, n)
         self._detach(node, component)
-        self.cascade_evict(node, component, tracker, frees)
+        if cascade:
+            self.cascade_evict(node, component, tracker, frees)
 
     def set_component_value(self, node_id: int, name: str, value: torch.Tensor, cause: Cause = Cause.REQUEST) -> None:
         """Attach an auxiliary component's value (an SWA rebuild, a recovery): the

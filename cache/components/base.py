@@ -65,9 +65,16 @@ class TreeComponent:
         return []
 
     # ---- match ------------------------------------------------------------
-    def create_match_validator(self) -> Optional[Callable[[TreeNode], bool]]:
-        """A fresh (possibly stateful) predicate per match, or None for 'always valid'."""
+    def create_match_validator(self) -> Optional[Callable[[TreeNode, int], bool]]:
+        """A fresh (possibly stateful) predicate per match, called as
+        ``validate(node, matched_tokens)`` on every node in path order; None means
+        'always valid'."""
         return None
+
+    def pinned_by_lock(self, path: list[tuple[TreeNode, int]]) -> int:
+        """Evictable units a lock at the end of ``path`` would protect (for capacity
+        checks made before a request locks its prefix)."""
+        return 0
 
     def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int) -> MatchResult:
         return result

@@ -32,6 +32,10 @@ class FullComponent(TreeComponent):
     def on_match_end(self, node: TreeNode) -> None:
         pass
 
+    def pinned_by_lock(self, path) -> int:
+        i = self.index
+        return sum(n for node, n in path if node.data[i].lock_ref == 0)
+
     def redistribute_on_split(self, new_parent: TreeNode, child: TreeNode) -> None:
         i = self.index
         upper, lower = new_parent.data[i], child.data[i]

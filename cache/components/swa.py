@@ -65,14 +65,25 @@ class SWAComponent(TreeComponent):
         i, window = self.index, self.window
         run = [float("inf")]  # tokens of live SWA since the last gap (no gap yet: infinite)
 
-        def validate(node: TreeNode) -> bool:
+        def validate(node: TreeNode, length: int) -> bool:
             if node.data[i].value is None:
                 run[0] = 0
                 return False
-            run[0] += node.length
+            run[0] += length
             return run[0] >= window
 
         return validate
+
+    def pinned_by_lock(self, path) -> int:
+        i, covered, pinned = self.index, 0, 0
+        for node, n in reversed(path):
+            if covered >= self.window:
+                break
+            cd = node.data[i]
+            if cd.lock_ref == 0 and cd.value is not None:
+                pinned += n
+            covered += n
+        return pinned
 
     def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int) -> MatchResult:
         aligned = walked - walked % self.page_size
@@ -258,7 +269,8 @@ class SWAComponent(TreeComponent):
             self._move_to_evictable(cur)
         self.tree.update_leaf_state(cur)
         if frees is not None and cd.value is not None and cur.in_leaf_set:
-            self.tree.tombstone(cur, self, {c.name: 0 for c in self.tree.components}, frees, Cause.WINDOW)
+            tracker = {c.name: 0 for c in self.tree.components}
+            self.tree.tombstone(cur, self, tracker, frees, Cause.WINDOW, cascade=False)
 
     # ---- request caching --------------------------------------------------
     def prepare_for_caching_req(self, req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
