@@ -312,9 +312,12 @@ class UnifiedRadixCache:
         in_page = (ps - start % ps) % ps if start else 0
         reuse = min(in_page, len(tokens))
         parts = []
-        if reuse:
+        if reuse:  # the rest of the last page (its peers' pages were taken with it)
             last = req.kv_indices[-1:]
-            parts.append(last + torch.arange(1, reuse + 1, dtype=torch.int64, device=self.device))
+            filled = last + torch.arange(1, reuse + 1, dtype=torch.int64, device=self.device)
+            for component in self._kv_peers:
+                component.peer_continue(last, filled)
+            parts.append(filled)
         if len(tokens) > reuse:
             parts.append(self.alloc_kv(len(tokens) - reuse))
         req.output_ids.extend(tokens)
@@ -325,8 +328,8 @@ class UnifiedRadixCache:
 
     def slide_window(self, req: Req) -> None:
         """Decode moved on: free the request's SWA slots that fell out of the window
-        (the scheduler's maybe_evict_swa), and once it has decoded a whole window past
-        its prefill, release its prefix's SWA lock."""
+        (the scheduler's maybe_evict_swa at seqlen - 1). The prefix's SWA lock stays
+        (v0.5.23 releases it early only behind an opt-in flag; see release_window)."""
         self._check_live(req)
         swa = self.by_name.get("swa")
         if swa is None:
@@ -336,10 +339,6 @@ class UnifiedRadixCache:
             bus.begin("slide_window")
         try:
             swa.slide_window(req, req.kv_len - 1)
-            lock = req.lock
-            if lock is not None and not lock.swa_released and len(req.output_ids) >= swa.window:
-                if lock.component_lock_uuids.get("swa") is not None:
-                    self._release_window(req.last_node, lock)
         finally:
             if bus.enabled:
                 bus.end()

@@ -182,6 +182,9 @@ class TreeComponent:
     def peer_alloc(self, full_slots: torch.Tensor) -> None:
         pass
 
+    def peer_continue(self, last_slot: torch.Tensor, full_slots: torch.Tensor) -> None:
+        """Map Full slots that fill the rest of an already allocated page."""
+
     def peer_free(self, full_slots: torch.Tensor, cause: Cause, node: Optional[int]) -> None:
         pass
 

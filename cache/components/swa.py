@@ -340,7 +340,7 @@ class SWAComponent(TreeComponent):
         elif action.name == RECOVER_LOCKED:
             kept, incoming = action.payload
             swa = self.pool.move_mapping(kept, incoming)
-            self.cache.kv_pool.free(incoming)  # only the incoming Full side: its SWA moved
+            self.cache.free_kv([incoming], Cause.DUPLICATE, action.node, full_only=True)  # its SWA moved
             self.tree.set_component_value(action.node, self.name, swa, Cause.WINDOW)
             self._emit(EventKind.RECOVER, None, Cause.WINDOW, int(kept.shape[0]), "locked Full kept")
         else:
@@ -352,6 +352,11 @@ class SWAComponent(TreeComponent):
 
     def peer_alloc(self, full_slots: torch.Tensor) -> None:
         self.pool.alloc_for(full_slots)
+
+    def peer_continue(self, last_slot: torch.Tensor, full_slots: torch.Tensor) -> None:
+        start = self.pool.translate(last_slot)
+        offsets = torch.arange(1, full_slots.shape[0] + 1, dtype=torch.int64, device=full_slots.device)
+        self.pool.mapping[full_slots] = start + offsets
 
     def peer_free(self, full_slots: torch.Tensor, cause: Cause, node: Optional[int]) -> None:
         freed = self.pool.free_for(full_slots)
