@@ -52,6 +52,7 @@ class UnifiedRadixCache:
             c for c in self.components if type(c).finalize_match_in_cache is not TreeComponent.finalize_match_in_cache
         ]
         self._kv_peers = [c for c in self.components if c.kv_peer]
+        self._mamba = self.by_name.get("mamba")
         self.requests: dict[str, Req] = {}
         self._rids = itertools.count(1)
         self.fingerprints = True  # write_kv records KV fingerprints (off only for timing replays)
@@ -84,6 +85,8 @@ class UnifiedRadixCache:
             params.key = _as_key(params.key)
         if params.prev_prefix_len < 0:
             raise CacheError(f"prev_prefix_len must be >= 0 (got {params.prev_prefix_len})")
+        if self._mamba is not None:
+            self._mamba.check_insert_value(params.mamba_value)
         if self.events.enabled:
             return self._observed("insert", self.tree.insert, params, self._apply_actions)
         return self.tree.insert(params, self._apply_actions)
@@ -155,6 +158,20 @@ class UnifiedRadixCache:
                     f"{name} pool exhausted: {short} more slot(s) needed, {self.available_size(name)} free"
                     + (f", {reclaimable} evictable" if evict else " (auto_evict is off)")
                 )
+
+    def alloc_mamba_state(self, tokens: list[int]) -> torch.Tensor:
+        """A fresh state slot holding the state after ``tokens`` (for a direct insert)."""
+        if self._mamba is None:
+            raise CacheError("alloc_mamba_state needs the mamba component")
+        slot = self._mamba.alloc_slot()
+        fps = prefix_fingerprints(tokens, self.device)
+        self._mamba.pool.write(slot, int(fps[-1]) if len(tokens) else -1)
+        return slot
+
+    def free_mamba_state(self, slot: torch.Tensor) -> None:
+        if self._mamba is None:
+            raise CacheError("free_mamba_state needs the mamba component")
+        self._mamba.pool.free(slot)
 
     def free_swa(self, full_slots: torch.Tensor) -> None:
         """Free only the SWA side of these Full slots (a request's out-of-window KV)."""
@@ -284,6 +301,10 @@ class UnifiedRadixCache:
             shorts = {"full": self.kv_pool.pages_for(need) * self.page_size - self.kv_pool.available_size()}
             for component in self._kv_peers:
                 shorts[component.name] = component.peer_shortfall(need)
+            for component in self.components:
+                slots = component.slots_for_request()
+                if slots:
+                    shorts[component.name] = slots - component.available_size()
             pinned = {c.name: c.pinned_by_lock(path) for c in self.components}
             self._ensure_capacity(shorts, pinned, self.auto_evict)
             match = self.match_prefix(MatchPrefixParams(key, cow_mamba="mamba" in self.by_name, req=req))
@@ -291,11 +312,15 @@ class UnifiedRadixCache:
             lock = self.tree.inc_lock_ref(match.last_device_node)
             try:
                 fresh = self.alloc_kv(len(tokens) - prefix_len)
+                self.write_kv(fresh, req.origin_input_ids, prefix_len)
+                req.kv_indices = torch.cat([match.device_indices, fresh]) if prefix_len else fresh
+                for component in self.components:
+                    component.admit_request(req)
             except PoolExhaustedError:  # unreachable after the check above; kept as a guard
                 self.tree.dec_lock_ref(match.last_device_node, lock)
+                for component in self.components:
+                    component.release_request(req)
                 raise
-            self.write_kv(fresh, req.origin_input_ids, prefix_len)
-            req.kv_indices = torch.cat([match.device_indices, fresh]) if prefix_len else fresh
             req.last_node, req.lock, req.cache_protected_len = match.last_device_node, lock, prefix_len
             self.requests[rid] = req
             return req
@@ -325,6 +350,8 @@ class UnifiedRadixCache:
             new = torch.cat(parts)
             self.write_kv(new, req.fill_ids, start)
             req.kv_indices = torch.cat([req.kv_indices, new])
+            for component in self.components:
+                component.advance_request(req, start)
 
     def slide_window(self, req: Req) -> None:
         """Decode moved on: free the request's SWA slots that fell out of the window
@@ -352,15 +379,16 @@ class UnifiedRadixCache:
             bus.begin("cache_finished_req")
         try:
             if is_insert:
-                self._checkpoint(req, finished=True)
+                self._checkpoint(req, finished=True)  # runs the components' cleanup
             own = req.own_indices
             if own.shape[0]:
                 self.free_kv([own], Cause.TAIL if is_insert else Cause.REQUEST, None)
             if req.lock is not None:
                 self.tree.dec_lock_ref(req.last_node, req.lock)
             req.lock = None
-            for component in self.components:
-                component.cleanup_after_caching_req(req, True, None)
+            if not is_insert:
+                for component in self.components:
+                    component.cleanup_after_caching_req(req, True, None, None)
             req.released = True
             req.kv_indices = req.kv_indices[:0]
             self.requests.pop(req.rid, None)
@@ -394,6 +422,8 @@ class UnifiedRadixCache:
             if capped is not None:
                 cache_len = min(cache_len, capped)
         if cache_len <= 0:
+            for component in self.components:
+                component.cleanup_after_caching_req(req, finished, None, params)
             return
         key = RadixKey(tokens[:cache_len], req.extra_key)
         if not finished:
@@ -422,7 +452,7 @@ class UnifiedRadixCache:
             self.tree.dec_lock_ref(old_node, old_lock)
         req.last_node, req.cache_protected_len = new_node, aligned
         for component in self.components:
-            component.cleanup_after_caching_req(req, finished, result)
+            component.cleanup_after_caching_req(req, finished, result, params)
 
     def _check_live(self, req: Req) -> None:
         if req.released or self.requests.get(req.rid) is not req:

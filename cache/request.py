@@ -28,7 +28,13 @@ class Req:
     extra_key: Optional[str] = None
     priority: int = 0
     swa_evicted_seqlen: int = 0  # positions below hold no live SWA slot of this request
-    mamba_pool_idx: Optional[torch.Tensor] = None  # the request's own state slot
+    mamba_pool_idx: Optional[torch.Tensor] = None  # the request's running state slot
+    mamba_ping_pong: Optional[torch.Tensor] = None  # two tracked-checkpoint slots (page > 1)
+    mamba_next_track_idx: int = 0
+    mamba_last_track_seqlen: Optional[int] = None  # where the newest tracked state was taken
+    mamba_prev_track_seqlen: Optional[int] = None
+    mamba_keep_idx: Optional[int] = None  # the ping-pong slot a finished request hands to the tree
+    mamba_cow_src: Optional[torch.Tensor] = None  # the tree slot its running state was copied from
     released: bool = False
 
     @property

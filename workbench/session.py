@@ -71,11 +71,15 @@ class Session:
         window_floor = f.get("swa_evicted_seqlen", 0)
         if window_floor:  # a request whose window slid: its SWA KV below the floor is gone
             cache.free_swa(slots[:window_floor])
+        state = cache.alloc_mamba_state(tokens[:aligned]) if "mamba" in cache.by_name else None
+        result = None
         try:
-            result = cache.insert(InsertParams(key, slots, swa_evicted_seqlen=window_floor))
+            result = cache.insert(InsertParams(key, slots, state, swa_evicted_seqlen=window_floor))
         finally:
             if aligned < len(tokens):
                 cache.free_kv([slots[aligned:]])
+            if state is not None and (result is None or result.mamba_exist):
+                cache.free_mamba_state(state)  # the tree kept its own state
         return {"prefix_len": result.prefix_len}
 
     def match(self, f: dict) -> dict:

@@ -160,8 +160,21 @@ class TreeComponent:
     def free_out_of_window_slots(self, req, pre_len: int, params: InsertParams) -> None:
         """Before caching an unfinished request: drop what it no longer needs."""
 
-    def cleanup_after_caching_req(self, req, finished: bool, result: Optional[InsertResult]) -> None:
+    def cleanup_after_caching_req(self, req, finished: bool, result: Optional[InsertResult], params=None) -> None:
         pass
+
+    def admit_request(self, req) -> None:
+        """A request was admitted (prefix matched and locked, the rest computed)."""
+
+    def advance_request(self, req, start: int) -> None:
+        """A running request computed tokens [start, kv_len)."""
+
+    def release_request(self, req) -> None:
+        """A request is dropped without caching: return what it holds."""
+
+    def slots_for_request(self) -> int:
+        """Slots of this component's own pool a new request takes."""
+        return 0
 
     def verify_match(self, tokens: list[int], result: MatchResult) -> list:
         """Extra proof that a match handed out the right data (Violations)."""

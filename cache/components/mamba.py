@@ -1,0 +1,310 @@
+"""Mamba / SSM state: one recurrent state per node boundary.
+
+A state is valid only at the exact token boundary where it was taken, so a match may
+end only on a node that holds one, a request gets its own copy of it (copy-on-write),
+a split leaves it on the deeper node, and it is evicted first (priority 0): internal
+nodes lose it (tombstone), leaves are deleted whole, Full KV included.
+
+Without the extra buffer (page 1) the request's running state is what gets cached.
+With it (page > 1) the model tracks states at checkpoint positions into two
+ping-pong slots; the newest tracked one is what the tree keeps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+from ..errors import InvalidValueError, PoolExhaustedError
+from ..events import Cause, EventKind
+from ..params import EvictParams
+from ..pools.kv_buffer import prefix_fingerprints
+from ..pools.mamba_pool import MambaStatePool
+from .base import TreeComponent
+
+if TYPE_CHECKING:
+    from ..params import InsertParams, MatchResult
+    from ..request import Req
+    from ..tree_node import TreeNode
+
+CHUNK_SIZE = 64  # the model's SSM chunk: checkpoints sit on lcm(chunk, page) boundaries
+
+
+class MambaComponent(TreeComponent):
+    name = "mamba"
+    uses_lru = True
+    leaf_priority = 0
+    internal_priority = 0
+
+    def __init__(self, cache, index: int) -> None:
+        super().__init__(cache, index)
+        cfg = cache.config
+        self.page_size = cfg.page_size
+        self.extra_buffer = cfg.page_size > 1  # ping-pong tracking; page 1 caches the running state
+        chunk = max(CHUNK_SIZE, cfg.page_size)
+        self.grid = chunk * cfg.page_size // math.gcd(chunk, cfg.page_size)
+        self.pool = MambaStatePool(cfg.mamba_size, cache.device)
+        self._cursor: Optional[TreeNode] = None
+
+    def value_len(self, node: TreeNode) -> int:
+        return 1
+
+    def node_extras(self, node: TreeNode) -> dict:
+        value = node.data[self.index].value
+        return {"slot": int(value[0])} if value is not None else {}
+
+    # ---- match ------------------------------------------------------------
+    def create_match_validator(self):
+        i = self.index
+        return lambda node, length: node.data[i].value is not None
+
+    def pinned_by_lock(self, path) -> int:
+        if not path:
+            return 0
+        cd = path[-1][0].data[self.index]
+        return 1 if cd.lock_ref == 0 and cd.value is not None else 0
+
+    def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int) -> MatchResult:
+        aligned = walked - walked % self.grid
+        return result._replace(mamba_branching_seqlen=aligned if aligned > result.device_prefix_len else None)
+
+    def finalize_match_in_cache(self, params, result: MatchResult) -> MatchResult:
+        """Copy-on-write: the request gets its own slot holding the matched state."""
+        if not params.cow_mamba:
+            return result
+        src = self.tree.nodes[result.best_match_node].data[self.index].value
+        if src is None:
+            return result
+        req = params.req
+        if req.mamba_pool_idx is None:
+            receipt = self.tree.inc_lock_ref(result.best_match_node)  # the source must survive eviction
+            try:
+                req.mamba_pool_idx = self.alloc_slot()
+            finally:
+                self.tree.dec_lock_ref(result.best_match_node, receipt)
+        self.pool.copy(src, req.mamba_pool_idx)
+        req.mamba_cow_src = src
+        self._emit(EventKind.COW, self.tree.nodes[result.best_match_node], Cause.REQUEST, 1, f"slot {int(src[0])} -> {int(req.mamba_pool_idx[0])}")
+        return result
+
+    def on_walkdown(self, node: TreeNode) -> None:
+        pass
+
+    def on_match_end(self, node: TreeNode) -> None:
+        if node.data[self.index].value is not None:
+            self.tree.lru[self.name].promote(node)  # only the state a match uses
+
+    # ---- insert -----------------------------------------------------------
+    def check_insert_value(self, value: Optional[torch.Tensor]) -> None:
+        """Called before the walk: a bad mamba_value must not leave a half insert."""
+        if value is None:
+            raise InvalidValueError("insert needs a mamba_value (one state slot) when mamba is a component")
+        if not isinstance(value, torch.Tensor) or value.dtype is not torch.int64 or value.shape != (1,):
+            raise InvalidValueError("mamba_value must be a 1-element int64 tensor (a state slot)")
+
+    def commit_insert(self, node, is_new_leaf, params, result, actions) -> None:
+        cd = node.data[self.index]
+        if node is self.tree.root:
+            result.mamba_exist = True
+            return
+        if cd.value is None:
+            self.tree.set_component_value(node.id, self.name, params.mamba_value)
+            node.last_access_time = self.tree.tick()
+            return
+        self.tree.lru[self.name].promote(node)
+        node.last_access_time = self.tree.tick()
+        result.mamba_exist = True  # the tree keeps its own state; the caller frees the incoming one
+
+    # ---- split ------------------------------------------------------------
+    def redistribute_on_split(self, new_parent: TreeNode, child: TreeNode) -> None:
+        upper = new_parent.data[self.index]
+        upper.value, upper.lock_ref = None, 0  # the state belongs to the deeper boundary
+
+    # ---- eviction ---------------------------------------------------------
+    def evict_component(self, node: TreeNode, frees: dict[str, list]) -> int:
+        cd = node.data[self.index]
+        if cd.value is None:
+            return 0
+        frees["mamba"].append(cd.value)
+        self.tree.evictable[self.index] -= 1
+        return 1
+
+    def evict_start(self, request: int) -> None:
+        self._evict_request = request
+        self._cursor = self.tree.lru[self.name].lru_first()
+
+    def evict_next(self, tracker, frees):
+        lru = self.tree.lru[self.name]
+        if self._cursor is not None and self._cursor not in lru:
+            self._cursor = lru.lru_first()
+        x = self._cursor
+        if tracker["mamba"] >= self._evict_request or x is None:
+            return None, False
+        self._cursor = lru.prev_of(x)
+        if x.in_leaf_set:
+            return x, True  # a leaf goes whole, Full KV included
+        self.tree.tombstone(x, self, tracker, frees, Cause.CAPACITY)
+        return None, True
+
+    def evict_end(self) -> None:
+        self._cursor = None
+
+    # ---- locks: this node's state only -----------------------------------
+    def acquire_lock(self, node: TreeNode, receipt) -> None:
+        if node is self.tree.root:
+            return
+        cd = node.data[self.index]
+        if cd.lock_ref == 0 and cd.value is not None:
+            self._move_to_protected(node)
+        cd.lock_ref += 1
+        self._emit(EventKind.LOCK, node, Cause.REQUEST, 1, f"lock_ref={cd.lock_ref}")
+
+    def check_release(self, node: TreeNode, receipt) -> Optional[str]:
+        if node is not self.tree.root and node.data[self.index].lock_ref <= 0:
+            return f"mamba release hit lock_ref=0 on node {node.id}"
+        return None
+
+    def release_lock(self, node: TreeNode, receipt) -> None:
+        if node is self.tree.root:
+            return
+        cd = node.data[self.index]
+        if cd.lock_ref == 1 and cd.value is not None:
+            self._move_to_evictable(node)
+        cd.lock_ref -= 1
+        self._emit(EventKind.UNLOCK, node, Cause.REQUEST, 1, f"lock_ref={cd.lock_ref}")
+        if cd.lock_ref == 0:
+            self.tree.update_leaf_state(node)
+
+    # ---- requests ---------------------------------------------------------
+    def slots_for_request(self) -> int:
+        return 3 if self.extra_buffer else 1  # running state (+ two ping-pong track slots)
+
+    def alloc_slot(self) -> torch.Tensor:
+        """One state slot, evicting Mamba data when the pool is full."""
+        if self.pool.available_size() < 1:
+            self.cache.evict_for_alloc(EvictParams(mamba_num=1))
+        if self.pool.available_size() < 1:
+            raise PoolExhaustedError(
+                f"cannot alloc mamba cache: all {self.pool.size} state slots are locked or held by running requests"
+            )
+        return self.pool.alloc(1)
+
+    def admit_request(self, req: Req) -> None:
+        """A new request: its running state (copied on match, or fresh) has now seen
+        every token of its prompt."""
+        if req.mamba_pool_idx is None:
+            req.mamba_pool_idx = self.alloc_slot()
+        if self.extra_buffer and req.mamba_ping_pong is None:
+            req.mamba_ping_pong = torch.cat([self.alloc_slot(), self.alloc_slot()])
+        self.advance_request(req, 0)
+
+    def advance_request(self, req: Req, start: int) -> None:
+        """The model ran tokens [start, kv_len): update the running state and track
+        checkpoint states at grid boundaries (extra buffer)."""
+        tokens = req.fill_ids[: req.kv_len]
+        if not tokens:
+            return
+        fps = prefix_fingerprints(tokens, self.pool.device)
+        self.pool.write(req.mamba_pool_idx, int(fps[-1]))
+        if not self.extra_buffer:
+            return
+        tracked = len(tokens) - len(tokens) % self.grid
+        if tracked and tracked > (req.mamba_last_track_seqlen or 0):
+            slot = req.mamba_ping_pong[req.mamba_next_track_idx : req.mamba_next_track_idx + 1]
+            self.pool.write(slot, int(fps[tracked - 1]))
+            req.mamba_prev_track_seqlen = req.mamba_last_track_seqlen
+            req.mamba_last_track_seqlen = tracked
+            req.mamba_next_track_idx ^= 1
+
+    def _keep_idx(self, req: Req) -> int:
+        return req.mamba_next_track_idx ^ 1  # the newest tracked slot
+
+    def prepare_for_caching_req(self, req: Req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
+        cache_len = req.mamba_last_track_seqlen if self.extra_buffer else length
+        if finished:
+            if self.extra_buffer:
+                keep = self._keep_idx(req)
+                cache_len = cache_len or 0
+                if cache_len > length:
+                    keep, cache_len = keep ^ 1, req.mamba_prev_track_seqlen
+                    if cache_len is None or cache_len > length:
+                        return 0
+                req.mamba_keep_idx = keep
+                params.mamba_value = req.mamba_ping_pong[keep : keep + 1].clone()
+            else:
+                params.mamba_value = req.mamba_pool_idx.clone()
+            return cache_len
+        if cache_len is None:
+            return 0
+        if self.extra_buffer:  # donate the tracked slot, put a fresh one in its place
+            keep = self._keep_idx(req)
+            donated = req.mamba_ping_pong[keep : keep + 1].clone()
+            req.mamba_ping_pong[keep] = self.alloc_slot()[0]
+        else:  # fork the running state
+            donated = self.alloc_slot()
+            self.pool.copy(req.mamba_pool_idx, donated)
+        params.mamba_value = donated
+        return cache_len
+
+    def cleanup_after_caching_req(self, req: Req, finished: bool, result, params=None) -> None:
+        if finished:
+            inserted = result is not None and not result.mamba_exist
+            keep = getattr(req, "mamba_keep_idx", None) if inserted else None
+            self.release_request(req, keep_ping_pong=keep, keep_running=inserted and not self.extra_buffer)
+            return
+        value = None if params is None else params.mamba_value
+        if value is not None and (result is None or result.mamba_exist):
+            self.pool.free(value)  # the tree already had that state: our fork is not needed
+        req.mamba_last_track_seqlen = req.mamba_prev_track_seqlen = None
+
+    def release_request(self, req: Req, keep_ping_pong: Optional[int] = None, keep_running: bool = False) -> None:
+        """Free the request's state slots, except the one the tree now owns."""
+        slots = []
+        if req.mamba_pool_idx is not None and not keep_running:
+            slots.append(req.mamba_pool_idx)
+        if req.mamba_ping_pong is not None:
+            slots.extend(req.mamba_ping_pong[i : i + 1] for i in range(2) if i != keep_ping_pong)
+        if slots:
+            self.pool.free(torch.cat(slots))
+        req.mamba_pool_idx = req.mamba_ping_pong = None
+
+    def held_slots(self, req: Req) -> list[int]:
+        slots = [] if req.mamba_pool_idx is None else req.mamba_pool_idx.tolist()
+        if req.mamba_ping_pong is not None:
+            slots += req.mamba_ping_pong.tolist()
+        return slots
+
+    # ---- pools ------------------------------------------------------------
+    def available_size(self) -> int:
+        return self.pool.available_size()
+
+    def pool_size(self) -> int:
+        return self.pool.size
+
+    def reset_pool(self) -> None:
+        self.pool.clear()
+
+    def pool_views(self) -> dict:
+        from ..snapshot import PoolView
+
+        held = sum(len(self.held_slots(r)) for r in self.cache.requests.values())
+        i = self.index
+        return {"mamba": PoolView("mamba", self.pool.size, self.pool.available_size(), self.tree.evictable[i], self.tree.protected[i], held)}
+
+    def free_device_values(self, values: list[torch.Tensor], cause: Cause, node: Optional[int]) -> None:
+        freed = self.pool.free(values[0] if len(values) == 1 else torch.cat(values))
+        if freed:
+            self._emit(EventKind.FREE, None, cause, freed, "pool=mamba")
+
+    # ---- checks -----------------------------------------------------------
+    def check_invariants(self) -> list[tuple[str, str]]:
+        from .mamba_checks import check_mamba
+
+        return check_mamba(self)
+
+    def verify_match(self, tokens: list[int], result: MatchResult) -> list:
+        from .mamba_checks import verify_mamba_match
+
+        return verify_mamba_match(self, tokens, result)
