@@ -17,7 +17,7 @@ from .actions import ComponentAction, FreeDeviceKV, FreeDeviceKVFullOnly
 from .components import COMPONENT_REGISTRY, TreeComponent
 from .config import CacheConfig
 from .device import resolve_device
-from .errors import CacheError, InvalidKeyError, PoolError, PoolExhaustedError
+from .errors import CacheError, InvalidKeyError, InvalidValueError, PoolError, PoolExhaustedError
 from .events import Cause, EventBus, EventKind
 from .keys import RadixKey
 from .params import (
@@ -85,6 +85,9 @@ class UnifiedRadixCache:
             params.key = _as_key(params.key)
         if params.prev_prefix_len < 0:
             raise CacheError(f"prev_prefix_len must be >= 0 (got {params.prev_prefix_len})")
+        floor = params.swa_evicted_seqlen
+        if type(floor) is not int or floor < 0 or floor % self.page_size:
+            raise InvalidValueError(f"swa_evicted_seqlen must be a non-negative multiple of page_size {self.page_size} (got {floor!r})")
         if self._mamba is not None:
             self._mamba.check_insert_value(params.mamba_value)
         if self.events.enabled:

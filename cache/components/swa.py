@@ -131,8 +131,6 @@ class SWAComponent(TreeComponent):
     def _clip_to_window(self, node: TreeNode, start: int, end: int, window_start: int):
         """(node, live_start) for the in-window part of a tombstoned span, splitting the
         node at the window boundary; None when the whole span is out of the window."""
-        if window_start % self.page_size:
-            raise ValueError(f"swa_evicted_seqlen {window_start} is not page-aligned (page {self.page_size})")
         live_start = max(start, window_start)
         if live_start >= end:
             return None

@@ -35,6 +35,8 @@ def check_swa(swa: SWAComponent) -> list[tuple[str, str]]:
             continue
         if cd.value.shape[0] != node.length:
             out.append(("swa.value_len", f"node {node.id} SWA value {cd.value.shape[0]} != key {node.length}"))
+        elif bool((cd.value < 0).any()):
+            out.append(("swa.unmapped", f"node {node.id} SWA value holds positions with no SWA slot"))
         elif not torch.equal(cd.value, mapped):
             out.append(("swa.translation", f"node {node.id} SWA value differs from the translation of its Full value"))
         tree_pages.extend(pool.allocator.page_ids(cd.value).tolist())
