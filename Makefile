@@ -24,7 +24,7 @@ graphviz:
 	  else echo "note: Graphviz 'dot' not found (install the 'graphviz' package); SVG export will be unavailable"; fi; }
 
 run: setup
-	@$(BIN)/urc show scenarios/tour.toml --walk
+	@$(BIN)/urc show --walk scenarios/tour.toml scenarios/tour_swa.toml $(wildcard scenarios/tour_mamba.toml)
 
 test: setup
 	@$(BIN)/python -m pytest

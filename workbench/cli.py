@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="print the tree after a step of a scenario")
     show.add_argument("file", metavar="FILE")
+    show.add_argument("more", nargs="*", metavar="FILE", help="with --walk: further chapters to walk in turn")
     show.add_argument("--step", type=int, default=None, help="step number (default: the last; 0: the start)")
     show.add_argument("--walk", action="store_true", help="print every step: description, op, result, events, tree")
 
@@ -99,12 +100,17 @@ def _show(args) -> int:
     from .scenario import ScenarioError, load_scenario
     from .tree_view import render_state
 
-    scenario = load_scenario(args.file)
-    timeline = run_scenario(scenario)
+    if args.more and not args.walk:
+        raise ScenarioError("several files only with --walk")
     console = Console()
     if args.walk:
-        walk(timeline, console)
-        return 0 if timeline.passed else 1
+        scenarios = [load_scenario(path) for path in [args.file, *args.more]]
+        timelines = [run_scenario(s) for s in scenarios]
+        for timeline in timelines:
+            walk(timeline, console)
+        return 0 if all(t.passed for t in timelines) else 1
+    scenario = load_scenario(args.file)
+    timeline = run_scenario(scenario)
     n = len(timeline) if args.step is None else args.step
     if not 0 <= n <= len(timeline):
         raise ScenarioError(f"--step must be between 0 and {len(timeline)}", args.file)
