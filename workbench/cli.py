@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--requests", type=int, default=5000)
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    bench.add_argument("--components", default="full", help="comma-separated, e.g. full,swa,mamba (window 128)")
     bench.add_argument("--tree-sizes", default="1000,100000", help="comma-separated node counts for the scaling run")
     bench.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
@@ -148,7 +149,11 @@ def _bench(args) -> int:
         raise ScenarioError(f"--tree-sizes must be comma-separated ints (got {args.tree_sizes!r})") from None
     from .bench import BenchConfig, full_report, print_report
 
-    report = full_report(BenchConfig(requests=args.requests, seed=args.seed, device=args.device), sizes)
+    components = tuple(c.strip() for c in args.components.split(",") if c.strip())
+    if not components or components[0] != "full" or not set(components) <= {"full", "swa", "mamba"}:
+        raise ScenarioError(f"--components must start with full and name only full, swa, mamba (got {args.components!r})")
+    config = BenchConfig(requests=args.requests, seed=args.seed, device=args.device, components=components)
+    report = full_report(config, sizes if components == ("full",) else ())
     if args.json:
         print(json.dumps(report, indent=2))
     else:
