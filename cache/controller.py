@@ -70,6 +70,8 @@ class UnifiedRadixCache:
     def match_prefix(self, params: MatchPrefixParams | RadixKey) -> MatchResult:
         if not isinstance(params, MatchPrefixParams):
             params = MatchPrefixParams(_as_key(params))
+        if params.cow_mamba and params.req is None:
+            raise InvalidValueError("cow_mamba needs the request that receives the copy (params.req)")
         if self.events.enabled:
             return self._observed("match_prefix", self._match_prefix, params)
         return self._match_prefix(params)
@@ -434,6 +436,12 @@ class UnifiedRadixCache:
                 component.free_out_of_window_slots(req, len(key) - 1, params)
         key = key.page_aligned(self.page_size)
         aligned = len(key)
+        if aligned < req.cache_protected_len:
+            # the cacheable part (e.g. up to the last Mamba checkpoint) is already in
+            # the tree below the request's locked prefix: nothing to add
+            for component in self.components:
+                component.cleanup_after_caching_req(req, finished, None, params)
+            return
         params.key, params.value = key, req.kv_indices[:aligned]
         result = self.insert(params)
         req.cache_inserted_len = max(req.cache_inserted_len, aligned)

@@ -58,7 +58,8 @@ class MambaComponent(TreeComponent):
     # ---- match ------------------------------------------------------------
     def create_match_validator(self):
         i = self.index
-        return lambda node, length: node.data[i].value is not None
+        # a node matched only in part is split first and its upper part has no state
+        return lambda node, length: length == node.length and node.data[i].value is not None
 
     def pinned_by_lock(self, path) -> int:
         if not path:
