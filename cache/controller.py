@@ -327,6 +327,7 @@ class UnifiedRadixCache:
                     component.release_request(req)
                 raise
             req.last_node, req.lock, req.cache_protected_len = match.last_device_node, lock, prefix_len
+            req.swa_branching_seqlen = match.swa_branching_seqlen
             self.requests[rid] = req
             return req
         finally:

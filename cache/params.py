@@ -60,6 +60,8 @@ class InsertParams:
     swa_evicted_seqlen: int = 0
     chunked: bool = False
     priority: int = 0
+    # Set when the insert stops at an SWA branch point (see SWAComponent.prepare_for_caching_req).
+    swa_branching_seqlen: Optional[int] = None
     # The inserting request already inserted [0, here): only nodes ending past it
     # count a hit, so a request counts each node once across its checkpoints.
     inserted_len: int = 0
@@ -71,6 +73,7 @@ class InsertResult:
     last_device_node: Optional[NodeId] = None
     mamba_exist: bool = False
     total_len: int = 0
+    swa_branch_inserted: bool = False
 
 
 @dataclasses.dataclass

@@ -28,6 +28,8 @@ class Req:
     extra_key: Optional[str] = None
     priority: int = 0
     swa_evicted_seqlen: int = 0  # positions below hold no live SWA slot of this request
+    # the match found Full KV past its last live window: the first checkpoint stops here
+    swa_branching_seqlen: Optional[int] = None
     mamba_pool_idx: Optional[torch.Tensor] = None  # the request's running state slot
     mamba_ping_pong: Optional[torch.Tensor] = None  # two tracked-checkpoint slots (page > 1)
     mamba_next_track_idx: int = 0

@@ -530,7 +530,13 @@ def test_swa_unfinished_req_over_a_locked_tombstone(swa):
     before = swa.avail()
     cache.cache_unfinished_req(req)
     swa.ok()
-    assert req.swa_evicted_seqlen == 0
+    # the match's Full hit ran past its live window (swa_branching_seqlen = T): this first
+    # checkpoint is that branch insert, whose cleanup slides the window, which raises the
+    # floor to the now tree-owned prefix (v0.5.23 free_swa_out_of_window_slots: dead_lo),
+    # unless the window has not moved at all yet (pre_len - window < evicted + 1)
+    pre_len = len(t) - 1
+    assert req.swa_branching_seqlen is None
+    assert req.swa_evicted_seqlen == (T if pre_len - swa.sw >= 1 else 0)
     assert swa.avail() == (before[0] + T, before[1])
     assert req.cache_protected_len == T and req.last_node == node
     assert torch.equal(req.kv_indices, old)

@@ -210,13 +210,19 @@ class SWACacheMachine(RuleBasedStateMachine):
     @rule(data=st.data(), chunked=st.booleans())
     def chunk(self, data, chunked):
         req = self.reqs[data.draw(st.integers(0, len(self.reqs) - 1))]
+        branch, protected_before = req.swa_branching_seqlen, req.cache_protected_len
         self.cache.cache_unfinished_req(req, chunked=chunked)
         assert req.swa_evicted_seqlen % self.page_size == 0
-        # while its window lock was held all along, the cached tail keeps a live window
-        # (never an all-tombstone last leaf): the whole cached prefix matches again
         protected = req.cache_protected_len
         m = self.cache.match_prefix(RadixKey(req.fill_ids[:protected]))
-        if req.rid not in self.released_rids:
+        if branch is not None and protected_before < branch <= req.kv_len:
+            # v0.5.23: the first checkpoint after a match whose Full hit ran past its last
+            # live window stops at that branch point (live SWA there is not guaranteed)
+            assert protected == branch and req.swa_branching_seqlen is None
+            event("chunk: branch checkpoint")
+        elif req.rid not in self.released_rids:
+            # while its window lock was held all along, the cached tail keeps a live
+            # window (never an all-tombstone last leaf): the whole cached prefix matches
             assert m.prefix_len == protected
         assert verify_match(self.cache, req.fill_ids, m) == []
 

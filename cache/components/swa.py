@@ -141,6 +141,8 @@ class SWAComponent(TreeComponent):
     def commit_insert(self, node, is_new_leaf, params, result, actions) -> None:
         """A new leaf gets SWA only for its in-window part (the rest stays a tombstone),
         capped to one page-aligned window so a lock on it pins one window of pool."""
+        if params.swa_branching_seqlen is not None:
+            result.swa_branch_inserted = len(params.key) >= params.swa_branching_seqlen
         if not is_new_leaf:
             return
         start = result.prefix_len
@@ -272,8 +274,23 @@ class SWAComponent(TreeComponent):
 
     # ---- request caching --------------------------------------------------
     def prepare_for_caching_req(self, req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
+        """Forward the request's window floor; and when its match found Full KV past
+        the last live window, stop this checkpoint at that branch point so the tree
+        gets a node boundary where a window can be rebuilt (not with Mamba: its
+        checkpoints decide the length)."""
         params.swa_evicted_seqlen = req.swa_evicted_seqlen
-        return None
+        branch = req.swa_branching_seqlen
+        if "mamba" in self.tree.by_name or branch is None or branch <= req.cache_protected_len or branch > length:
+            return None
+        params.swa_branching_seqlen = branch
+        return branch
+
+    def cleanup_after_caching_req(self, req, finished: bool, result, params=None) -> None:
+        if result is None or not result.swa_branch_inserted:
+            return
+        req.swa_branching_seqlen = None
+        if not finished:  # the branch is cached: the rest of the window can slide now
+            self.slide_window(req, len(req.fill_ids) - 1)
 
     def free_out_of_window_slots(self, req, pre_len: int, params: InsertParams) -> None:
         self.slide_window(req, pre_len)
