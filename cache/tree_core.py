@@ -14,12 +14,13 @@ import torch
 
 from .actions import FreeDeviceKV, FreeDeviceKVFullOnly
 from .components.base import TreeComponent
-from .errors import InvalidValueError, LockError, UnknownNodeError
+from .errors import InvalidValueError, UnknownNodeError
 from .events import Cause, EventBus, EventKind
 from .keys import TOKEN_BYTES, RadixKey, child_key, common_prefix_tokens
 from .leaf_set import EvictableLeafSet
 from .lru import LRUList
-from .params import DecLockRefParams, IncLockRefResult, InsertParams, InsertResult, MatchResult
+from .params import IncLockRefResult, InsertParams, InsertResult, MatchResult
+from .tree_core_locks import TreeLocks
 from .tree_node import TreeNode
 
 # Methods a component may leave at the base-class default; skipping those keeps the
@@ -35,7 +36,7 @@ def _overrides(component: TreeComponent, hook: str) -> bool:
     return getattr(type(component), hook) is not getattr(TreeComponent, hook)
 
 
-class UnifiedTreeCore:
+class UnifiedTreeCore(TreeLocks):
     def __init__(self, components: list[TreeComponent], page_size: int, device: torch.device, events: EventBus):
         if not components or components[0].name != "full":
             raise ValueError("the first component must be 'full'")
@@ -500,92 +501,6 @@ class UnifiedTreeCore:
                 self.events.emit(EventKind.CASCADE, component.name, node.id, Cause.CASCADE, n, f"from {trigger.name}")
             self._detach(node, component)
         self.update_leaf_state(node)
-
-    # ---- locks --------------------------------------------------------------
-    def inc_lock_ref(self, node_id: int, skip: tuple[str, ...] = ()) -> IncLockRefResult:
-        node = self.nodes.get(node_id)
-        if node is None:
-            raise UnknownNodeError(f"node {node_id} is not in the tree (evicted or never existed)")
-        self._next_receipt += 1
-        receipt = IncLockRefResult(0, node_id, self._next_receipt, skip)
-        if skip:
-            for component in self.components:
-                if component.name not in skip:
-                    component.acquire_lock(node, receipt)
-        else:
-            for component in self.components:
-                component.acquire_lock(node, receipt)
-        if node.in_leaf_set:
-            self.leaves.discard(node)
-        self.live_receipts[self._next_receipt] = receipt
-        return receipt
-
-    def dec_lock_ref(self, node_id: int, params: DecLockRefParams | IncLockRefResult, skip_swa: bool = False) -> None:
-        """Release exactly what the receipt acquired. Every check runs before any
-        count changes, so a refused release leaves the tree as it was."""
-        held = self.live_receipts.get(params.receipt_id)
-        if held is None:
-            raise LockError(
-                f"lock receipt {params.receipt_id} is not held: released twice, or never taken"
-                if params.receipt_id
-                else "unlock without a lock: this receipt was never returned by inc_lock_ref"
-            )
-        if held.node_id != node_id or params.node_id != node_id:
-            raise LockError(f"lock receipt anchored on node {held.node_id} released on node {node_id}")
-        node = self.node_by_id(node_id)
-        params = held  # the tree's own copy is authoritative (window release, boundary)
-        skip_swa = skip_swa or params.swa_released
-        if params.skipped_lock_components or skip_swa:
-            releasing = [c for c in self._release_order if self._releases(c, params, skip_swa)]
-        else:
-            releasing = self._release_order
-        for component in self._checked_releases:
-            if component in releasing:
-                problem = component.check_release(node, params)
-                if problem:
-                    raise LockError(problem)
-        for component in releasing:
-            component.release_lock(node, params)
-        del self.live_receipts[params.receipt_id]
-        if not node.in_leaf_set:
-            self.update_leaf_state(node)
-
-    def dec_window_lock(self, node_id: int, params, frees: dict[str, list]) -> None:
-        """Early release of a lock's SWA window part (decode moved past the window),
-        plus every component ranked below SWA (Mamba); Full stays locked."""
-        held = self.live_receipts.get(params.receipt_id)
-        if held is None or held.node_id != node_id or params.node_id != node_id:
-            raise LockError(f"lock receipt {params.receipt_id} is not held on node {node_id}")
-        params = held
-        if params.swa_released:
-            raise LockError(f"the window part of lock receipt {params.receipt_id} was already released")
-        swa = self.by_name.get("swa")
-        if swa is None:
-            raise LockError("release_window needs the swa component")
-        node = self.node_by_id(node_id)
-        below = [
-            c for c in self._release_order
-            if c.eviction_priority(False) < swa.eviction_priority(False) and c.name not in params.skipped_lock_components
-        ]
-        releasing = ([swa] if swa.name not in params.skipped_lock_components else []) + below
-        for component in releasing:
-            problem = component.check_release(node, params)
-            if problem:
-                raise LockError(problem)
-        if swa in releasing:
-            swa.release_window_lock(node, params, frees)
-        for component in below:
-            component.release_lock(node, params)
-        params.swa_released = True
-
-    def _releases(self, component: TreeComponent, params, skip_swa: bool) -> bool:
-        if component.name in params.skipped_lock_components:
-            return False
-        if skip_swa and "swa" in self.by_name:
-            swa_priority = self.by_name["swa"].eviction_priority(False)
-            if component.name == "swa" or component.eviction_priority(False) < swa_priority:
-                return False
-        return True
 
     # ---- sizes --------------------------------------------------------------
     def evictable_size(self, name: str = "full") -> int:

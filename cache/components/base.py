@@ -221,3 +221,30 @@ class TreeComponent:
         bus = self.tree.events
         if bus.enabled:
             bus.emit(kind, self.name, None if node is None else node.id, cause, tokens, detail)
+
+
+class LRUEvictionMixin:
+    """Eviction from a component's own LRU list, least recent unlocked first: an
+    evictable leaf is handed to the controller to delete whole (every component's
+    data goes), anything else is tombstoned in place with the cascade. One mutation
+    per step, so allocation-driven eviction can re-check the pools between steps."""
+
+    def evict_start(self, request: int) -> None:
+        self._evict_request = request
+        self._cursor = self.tree.lru[self.name].lru_first()
+
+    def evict_next(self, tracker, frees):
+        lru = self.tree.lru[self.name]
+        if self._cursor is not None and self._cursor not in lru:
+            self._cursor = lru.lru_first()  # the previous step removed it: restart
+        x = self._cursor
+        if tracker[self.name] >= self._evict_request or x is None:
+            return None, False
+        self._cursor = lru.prev_of(x)
+        if x.in_leaf_set:
+            return x, True
+        self.tree.tombstone(x, self, tracker, frees, Cause.CAPACITY)
+        return None, True
+
+    def evict_end(self) -> None:
+        self._cursor = None

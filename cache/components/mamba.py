@@ -22,7 +22,7 @@ from ..events import Cause, EventKind
 from ..params import EvictParams
 from ..pools.kv_buffer import prefix_fingerprints
 from ..pools.mamba_pool import MambaStatePool
-from .base import TreeComponent
+from .base import LRUEvictionMixin, TreeComponent
 
 if TYPE_CHECKING:
     from ..params import InsertParams, MatchResult
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 CHUNK_SIZE = 64  # the model's SSM chunk: checkpoints sit on lcm(chunk, page) boundaries
 
 
-class MambaComponent(TreeComponent):
+class MambaComponent(LRUEvictionMixin, TreeComponent):
     name = "mamba"
     uses_lru = True
     leaf_priority = 0
@@ -46,7 +46,6 @@ class MambaComponent(TreeComponent):
         chunk = max(CHUNK_SIZE, cfg.page_size)
         self.grid = chunk * cfg.page_size // math.gcd(chunk, cfg.page_size)
         self.pool = MambaStatePool(cfg.mamba_size, cache.device)
-        self._cursor: Optional[TreeNode] = None
 
     def value_len(self, node: TreeNode) -> int:
         return 1
@@ -131,26 +130,6 @@ class MambaComponent(TreeComponent):
         frees["mamba"].append(cd.value)
         self.tree.evictable[self.index] -= 1
         return 1
-
-    def evict_start(self, request: int) -> None:
-        self._evict_request = request
-        self._cursor = self.tree.lru[self.name].lru_first()
-
-    def evict_next(self, tracker, frees):
-        lru = self.tree.lru[self.name]
-        if self._cursor is not None and self._cursor not in lru:
-            self._cursor = lru.lru_first()
-        x = self._cursor
-        if tracker["mamba"] >= self._evict_request or x is None:
-            return None, False
-        self._cursor = lru.prev_of(x)
-        if x.in_leaf_set:
-            return x, True  # a leaf goes whole, Full KV included
-        self.tree.tombstone(x, self, tracker, frees, Cause.CAPACITY)
-        return None, True
-
-    def evict_end(self) -> None:
-        self._cursor = None
 
     # ---- locks: this node's state only -----------------------------------
     def acquire_lock(self, node: TreeNode, receipt) -> None:

@@ -18,7 +18,7 @@ import torch
 from ..actions import ComponentAction, FreeDeviceKVFullOnly
 from ..events import Cause, EventKind
 from ..pools.swa_pool import SWAPool
-from .base import TreeComponent
+from .base import LRUEvictionMixin, TreeComponent
 
 if TYPE_CHECKING:
     from ..params import DecLockRefParams, IncLockRefResult, InsertParams, MatchResult
@@ -28,7 +28,7 @@ REBUILD = "swa_rebuild"  # payload: (full value whose SWA mapping becomes the no
 RECOVER_LOCKED = "swa_recover_locked_full"  # payload: (kept full value, incoming full value)
 
 
-class SWAComponent(TreeComponent):
+class SWAComponent(LRUEvictionMixin, TreeComponent):
     name = "swa"
     uses_lru = True
     kv_peer = True
@@ -43,7 +43,6 @@ class SWAComponent(TreeComponent):
         # a fresh leaf is capped to this many tokens of live SWA (one page-aligned window)
         self.window_tail = -(-self.window // self.page_size) * self.page_size
         self.pool = SWAPool(cfg.swa_pool_size, cfg.kv_size, cfg.page_size, cache.device)
-        self._cursor: Optional[TreeNode] = None
 
     # ---- inspection -------------------------------------------------------
     def node_extras(self, node: TreeNode) -> dict:
@@ -185,26 +184,6 @@ class SWAComponent(TreeComponent):
         n = node.length
         self.tree.evictable[self.index] -= n
         return n
-
-    def evict_start(self, request: int) -> None:
-        self._evict_request = request
-        self._cursor = self.tree.lru["swa"].lru_first()
-
-    def evict_next(self, tracker, frees):
-        lru = self.tree.lru["swa"]
-        if self._cursor is not None and self._cursor not in lru:
-            self._cursor = lru.lru_first()
-        x = self._cursor
-        if tracker["swa"] >= self._evict_request or x is None:
-            return None, False
-        self._cursor = lru.prev_of(x)
-        if x.in_leaf_set:
-            return x, True  # the controller deletes the whole leaf
-        self.tree.tombstone(x, self, tracker, frees, Cause.CAPACITY)
-        return None, True
-
-    def evict_end(self) -> None:
-        self._cursor = None
 
     # ---- locks ------------------------------------------------------------
     def acquire_lock(self, node: TreeNode, receipt: IncLockRefResult) -> None:
