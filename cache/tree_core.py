@@ -306,8 +306,6 @@ class UnifiedTreeCore(TreeLocks):
         if done < ntok:
             target = self._add_leaf(node, data[done * TOKEN_BYTES :], ek, value[done:ntok], priority)
             is_new_leaf = True
-            if ntok > params.inserted_len:
-                target.hit_count += 1
             if events:
                 self.events.emit(EventKind.ADD, None, target.id, Cause.REQUEST, target.length)
         else:
@@ -316,6 +314,10 @@ class UnifiedTreeCore(TreeLocks):
         result.last_device_node = target.id
         for component in self._commit_hooks:
             component.commit_insert(target, is_new_leaf, params, result, pending)
+        # a new leaf counts its hit after the commit hooks (which may have split it):
+        # the upper parts a split carved off keep no hit, as in v0.5.23
+        if is_new_leaf and done + target.length > params.inserted_len:
+            target.hit_count += 1
         if target is not root:
             for hook in self._insert_end_hooks:
                 hook(target)

@@ -2,6 +2,8 @@
 
 ``Ours`` mirrors what /work/shared/oracle/sgl_oracle.py does for each op, with our
 API, and answers in the oracle's shape so the two can be diffed field by field.
+FULL-only and FULL+SWA configs; the SWA-specific ops and answer fields live in
+``oracle_swa.py`` (``make_ours`` picks the class for a config).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ ORACLE_DIR = Path(os.environ.get("SGL_ORACLE_DIR", "/work/shared/oracle"))
 ORACLE_PY = os.environ.get("SGL_ORACLE_PYTHON", str(Path.home() / ".venv-sgl/bin/python"))
 ORACLE_SCRIPT = os.environ.get("SGL_ORACLE_SCRIPT", str(ORACLE_DIR / "sgl_oracle.py"))
 
-SKIPPED_OPS = {"release_swa", "req_evict_swa", "req_release_swa", "free_kept"}
+SKIPPED_OPS = {"free_kept"}  # Mamba COW slots: no Mamba here
+SWA_OPS = {"release_swa", "req_evict_swa", "req_release_swa"}  # answered by oracle_swa.OursSWA
 
 
 class HarnessError(Exception):
@@ -81,45 +84,67 @@ def run_oracle(ops_path: Path) -> list[dict]:
 # ---------------------------------------------------------------------------------
 # Our side: the oracle's op semantics on our cache.
 # ---------------------------------------------------------------------------------
+def make_ours(cfg: dict, emulate: frozenset = frozenset()) -> "Ours":
+    """Our side for an oracle config: ``Ours`` (FULL) or ``OursSWA`` (FULL+SWA);
+    ``emulate`` names diagnostic SGLang behaviours (oracle_swa.EMULATIONS)."""
+    if "swa" in list(cfg.get("components", ["full"])):
+        from oracle_swa import OursSWA
+
+        return OursSWA(cfg, emulate)
+    if emulate:
+        raise HarnessError(f"emulations {sorted(emulate)} need an swa config")
+    return Ours(cfg)
+
+
 class Ours:
+    SUPPORTED = (["full"],)
+
     def __init__(self, cfg: dict) -> None:
-        comps = cfg.get("components", ["full"])
-        if list(comps) != ["full"]:
-            raise HarnessError(f"only FULL-only configs are supported, got components={comps}")
+        comps = list(cfg.get("components", ["full"]))
+        if comps not in [list(c) for c in self.SUPPORTED]:
+            raise HarnessError(f"unsupported components={comps} (supported: {list(self.SUPPORTED)})")
         for unsupported in ("eviction_policy",):
             if cfg.get(unsupported, "lru") != "lru":
                 raise HarnessError(f"{unsupported}={cfg[unsupported]!r} is not supported")
+        self.comp_names = comps
+        self.has_swa = "swa" in comps
         self.ps = int(cfg.get("page_size", 1))
         self.kv_size = int(cfg.get("kv_size", 256))
         self.auto_evict = bool(cfg.get("auto_evict", False))
         self.free_unaligned_tail = bool(cfg.get("free_unaligned_tail", True))
         self.check_each_op = bool(cfg.get("sanity_check_each_op", False))
-        self.cache = UnifiedRadixCache(
-            CacheConfig(components=("full",), page_size=self.ps, kv_size=self.kv_size, device="cpu",
-                        auto_evict=self.auto_evict)
-        )
+        self.cache = UnifiedRadixCache(self._cache_config(cfg))
         self.last_match = None
         self.last_insert = None
         self.locks: dict[str, tuple[int, Any]] = {}
         self.reqs: dict[str, Any] = {}
-        self.leaked_slots = 0  # prev_prefix_len without reuse_prefix, as upstream
-        self._last_auto_evicts: list[int] = []
+        # prev_prefix_len without reuse_prefix leaks slots, as upstream (per pool)
+        self.leaked = {name: 0 for name in comps}
+        self._last_auto_evicts: list[tuple[int, int]] = []
         real = self.cache.evict_for_alloc
 
         def recording_evict_for_alloc(params):  # request-flow allocations evict through this
             res = real(params)
-            self._last_auto_evicts.append(res.num_tokens_evicted)
+            self._last_auto_evicts.append((res.num_tokens_evicted, res.swa_num_tokens_evicted))
             return res
 
         self.cache.evict_for_alloc = recording_evict_for_alloc  # instance-level wrapper, harness only
 
+    def _cache_config(self, cfg: dict) -> CacheConfig:
+        return CacheConfig(components=("full",), page_size=self.ps, kv_size=self.kv_size, device="cpu",
+                           auto_evict=self.auto_evict)
+
     # -- helpers ------------------------------------------------------------
     def available(self) -> dict:
-        return {"full": int(self.cache.available_size())}
+        return {name: int(self.cache.available_size(name)) for name in self.comp_names}
 
     def sizes(self) -> dict:
-        return {"full": {"evictable": int(self.cache.full_evictable_size()),
-                         "protected": int(self.cache.full_protected_size())}}
+        return {name: {"evictable": int(self.cache.evictable_size(name)),
+                       "protected": int(self.cache.protected_size(name))} for name in self.comp_names}
+
+    def _shortfalls(self, n: int) -> dict:
+        pool = self.cache.kv_pool
+        return {"full": pool.pages_for(n) * self.ps - pool.available_size()}
 
     def depth(self, node_id: Optional[int]) -> Optional[int]:
         if node_id is None:
@@ -144,15 +169,16 @@ class Ours:
         return slack
 
     def _alloc(self, n: int, notes: dict) -> torch.Tensor:
-        pool = self.cache.kv_pool
-        short = pool.pages_for(n) * self.ps - pool.available_size()
-        if short > 0:
+        short = self._shortfalls(n)
+        if any(v > 0 for v in short.values()):
             if not self.auto_evict:
                 raise HarnessError(f"out of slots: need {n}, available {self.available()}")
-            res = self.cache.evict_for_alloc(EvictParams(num_tokens=short))
+            res = self.cache.evict_for_alloc(
+                EvictParams(num_tokens=max(0, short["full"]), swa_num_tokens=max(0, short.get("swa", 0)))
+            )
             self._last_auto_evicts.clear()
-            notes["auto_evict"] = {"full": res.num_tokens_evicted, "swa": 0, "mamba": 0}
-            if pool.pages_for(n) * self.ps > pool.available_size():
+            notes["auto_evict"] = {"full": res.num_tokens_evicted, "swa": res.swa_num_tokens_evicted, "mamba": 0}
+            if any(v > 0 for v in self._shortfalls(n).values()):
                 raise HarnessError(f"out of slots after eviction: need {n}, available {self.available()}")
         return self.cache.alloc_kv(n, evict=False)
 
@@ -179,14 +205,16 @@ class Ours:
     def apply(self, op: dict) -> dict:
         name = op.get("op")
         if name in SKIPPED_OPS:
-            raise SkipOp(f"op {name!r} is SWA/Mamba-specific")
+            raise SkipOp(f"op {name!r} is Mamba-specific")
+        if name in SWA_OPS and not self.has_swa:
+            raise SkipOp(f"op {name!r} needs the swa component")
         fn = getattr(self, f"op_{name}", None) if isinstance(name, str) else None
         if fn is None:
             raise HarnessError(f"unknown op {name!r}")
         return fn(op)
 
     def op_insert(self, op: dict) -> dict:
-        if "swa_evicted_seqlen" in op:
+        if "swa_evicted_seqlen" in op and not self.has_swa:
             raise SkipOp("swa_evicted_seqlen needs SWA")
         key = self._key(op)
         tokens = key.token_ids
@@ -194,6 +222,7 @@ class Ours:
         notes: dict = {}
         prev = int(op.get("prev_prefix_len", 0))
         reuse = bool(op.get("reuse_prefix", False)) and prev > 0
+        before = self.available()
         if reuse:
             if self.last_match is None:
                 raise HarnessError("reuse_prefix needs a previous match")
@@ -207,10 +236,22 @@ class Ours:
             values = self._alloc(n, notes)
             self.cache.write_kv(values, tokens)
         params = InsertParams(key, values, prev_prefix_len=prev, priority=int(op.get("priority", 0)))
-        result = self.cache.insert(params)
+        swa_freed = self._before_insert(op, params, values, prev if reuse else 0, notes)
+        try:
+            result = self.cache.insert(params)
+        except Exception:
+            # the oracle does not reclaim the slots of a failed insert either
+            after = self.available()
+            for name in self.leaked:
+                self.leaked[name] += before[name] - after[name]
+            raise
         if not reuse and prev > 0:
-            # upstream leaks [0, prev): the caller "already uses the tree's slots"
-            self.leaked_slots += min(prev, n - n % self.ps)
+            # upstream leaks [0, prev) where the tree already held the tokens: the
+            # caller "already uses the tree's slots" (less any SWA side freed above)
+            held = min(prev, result.prefix_len)
+            for name in self.leaked:
+                self.leaked[name] += held - (min(held, swa_freed[1]) - min(held, swa_freed[0])
+                                             if name == "swa" else 0)
         self.last_insert = result
         out = {"prefix_len": result.prefix_len, "last_node": result.last_device_node,
                "last_node_depth": self.depth(result.last_device_node)}
@@ -221,6 +262,10 @@ class Ours:
             out["tail_freed"] = int(values.numel() - aligned)
         out.update(notes)
         return out
+
+    def _before_insert(self, op: dict, params, values, own_from: int, notes: dict) -> tuple[int, int]:
+        """SWA hook (oracle_swa.OursSWA): the request's own out-of-window SWA frees."""
+        return (0, 0)
 
     def op_match(self, op: dict) -> dict:
         if op.get("cow_mamba"):
@@ -237,6 +282,8 @@ class Ours:
             "host_hit_length": int(m.host_hit_length),
             "full_kv_hit_length": int(m.full_kv_hit_length),
         }
+        if self.has_swa:
+            out["swa_host_hit_length"] = int(m.swa_host_hit_length)
         if bad:
             out["_verify_match"] = [str(v) for v in bad]
         return out
@@ -247,10 +294,11 @@ class Ours:
             raise HarnessError("lock needs 'as': handle name")
         if handle in self.locks:
             raise HarnessError(f"handle {handle!r} already held")
-        if op.get("skip"):
-            raise SkipOp("lock skip needs SWA/Mamba")
+        skip = tuple(str(c) for c in op.get("skip", []))
+        if "mamba" in skip:
+            raise SkipOp("lock skip mamba needs Mamba")
         node = self._resolve(op.get("node", "last_match"))
-        res = self.cache.inc_lock_ref(node)
+        res = self.cache.inc_lock_ref(node, skip)
         self.locks[handle] = (node, res)
         return {"node": node, "node_depth": self.depth(node), "delta": res.delta}
 
@@ -265,12 +313,12 @@ class Ours:
         return {"ok": True}
 
     def op_evict(self, op: dict) -> dict:
-        if int(op.get("swa", 0)) or int(op.get("mamba", 0)):
-            pass  # no such pools here; SGLang ignores them too for a FULL-only tree
-        params = EvictParams(num_tokens=int(op.get("full", 0)))
+        # a pool this tree lacks (mamba; swa for FULL-only) is ignored, as SGLang does
+        swa = int(op.get("swa", 0)) if self.has_swa else 0
+        params = EvictParams(num_tokens=int(op.get("full", 0)), swa_num_tokens=swa)
         res = self.cache.evict_for_alloc(params) if op.get("for_alloc", False) else self.cache.evict(params)
         self._last_auto_evicts.clear()
-        return {"full": res.num_tokens_evicted, "swa": 0, "mamba": 0}
+        return {"full": res.num_tokens_evicted, "swa": res.swa_num_tokens_evicted, "mamba": 0}
 
     def op_sanity(self, op: dict) -> dict:
         return {"sanity": self.sanity()}
@@ -296,6 +344,7 @@ class Ours:
             full = n.components["full"]
             rec = {"i": i, "id": nid, "parent": parent_i, "key": list(n.key), "path_len": len(n.path),
                    "comp": {"full": {"len": full.value_len, "lock": full.lock_ref}}, "hit_count": n.hit_count}
+            self._dump_node_extra(n, rec)
             if n.extra_key is not None:
                 rec["extra_key"] = n.extra_key
             nodes.append(rec)
@@ -304,6 +353,8 @@ class Ours:
         timed = sorted((n for n in snap.nodes[1:]), key=lambda n: (-n.last_access_time, n.id))
         out = {
             "nodes": nodes,
+            "lru": {"full": [], **{name: [index.get(x, f"unreachable:{x}") for x in ids]
+                                   for name, ids in snap.lru.items() if name != "full"}},
             "full_access_order": [index[n.id] for n in timed],
             "evictable_leaves": sorted(index[n.id] for n in snap.nodes if n.evictable_leaf),
             "sizes": self.sizes(),
@@ -315,6 +366,9 @@ class Ours:
         out["sanity"] = self.sanity()
         return out
 
+    def _dump_node_extra(self, n, rec: dict) -> None:
+        """SWA hook: per-node component fields beyond Full."""
+
     def sanity(self) -> dict:
         violations = [v for v in check_invariants(self.cache) if not self._explained_leak(v)]
         if not violations:
@@ -323,9 +377,10 @@ class Ours:
 
     def _explained_leak(self, v) -> bool:
         # our own balance check counts the slots upstream's prev_prefix_len semantics leak
-        if v.name != "pool.full.balance" or not self.leaked_slots:
-            return False
-        return f"(leak of {self.leaked_slots})" in v.message
+        for name, leaked in self.leaked.items():
+            if v.name == f"pool.{name}.balance" and leaked:
+                return f"(leak of {leaked})" in v.message
+        return False
 
     # -- request ops ------------------------------------------------------------
     def _req_summary(self, req) -> dict:
@@ -334,6 +389,7 @@ class Ours:
             "kv_committed_len": int(req.kv_len),
             "last_node": req.last_node,
             "last_node_depth": self.depth(req.last_node) if req.last_node in self.cache.tree.nodes else None,
+            "swa_evicted_seqlen": int(req.swa_evicted_seqlen),
             "available": self.available(),
         }
 
@@ -345,7 +401,8 @@ class Ours:
 
     def _auto_evict_note(self, notes: dict) -> None:
         if self._last_auto_evicts:
-            notes["auto_evict"] = {"full": sum(self._last_auto_evicts), "swa": 0, "mamba": 0}
+            notes["auto_evict"] = {"full": sum(f for f, _ in self._last_auto_evicts),
+                                   "swa": sum(s for _, s in self._last_auto_evicts), "mamba": 0}
             self._last_auto_evicts.clear()
 
     def op_req_open(self, op: dict) -> dict:
@@ -368,7 +425,12 @@ class Ours:
         self.cache.extend_request(req, [int(t) for t in op.get("tokens", [])])
         notes: dict = {}
         self._auto_evict_note(notes)
+        if op.get("slide_window", False):
+            self._slide_window(req)
         return {**self._req_summary(req), **notes}
+
+    def _slide_window(self, req) -> None:
+        """SWA hook: the oracle ignores slide_window without SWA."""
 
     def op_req_checkpoint(self, op: dict) -> dict:
         req = self._req(op)

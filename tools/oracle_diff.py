@@ -7,15 +7,20 @@ The oracle (``/work/shared/oracle/sgl_oracle.py``, see its README) drives the re
 ``UnifiedRadixCache``; this script mirrors what that harness does for each op with our
 API, builds an answer of the same shape, and diffs the comparable fields:
 
-  insert      prefix_len, last_node_depth, tail_freed, auto_evict.full
-  match       prefix_len, last_node_depth, best_match_depth, full_kv_hit_length
+  insert      prefix_len, last_node_depth, tail_freed, auto_evict.{full,swa},
+              swa_out_of_window_freed
+  match       prefix_len, last_node_depth, best_match_depth, full_kv_hit_length,
+              host_hit_length, swa_host_hit_length
   lock        node_depth, delta            unlock   ok / error
-  evict       full
-  sizes/dump  sizes.full.{evictable,protected}, available.full
+  release_swa swa_released                 evict    full, swa
+  sizes/dump  sizes.{full,swa}.{evictable,protected}, available.{full,swa}
   dump        nodes (pre-order DFS, children sorted by (extra_key, key tokens)):
-              parent, key, full.len, full.lock; evictable_leaves (as dump indices)
+              parent, key, full.len, full.lock, swa.len, swa.lock, swa boundary
+              presence; evictable_leaves and lru.swa (MRU -> LRU) as dump indices;
+              reqs (cache_protected_len, kv_committed_len, last_node_depth,
+              swa_evicted_seqlen per handle)
   req_*       prefix_len, cache_protected_len, kv_committed_len, last_node_depth,
-              available
+              swa_evicted_seqlen, available; req_release_swa swa_released
   any op      error vs success (messages differ by design, only the fact is compared)
 
 "soft" fields are reported apart and do not fail the run: hit_count, the
@@ -31,10 +36,12 @@ page-rounded allocation makes the two sides evict different amounts (or fail on 
 side only), the trees legitimately part ways: the report names that line and counts
 every later difference as ``page`` too. Page-aligned request token counts avoid it.
 
-Only FULL-only configs (``"components": ["full"]``) are supported for now. SWA/Mamba
-specific ops (release_swa, req_evict_swa, req_release_swa, free_kept) and ops this
-cache cannot express (a node given by raw SGLang id, ``checkpoint up_to``) are
-reported as skipped.
+FULL-only and FULL+SWA configs (``"components": ["full", "swa"]`` with
+``sliding_window``, ``swa_kv_size``; see oracle_swa.py for the SWA ops) are supported;
+Mamba configs are refused (fatal). The oracle's SWA allocator is paged at page_size > 1,
+like ours, so SWA configs expect no page slack on either pool. Mamba-specific ops
+(free_kept, cow_mamba), SWA ops on a FULL-only config, and ops this cache cannot
+express (a node given by raw SGLang id, ``checkpoint up_to``) are reported as skipped.
 
 Usage (from /work/main, with our venv):
   .venv/bin/python tools/oracle_diff.py OPS.jsonl [EXPECTED.out.jsonl]
@@ -47,11 +54,15 @@ Usage (from /work/main, with our venv):
   .venv/bin/python tools/oracle_diff.py tools/oracle_cases/*.jsonl
       every .jsonl (not .out.jsonl) given, each against its saved .out.jsonl
   .venv/bin/python tools/oracle_diff.py --gen f4 7 250 --densify
+  .venv/bin/python tools/oracle_diff.py --gen s4 3 250 --densify     (FULL+SWA: s1 s4 s42)
       adds a dump after every op before running the oracle, so the tree shape,
       locks, sizes and leaves are compared after every op, not only at dumps
 Options: -v prints every op with both answers; --json prints a machine-readable
 report; --max-show N limits the divergences printed per file (default 20);
---strict makes soft differences fail too. "line" in a report is the op's line in
+--strict makes soft differences fail too; --hide-soft lists only hard and page ones;
+--emulate NAME (swa_leaf_hit_count; repeatable) makes our side mimic a
+known SGLang behaviour ours lacks, to see past that divergence (diagnostic only, see
+oracle_swa.py). "line" in a report is the op's line in
 its file (1-based, comments counted).
 Exit status: 0 when no hard divergence, 1 otherwise, 2 on usage errors.
 """
@@ -71,29 +82,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle_adapter import (  # noqa: E402
     ORACLE_DIR,
     HarnessError,
-    Ours,
     SkipOp,
     _clean,
     _err,
     read_jsonl,
     read_ops,
+    make_ours,
     run_oracle,
 )
+from oracle_swa import compare_lru, compare_reqs, compare_swa_dump_nodes  # noqa: E402
 
 
 
 # ---------------------------------------------------------------------------------
 # Comparison
 # ---------------------------------------------------------------------------------
+_REQ = ["cache_protected_len", "kv_committed_len", "last_node_depth", "swa_evicted_seqlen"]
 HARD_FIELDS = {
-    "insert": ["prefix_len", "last_node_depth", "tail_freed"],
-    "match": ["prefix_len", "last_node_depth", "best_match_depth", "full_kv_hit_length", "host_hit_length"],
+    "insert": ["prefix_len", "last_node_depth", "tail_freed", "swa_out_of_window_freed"],
+    "match": ["prefix_len", "last_node_depth", "best_match_depth", "full_kv_hit_length", "host_hit_length",
+              "swa_host_hit_length"],
     "lock": ["node_depth", "delta"],
     "unlock": ["ok"],
-    "evict": ["full"],
-    "req_open": ["prefix_len", "cache_protected_len", "kv_committed_len", "last_node_depth"],
-    "req_extend": ["cache_protected_len", "kv_committed_len", "last_node_depth"],
-    "req_checkpoint": ["cache_protected_len", "kv_committed_len", "last_node_depth"],
+    "release_swa": ["ok", "swa_released"],
+    "evict": ["full", "swa"],
+    "req_open": ["prefix_len", *_REQ],
+    "req_extend": _REQ,
+    "req_evict_swa": _REQ,
+    "req_checkpoint": _REQ,
+    "req_release_swa": ["swa_released"],
     "req_finish": ["last_node_depth"],
 }
 
@@ -121,7 +138,8 @@ def _short(v: Any, limit: int = 300) -> str:
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-def compare_op(line: int, op: dict, exp: dict, got: dict, slack: int, diffs: list[Diff], ps: int) -> None:
+def compare_op(line: int, op: dict, exp: dict, got: dict, slack: int, diffs: list[Diff], ps: int,
+               swa: bool = False) -> None:
     name = op.get("op")
     add = lambda kind, field, a, b, note="": diffs.append(Diff(line, op, kind, field, a, b, note))  # noqa: E731
     e_err, g_err = "error" in exp, "error" in got
@@ -138,22 +156,25 @@ def compare_op(line: int, op: dict, exp: dict, got: dict, slack: int, diffs: lis
         if exp.get(field) != got.get(field):
             add("hard", field, exp.get(field), got.get(field))
     if "auto_evict" in exp or "auto_evict" in got:
-        a = (exp.get("auto_evict") or {}).get("full", 0)
-        b = (got.get("auto_evict") or {}).get("full", 0)
-        if a != b:
-            unaligned = name != "insert" or len(op.get("key", [])) % ps != 0
-            kind = "page" if ps > 1 and (slack or unaligned) else "hard"
-            add(kind, "auto_evict.full", a, b, "page-rounded shortfall" if kind == "page" else "")
+        for pool in ("full", "swa"):
+            a = (exp.get("auto_evict") or {}).get(pool, 0)
+            b = (got.get("auto_evict") or {}).get(pool, 0)
+            if a != b:
+                unaligned = name != "insert" or len(op.get("key", [])) % ps != 0
+                # only the FULL-only oracle allocates token-granular (slack is 0 for SWA)
+                kind = "page" if ps > 1 and pool == "full" and (slack or unaligned) and not swa else "hard"
+                add(kind, f"auto_evict.{pool}", a, b, "page-rounded shortfall" if kind == "page" else "")
     if "_verify_match" in got:
         add("hard", "our verify_match", None, got["_verify_match"])
     if "available" in exp and "available" in got:
         compare_available(exp["available"], got["available"], slack, add)
     if "sizes" in exp:
-        for part in ("evictable", "protected"):
-            a = exp["sizes"]["full"][part]
-            b = got["sizes"]["full"][part]
-            if a != b:
-                add("hard", f"sizes.full.{part}", a, b)
+        for pool in exp["sizes"]:
+            for part in ("evictable", "protected"):
+                a = exp["sizes"][pool][part]
+                b = ((got.get("sizes") or {}).get(pool) or {}).get(part)
+                if a != b:
+                    add("hard", f"sizes.{pool}.{part}", a, b)
     if name == "dump":
         compare_dump(exp, got, add)
     if "sanity" in exp and "sanity" in got and name != "dump":
@@ -164,16 +185,18 @@ def compare_op(line: int, op: dict, exp: dict, got: dict, slack: int, diffs: lis
 
 
 def compare_available(exp_av: dict, got_av: dict, slack: int, add) -> None:
-    a, b = exp_av.get("full"), got_av.get("full")
-    if a == b:
-        return
-    if slack and a - b == slack:
-        add("page", "available.full", a, b, f"explained: {slack} slot(s) of partly-used request pages")
-    else:
-        add("hard", "available.full", a, b, f"partial-page slack {slack}" if slack else "")
+    for pool in exp_av:
+        a, b = exp_av.get(pool), got_av.get(pool)
+        if a == b:
+            continue
+        if pool == "full" and slack and a - b == slack:
+            add("page", "available.full", a, b, f"explained: {slack} slot(s) of partly-used request pages")
+        else:
+            add("hard", f"available.{pool}", a, b, f"partial-page slack {slack}" if slack else "")
 
 
 def compare_dump(exp: dict, got: dict, add) -> None:
+    compare_reqs(exp, got, add)
     en, gn = exp.get("nodes") or [], got.get("nodes") or []
     if len(en) != len(gn):
         add("hard", "dump.node_count", len(en), len(gn),
@@ -187,17 +210,19 @@ def compare_dump(exp: dict, got: dict, add) -> None:
         ):
             if ev != gv:
                 add("hard", f"dump.node[{e['i']}].{field}", ev, gv)
+        compare_swa_dump_nodes(e, g, add)
         if e.get("hit_count") != g.get("hit_count"):
             add("soft", f"dump.node[{e['i']}].hit_count", e.get("hit_count"), g.get("hit_count"),
                 f"key {e['key']}")
     if len(en) == len(gn) and all(e["key"] == g["key"] for e, g in zip(en, gn)):
         if exp.get("evictable_leaves") != got.get("evictable_leaves"):
             add("hard", "dump.evictable_leaves", exp.get("evictable_leaves"), got.get("evictable_leaves"))
+        compare_lru(exp, got, add)
         if exp.get("full_access_order") != got.get("full_access_order"):
             add("soft", "dump.full_access_order", exp.get("full_access_order"), got.get("full_access_order"))
 
 
-def replay(ops: list[dict], expected: list[dict], verbose: bool = False) -> dict:
+def replay(ops: list[dict], expected: list[dict], verbose: bool = False, emulate: frozenset = frozenset()) -> dict:
     """Run ``ops`` (config first) on our cache, compare with ``expected``."""
     report = {"diffs": [], "skipped": [], "ops": len(ops) - 1, "compared": 0, "config": ops[0]}
     if not expected or "error" in expected[0]:
@@ -209,7 +234,7 @@ def replay(ops: list[dict], expected: list[dict], verbose: bool = False) -> dict
     if isinstance(ops[0], dict):
         ops[0] = _clean(ops[0])
     try:
-        ours = Ours(ops[0])
+        ours = make_ours(ops[0], emulate)
     except HarnessError as exc:
         report["fatal"] = str(exc)
         return report
@@ -230,7 +255,7 @@ def replay(ops: list[dict], expected: list[dict], verbose: bool = False) -> dict
             got = {"op": op.get("op"), **_err(exc)}
         report["compared"] += 1
         before = len(diffs)
-        compare_op(line, op, exp, got, ours.page_slack(), diffs, ours.ps)
+        compare_op(line, op, exp, got, ours.page_slack(), diffs, ours.ps, ours.has_swa)
         if desync is None and any(d.kind == "page" and d.field in ("auto_evict.full", "error")
                                   for d in diffs[before:]):
             desync = line
@@ -255,7 +280,7 @@ def _strip(d: dict) -> dict:
     return {k: v for k, v in d.items() if k not in ("last_node", "node", "op")}
 
 
-def print_report(name: str, report: dict, max_show: int) -> bool:
+def print_report(name: str, report: dict, max_show: int, hide_soft: bool = False) -> bool:
     diffs = report["diffs"]
     hard = [d for d in diffs if d.kind == "hard"]
     page = [d for d in diffs if d.kind == "page"]
@@ -271,7 +296,7 @@ def print_report(name: str, report: dict, max_show: int) -> bool:
         print(f" note: a page-rounded allocation at line {report['desync_line']} desynchronised the trees; "
               "later differences are counted as page-granularity")
     for label, group in (("hard", hard), ("page-granularity", page), ("soft", soft)):
-        if group:
+        if group and not (hide_soft and label == "soft"):
             print(f" {label}:")
             for d in group[:max_show]:
                 print(d)
@@ -291,6 +316,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--gen", nargs="+", metavar=("CONFIG", "SEED"), help="gen_random_ops.py CONFIG SEED [N]")
     ap.add_argument("--densify", action="store_true",
                     help="with --run-oracle/--gen: add a dump after every op, so tree state is compared op by op")
+    ap.add_argument("--emulate", action="append", default=[], metavar="NAME",
+                    help="diagnostic: our side mimics a known SGLang behaviour (swa_leaf_hit_count), "
+                         "to see past that divergence; see oracle_swa.py")
+    ap.add_argument("--hide-soft", action="store_true", help="do not list soft differences (still counted)")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--strict", action="store_true", help="soft differences (hit_count, access order, sanity) fail too")
@@ -340,7 +369,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             exp = run_oracle(path)
             if args.save_oracle and len(jobs) == 1:
                 Path(args.save_oracle).write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in exp))
-        report = replay(ops, exp, verbose=args.verbose)
+        report = replay(ops, exp, verbose=args.verbose, emulate=frozenset(args.emulate))
+        if args.emulate:
+            name += f" [emulating {','.join(args.emulate)}]"
         if args.strict:
             for d in report["diffs"]:
                 if d.kind == "soft":
@@ -350,7 +381,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                             "diffs": [d.as_dict() for d in report["diffs"]]})
             ok &= "fatal" not in report and not any(d.kind == "hard" for d in report["diffs"])
         else:
-            ok &= print_report(name, report, args.max_show)
+            ok &= print_report(name, report, args.max_show, args.hide_soft)
     if args.json:
         print(json.dumps(results, indent=1))
     return 0 if ok else 1
