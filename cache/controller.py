@@ -53,6 +53,7 @@ class UnifiedRadixCache:
         ]
         self._kv_peers = [c for c in self.components if c.kv_peer]
         self._mamba = self.by_name.get("mamba")
+        self._names = [c.name for c in self.components]
         self.requests: dict[str, Req] = {}
         self._rids = itertools.count(1)
         self.fingerprints = True  # write_kv records KV fingerprints (off only for timing replays)
@@ -88,7 +89,7 @@ class UnifiedRadixCache:
         if params.prev_prefix_len < 0:
             raise CacheError(f"prev_prefix_len must be >= 0 (got {params.prev_prefix_len})")
         floor = params.swa_evicted_seqlen
-        if type(floor) is not int or floor < 0 or floor % self.page_size:
+        if floor != 0 and (type(floor) is not int or floor < 0 or floor % self.page_size):
             raise InvalidValueError(f"swa_evicted_seqlen must be a non-negative multiple of page_size {self.page_size} (got {floor!r})")
         if self._mamba is not None:
             self._mamba.check_insert_value(params.mamba_value)
@@ -108,14 +109,17 @@ class UnifiedRadixCache:
                 raise AssertionError(f"unknown action {action!r}")
 
     # ---- pools ----------------------------------------------------------------
-    def free_kv(self, values: list[torch.Tensor], cause: Cause = Cause.REQUEST, node: Optional[int] = None, full_only: bool = False) -> int:
+    def free_kv(
+        self, values: list[torch.Tensor], cause: Cause = Cause.REQUEST, node: Optional[int] = None,
+        full_only: bool = False, trusted: bool = False,
+    ) -> int:
         """Return Full KV slots (and, unless ``full_only``, every peer pool's slots
         mapped from them) to their pools."""
         indices = values[0] if len(values) == 1 else torch.cat(values)
         if not full_only:
             for component in self._kv_peers:
                 component.peer_free(indices, cause, node)
-        freed = self.kv_pool.free(indices)
+        freed = self.kv_pool.free(indices, trusted)
         if self.events.enabled and freed:
             self.events.emit(EventKind.FREE, "full", node, cause, int(indices.shape[0]), "pool=full")
         return freed
@@ -225,12 +229,13 @@ class UnifiedRadixCache:
                 raise CacheError(f"evict: {field} must be a non-negative int (got {value!r})")
 
     def _evict(self, params: EvictParams, targets: Optional[dict[str, int]]) -> EvictResult:
-        tracker = {c.name: 0 for c in self.components}
-        frees: dict[str, list] = {c.name: [] for c in self.components}
+        names = self._names
+        tracker = dict.fromkeys(names, 0)
+        frees: dict[str, list] = {name: [] for name in names}
         tree = self.tree
 
-        def reached(name: str) -> bool:
-            if targets is None or name not in targets:
+        def reached(name: str) -> bool:  # only allocation-driven eviction has targets
+            if name not in targets:
                 return False
             self._drain(frees)
             return self.available_size(name) >= targets[name]
@@ -238,8 +243,10 @@ class UnifiedRadixCache:
         for component in self.components:
             name = component.name
             request = params.request_for(name)
+            if request == 0:
+                continue
             to_target = targets is not None and name == "full"
-            if request == 0 or reached(name) or (not to_target and tracker[name] >= request):
+            if (targets is not None and reached(name)) or (not to_target and tracker[name] >= request):
                 continue
             # an allocation-driven Full walk runs until the pool reaches its target
             quota = max(request, tracker[name] + tree.evictable[0]) if to_target else request
@@ -247,11 +254,11 @@ class UnifiedRadixCache:
             try:
                 while True:
                     node, progress = component.evict_next(tracker, frees)
-                    if node is None and not progress:
-                        break
                     if node is not None:
                         tree.delete_leaf(node, tracker, frees, Cause.CAPACITY)
-                    if reached(name):
+                    elif not progress:
+                        break
+                    if targets is not None and reached(name):
                         break
             finally:
                 component.evict_end()

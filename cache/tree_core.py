@@ -395,7 +395,8 @@ class UnifiedTreeCore(TreeLocks):
         ancestors that were only kept alive by it."""
         assert node.in_leaf_set, f"node {node.id} is not an evictable leaf"
         events = self.events.enabled
-        present = [c for c in self.components if node.data[c.index].value is not None]
+        data = node.data
+        present = [c for c in self.components if data[c.index].value is not None] if len(data) > 1 else self.components
         for component in present:  # all frees first: SWA's free reads the Full value
             n = component.evict_component(node, frees)
             tracker[component.name] += n

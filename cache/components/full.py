@@ -111,4 +111,4 @@ class FullComponent(TreeComponent):
 
     def free_device_values(self, values: list[torch.Tensor], cause: Cause, node: Optional[int]) -> None:
         # Full side only: each other component frees its own share of an evicted node
-        self.cache.free_kv(values, cause, node, full_only=True)
+        self.cache.free_kv(values, cause, node, full_only=True, trusted=True)  # the tree's own values

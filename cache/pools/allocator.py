@@ -61,11 +61,14 @@ class PagedAllocator:
             return indices
         return torch.unique(torch.div(indices, self.page_size, rounding_mode="floor"))
 
-    def free(self, indices: torch.Tensor) -> int:
-        """Return the pages holding ``indices``; returns the number of slots freed."""
+    def free(self, indices: torch.Tensor, trusted: bool = False) -> int:
+        """Return the pages holding ``indices``; returns the number of slots freed.
+        ``trusted``: indices this pool handed out and a tree node kept (eviction), so the
+        range/dtype checks are skipped; the double-free check always runs."""
         if indices.shape[0] == 0:
             return 0
-        self._check_foreign(indices)
+        if not trusted:
+            self._check_foreign(indices)
         pages = self.page_ids(indices)
         k = pages.shape[0]
         ones = self._ones[:k]
