@@ -75,16 +75,15 @@ class FullComponent(TreeComponent):
         while node is not root:
             cd = node.data[i]
             if cd.lock_ref == 0:
-                n = node.length
-                tree.evictable[i] -= n
-                tree.protected[i] += n
-                delta += n
+                delta += node.length
                 if node.in_leaf_set:
                     leaves.discard(node)
             cd.lock_ref += 1
             if events:
                 self._emit(EventKind.LOCK, node, Cause.REQUEST, node.length, f"lock_ref={cd.lock_ref}")
             node = node.parent
+        tree.evictable[i] -= delta  # newly locked tokens move evictable -> protected
+        tree.protected[i] += delta
         receipt.delta = delta
 
     def release_lock(self, node: TreeNode, receipt: DecLockRefParams) -> None:
