@@ -322,6 +322,7 @@ class UnifiedRadixCache:
             match = self.match_prefix(MatchPrefixParams(key, cow_mamba="mamba" in self.by_name, req=req))
             prefix_len = match.prefix_len
             lock = self.tree.inc_lock_ref(match.last_device_node)
+            req.kv_indices = match.device_indices
             try:
                 fresh = self.alloc_kv(len(tokens) - prefix_len)
                 self.write_kv(fresh, req.origin_input_ids, prefix_len)
@@ -330,6 +331,9 @@ class UnifiedRadixCache:
                     component.admit_request(req)
             except PoolExhaustedError:  # unreachable after the check above; kept as a guard
                 self.tree.dec_lock_ref(match.last_device_node, lock)
+                own = req.kv_indices[prefix_len:]
+                if own.shape[0]:
+                    self.free_kv([own])
                 for component in self.components:
                     component.release_request(req)
                 raise

@@ -34,6 +34,7 @@ def check_invariants(cache: UnifiedRadixCache) -> list[Violation]:
         _check_lru_lists(cache, out)
         _check_full_pool(cache, out)
         _check_receipts(cache, out)
+        _check_lock_counts(cache, out)
         for component in cache.components:
             out.extend(Violation(name, msg) for name, msg in component.check_invariants())
     except Exception as exc:  # a corrupt tree must still yield a report
@@ -202,6 +203,35 @@ def _check_receipts(cache, out: list[Violation]) -> None:
         node_id = receipt.node_id
         if node_id not in cache.tree.nodes:
             out.append(Violation("lock.receipt_dangling", f"receipt {receipt_id} anchored on deleted node {node_id}"))
+
+
+def _check_lock_counts(cache, out: list[Violation]) -> None:
+    """Every lock_ref equals what the held receipts account for (the root: 1)."""
+    tree = cache.tree
+    expected: dict[tuple[int, int], int] = {}
+    for receipt in tree.live_receipts.values():
+        anchor = tree.nodes.get(receipt.node_id)
+        if anchor is None:
+            continue
+        for component in cache.components:
+            if not tree._releases(component, receipt, receipt.swa_released):
+                continue
+            try:
+                nodes = component.locked_nodes(anchor, receipt)
+            except LookupError as exc:
+                out.append(Violation("lock.receipt_segment", f"receipt {receipt.receipt_id}: {exc}"))
+                continue
+            for node in nodes:
+                key = (node.id, component.index)
+                expected[key] = expected.get(key, 0) + 1
+    for node in tree.nodes.values():
+        for component in cache.components:
+            want = 1 if node is tree.root else expected.get((node.id, component.index), 0)
+            have = node.data[component.index].lock_ref
+            if have != want:
+                out.append(
+                    Violation("lock.unaccounted", f"node {node.id} {component.name} lock_ref {have}, held receipts account for {want}")
+                )
 
 
 def _dupes(items: list[int]) -> list[int]:

@@ -270,6 +270,7 @@ class UnifiedTreeCore(TreeLocks):
         events = self.events.enabled
         node = root
         done = 0  # tokens walked
+        deferred = 0  # pending[:deferred] are known to be deferrable
         while done < ntok:
             off = done * TOKEN_BYTES
             ck = data[off : off + pb] if ek is None else (ek, data[off : off + pb])
@@ -298,9 +299,10 @@ class UnifiedTreeCore(TreeLocks):
                 self._free_duplicates(value, done + dup_start, done + consumed, params, child, pending)
             if done + plen > params.inserted_len:
                 child.hit_count += 1
-            if pending and not all(a.deferrable for a in pending):
-                apply_actions(pending)
+            if len(pending) > deferred and not all(a.deferrable for a in pending[deferred:]):
+                apply_actions(pending)  # a barrier: later steps read what these actions set
                 pending = []
+            deferred = len(pending)
             node = child
             done += plen
         if done < ntok:

@@ -24,6 +24,10 @@ class TreeLocks:
         node = self.nodes.get(node_id)
         if node is None:
             raise UnknownNodeError(f"node {node_id} is not in the tree (evicted or never existed)")
+        if skip:
+            unknown = [name for name in skip if name not in self.by_name or name == "full"]
+            if unknown:
+                raise LockError(f"cannot skip {unknown}: skip only auxiliary components of this cache {list(self.by_name)[1:]}")
         self._next_receipt += 1
         receipt = IncLockRefResult(0, node_id, self._next_receipt, skip)
         if skip:
@@ -52,7 +56,12 @@ class TreeLocks:
             raise LockError(f"lock receipt anchored on node {held.node_id} released on node {node_id}")
         node = self.node_by_id(node_id)
         params = held  # the tree's own copy is authoritative (window release, boundary)
-        skip_swa = skip_swa or params.swa_released
+        if skip_swa and not params.swa_released:
+            raise LockError(
+                f"skip_swa on lock receipt {params.receipt_id} whose window part is still held: "
+                "release_window first (or release the whole lock without skip_swa)"
+            )
+        skip_swa = params.swa_released
         if params.skipped_lock_components or skip_swa:
             releasing = [c for c in self._release_order if self._releases(c, params, skip_swa)]
         else:

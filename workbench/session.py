@@ -76,8 +76,10 @@ class Session:
         try:
             result = cache.insert(InsertParams(key, slots, state, swa_evicted_seqlen=window_floor))
         finally:
-            if aligned < len(tokens):
-                cache.free_kv([slots[aligned:]])
+            # a refused insert changed nothing, so every slot it was given is still ours
+            kept = aligned if result is not None else 0
+            if kept < len(tokens):
+                cache.free_kv([slots[kept:]])
             if state is not None and (result is None or result.mamba_exist):
                 cache.free_mamba_state(state)  # the tree kept its own state
         return {"prefix_len": result.prefix_len}

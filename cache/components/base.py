@@ -145,6 +145,10 @@ class TreeComponent:
     def acquire_lock(self, node: TreeNode, receipt: IncLockRefResult) -> None:
         raise NotImplementedError
 
+    def locked_nodes(self, node: TreeNode, receipt) -> list:
+        """The nodes a held receipt keeps locked for this component (for the checker)."""
+        return []
+
     def check_release(self, node: TreeNode, receipt: DecLockRefParams) -> Optional[str]:
         """Why releasing would corrupt state (checked before anything changes), or None."""
         return None

@@ -86,6 +86,13 @@ class FullComponent(TreeComponent):
         tree.protected[i] += delta
         receipt.delta = delta
 
+    def locked_nodes(self, node: TreeNode, receipt) -> list:
+        out, root = [], self.tree.root
+        while node is not root:
+            out.append(node)
+            node = node.parent
+        return out
+
     def release_lock(self, node: TreeNode, receipt: DecLockRefParams) -> None:
         i = self.index
         tree = self.tree

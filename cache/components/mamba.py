@@ -141,6 +141,9 @@ class MambaComponent(LRUEvictionMixin, TreeComponent):
         cd.lock_ref += 1
         self._emit(EventKind.LOCK, node, Cause.REQUEST, 1, f"lock_ref={cd.lock_ref}")
 
+    def locked_nodes(self, node: TreeNode, receipt) -> list:
+        return [] if node is self.tree.root else [node]
+
     def check_release(self, node: TreeNode, receipt) -> Optional[str]:
         if node is not self.tree.root and node.data[self.index].lock_ref <= 0:
             return f"mamba release hit lock_ref=0 on node {node.id}"

@@ -218,6 +218,9 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
         if boundary is not None:
             raise LookupError(f"swa lock boundary {boundary} is not above the receipt's node")
 
+    def locked_nodes(self, node: TreeNode, receipt) -> list:
+        return list(self._segment(node, receipt))
+
     def check_release(self, node: TreeNode, receipt: DecLockRefParams) -> Optional[str]:
         try:
             for cur in self._segment(node, receipt):
