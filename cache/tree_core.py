@@ -23,11 +23,6 @@ from .params import IncLockRefResult, InsertParams, InsertResult, MatchResult
 from .tree_core_locks import TreeLocks
 from .tree_node import TreeNode
 
-# Methods a component may leave at the base-class default; skipping those keeps the
-# per-node hot loops free of no-op calls.
-_HOOKS = ("on_walkdown", "on_match_end", "on_insert_end", "on_insert_overlap", "commit_insert", "finalize_match_result")
-
-
 def _child_order(node: TreeNode):
     return (node.extra_key or "", node.token_ids[:1])
 
@@ -48,10 +43,10 @@ class UnifiedTreeCore(TreeLocks):
         self.events = events
         for component in components:
             component.tree = self
-        aux = components[1:]
-        self._walkdown_hooks = [c.on_walkdown for c in aux]
-        self._match_end_hooks = [c.on_match_end for c in aux]
-        self._insert_end_hooks = [c.on_insert_end for c in aux]
+        aux = components[1:]  # Full orders eviction by access time, not an LRU list
+        self._walkdown_hooks = [c.on_walkdown for c in aux if c.on_walkdown is not None]
+        self._match_end_hooks = [c.on_match_end for c in aux if c.on_match_end is not None]
+        self._insert_end_hooks = [c.on_insert_end for c in aux if c.on_insert_end is not None]
         self._overlap_hooks = [c for c in components if _overrides(c, "on_insert_overlap")]
         self._commit_hooks = [c for c in components if _overrides(c, "commit_insert")]
         self._finalizers = [c for c in components if _overrides(c, "finalize_match_result")]

@@ -92,8 +92,7 @@ class TreeComponent:
         i = self.index
         self.tree.lru[self.name].promote_path(node, self.tree.root, lambda n: n.data[i].value is not None)
 
-    def on_insert_end(self, node: TreeNode) -> None:
-        pass
+    on_insert_end = None  # a hook set to None is skipped by the tree core (no call per node)
 
     # ---- insert -----------------------------------------------------------
     def on_insert_overlap(

@@ -25,12 +25,8 @@ class FullComponent(TreeComponent):
     internal_priority = 2
 
     # Full matches every node that has Full KV, i.e. every node (no host tier here),
-    # so it needs no validator; it orders eviction by access time, not an LRU list.
-    def on_walkdown(self, node: TreeNode) -> None:
-        pass
-
-    def on_match_end(self, node: TreeNode) -> None:
-        pass
+    # so it needs no validator; it orders eviction by access time, not an LRU list
+    # (the tree core calls the LRU refresh hooks of the other components only).
 
     def pinned_by_lock(self, path) -> int:
         i = self.index
