@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Optional
+
 import pytest
 import torch
 
 from cache import (
+    CacheError,
     EvictParams,
     InsertParams,
     MatchPrefixParams,
@@ -94,6 +98,43 @@ def assert_empty_tree(full: Checked) -> None:
 
 def stray(n: int, start: int = 9000) -> list[int]:
     return list(range(start, start + n))
+
+
+@dataclasses.dataclass
+class RequestSlots:
+    """Slots for inserting a key the way a request does: ``prev`` tokens reuse the
+    tree's own slots (the matched prefix, locked meanwhile), the rest are fresh with
+    their KV written. ``release()`` drops that lock once the insert is done."""
+
+    cache: UnifiedRadixCache
+    prev: int
+    fresh: torch.Tensor
+    value: torch.Tensor
+    node: Optional[int] = None
+    receipt: object = None
+
+    def release(self) -> None:
+        if self.receipt is not None:
+            self.cache.dec_lock_ref(self.node, self.receipt)
+            self.receipt = None
+
+
+def take_request_slots(cache: UnifiedRadixCache, tokens: list[int], reuse: bool) -> Optional[RequestSlots]:
+    """None when the pools cannot provide the fresh slots (nothing is left locked)."""
+    prev, node, receipt, prefix = 0, None, None, None
+    if reuse:
+        m = cache.match_prefix(RadixKey(tokens))
+        prev, node, prefix = m.prefix_len, m.last_device_node, m.device_indices
+        receipt = cache.inc_lock_ref(node)
+    try:
+        fresh = cache.alloc_kv(len(tokens) - prev)
+    except CacheError:
+        if receipt is not None:
+            cache.dec_lock_ref(node, receipt)
+        return None
+    cache.write_kv(fresh, tokens, prev)
+    value = torch.cat([prefix, fresh]) if prev else fresh
+    return RequestSlots(cache, prev, fresh, value, node, receipt)
 
 
 @pytest.fixture(params=[1, 4, 16], ids=lambda ps: f"ps{ps}")

@@ -21,13 +21,13 @@ from __future__ import annotations
 import os
 
 import hypothesis.strategies as st
-import torch
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
 from cache.errors import LockError, PoolExhaustedError
 
+from conftest import take_request_slots
 from mamba_util import expected_match, fp, grid_of
 
 STEMS = [[1, 2, 3, 4], [1, 2, 5, 6], [7, 8, 9, 10], [1, 2, 3, 4, 11, 12, 13, 14]]
@@ -104,34 +104,24 @@ class MambaCacheMachine(RuleBasedStateMachine):
         cache, ps = self.cache, self.page_size
         tokens = self.tokens(data)
         aligned = len(tokens) - len(tokens) % ps
-        prev = 0
-        if reuse:  # like a request: the matched prefix uses the tree's own slots
-            m = cache.match_prefix(RadixKey(tokens))
-            prev = m.prefix_len
-            receipt = cache.inc_lock_ref(m.last_device_node)
-        try:
-            fresh = cache.alloc_kv(len(tokens) - prev)
-        except CacheError:
+        slots = take_request_slots(cache, tokens, reuse)
+        if slots is None:
             event("insert: KV pool exhausted")
-            if reuse:
-                cache.dec_lock_ref(m.last_device_node, receipt)
             return
-        cache.write_kv(fresh, tokens, prev)
+        prev, value = slots.prev, slots.value
         try:
             state = cache.alloc_mamba_state(tokens[:aligned])
         except PoolExhaustedError as exc:
             assert "mamba" in str(exc)
             event("insert: state pool exhausted")
-            cache.free_kv([fresh])
-            if reuse:
-                cache.dec_lock_ref(m.last_device_node, receipt)
+            cache.free_kv([slots.fresh])
+            slots.release()
             return
         evicted = 0
         if self.window:  # a request that slid past some of its SWA
             evicted = data.draw(st.integers(0, aligned // ps)) * ps
             if evicted > prev:
-                cache.free_swa(fresh[: evicted - prev])
-        value = torch.cat([m.device_indices, fresh]) if prev else fresh
+                cache.free_swa(slots.fresh[: evicted - prev])
         params = InsertParams(
             RadixKey(tokens), value, mamba_value=state, prev_prefix_len=prev, swa_evicted_seqlen=evicted
         )
@@ -140,8 +130,7 @@ class MambaCacheMachine(RuleBasedStateMachine):
             cache.free_mamba_state(state)
         if aligned < len(tokens):
             cache.free_kv([value[aligned:]])
-        if reuse:
-            cache.dec_lock_ref(m.last_device_node, receipt)
+        slots.release()
         event(f"insert: mamba_exist = {result.mamba_exist}")
         if aligned:
             slot = cache.tree.node_by_id(result.last_device_node).data[self.mamba.index].value

@@ -12,6 +12,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
 
+from conftest import take_request_slots
+
 STEMS = [[1, 2, 3, 4], [1, 2, 5, 6], [7, 8, 9, 10], [1, 2, 3, 4, 11, 12, 13, 14]]
 keys = st.builds(lambda stem, tail: STEMS[stem] + tail, st.integers(0, len(STEMS) - 1), st.lists(st.integers(1, 4), max_size=10))
 
@@ -29,25 +31,14 @@ class CacheMachine(RuleBasedStateMachine):
     @rule(tokens=keys, reuse=st.booleans())
     def insert(self, tokens, reuse):
         cache = self.cache
-        prev = 0
-        if reuse:  # like a request: the matched prefix uses the tree's own slots
-            m = cache.match_prefix(RadixKey(tokens))
-            prev = m.prefix_len
-            receipt = cache.inc_lock_ref(m.last_device_node)
-        try:
-            fresh = cache.alloc_kv(len(tokens) - prev)
-        except CacheError:
-            if reuse:
-                cache.dec_lock_ref(m.last_device_node, receipt)
+        slots = take_request_slots(cache, tokens, reuse)
+        if slots is None:
             return
-        cache.write_kv(fresh, tokens, prev)
-        value = fresh if not prev else __import__("torch").cat([m.device_indices, fresh])
-        result = cache.insert(InsertParams(RadixKey(tokens), value, prev_prefix_len=prev))
+        result = cache.insert(InsertParams(RadixKey(tokens), slots.value, prev_prefix_len=slots.prev))
         aligned = len(tokens) - len(tokens) % self.page_size
         if aligned < len(tokens):
-            cache.free_kv([value[aligned:]])
-        if reuse:
-            cache.dec_lock_ref(m.last_device_node, receipt)
+            cache.free_kv([slots.value[aligned:]])
+        slots.release()
         assert result.prefix_len <= aligned
 
     @rule(tokens=keys, hold=st.booleans())

@@ -16,13 +16,13 @@ SGLANG_OPT_RELEASE_PREFILL_SWA path: slide_window itself never releases it).
 from __future__ import annotations
 
 import hypothesis.strategies as st
-import torch
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
 from cache.errors import LockError
 
+from conftest import take_request_slots
 from swa_util import expected_match
 
 STEMS = [[1, 2, 3, 4], [1, 2, 5, 6], [7, 8, 9, 10], [1, 2, 3, 4, 11, 12, 13, 14]]
@@ -73,23 +73,14 @@ class SWACacheMachine(RuleBasedStateMachine):
         cache, ps = self.cache, self.page_size
         tokens = self.tokens(data)
         aligned = len(tokens) - len(tokens) % ps
-        prev = 0
-        if reuse:  # like a request: the matched prefix uses the tree's own slots
-            m = cache.match_prefix(RadixKey(tokens))
-            prev = m.prefix_len
-            receipt = cache.inc_lock_ref(m.last_device_node)
-        try:
-            fresh = cache.alloc_kv(len(tokens) - prev)
-        except CacheError:
+        slots = take_request_slots(cache, tokens, reuse)
+        if slots is None:
             event("insert: pool exhausted")
-            if reuse:
-                cache.dec_lock_ref(m.last_device_node, receipt)
             return
-        cache.write_kv(fresh, tokens, prev)
+        prev, value = slots.prev, slots.value
         evicted = self.evicted(data, aligned)
         if evicted > prev:
-            cache.free_swa(fresh[: evicted - prev])
-        value = torch.cat([m.device_indices, fresh]) if prev else fresh
+            cache.free_swa(slots.fresh[: evicted - prev])
         before = cache.available_size("swa")
         gone = _tombstoned_tokens(cache)
         result = cache.insert(InsertParams(RadixKey(tokens), value, prev_prefix_len=prev, swa_evicted_seqlen=evicted))
@@ -97,8 +88,7 @@ class SWACacheMachine(RuleBasedStateMachine):
         assert cache.available_size("swa") >= before
         if aligned < len(tokens):
             cache.free_kv([value[aligned:]])
-        if reuse:
-            cache.dec_lock_ref(m.last_device_node, receipt)
+        slots.release()
         assert result.prefix_len <= aligned
         tombstones = cache.snapshot().tombstones("swa")
         event(f"insert: tree has SWA tombstones = {tombstones > 0}")
