@@ -7,12 +7,16 @@ TORCH   := torch==2.13.0
 
 .PHONY: run test bench setup clean graphviz
 
+LOG     := $(VENV)/setup.log
+
+# pip's chatter goes to $(LOG); it is printed only when a step fails.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@$(BIN)/pip install -q --upgrade pip >/dev/null
+	@echo "setting up $(VENV) (log: $(LOG))" >&2
+	@$(BIN)/pip install -q --upgrade pip >$(LOG) 2>&1 || { cat $(LOG); exit 1; }
 	@# A local CPU build of torch: CI must never pull a multi-GB CUDA wheel.
-	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH)
-	@$(BIN)/pip install -q -e '.[dev]'
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH) >>$(LOG) 2>&1 || { cat $(LOG); exit 1; }
+	@$(BIN)/pip install -q -e '.[dev]' >>$(LOG) 2>&1 || { cat $(LOG); exit 1; }
 	@touch $(STAMP)
 
 setup: $(STAMP) graphviz

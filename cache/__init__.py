@@ -5,24 +5,39 @@ tree core (``UnifiedTreeCore``, decisions) and components (``cache.components``,
 file per kind of cache data).
 """
 
-from .config import CacheConfig
-from .controller import UnifiedRadixCache
-from .errors import CacheError
-from .events import Cause, Event, EventBus, EventKind, EventLog
-from .invariants import Violation, check_invariants, verify_match
-from .keys import RadixKey
-from .params import (
-    DecLockRefParams,
-    EvictParams,
-    EvictResult,
-    IncLockRefResult,
-    InsertParams,
-    InsertResult,
-    MatchPrefixParams,
-    MatchResult,
-)
-from .request import Req
-from .snapshot import CacheSnapshot, take_snapshot
+import importlib
+
+# name -> submodule; resolved on first use so that ``import cache.config`` (checking a
+# scenario before anything runs) does not pay for importing torch
+_EXPORTS = {
+    "CacheConfig": "config",
+    "UnifiedRadixCache": "controller",
+    "CacheError": "errors",
+    **dict.fromkeys(("Cause", "Event", "EventBus", "EventKind", "EventLog"), "events"),
+    **dict.fromkeys(("Violation", "check_invariants", "verify_match"), "invariants"),
+    "RadixKey": "keys",
+    **dict.fromkeys(
+        ("DecLockRefParams", "EvictParams", "EvictResult", "IncLockRefResult", "InsertParams", "InsertResult",
+         "MatchPrefixParams", "MatchResult"),
+        "params",
+    ),
+    "Req": "request",
+    **dict.fromkeys(("CacheSnapshot", "take_snapshot"), "snapshot"),
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "CacheConfig",
