@@ -131,17 +131,17 @@ def test_each_expectation_can_fail(capsys, i, field):
     assert failing[0]["failures"] == [{"field": field, "expected": bad, "actual": good}]
 
 
-def test_report_names_the_first_failing_step(capsys):
+def test_report_lists_every_failing_step_with_its_line_and_command(capsys):
     f = toml("flow.toml", flow_text({(1, "prefix_len"): 7, (4, "full_protected"): 9}))
     rc, out, err = urc(capsys, "run", f)
     assert rc == 1 and err == ""
     assert out.startswith("FAIL flow.toml")
+    assert out.splitlines()[0] == f"FAIL flow.toml — t ({len(flow_lines())} steps, 2 failed)"
     line1, line4 = flow_lines()[1], flow_lines()[4]
-    assert f"step 2 (flow.toml:{line1}) match(" in out
-    assert f"flow.toml:{line4}" not in out  # only the first failing step is detailed …
-    assert "1 later step(s) failed too" in out  # … the rest are counted
-    row = next(r for r in out.splitlines() if r.strip().startswith("prefix_len"))
-    assert row.split() == ["prefix_len", "7", "3"]  # field, expected, actual
+    assert f"step 2 (flow.toml:{line1}) match(key=[1 2 3 9], as=m)" in out
+    assert f"step 5 (flow.toml:{line4}) unlock(lock=l)" in out
+    assert "prefix_len: expected 7, got 3" in out and "full_protected: expected 9, got 4" in out
+    assert "urc show flow.toml --step 2" in out and "urc show flow.toml --step 5" in out
 
 
 def test_report_shows_violations(capsys, monkeypatch):
@@ -280,9 +280,12 @@ def test_run_scenario_record(smoke):
     assert replay.state_after(5).nodes == timeline.state_after(5).nodes
 
 
-def test_recording_twice_to_one_path_still_replays(capsys, smoke):
+def test_recording_twice_to_one_path_needs_force_and_still_replays(capsys, smoke):
     assert urc(capsys, "run", "--record", "out.jsonl", smoke)[0] == 0
-    assert urc(capsys, "run", "--record", "out.jsonl", smoke)[0] == 0
+    first = Path("out.jsonl").read_text()
+    rc, out, err = urc(capsys, "run", "--record", "out.jsonl", smoke)
+    assert rc == 2 and "file exists (use --force" in err and Path("out.jsonl").read_text() == first
+    assert urc(capsys, "run", "--record", "out.jsonl", "--force", smoke)[0] == 0
     assert len(Path("out.jsonl").read_text().splitlines()) == 6
     assert urc(capsys, "run", "out.jsonl")[0] == 0
 
@@ -298,22 +301,23 @@ def truncated(capsys, smoke) -> str:
     return "cut.jsonl"
 
 
-def test_truncated_last_line_loads_with_a_warning(capsys, smoke):
+def test_truncated_last_line_loads_with_a_one_line_notice(capsys, smoke):
     cut = truncated(capsys, smoke)
-    with pytest.warns(UserWarning, match=r"cut\.jsonl:6: .*truncated"):
-        scenario = load_scenario(cut)
+    scenario = load_scenario(cut)
     assert [s.op for s in scenario.steps] == ["insert", "match", "lock", "unlock"]
-    with pytest.warns(UserWarning, match="truncated"):
-        rc, report = run_json(capsys, cut)
+    assert len(scenario.notices) == 1 and "cut.jsonl:6: dropped a truncated last line" in scenario.notices[0]
+    rc, out, err = urc(capsys, "run", "--json", cut)
+    assert err.splitlines() == ["note: cut.jsonl:6: dropped a truncated last line (an interrupted recording)"]
+    report = json.loads(out)
     assert rc == 0 and len(report[0]["steps"]) == 4
     assert report[0]["final_state"]["pools"]["full"]["protected"] == 0
 
 
-def test_a_complete_trace_loads_without_a_warning(capsys, smoke, recwarn):
+def test_a_complete_trace_loads_without_a_notice(capsys, smoke):
     urc(capsys, "run", "--record", "out.jsonl", smoke)
     Path("nonl.jsonl").write_text(Path("out.jsonl").read_text().rstrip("\n"))  # no final newline, but complete
-    assert len(load_scenario("nonl.jsonl").steps) == 5
-    assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
+    scenario = load_scenario("nonl.jsonl")
+    assert len(scenario.steps) == 5 and scenario.notices == ()
 
 
 # ---- urc show / urc bench -------------------------------------------------------------------------

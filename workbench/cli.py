@@ -1,89 +1,179 @@
 """``urc``: the workbench's command line.
 
-Exit codes: 0 everything passed, 1 an expectation, invariant or fingerprint check
-failed, 2 an invalid file or wrong usage.
+One error path for every command: an expected failure is one line on stderr and an
+exit code (see ``EXIT_CODES``); a closed pipe ends quietly; anything unexpected is one
+line that points at ``--debug``. Scenario files are checked before torch is imported,
+so a typo is reported at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Optional
 
-from rich.console import Console
+from .scenario import STDIN, ScenarioError
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES = """\
+exit codes:
+  0    every check passed
+  1    a check failed: an expectation, an invariant or a KV fingerprint
+  2    bad input: an invalid scenario file, option or output path
+  3    an internal error in urc (run again with --debug for the traceback)
+  130  interrupted (Ctrl-C)"""
+DEVICES = ("cpu", "cuda", "auto")
+COMPONENT_SETS = ("full", "full,swa", "full,mamba", "full,swa,mamba")
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as dist_version
+
+        return dist_version("unified-cache-workbench")
+    except Exception:  # running from a source tree that was never installed
+        return "unknown"
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # usage errors exit 2 with one line, like invalid files
-        self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
+    def error(self, message: str):  # usage errors: one line, exit 2, like invalid files
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="urc", description="Unified Radix Cache workbench")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    form = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(
+        prog="urc", description="Unified Radix Cache workbench: run, inspect and time cache scenarios.",
+        epilog=EXIT_CODES, formatter_class=form,
+    )
+    parser.add_argument("--version", action="version", version=f"urc {version()}")
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an internal error")
+    debug = _Parser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run scenario files headlessly and check every step")
-    run.add_argument("files", nargs="+", metavar="FILE", help=".toml scenarios or .jsonl traces")
-    run.add_argument("--json", action="store_true", help="print a JSON array, one object per file")
+    def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=description, epilog=EXIT_CODES, formatter_class=form,
+                              parents=[debug])
+
+    file_help = "a .toml scenario or .jsonl trace; - reads one from standard input"
+    run = command("run", "run scenario files headlessly and check every step",
+                  "Run each scenario, checking invariants, fingerprints and expectations after every step.")
+    run.add_argument("files", nargs="+", metavar="FILE", help=file_help)
+    run.add_argument("--json", action="store_true", help="print a JSON array on stdout, one object per file")
     run.add_argument("--states", action="store_true", help="with --json: add the state after every step")
-    run.add_argument("--record", metavar="OUT.jsonl", help="write a JSONL trace, one executed step per line as it runs")
+    run.add_argument("--record", metavar="OUT.jsonl",
+                     help="write a JSONL trace of the executed steps, one line per step as it runs (one FILE only)")
+    run.add_argument("--force", action="store_true", help="let --record overwrite an existing file (never an input)")
 
-    show = sub.add_parser("show", help="print the tree after a step of a scenario")
-    show.add_argument("file", metavar="FILE")
-    show.add_argument("more", nargs="*", metavar="FILE", help="with --walk: further chapters to walk in turn")
-    show.add_argument("--step", type=int, default=None, help="step number (default: the last; 0: the start)")
-    show.add_argument("--walk", action="store_true", help="print every step: description, op, result, events, tree")
+    show = command("show", "print the tree after a step of a scenario",
+                   "Print the step's op, result, events and the tree after it; --walk prints every step.")
+    show.add_argument("files", nargs="+", metavar="FILE", help=file_help + "; several only with --walk")
+    show.add_argument("--step", type=int, default=None, metavar="N",
+                      help="the step to show (default: the last; 0: the empty start)")
+    show.add_argument("--walk", action="store_true", help="print every step of every FILE in turn: the guided tour")
 
-    sub.add_parser("demo", help="run a small built-in sequence and print the tree after each step")
+    command("demo", "run a small built-in sequence and print the tree after each step",
+            "A tiny built-in sequence on the Full component; needs no file.")
 
-    bench = sub.add_parser("bench", help="time the cache calls (the seeded workload, or a scenario/trace)")
-    bench.add_argument("--trace", metavar="FILE", help="replay a scenario or JSONL trace, timing only the cache calls")
-    bench.add_argument("--requests", type=int, default=5000)
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
-    bench.add_argument("--components", default="full", help="comma-separated, e.g. full,swa,mamba (window 128)")
-    bench.add_argument("--tree-sizes", default="1000,100000", help="comma-separated node counts for the scaling run")
+    bench = command("bench", "time the cache calls (the seeded workload, or a scenario/trace)",
+                    "Time only the cache calls of the seeded shared-prompt workload, or of a scenario/trace.")
+    bench.add_argument("--trace", metavar="FILE", help="replay this scenario or JSONL trace instead of the workload")
+    bench.add_argument("--requests", type=int, default=5000, metavar="N",
+                       help="requests in the seeded workload (default 5000)")
+    bench.add_argument("--seed", type=int, default=0, metavar="S", help="workload seed (default 0)")
+    bench.add_argument("--device", default="cpu", choices=DEVICES,
+                       help="where the pools live: cpu (default), cuda, or auto (cuda when present)")
+    bench.add_argument("--components", default="full", choices=COMPONENT_SETS, metavar="LIST",
+                       help="the cache's components: " + " | ".join(COMPONENT_SETS)
+                       + " (default full; SWA window 128, 256 Mamba slots)")
+    bench.add_argument("--tree-sizes", default="1000,100000", metavar="N,N",
+                       help="node counts for the per-op scaling run, comma-separated (Full only; default 1000,100000)")
     bench.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    from .scenario import ScenarioError
-
+    name = f"urc {args.command}"
     try:
-        return {"run": _run, "show": _show, "demo": _demo, "bench": _bench}[args.command](args)
+        return COMMANDS[args.command](args)
     except ScenarioError as exc:
-        print(f"urc {args.command}: {exc}", file=sys.stderr)
-        return 2
+        _say(f"{name}: {exc}")
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        return 130
+        _say(f"{name}: interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (``| head``): nothing more to say
+        _silence_stdout()
+        return EXIT_OK
+    except Exception as exc:
+        if getattr(args, "debug", False):
+            raise
+        first = (str(exc).splitlines() or [""])[0][:300]
+        _say(f"{name}: internal error: {type(exc).__name__}: {first} (run again with --debug for the traceback)")
+        return EXIT_INTERNAL
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _load_all(files: list[str]):
+    """Load and check every file (and its config) before running any: no torch yet."""
+    from .scenario import cache_config, load_scenario
+
+    if files.count(STDIN) > 1:
+        raise ScenarioError("standard input (-) can be read only once")
+    scenarios = [load_scenario(path) for path in files]
+    for scenario in scenarios:
+        cache_config(scenario)
+        for notice in scenario.notices:
+            _say(f"note: {notice}")
+    return scenarios
 
 
 def _run(args) -> int:
-    from .export import timeline_json
-    from .report import print_run_report
-    from .runner import Runner, cache_config
-    from .scenario import ScenarioError, load_scenario
-
     if args.record and len(args.files) != 1:
         raise ScenarioError("--record takes exactly one scenario file")
     if args.states and not args.json:
         raise ScenarioError("--states only applies with --json")
-    scenarios = [load_scenario(path) for path in args.files]  # validate all before running any
-    for scenario in scenarios:
-        cache_config(scenario)
-    console = Console(stderr=args.json)
+    if args.force and not args.record:
+        raise ScenarioError("--force only applies with --record")
+    scenarios = _load_all(args.files)
+    if args.record:
+        from .outputs import check_output
+
+        check_output(args.record, args.files, args.force, "--record")
+    from .export import timeline_json
+    from .report import make_console, print_run_report
+    from .runner import Runner
+
+    console = make_console(sys.stderr if args.json else sys.stdout)
     timelines = []
     for scenario in scenarios:
         if args.record:
-            with open(args.record, "w", encoding="utf-8") as stream:
+            from .outputs import open_output
+
+            with open_output(args.record, args.files, args.force, "--record") as stream:
                 timeline = Runner(scenario, record=stream).run()
         else:
             timeline = Runner(scenario).run()
@@ -92,74 +182,91 @@ def _run(args) -> int:
             print_run_report(timeline, console)
     if args.json:
         print(json.dumps([timeline_json(t, args.states) for t in timelines], indent=1))
-    return 0 if all(t.passed for t in timelines) else 1
+    return EXIT_OK if all(t.passed for t in timelines) else EXIT_CHECK_FAILED
 
 
 def _show(args) -> int:
-    from .report import step_panel, walk
+    if len(args.files) > 1 and not args.walk:
+        raise ScenarioError("several files only with --walk")
+    if args.walk and args.step is not None:
+        raise ScenarioError("--step and --walk do not go together")
+    scenarios = _load_all(args.files)
+    from .report import make_console, step_view, walk
     from .runner import run_scenario
-    from .scenario import ScenarioError, load_scenario
     from .tree_view import render_state
 
-    if args.more and not args.walk:
-        raise ScenarioError("several files only with --walk")
-    console = Console()
+    console = make_console()
     if args.walk:
-        scenarios = [load_scenario(path) for path in [args.file, *args.more]]
         timelines = [run_scenario(s) for s in scenarios]
         for timeline in timelines:
             walk(timeline, console)
-        return 0 if all(t.passed for t in timelines) else 1
-    scenario = load_scenario(args.file)
+        return EXIT_OK if all(t.passed for t in timelines) else EXIT_CHECK_FAILED
+    scenario = scenarios[0]
+    total = len(scenario.steps)
+    n = total if args.step is None else args.step
+    if not 0 <= n <= total:
+        raise ScenarioError(f"--step must be between 0 and {total} (the scenario has {total} steps)", scenario.path)
     timeline = run_scenario(scenario)
-    n = len(timeline) if args.step is None else args.step
-    if not 0 <= n <= len(timeline):
-        raise ScenarioError(f"--step must be between 0 and {len(timeline)}", args.file)
     if n == 0:
         console.print(render_state(timeline.initial))
     else:
-        console.print(step_panel(timeline.records[n - 1], scenario.path))
-    return 0
+        from .report import is_plain
+
+        console.print(step_view(timeline.records[n - 1], scenario.path, plain=is_plain(console)))
+    return EXIT_OK
 
 
 def _demo(args) -> int:
     from .demo import run_demo
+    from .report import make_console
 
-    return run_demo()
+    return run_demo(make_console())
 
 
 def _bench(args) -> int:
-    from .scenario import ScenarioError
+    if args.requests <= 0:
+        raise ScenarioError("--requests must be a positive int")
+    try:
+        sizes = tuple(int(x) for x in args.tree_sizes.split(",") if x.strip())
+    except ValueError:
+        raise ScenarioError(f"--tree-sizes must be comma-separated ints (got {args.tree_sizes})") from None
+    if any(n <= 0 for n in sizes):
+        raise ScenarioError("--tree-sizes must be positive")
+    trace = _load_all([args.trace])[0] if args.trace else None
+    _check_device(args.device)
+    from .report import make_console
 
-    if args.trace:
+    if trace is not None:
         from .replay import replay_timed
 
-        report = replay_timed(args.trace, device=args.device)
+        report = replay_timed(trace, device=args.device)
         if args.json:
             print(json.dumps(report, indent=1))
         else:
             for op, s in report["ops"].items():
-                print(f"{op:14s} n={s['n']:6d} mean {s.get('mean_us')} µs  p50 {s.get('p50_us')}  p99 {s.get('p99_us')}")
-        return 0
-    if args.requests <= 0:
-        raise ScenarioError("--requests must be positive")
-    try:
-        sizes = tuple(int(x) for x in args.tree_sizes.split(",") if x)
-    except ValueError:
-        raise ScenarioError(f"--tree-sizes must be comma-separated ints (got {args.tree_sizes!r})") from None
+                print(f"{op:14s} n={s['n']:6d}  mean {s.get('mean_us')} µs  p50 {s.get('p50_us')}  p99 {s.get('p99_us')}")
+        return EXIT_OK
     from .bench import BenchConfig, full_report, print_report
 
-    components = tuple(c.strip() for c in args.components.split(",") if c.strip())
-    if not components or components[0] != "full" or not set(components) <= {"full", "swa", "mamba"}:
-        raise ScenarioError(f"--components must start with full and name only full, swa, mamba (got {args.components!r})")
+    components = tuple(args.components.split(","))
     config = BenchConfig(requests=args.requests, seed=args.seed, device=args.device, components=components)
     report = full_report(config, sizes if components == ("full",) else ())
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print_report(report, Console())
-    return 0
+        print_report(report, make_console())
+    return EXIT_OK
 
+
+def _check_device(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ScenarioError("--device cuda: no CUDA device is available here (use cpu or auto)")
+
+
+COMMANDS = {"run": _run, "show": _show, "demo": _demo, "bench": _bench}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,6 +9,8 @@ from rich.text import Text
 
 from cache import EventLog, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants
 
+from .fmt import event_text
+
 
 def run_demo(console: Console | None = None) -> int:
     console = console or Console()
@@ -46,7 +48,7 @@ def run_demo(console: Console | None = None) -> int:
         if result is not None:
             console.print(Text(f"result: {_summary(result)}", style="dim"))
         for event in log.take():
-            console.print(Text(f"  {event.describe()}", style="dim"))
+            console.print(Text(f"  {event_text(event)}", style="dim"))
         snap = cache.snapshot()
         from .tree_view import render_state
 
@@ -61,5 +63,8 @@ def run_demo(console: Console | None = None) -> int:
 def _summary(result) -> str:
     """A one-line view of an op's result (MatchResult's tensor would swamp the screen)."""
     if hasattr(result, "device_indices"):
-        return f"prefix_len={result.prefix_len} last_node={result.last_device_node}"
-    return repr(result)
+        return f"prefix_len={result.prefix_len}, last node #{result.last_device_node}"
+    if hasattr(result, "prefix_len"):
+        return f"prefix_len={result.prefix_len}"
+    fields = ("num_tokens_evicted", "swa_num_tokens_evicted", "mamba_num_evicted")
+    return ", ".join(f"{f}={getattr(result, f)}" for f in fields if hasattr(result, f))

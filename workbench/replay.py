@@ -13,12 +13,13 @@ from cache import CacheError
 
 from .bench import stats
 from .runner import build_cache
-from .scenario import load_scenario
+from .scenario import Scenario, load_scenario
 from .session import Session
 
 
-def replay_timed(path: str | Path, device: str | None = None) -> dict:
-    scenario = load_scenario(path)
+def replay_timed(scenario: Scenario | str | Path, device: str | None = None) -> dict:
+    if not isinstance(scenario, Scenario):
+        scenario = load_scenario(scenario)
     cache = build_cache(scenario, device if device != "cpu" else None)
     cache.fingerprints = False  # time the cache, not the stand-in for the model's KV writes
     session = Session(cache)

@@ -1,15 +1,37 @@
-"""Rich reports for ``urc run``, ``urc show`` and the tour walk-through."""
+"""Reports for ``urc run``, ``urc show`` and the tour walk-through (rich).
+
+On a terminal: colour and panels. Piped or redirected: the same lines, plain and
+unwrapped, so ``grep`` finds ``PASS path — name`` whole.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console, Group
-from rich.markup import escape
+import shlex
+import sys
+from typing import Optional, TextIO
+
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
+from .fmt import event_text, fields_text, plural, result_text, value_text
+from .scenario import STDIN_NAME
 from .timeline import StepRecord, Timeline
 from .tree_view import render_state
+
+DETAILED_FAILURES = 10  # failing steps reported in full; later ones get one line each
+PLAIN_WIDTH = 100_000  # "no wrapping" for rich when the output is not a terminal
+
+
+def make_console(stream: Optional[TextIO] = None) -> Console:
+    stream = stream or sys.stdout
+    if stream.isatty():
+        return Console(file=stream)
+    return Console(file=stream, width=PLAIN_WIDTH, soft_wrap=True, no_color=True, highlight=False, emoji=False)
+
+
+def is_plain(console: Console) -> bool:
+    return console.width >= PLAIN_WIDTH
 
 
 def reflow(text: str) -> str:
@@ -19,52 +41,71 @@ def reflow(text: str) -> str:
 
 def step_title(record: StepRecord, path: str) -> str:
     step = record.step
-    args = ", ".join(f"{k}={v}" for k, v in step.fields.items())
-    return f"step {step.index} ({path}:{step.line}) {step.op}({args})"
+    return f"step {step.index} ({path}:{step.line}) {step.op}({fields_text(step.fields)})"
+
+
+def show_command(path: str, index: int) -> Optional[str]:
+    return None if path == STDIN_NAME else f"urc show {shlex.quote(path)} --step {index}"
+
+
+def problems(record: StepRecord) -> list[str]:
+    """What went wrong in a step, one line each."""
+    lines = [f"{f.field}: expected {value_text(f.expected)}, got {value_text(f.actual)}" for f in record.failures]
+    lines += [f"invariant {v.name}: {v.message}" for v in record.violations]
+    return lines
 
 
 def print_run_report(timeline: Timeline, console: Console) -> None:
     scenario = timeline.scenario
-    if timeline.passed:
-        console.print(f"[bold green]PASS[/] {escape(scenario.path)} — {escape(scenario.name)} ({len(timeline)} steps)")
+    steps = plural(len(timeline), "step")
+    failing = [r for r in timeline.records if not r.passed]
+    if not failing:
+        console.print(Text.assemble(("PASS", "bold green"), f" {scenario.path} — {scenario.name} ({steps})"))
         return
-    record = timeline.first_failure
-    console.print(f"[bold red]FAIL[/] {escape(scenario.path)} — {escape(scenario.name)}")
-    console.print(Text(step_title(record, scenario.path), style="bold"))
-    if record.failures:
-        table = Table("field", "expected", "actual", box=None, padding=(0, 2))
-        for f in record.failures:
-            table.add_row(f.field, repr(f.expected), repr(f.actual))
-        console.print(table)
-    for v in record.violations:
-        console.print(Text(f"  invariant {v.name}: {v.message}", style="red"))
-    others = sum(1 for r in timeline.records if not r.passed) - 1
-    if others:
-        console.print(f"  [dim]({others} later step(s) failed too)[/]")
+    console.print(Text.assemble(("FAIL", "bold red"), f" {scenario.path} — {scenario.name} ({steps}, {len(failing):,} failed)"))
+    for n, record in enumerate(failing):
+        command = show_command(scenario.path, record.index)
+        if n < DETAILED_FAILURES:
+            console.print(Text("  " + step_title(record, scenario.path), style="bold"))
+            for line in problems(record):
+                console.print(Text("    " + line, style="red"))
+            if command:
+                console.print(Text(f"    inspect: {command}", style="dim"))
+        else:
+            first = (problems(record) or ["failed"])[0]
+            where = f"step {record.index} ({scenario.path}:{record.step.line}) {record.step.op}"
+            console.print(Text(f"  {where}: {first}" + (f"  [{command}]" if command else ""), style="red"))
 
 
 def walk(timeline: Timeline, console: Console, upto: int | None = None) -> None:
     """Print each step's description, op, result, events and tree (the tour)."""
     scenario = timeline.scenario
-    console.print(Panel(Text(reflow(scenario.description or scenario.name)), title=escape(scenario.name)))
+    intro = Text(reflow(scenario.description or scenario.name))
+    if is_plain(console):
+        console.print(Text(f"== {scenario.name} ({scenario.path})"))
+        console.print(intro)
+    else:
+        console.print(Panel(intro, title=scenario.name))
     for record in timeline.records[:upto]:
-        console.print(step_panel(record, scenario.path))
+        console.print(step_view(record, scenario.path, plain=is_plain(console)))
 
 
-def step_panel(record: StepRecord, path: str) -> Panel:
-    parts = []
+def step_view(record: StepRecord, path: str, plain: bool = False) -> RenderableType:
+    """A step: its description, result or error, events, the tree after it and what failed."""
+    parts: list[RenderableType] = []
     if record.step.description:
         parts.append(Text(reflow(record.step.description), style="italic"))
     if record.error:
         parts.append(Text(f"error: {record.error}", style="yellow"))
     elif record.result:
-        parts.append(Text("result: " + ", ".join(f"{k}={v}" for k, v in record.result.items()), style="bold"))
+        parts.append(Text("result: " + result_text(record.result), style="bold"))
     for event in record.events:
-        parts.append(Text("  " + event.describe(), style="dim"))
+        parts.append(Text("  " + event_text(event), style="dim"))
     parts.append(render_state(record.snapshot))
-    for failure in record.failures:
-        parts.append(Text(f"✗ {failure}", style="bold red"))
-    for v in record.violations:
-        parts.append(Text(f"✗ invariant {v}", style="bold red"))
+    for line in problems(record):
+        parts.append(Text(f"✗ {line}", style="bold red"))
+    title = Text(step_title(record, path))
+    if plain:
+        return Group(Text(f"-- {title.plain}", style="bold"), *parts, Text(""))
     style = "green" if record.passed else "red"
-    return Panel(Group(*parts), title=Text(step_title(record, path)), title_align="left", border_style=style)
+    return Panel(Group(*parts), title=title, title_align="left", border_style=style)

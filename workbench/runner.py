@@ -9,25 +9,12 @@ import json
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from cache import CacheConfig, CacheError, EventLog, UnifiedRadixCache, check_invariants, verify_match
+from cache import CacheError, EventLog, UnifiedRadixCache, check_invariants, verify_match
 from cache.snapshot import CacheSnapshot
 
-from .scenario import NAMED_FIELDS, Scenario, ScenarioError, Step
+from .scenario import NAMED_FIELDS, Scenario, ScenarioError, Step, cache_config
 from .session import Session
 from .timeline import Failure, StepRecord, Timeline
-
-
-def cache_config(scenario: Scenario, device: Optional[str] = None) -> CacheConfig:
-    """Validate a scenario's [config] as a CacheConfig (cheap: allocates nothing)."""
-    cfg = dict(scenario.config)
-    cfg.pop("faults", None)
-    cfg["components"] = tuple(cfg["components"])
-    if device is not None:
-        cfg["device"] = device
-    try:
-        return CacheConfig(**cfg)
-    except (ValueError, TypeError) as exc:
-        raise ScenarioError(f"config cannot be built: {exc}", scenario.path, scenario.config_line) from None
 
 
 def build_cache(scenario: Scenario, device: Optional[str] = None) -> UnifiedRadixCache:

@@ -11,13 +11,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import tomllib
-import warnings
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
+try:  # the compiled parser reads a large key several times faster than the stdlib's
+    import tomli as tomllib
+except ImportError:  # pragma: no cover - tomli is a dependency; stdlib fallback
+    import tomllib
+
 SCHEMA = 1
 MAX_TOKEN = 2**31 - 1
+MAX_KEY_TOKENS = 1 << 20  # tokens in one key: a 1M-token context is the largest in use
+STDIN = "-"
+STDIN_NAME = "<stdin>"
 
 
 class ScenarioError(Exception):
@@ -94,28 +101,58 @@ class Scenario:
     steps: tuple[Step, ...]
     meta: dict[str, Any]  # the [scenario] table as written
     config_line: Optional[int] = None
+    notices: tuple[str, ...] = ()  # one-line warnings for the user (e.g. a dropped truncated line)
 
     def header(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "scenario": dict(self.meta), "config": dict(self.config)}
+
+
+def cache_config(scenario: Scenario, device: Optional[str] = None):
+    """Validate a scenario's [config] as a ``CacheConfig`` (cheap: allocates nothing and
+    imports no torch, so a bad config is reported at once)."""
+    from cache.config import CacheConfig
+
+    cfg = dict(scenario.config)
+    cfg.pop("faults", None)
+    cfg["components"] = tuple(cfg["components"])
+    if device is not None:
+        cfg["device"] = device
+    try:
+        return CacheConfig(**cfg)
+    except (ValueError, TypeError) as exc:
+        raise ScenarioError(f"config cannot be built: {exc}", scenario.path, scenario.config_line) from None
 
 
 # ---- loading ----------------------------------------------------------------------------
 
 
 def load_scenario(path: str | Path) -> Scenario:
+    """Read and check a scenario; ``-`` reads standard input (JSONL when its first
+    character is ``{``, TOML otherwise)."""
+    if str(path) == STDIN:
+        name = STDIN_NAME
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ScenarioError(f"cannot read standard input: {exc}", name) from None
+        text = text.removeprefix("\ufeff")
+        return _load_jsonl(text, name) if text.lstrip().startswith("{") else _load_toml(text, name)
     path = Path(path)
     name = str(path)
+    if path.suffix not in (".toml", ".jsonl"):
+        raise ScenarioError("scenario files end in .toml (hand-written) or .jsonl (recorded)", name)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioError("no such file", name) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"cannot read file: {exc}", name) from None
-    if path.suffix == ".jsonl":
-        return _load_jsonl(text, name)
-    if path.suffix == ".toml":
-        return _load_toml(text, name)
-    raise ScenarioError("scenario files end in .toml (hand-written) or .jsonl (recorded)", name)
+    except IsADirectoryError:
+        raise ScenarioError("is a directory, not a scenario file", name) from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"not UTF-8 text (byte {exc.start})", name) from None
+    except OSError as exc:
+        raise ScenarioError(f"cannot read file: {exc.strerror or exc}", name) from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
+    return _load_jsonl(text, name) if path.suffix == ".jsonl" else _load_toml(text, name)
 
 
 def _load_toml(text: str, name: str) -> Scenario:
@@ -125,6 +162,8 @@ def _load_toml(text: str, name: str) -> Scenario:
         match = re.search(r"at line (\d+)", str(exc))
         line = int(match.group(1)) if match else max(1, len(text.rstrip("\n").split("\n")))  # "at end of document"
         raise ScenarioError(f"malformed TOML: {exc}", name, line) from None
+    except RecursionError:
+        raise ScenarioError("a value is nested too deeply", name) from None
     lines = _TomlLines(text)
     unknown = set(doc) - {"schema", "scenario", "config", "step"}
     if unknown:
@@ -140,15 +179,18 @@ def _load_toml(text: str, name: str) -> Scenario:
 def _load_jsonl(text: str, name: str) -> Scenario:
     raw_lines = text.split("\n")
     records: list[tuple[int, Any]] = []
+    notices: list[str] = []
     for lineno, raw in enumerate(raw_lines, 1):
         if not raw.strip():
             continue
         try:
             records.append((lineno, json.loads(raw)))
+        except RecursionError:
+            raise ScenarioError("a value is nested too deeply", name, lineno) from None
         except json.JSONDecodeError as exc:
             last = all(not r.strip() for r in raw_lines[lineno:])
             if last and not text.endswith("\n") and lineno > 1:
-                warnings.warn(f"{name}:{lineno}: dropped a truncated last line (an interrupted recording)", stacklevel=2)
+                notices.append(f"{name}:{lineno}: dropped a truncated last line (an interrupted recording)")
                 break
             raise ScenarioError(f"malformed JSON: {exc.msg} (column {exc.colno})", name, lineno) from None
     if not records:
@@ -165,11 +207,12 @@ def _load_jsonl(text: str, name: str) -> Scenario:
     for ln, rec in records[1:]:
         if not isinstance(rec, dict):
             raise ScenarioError("each step line must be a JSON object", name, ln)
-    return _build(
+    scenario = _build(
         head.get("scenario"), head.get("config"), steps, name,
         lambda section, field=None: head_line,
         lambda i, field=None: step_lines[i],
     )
+    return dataclasses.replace(scenario, notices=tuple(notices) + scenario.notices)
 
 
 def _check_schema(value, name: str, line: Optional[int]) -> None:
@@ -193,9 +236,10 @@ def _build(meta, config, steps: list, name: str, section_line, step_line) -> Sce
     names = _Names(config["components"])
     for i, raw in enumerate(steps):
         checked.append(_check_step(i, raw, name, lambda field=None, i=i: step_line(i, field), config, names))
+    notices = () if checked else (f"{name}: the scenario has no steps",)
     return Scenario(
         name, meta["name"], meta.get("description", ""), meta.get("source", ""), config, tuple(checked), dict(meta),
-        section_line("config"),
+        section_line("config"), notices,
     )
 
 
@@ -225,14 +269,15 @@ def _article(kind: type) -> str:
 
 
 class _Names:
-    """Match, lock and request names defined so far, to catch bad references early."""
+    """Match, lock and request names defined so far (name -> the line that defined it),
+    to catch bad references and re-used live names at load time."""
 
     def __init__(self, components: list[str]) -> None:
         self.components = components
-        self.matches: set[str] = set()
-        self.locks: set[str] = set()
+        self.matches: dict[str, int] = {}
+        self.locks: dict[str, int] = {}  # held
         self.released: set[str] = set()
-        self.live_reqs: set[str] = set()
+        self.live_reqs: dict[str, int] = {}
 
 
 def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: _Names) -> Step:
@@ -273,9 +318,9 @@ def _check_field(op: str, key: str, value, name: str, line: Optional[int]) -> No
     if key in ("key", "tokens"):
         if not isinstance(value, list):
             raise ScenarioError("must be a list of token ids", name, line, key)
-        for tok in value:
-            if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok <= MAX_TOKEN:
-                raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {tok!r})", name, line, key)
+        if len(value) > MAX_KEY_TOKENS:
+            raise ScenarioError(f"{len(value):,} tokens is more than the {MAX_KEY_TOKENS:,} a key may hold", name, line, key)
+        _check_tokens(value, name, line, key)
         if key == "tokens" and not value:
             raise ScenarioError("needs at least one token", name, line, key)
     elif key in ("as", "match", "lock", "req", "extra_key"):
@@ -287,6 +332,16 @@ def _check_field(op: str, key: str, value, name: str, line: Optional[int]) -> No
     elif key in ("slide_window", "insert"):
         if not isinstance(value, bool):
             raise ScenarioError("must be true or false", name, line, key)
+
+
+def _check_tokens(value: list, name: str, line: Optional[int], key: str) -> None:
+    """One pass over the list in C when every id is valid; find the culprit only when not."""
+    if all(type(t) is int for t in value) and (not value or (min(value) >= 0 and max(value) <= MAX_TOKEN)):
+        return
+    for tok in value:
+        if type(tok) is not int or not 0 <= tok <= MAX_TOKEN:
+            shown = json.dumps(tok) if isinstance(tok, (bool, int, float, str, type(None))) else f"a {type(tok).__name__}"
+            raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {shown})", name, line, key)
 
 
 def _check_expect(op: str, results: tuple, key: str, value, name: str, line: Optional[int], names: _Names) -> None:
@@ -325,14 +380,18 @@ def _check_components(op: str, fields: dict, config: dict, name: str, line_of) -
 
 def _track_names(op: str, fields: dict, names: _Names, expects_error: bool, name: str, line_of) -> None:
     """Static name checks; a step expecting an error may reference a stale name on
-    purpose (to show the cache's own error), so those skip the checks."""
+    purpose (to show the cache's own error), so those skip the checks. A name is
+    defined once while it is live: re-using a held lock's name would orphan its lock."""
+    here = line_of() or 0
     if op == "match" and "as" in fields:
-        names.matches.add(fields["as"])
+        _define(names.matches, fields["as"], here, name, line_of("as"), "as",
+                "match name {!r} is already taken (line {}); give each match its own name")
     elif op == "lock":
         if fields["match"] not in names.matches and not expects_error:
             raise ScenarioError(f"unknown match name {fields['match']!r}", name, line_of("match"), "match")
         if not expects_error:
-            names.locks.add(fields["as"])
+            _define(names.locks, fields["as"], here, name, line_of("as"), "as",
+                    "lock name {!r} is still held (locked at line {}); unlock it first or pick another name")
             names.released.discard(fields["as"])
     elif op in ("unlock", "release_window"):
         lock = fields["lock"]
@@ -343,18 +402,25 @@ def _track_names(op: str, fields: dict, names: _Names, expects_error: bool, name
         if lock not in names.locks:
             raise ScenarioError(f"unknown lock name {lock!r}", name, line_of("lock"), "lock")
         if op == "unlock":
-            names.locks.discard(lock)
+            del names.locks[lock]
             names.released.add(lock)
     elif op == "req_prefill":
-        if fields["req"] in names.live_reqs and not expects_error:
-            raise ScenarioError(f"request {fields['req']!r} is already running", name, line_of("req"), "req")
         if not expects_error:
-            names.live_reqs.add(fields["req"])
+            _define(names.live_reqs, fields["req"], here, name, line_of("req"), "req",
+                    "request {!r} is already running (started at line {}); finish it first")
     elif op in ("req_decode", "req_chunk", "req_finish"):
         if fields["req"] not in names.live_reqs and not expects_error:
             raise ScenarioError(f"unknown or finished request {fields['req']!r}", name, line_of("req"), "req")
         if op == "req_finish" and not expects_error:
-            names.live_reqs.discard(fields["req"])
+            del names.live_reqs[fields["req"]]
+
+
+def _define(table: dict[str, int], value: str, here: int, name: str, line: Optional[int], field: str, message: str) -> None:
+    """Record where a live name was defined; a second definition names both lines."""
+    first = table.get(value)
+    if first is not None:
+        raise ScenarioError(message.format(value, first), name, line, field)
+    table[value] = here
 
 
 class _TomlLines:

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any, Callable, Optional
 
 from cache import CacheError, EvictParams, InsertParams, MatchPrefixParams, RadixKey, UnifiedRadixCache
+from cache.errors import InvalidValueError
 from cache.params import IncLockRefResult, MatchResult
 from cache.request import Req
 
@@ -62,26 +63,49 @@ class Session:
 
     # ---- tree ops -------------------------------------------------------------------
     def insert(self, f: dict) -> dict:
+        """Allocate slots for the whole key, write its KV, free the SWA below
+        ``swa_evicted_seqlen``, take a Mamba state, insert, then free the unaligned
+        tail (and the state, when the tree already had one).
+
+        All the allocations are checked together first, so a refusal changes nothing:
+        no slot taken, nothing evicted. Should a call before the insert fail anyway
+        (only a fault can, after the check), what was taken goes back before the error
+        does; eviction already done for an allocation cannot be undone, which is why
+        the check comes ahead of every allocation. After the insert (the commit) only
+        returns of what the tree did not take are left."""
         cache = self.cache
         tokens = f["key"]
         key = RadixKey(tokens, f.get("extra_key"))
-        slots = cache.alloc_kv(len(tokens))
-        cache.write_kv(slots, tokens)
         aligned = len(tokens) - len(tokens) % cache.page_size
         window_floor = f.get("swa_evicted_seqlen", 0)
         if window_floor:  # a request whose window slid: its SWA KV below the floor is gone
-            cache.free_swa(slots[:window_floor])
-        state = cache.alloc_mamba_state(tokens[:aligned]) if "mamba" in cache.by_name else None
-        result = None
+            if "swa" not in cache.by_name:
+                raise CacheError("swa_evicted_seqlen needs the swa component")
+            if type(window_floor) is not int or window_floor < 0 or window_floor % cache.page_size:
+                # freeing part of a page's SWA would free the whole page under the rest
+                raise InvalidValueError(
+                    f"swa_evicted_seqlen must be a non-negative multiple of page_size {cache.page_size} (got {window_floor!r})"
+                )
+        mamba = "mamba" in cache.by_name
+        cache.check_capacity(len(tokens), mamba_states=1 if mamba else 0)
+        slots = cache.alloc_kv(len(tokens))
+        state = None
         try:
+            cache.write_kv(slots, tokens)
+            if window_floor:
+                cache.free_swa(slots[:window_floor])
+            if mamba:
+                state = cache.alloc_mamba_state(tokens[:aligned])
             result = cache.insert(InsertParams(key, slots, state, swa_evicted_seqlen=window_floor))
-        finally:
-            # a refused insert changed nothing, so every slot it was given is still ours
-            kept = aligned if result is not None else 0
-            if kept < len(tokens):
-                cache.free_kv([slots[kept:]])
-            if state is not None and (result is None or result.mamba_exist):
-                cache.free_mamba_state(state)  # the tree kept its own state
+        except BaseException:  # refused: the tree took nothing, so everything goes back
+            cache.free_kv([slots])
+            if state is not None:
+                cache.free_mamba_state(state)
+            raise
+        if aligned < len(tokens):
+            cache.free_kv([slots[aligned:]])
+        if state is not None and result.mamba_exist:
+            cache.free_mamba_state(state)  # the tree kept its own state
         return {"prefix_len": result.prefix_len}
 
     def match(self, f: dict) -> dict:
@@ -148,9 +172,8 @@ class Session:
 
     def req_decode(self, f: dict) -> None:
         req = self._req(f["req"])
-        self.cache.extend_request(req, f["tokens"])
-        if f.get("slide_window"):
-            self.cache.slide_window(req)
+        # one call: a refused decode must not leave half a step (tokens in, no slide)
+        self.cache.extend_request(req, f["tokens"], slide=bool(f.get("slide_window")))
 
     def req_chunk(self, f: dict) -> None:
         self.cache.cache_unfinished_req(self._req(f["req"]))

@@ -13,6 +13,7 @@ from cache.events import Event
 from cache.invariants import Violation
 from cache.snapshot import CacheSnapshot
 
+from .fmt import value_text
 from .scenario import Scenario, Step
 
 
@@ -23,7 +24,7 @@ class Failure:
     actual: Any
 
     def __str__(self) -> str:
-        return f"{self.field}: expected {self.expected!r}, got {self.actual!r}"
+        return f"{self.field}: expected {value_text(self.expected)}, got {value_text(self.actual)}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,14 +11,13 @@ from rich.tree import Tree
 
 from cache.snapshot import CacheSnapshot, NodeView
 
+from .fmt import tokens_text
+
 COMPONENT_STYLE = {"full": "cyan", "swa": "magenta", "mamba": "green"}
 
 
-def abbreviate(tokens: tuple[int, ...], limit: int = 8) -> str:
-    if len(tokens) <= limit:
-        return "[" + " ".join(map(str, tokens)) + "]"
-    head = " ".join(map(str, tokens[: limit - 2]))
-    return f"[{head} … {tokens[-1]}]"
+def abbreviate(tokens: tuple[int, ...]) -> str:
+    return tokens_text(tokens)
 
 
 def node_label(node: NodeView, snapshot: CacheSnapshot) -> Text:

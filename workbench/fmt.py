@@ -1,0 +1,62 @@
+"""Plain-text formatting shared by every view: no Python reprs reach a user.
+
+Long keys are elided with their length so that a 4,096-token key is one short item,
+booleans read as TOML writes them, and counts agree with their nouns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+KEY_HEAD = 3  # tokens shown before the ellipsis
+KEY_TAIL = 2  # and after it
+KEY_SHOW_ALL = 8  # keys up to this long are shown whole
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    return f"{n:,} {noun if n == 1 else (nouns or noun + 's')}"
+
+
+def tokens_text(tokens: Iterable[int], show_all: int = KEY_SHOW_ALL) -> str:
+    """``[1 2 3]``, or ``[1 2 3 … 9 10] (4,096 tokens)`` for a long key."""
+    tokens = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
+    if len(tokens) <= show_all:
+        return "[" + " ".join(map(str, tokens)) + "]"
+    head = " ".join(map(str, tokens[:KEY_HEAD]))
+    tail = " ".join(map(str, tokens[-KEY_TAIL:]))
+    return f"[{head} … {tail}] ({len(tokens):,} tokens)"
+
+
+def value_text(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)) and all(type(v) is int for v in value):
+        return tokens_text(value)
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k} = {value_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(value_text(v) for v in value) + "]"
+    return str(value)
+
+
+def fields_text(fields: Mapping[str, Any]) -> str:
+    """``key=[1 2 3], as=m`` — an op's fields as a call's arguments."""
+    return ", ".join(f"{k}={value_text(v)}" for k, v in fields.items())
+
+
+def result_text(result: Mapping[str, Any]) -> str:
+    """An op's result; fields the config does not report (None) are left out."""
+    return ", ".join(f"{k}={value_text(v)}" for k, v in result.items() if v is not None)
+
+
+def event_text(event) -> str:
+    """``[op 6 inc_lock_ref] lock full node #4, 2 tokens (request; lock_ref=1)``: the op's
+    sequence number and name, what changed, where, how much, and why."""
+    what = event.kind.value + (f" {event.component}" if event.component else "")
+    where = f" node #{event.node}" if event.node is not None else ""
+    amount = f", {plural(event.tokens, 'token')}" if event.tokens else ""
+    why = event.cause.value + (f"; {event.detail}" if event.detail else "")
+    return f"[op {event.seq} {event.op}] {what}{where}{amount} ({why})"
