@@ -135,23 +135,47 @@ class UnifiedRadixCache:
         try:
             if type(num_tokens) is not int or num_tokens < 0:
                 raise PoolError(f"cannot allocate {num_tokens!r} slots (need a non-negative int)")
-            shorts = {"full": pool.pages_for(num_tokens) * self.page_size - pool.available_size()}
-            for component in self._kv_peers:
-                shorts[component.name] = component.peer_shortfall(num_tokens)
+            shorts = self._shortfalls(num_tokens)
             if any(short > 0 for short in shorts.values()):
                 self._ensure_capacity(shorts, {}, self.auto_evict if evict is None else evict)
                 self.evict_for_alloc(
                     EvictParams(num_tokens=max(0, shorts["full"]), swa_num_tokens=max(0, shorts.get("swa", 0)))
                 )
             slots = pool.alloc(num_tokens)
-            for component in self._kv_peers:
-                component.peer_alloc(slots)
+            try:
+                for component in self._kv_peers:
+                    component.peer_alloc(slots)
+            except BaseException:  # a peer pool failed after all (a fault): no half allocation
+                self.free_kv([slots])
+                raise
             if bus.enabled and num_tokens:
                 bus.emit(EventKind.ALLOC, "full", None, Cause.REQUEST, num_tokens, "pool=full")
             return slots
         finally:
             if bus.enabled:
                 bus.end()
+
+    def _shortfalls(self, num_tokens: int, states: int = 0) -> dict[str, int]:
+        """Slots each pool lacks for ``num_tokens`` Full slots (and their peers') plus
+        ``states`` Mamba state slots."""
+        pool = self.kv_pool
+        shorts = {"full": pool.pages_for(num_tokens) * self.page_size - pool.available_size()}
+        for component in self._kv_peers:
+            shorts[component.name] = component.peer_shortfall(num_tokens)
+        if states and self._mamba is not None:
+            shorts["mamba"] = states - self._mamba.available_size()
+        return shorts
+
+    def check_capacity(self, num_tokens: int, mamba_states: int = 0, evict: Optional[bool] = None) -> None:
+        """Refuse (PoolExhaustedError), before anything changes, what alloc_kv(num_tokens)
+        and ``mamba_states`` alloc_mamba_state calls could not get together. A caller
+        making several allocations checks them all here first, so a later one is not
+        refused after an earlier one took slots or evicted. Checking each pool against
+        its own free and evictable slots stays exact for several at once: eviction for
+        one pool only turns the others' evictable slots into free ones."""
+        shorts = self._shortfalls(num_tokens, mamba_states)
+        if any(short > 0 for short in shorts.values()):
+            self._ensure_capacity(shorts, {}, self.auto_evict if evict is None else evict)
 
     def _ensure_capacity(self, shorts: dict[str, int], pinned: dict[str, int], evict: bool) -> None:
         """Refuse, before anything changes, an allocation eviction cannot cover. Every
@@ -298,7 +322,14 @@ class UnifiedRadixCache:
 
     # ---- requests ---------------------------------------------------------------
     def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None) -> Req:
-        """Admit a request: match its prefix, lock it, allocate and write the rest."""
+        """Admit a request: match its prefix, lock it, allocate and write the rest.
+
+        Refused before anything changes when eviction cannot make room. When the pools
+        already have room, every slot is taken before the match, so nothing can fail
+        after it. When eviction is needed the prefix is matched and locked first (so
+        eviction cannot take it); the room was checked, so only a fault (a bug, or one
+        a test injects) fails after that, and then the slots and the lock go back but
+        the match's split and LRU refresh, and what was evicted, stay."""
         key = RadixKey(tokens, extra_key)
         rid = rid if rid is not None else f"req{next(self._rids)}"
         if rid in self.requests:
@@ -310,49 +341,64 @@ class UnifiedRadixCache:
         try:
             path = self.tree.peek_match(key)
             need = len(tokens) - sum(n for _, n in path)
-            shorts = {"full": self.kv_pool.pages_for(need) * self.page_size - self.kv_pool.available_size()}
-            for component in self._kv_peers:
-                shorts[component.name] = component.peer_shortfall(need)
+            shorts = self._shortfalls(need)
             for component in self.components:
                 slots = component.slots_for_request()
                 if slots:
                     shorts[component.name] = slots - component.available_size()
             pinned = {c.name: c.pinned_by_lock(path) for c in self.components}
             self._ensure_capacity(shorts, pinned, self.auto_evict)
-            match = self.match_prefix(MatchPrefixParams(key, cow_mamba="mamba" in self.by_name, req=req))
-            prefix_len = match.prefix_len
-            lock = self.tree.inc_lock_ref(match.last_device_node)
-            req.kv_indices = match.device_indices
-            try:
-                fresh = self.alloc_kv(len(tokens) - prefix_len)
-                self.write_kv(fresh, req.origin_input_ids, prefix_len)
-                req.kv_indices = torch.cat([match.device_indices, fresh]) if prefix_len else fresh
-                for component in self.components:
-                    component.admit_request(req)
-            except PoolExhaustedError:  # unreachable after the check above; kept as a guard
-                self.tree.dec_lock_ref(match.last_device_node, lock)
-                own = req.kv_indices[prefix_len:]
-                if own.shape[0]:
-                    self.free_kv([own])
-                for component in self.components:
-                    component.release_request(req)
-                raise
-            req.last_node, req.lock, req.cache_protected_len = match.last_device_node, lock, prefix_len
-            req.swa_branching_seqlen = match.swa_branching_seqlen
+            self._admit(req, key, need if all(short <= 0 for short in shorts.values()) else None)
             self.requests[rid] = req
             return req
         finally:
             if bus.enabled:
                 bus.end()
 
-    def extend_request(self, req: Req, tokens: list[int]) -> None:
-        """Decode: append tokens, filling the request's last part-used page first."""
+    def _admit(self, req: Req, key: RadixKey, need: Optional[int]) -> None:
+        """new_request's mutating part; ``need`` given: the pools have room for it."""
+        fresh, match, lock = None, None, None
+        try:
+            if need is not None:
+                for component in self.components:
+                    component.reserve_request(req)
+                fresh = self.alloc_kv(need)
+            match = self.match_prefix(MatchPrefixParams(key, cow_mamba="mamba" in self.by_name, req=req))
+            prefix_len = match.prefix_len
+            lock = self.tree.inc_lock_ref(match.last_device_node)
+            if fresh is None:
+                fresh = self.alloc_kv(len(req.origin_input_ids) - prefix_len)
+            assert fresh.shape[0] == len(req.origin_input_ids) - prefix_len, "peek_match and match_prefix disagree"
+            self.write_kv(fresh, req.origin_input_ids, prefix_len)
+            req.kv_indices = torch.cat([match.device_indices, fresh]) if prefix_len else fresh
+            for component in self.components:
+                component.admit_request(req)
+        except BaseException:  # give back everything taken so far
+            if lock is not None:
+                self.tree.dec_lock_ref(match.last_device_node, lock)
+            if fresh is not None and fresh.shape[0]:
+                self.free_kv([fresh])
+            for component in self.components:
+                component.release_request(req)
+            req.kv_indices = self.tree._empty
+            raise
+        req.last_node, req.lock, req.cache_protected_len = match.last_device_node, lock, prefix_len
+        req.swa_branching_seqlen = match.swa_branching_seqlen
+
+    def extend_request(self, req: Req, tokens: list[int], slide: bool = False) -> None:
+        """Decode: append tokens, filling the request's last part-used page first; with
+        ``slide``, then free what fell out of the window (slide_window), so a decode
+        step that slides is one call that is refused whole or not at all. The only
+        allocation comes before any change."""
         self._check_live(req)
         _as_key(tokens)  # validates the ids
+        if slide and "swa" not in self.by_name:
+            raise CacheError("slide_window needs the swa component")
         start = req.kv_len
         ps = self.page_size
         in_page = (ps - start % ps) % ps if start else 0
         reuse = min(in_page, len(tokens))
+        fresh = self.alloc_kv(len(tokens) - reuse) if len(tokens) > reuse else None
         parts = []
         if reuse:  # the rest of the last page (its peers' pages were taken with it)
             last = req.kv_indices[-1:]
@@ -360,8 +406,8 @@ class UnifiedRadixCache:
             for component in self._kv_peers:
                 component.peer_continue(last, filled)
             parts.append(filled)
-        if len(tokens) > reuse:
-            parts.append(self.alloc_kv(len(tokens) - reuse))
+        if fresh is not None:
+            parts.append(fresh)
         req.output_ids.extend(tokens)
         if parts:
             new = torch.cat(parts)
@@ -369,6 +415,8 @@ class UnifiedRadixCache:
             req.kv_indices = torch.cat([req.kv_indices, new])
             for component in self.components:
                 component.advance_request(req, start)
+        if slide:
+            self.slide_window(req)
 
     def slide_window(self, req: Req) -> None:
         """Decode moved on: free the request's SWA slots that fell out of the window

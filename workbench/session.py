@@ -69,9 +69,9 @@ class Session:
 
         All the allocations are checked together first, so a refusal changes nothing:
         no slot taken, nothing evicted. Should a call before the insert fail anyway
-        (only a fault can, after the check), what was taken goes back before the error
-        does; eviction already done for an allocation cannot be undone, which is why
-        the check comes ahead of every allocation. After the insert (the commit) only
+        (after the check only a fault can), what was taken goes back before the error
+        does; eviction an allocation already did cannot be undone, which is why the
+        check comes ahead of every allocation. After the insert (the commit) only
         returns of what the tree did not take are left."""
         cache = self.cache
         tokens = f["key"]
@@ -84,7 +84,8 @@ class Session:
             if type(window_floor) is not int or window_floor < 0 or window_floor % cache.page_size:
                 # freeing part of a page's SWA would free the whole page under the rest
                 raise InvalidValueError(
-                    f"swa_evicted_seqlen must be a non-negative multiple of page_size {cache.page_size} (got {window_floor!r})"
+                    f"swa_evicted_seqlen must be a non-negative multiple of page_size {cache.page_size}"
+                    f" (got {window_floor!r})"
                 )
         mamba = "mamba" in cache.by_name
         cache.check_capacity(len(tokens), mamba_states=1 if mamba else 0)

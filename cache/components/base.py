@@ -166,6 +166,10 @@ class TreeComponent:
     def cleanup_after_caching_req(self, req, finished: bool, result: Optional[InsertResult], params=None) -> None:
         pass
 
+    def reserve_request(self, req) -> None:
+        """Take this component's own slots for a new request ahead of its match (the
+        pool has them free), so nothing is left to fail once the match has run."""
+
     def admit_request(self, req) -> None:
         """A request was admitted (prefix matched and locked, the rest computed)."""
 

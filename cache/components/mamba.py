@@ -173,13 +173,24 @@ class MambaComponent(LRUEvictionMixin, TreeComponent):
             )
         return self.pool.alloc(1)
 
-    def admit_request(self, req: Req) -> None:
-        """A new request: its running state (copied on match, or fresh) has now seen
-        every token of its prompt."""
+    def reserve_request(self, req: Req) -> None:
+        """The request's running state slot (the match copies into it) and, with the
+        extra buffer, its two ping-pong slots; a failed second one returns the first."""
         if req.mamba_pool_idx is None:
             req.mamba_pool_idx = self.alloc_slot()
         if self.extra_buffer and req.mamba_ping_pong is None:
-            req.mamba_ping_pong = torch.cat([self.alloc_slot(), self.alloc_slot()])
+            first = self.alloc_slot()
+            try:
+                second = self.alloc_slot()
+            except BaseException:
+                self.pool.free(first)
+                raise
+            req.mamba_ping_pong = torch.cat([first, second])
+
+    def admit_request(self, req: Req) -> None:
+        """A new request: its running state (copied on match, or fresh) has now seen
+        every token of its prompt."""
+        self.reserve_request(req)
         self.advance_request(req, 0)
 
     def advance_request(self, req: Req, start: int) -> None:
