@@ -30,6 +30,10 @@ class EvictableLeafSet:
     def __iter__(self) -> Iterator[TreeNode]:
         return iter(self._nodes)
 
+    def holds(self, node: TreeNode) -> bool:
+        """Membership of the set itself (``in`` reads the node's flag): for the checker."""
+        return node in self._nodes
+
     def add(self, node: TreeNode) -> None:
         if node.in_leaf_set:
             return

@@ -16,7 +16,7 @@ from .actions import FreeDeviceKV, FreeDeviceKVFullOnly
 from .components.base import TreeComponent
 from .errors import InvalidValueError, UnknownNodeError
 from .events import Cause, EventBus, EventKind
-from .keys import TOKEN_BYTES, RadixKey, child_key, common_prefix_tokens
+from .keys import TOKEN_BYTES, RadixKey, child_key, common_prefix_tokens, unpack_tokens
 from .leaf_set import EvictableLeafSet
 from .lru import LRUList
 from .params import IncLockRefResult, InsertParams, InsertResult, MatchResult
@@ -24,7 +24,9 @@ from .tree_core_locks import TreeLocks
 from .tree_node import TreeNode
 
 def _child_order(node: TreeNode):
-    return (node.extra_key or "", node.token_ids[:1])
+    """(namespace, first page): a total order, since siblings differ in their first page."""
+    page = node.child_key if isinstance(node.child_key, bytes) else node.child_key[1]
+    return (node.extra_key or "", unpack_tokens(page))
 
 
 def _overrides(component: TreeComponent, hook: str) -> bool:
@@ -53,6 +55,7 @@ class UnifiedTreeCore(TreeLocks):
         self._release_order = list(reversed(components))  # auxiliaries first, Full last
         self._checked_releases = [c for c in components if _overrides(c, "check_release")]
         self._empty = torch.empty(0, dtype=torch.int64, device=device)
+        self._touched: Optional[set[int]] = None  # recording for take_touched (off until asked)
         self.reset()
 
     # ---- state ------------------------------------------------------------
@@ -74,6 +77,23 @@ class UnifiedTreeCore(TreeLocks):
         self.leaves = EvictableLeafSet()
         self.lru = {c.name: LRUList(c.index, n) for c in self.components if c.uses_lru}
         self.live_receipts: dict[int, IncLockRefResult] = {}  # receipt id -> receipt
+        if self._touched is not None:
+            self._touched.clear()
+
+    def take_touched(self) -> set[int]:
+        """Ids of the nodes whose state changed since the previous call, for a per-step
+        ``check_invariants(cache, touched=...)``: nodes created, split (both parts),
+        deleted (and their parents), re-valued or tombstoned; the node a match ended on
+        and the one an insert ended on (the LRU refresh moves them and, for SWA, their
+        ancestors); and the anchor of every lock, unlock and window release. The checker
+        probes each touched node's ancestors too, which covers path and window locks,
+        the leaf states they refresh and LRU moves up the path. Recording starts at the
+        first call, which returns an empty set; until then each site costs one test."""
+        if self._touched is None:
+            self._touched = set()
+            return set()
+        out, self._touched = self._touched, set()
+        return out
 
     def tick(self) -> float:
         t = self._clock
@@ -92,6 +112,8 @@ class UnifiedTreeCore(TreeLocks):
         node.priority = priority
         self.nodes[node.id] = node
         self._next_id += 1
+        if self._touched is not None:
+            self._touched.add(node.id)
         return node
 
     def node_by_id(self, node_id: int) -> TreeNode:
@@ -207,6 +229,8 @@ class UnifiedTreeCore(TreeLocks):
     def _finish_match(self, best: TreeNode, chunks: list, walked: int, last_visited: TreeNode) -> MatchResult:
         for hook in self._match_end_hooks:
             hook(best)
+        if self._touched is not None:
+            self._touched.add(best.id)
         # MRU bump; each parent slightly older than its child so deeper leaves go first
         t = self.tick()
         node = best
@@ -318,6 +342,8 @@ class UnifiedTreeCore(TreeLocks):
         if target is not root:
             for hook in self._insert_end_hooks:
                 hook(target)
+        if self._touched is not None:
+            self._touched.add(target.id)
         if pending:
             apply_actions(pending)
         return result
@@ -356,6 +382,8 @@ class UnifiedTreeCore(TreeLocks):
         self.leaves.add(node)
         if parent.in_leaf_set:
             self.leaves.discard(parent)
+        if self._touched is not None:
+            self._touched.add(parent.id)
         return node
 
     def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
@@ -381,6 +409,8 @@ class UnifiedTreeCore(TreeLocks):
                 if new not in lru:
                     lru.insert_after(child, new)
         child.last_access_time = self.tick()
+        if self._touched is not None:
+            self._touched.update((child.id, parent.id))
         # the upper node has a child, so it is never an evictable leaf
         if self.events.enabled:
             self.events.emit(EventKind.SPLIT, None, new.id, Cause.REQUEST, new.length, f"child {child.id} keeps {child.length}")
@@ -428,6 +458,8 @@ class UnifiedTreeCore(TreeLocks):
         recovered = cd.value is None
         assert recovered, f"node {node_id} already has {name} data"
         cd.value = value
+        if self._touched is not None:
+            self._touched.add(node_id)
         if component.uses_lru:
             self.lru[name].insert_mru(node)
         n = component.value_len(node)
@@ -444,6 +476,8 @@ class UnifiedTreeCore(TreeLocks):
 
     def _detach(self, node: TreeNode, component: TreeComponent) -> None:
         node.data[component.index].value = None
+        if self._touched is not None:
+            self._touched.add(node.id)
         if component.uses_lru:
             lru = self.lru[component.name]
             if node in lru:
@@ -455,6 +489,8 @@ class UnifiedTreeCore(TreeLocks):
         popped = parent.children.pop(node.child_key)
         assert popped is node, f"parent {parent.id} had {popped.id} where {node.id} was expected"
         del self.nodes[node.id]
+        if self._touched is not None:
+            self._touched.update((node.id, parent.id))
         if self.events.enabled:
             self.events.emit(EventKind.DELETE, None, node.id, Cause.CAPACITY, node.length)
         self.update_leaf_state(parent)
@@ -531,5 +567,5 @@ class UnifiedTreeCore(TreeLocks):
 
     @staticmethod
     def iter_children(node: TreeNode) -> list[TreeNode]:
-        """Children ordered by (namespace, first token)."""
+        """Children ordered by (namespace, first page)."""
         return sorted(node.children.values(), key=_child_order)

@@ -40,6 +40,8 @@ class TreeLocks:
         if node.in_leaf_set:
             self.leaves.discard(node)
         self.live_receipts[self._next_receipt] = receipt
+        if self._touched is not None:
+            self._touched.add(node_id)
         return receipt
 
     def dec_lock_ref(self, node_id: int, params: DecLockRefParams | IncLockRefResult, skip_swa: bool = False) -> None:
@@ -76,6 +78,8 @@ class TreeLocks:
         del self.live_receipts[params.receipt_id]
         if not node.in_leaf_set:
             self.update_leaf_state(node)
+        if self._touched is not None:
+            self._touched.add(node_id)
 
     def dec_window_lock(self, node_id: int, params, frees: dict[str, list]) -> None:
         """Early release of a lock's SWA window part (decode moved past the window),
@@ -104,6 +108,8 @@ class TreeLocks:
         for component in below:
             component.release_lock(node, params)
         params.swa_released = True
+        if self._touched is not None:
+            self._touched.add(node_id)
 
     def _releases(self, component: TreeComponent, params, skip_swa: bool) -> bool:
         if component.name in params.skipped_lock_components:

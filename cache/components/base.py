@@ -17,7 +17,8 @@ Hooks by phase:
            a component with its own pool also answers available_size, pool_size,
            reset_pool, pool_views; a pool that follows Full KV slot for slot sets
            ``kv_peer`` and implements the peer_* hooks
-  inspect  node_has_component_data, value_len, node_extras, check_invariants, verify_match
+  inspect  node_has_component_data, value_len, node_extras, check_invariants, probe_invariants,
+           verify_match
 """
 
 from __future__ import annotations
@@ -60,9 +61,15 @@ class TreeComponent:
         """Component-private facts the snapshot shows (e.g. a lock boundary)."""
         return {}
 
-    def check_invariants(self) -> list[tuple[str, str]]:
-        """Component-specific (name, message) violations; the generic ones live elsewhere."""
+    def check_invariants(self, cols=None) -> list[tuple[str, str]]:
+        """Component-specific (name, message) violations; the generic ones live elsewhere.
+        ``cols``: the full sweep's ``NodeColumns`` over every registered node (or None)."""
         return []
+
+    def probe_invariants(self, nodes: list) -> bool:
+        """The per-step check: False when this component's data on ``nodes`` (touched by
+        a step) or its O(1) balances look wrong; the full sweep then names what it is."""
+        return True
 
     # ---- match ------------------------------------------------------------
     def create_match_validator(self) -> Optional[Callable[[TreeNode, int], bool]]:

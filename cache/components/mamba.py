@@ -292,10 +292,15 @@ class MambaComponent(LRUEvictionMixin, TreeComponent):
             self._emit(EventKind.FREE, None, cause, freed, "pool=mamba")
 
     # ---- checks -----------------------------------------------------------
-    def check_invariants(self) -> list[tuple[str, str]]:
+    def check_invariants(self, cols=None) -> list[tuple[str, str]]:
         from .mamba_checks import check_mamba
 
-        return check_mamba(self)
+        return check_mamba(self, cols)
+
+    def probe_invariants(self, nodes: list) -> bool:
+        from .mamba_checks import probe_mamba
+
+        return probe_mamba(self, nodes)
 
     def verify_match(self, tokens: list[int], result: MatchResult) -> list:
         from .mamba_checks import verify_mamba_match

@@ -2,47 +2,94 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import operator
+from typing import TYPE_CHECKING, Optional
 
-from ..invariants import Violation, pool_balance
-from ..pools.kv_buffer import prefix_fingerprints
+import torch
+
+from ..invariants import NodeColumns, Violation
+from ..invariants_pools import pool_balance
+from ..pools.kv_buffer import node_path_fingerprints, prefix_fingerprints
 
 if TYPE_CHECKING:
     from .mamba import MambaComponent
 
 
-def _path_tokens(node) -> list[int]:
-    parts = []
-    while node.parent is not None:
-        parts.append(node.token_ids)
-        node = node.parent
-    return [t for part in reversed(parts) for t in part]
-
-
-def check_mamba(mamba: MambaComponent) -> list[tuple[str, str]]:
-    tree, pool, i = mamba.tree, mamba.pool, mamba.index
+def check_mamba(mamba: MambaComponent, cols: Optional[NodeColumns] = None) -> list[tuple[str, str]]:
+    """Each state sits on the node whose path it represents (its fingerprint is that
+    path's) and its tensors agree with its fingerprint; then the pool balance and the
+    lock order. ``cols``: the sweep's columns over every registered node (built here
+    when None). Path fingerprints come for the whole tree at once and the slots are
+    read in one gather, so no torch call is made per node."""
+    pool, i = mamba.pool, mamba.index
+    cols = cols if cols is not None else NodeColumns.of_tree(mamba.tree)
     out: list[tuple[str, str]] = []
-    tree_slots: list[int] = []
-    for node in tree.nodes.values():
-        if node is tree.root:
-            continue
-        value = node.data[i].value
-        if value is None:
-            continue
-        if value.shape != (1,):
-            out.append(("mamba.value_len", f"node {node.id} holds {tuple(value.shape)} state slots, not 1"))
-            continue
-        tree_slots.append(int(value[0]))
-        path = _path_tokens(node)
-        expected = int(prefix_fingerprints(path, pool.device)[-1])
-        if pool.fingerprint_of(value) != expected:
-            out.append(("mamba.state_boundary", f"node {node.id}: its state was not taken at this node's boundary"))
-        elif not pool.consistent(value):
-            out.append(("mamba.state_tensors", f"node {node.id}: conv/ssm tensors disagree with the state's fingerprint"))
-    held = [s for req in mamba.cache.requests.values() for s in mamba.held_slots(req)]
-    out.extend(pool_balance(pool.allocator, tree_slots, held))
+    values = cols.values[i]
+    rows = [k for k, v in enumerate(values) if v is not None]
+    odd = [k for k in rows if values[k].shape != (1,)]
+    for k in odd:
+        out.append(("mamba.value_len", f"node {cols.nodes[k].id} holds {tuple(values[k].shape)} state slots, not 1"))
+    if odd:
+        rows = [k for k in rows if values[k].shape == (1,)]
+    nodes = [cols.nodes[k] for k in rows]
+    tree_slots = torch.cat([values[k] for k in rows]) if rows else torch.empty(0, dtype=torch.int64, device=pool.device)
+    if nodes:  # every registered node in one batch: then no ancestor is left to look up
+        every = node_path_fingerprints(cols.nodes, pool.device)
+        want = [every[k] for k in rows]
+        stored, consistent = state_fingerprints(pool, tree_slots)
+        if None in want or any(map(operator.ne, stored, want)) or not all(consistent):
+            out.extend(_state_violations(nodes, want, stored, consistent))
+    req_slots = [s for req in mamba.cache.requests.values() for s in mamba.held_slots(req)]
+    out.extend(pool_balance(pool.allocator, tree_slots, req_slots))
     out.extend(_check_lock_order(mamba))
     return out
+
+
+def _state_violations(nodes: list, want: list, stored: list[int], consistent: list[bool]) -> list[tuple[str, str]]:
+    out = []
+    for node, expected, fp, ok in zip(nodes, want, stored, consistent):
+        if expected is None:
+            raise IndexError(f"node {node.id}: no token path to fingerprint (empty, or its parent links loop)")
+        if fp != expected:
+            out.append(("mamba.state_boundary", f"node {node.id}: its state was not taken at this node's boundary"))
+        elif not ok:
+            out.append(("mamba.state_tensors", f"node {node.id}: conv/ssm tensors disagree with the state's fingerprint"))
+    return out
+
+
+def state_fingerprints(pool, slots: torch.Tensor) -> tuple[list[int], list[bool]]:
+    """Per slot: the recorded fingerprint, and whether the conv/ssm tensors still agree
+    with it (``pool.fingerprint_of`` and ``pool.consistent``, batched)."""
+    fps = pool.fingerprint[slots]
+    expect = torch.remainder(fps, 1_000_003).to(pool.conv.dtype)
+    conv, ssm = pool.conv[slots], pool.ssm[slots]
+    conv_ok = (conv == expect.view(-1, *[1] * (conv.dim() - 1))).flatten(1).all(1)
+    ssm_ok = (ssm == -expect.view(-1, *[1] * (ssm.dim() - 1))).flatten(1).all(1)
+    return fps.tolist(), (conv_ok & ssm_ok).tolist()
+
+
+def probe_mamba(mamba: MambaComponent, nodes: list) -> bool:
+    """The incremental probe: each touched node's state (one owned slot whose
+    fingerprint is this path's, tensors consistent), the pool balance and the LRU size
+    from the counters, and the lock order on held anchors. False: let the sweep name it."""
+    tree, pool, i = mamba.tree, mamba.pool, mamba.index
+    with_state = [n for n in nodes if n.data[i].value is not None]
+    if with_state:
+        values = [n.data[i].value for n in with_state]
+        if any(v.shape != (1,) for v in values):
+            return False
+        slots = torch.cat(values)
+        if not pool.allocator.all_owned(slots):
+            return False
+        want = node_path_fingerprints(with_state, pool.device)
+        stored, consistent = state_fingerprints(pool, slots)
+        if stored != want or not all(consistent):
+            return False
+    states = tree.evictable[i] + tree.protected[i]
+    held = sum(len(mamba.held_slots(req)) for req in mamba.cache.requests.values())
+    if pool.available_size() + states + held != pool.size or tree.lru[mamba.name].size != states:
+        return False
+    return not _check_lock_order(mamba)
 
 
 def _check_lock_order(mamba: MambaComponent) -> list[tuple[str, str]]:

@@ -49,10 +49,15 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
         uuid = node.data[self.index].metadata.get("uuid")
         return {"boundary": uuid} if uuid is not None else {}
 
-    def check_invariants(self) -> list[tuple[str, str]]:
+    def check_invariants(self, cols=None) -> list[tuple[str, str]]:
         from .swa_checks import check_swa
 
-        return check_swa(self)
+        return check_swa(self, cols)
+
+    def probe_invariants(self, nodes: list) -> bool:
+        from .swa_checks import probe_swa
+
+        return probe_swa(self, nodes)
 
     def verify_match(self, tokens: list[int], result: MatchResult) -> list:
         from .swa_checks import verify_swa_match

@@ -106,5 +106,16 @@ class PagedAllocator:
         """Free page ids (inspection only: copies to the host)."""
         return self._stack[: self._top].tolist()
 
+    def free_pages(self) -> torch.Tensor:
+        """Free page ids as a tensor on the pool's device (inspection only: a copy)."""
+        return self._stack[: self._top].clone()
+
+    def all_owned(self, indices: torch.Tensor) -> bool:
+        """Every page holding ``indices`` is handed out (inspection: one gather)."""
+        if indices.shape[0] == 0:
+            return True
+        pages = indices if self.page_size == 1 else torch.div(indices, self.page_size, rounding_mode="floor")
+        return bool((self._owned[pages] > 0).all())
+
     def owned_mask(self) -> torch.Tensor:
         return self._owned.clone()
