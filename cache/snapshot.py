@@ -70,7 +70,7 @@ class CacheSnapshot:
     op_seq: int
     page_size: int
     components: tuple[str, ...]
-    nodes: tuple[NodeView, ...]  # depth first, children by first token, root first
+    nodes: tuple[NodeView, ...]  # depth first, children by (namespace, first page), root first
     lru: Mapping[str, tuple[int, ...]]  # node ids, MRU first (Full: by access time)
     evictable_leaves: tuple[int, ...]  # oldest first: the order Full would evict them
     pools: Mapping[str, PoolView]
@@ -91,6 +91,74 @@ class CacheSnapshot:
 
     def tombstones(self, component: str) -> int:
         return sum(1 for n in self.nodes[1:] if n.components[component].tombstone)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ComponentRecord:
+    value_len: Optional[int]  # None: tombstone
+    lock_ref: int
+    lru_label: Optional[int]  # place in the component's LRU list (higher = more recent); None: not listed
+    extras: tuple[tuple[str, object], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """One node as a step left it, for stores that keep only what changed: no path,
+    no rank (both follow from the other records), and the key is the tree's own
+    immutable packed bytes, shared rather than copied."""
+
+    id: int
+    parent: Optional[int]
+    key: bytes
+    extra_key: Optional[str]
+    last_access_time: float
+    priority: int
+    hit_count: int
+    evictable_leaf: bool
+    components: tuple[ComponentRecord, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GlobalRecord:
+    """Everything in a snapshot that is not a node: small, taken whole every step."""
+
+    op_seq: int
+    pools: Mapping[str, PoolView]
+    requests: tuple[RequestView, ...]
+    lru_relabels: tuple[int, ...]  # per component list: when one moves, every label in it moved
+
+
+def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
+    """The record of one live node (None once it left the tree): O(1)."""
+    tree = cache.tree
+    node = tree.nodes.get(node_id)
+    if node is None:
+        return None
+    root = tree.root
+    comps = []
+    for component in cache.components:
+        i = component.index
+        cd = node.data[i]
+        extras = component.node_extras(node)
+        comps.append(ComponentRecord(
+            None if cd.value is None else component.value_len(node),
+            cd.lock_ref,
+            node.lru_label[i],
+            tuple(extras.items()) if extras else (),
+        ))
+    return NodeRecord(
+        node.id, node.parent.id if node.parent is not None else None, node.key, node.extra_key,
+        node.last_access_time, node.priority if node is not root else 0, node.hit_count, node.in_leaf_set,
+        tuple(comps),
+    )
+
+
+def global_record(cache: UnifiedRadixCache) -> GlobalRecord:
+    requests = tuple(
+        RequestView(r.rid, r.kv_len, r.cache_protected_len, r.last_node, r.lock is not None) for r in cache.requests.values()
+    )
+    relabels = tuple(cache.tree.lru[c.name].relabels if c.name in cache.tree.lru else 0 for c in cache.components)
+    return GlobalRecord(cache.events.seq, MappingProxyType(pool_views(cache)), requests, relabels)
 
 
 def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:

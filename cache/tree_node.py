@@ -41,6 +41,7 @@ class TreeNode:
         "priority",
         "lru_prev",
         "lru_next",
+        "lru_label",
         "in_leaf_set",
         "child_key",
     )
@@ -60,6 +61,7 @@ class TreeNode:
         # Intrusive links, one pair per component LRU list.
         self.lru_prev: list[Optional[TreeNode]] = [None] * num_components
         self.lru_next: list[Optional[TreeNode]] = [None] * num_components
+        self.lru_label: list[Optional[int]] = [None] * num_components  # order key, see lru.py
         self.in_leaf_set = False
         self.child_key = None  # the key the parent files this node under (first page)
 
