@@ -63,7 +63,7 @@ def test_record_into_a_bad_path_is_one_line(tmp_path, target, says):
 
 
 def test_an_interrupted_recording_keeps_every_finished_step(capsys, tmp_path, monkeypatch):
-    import workbench.runner as runner
+    import workbench.model.runner as runner
 
     monkeypatch.chdir(tmp_path)
     real_step, calls = runner.Runner.step, []
@@ -77,6 +77,7 @@ def test_an_interrupted_recording_keeps_every_finished_step(capsys, tmp_path, mo
     monkeypatch.setattr(runner.Runner, "step", step)
     rc, out, err = urc(capsys, "run", "--record", "rec.jsonl", str(SMOKE))
     assert rc == 130 and "interrupted" in err
+    assert out.startswith("STOPPED") and "(interrupted: 3 steps of 5 checked, 0 failed)" in out
     lines = Path("rec.jsonl").read_text().splitlines()
     assert len(lines) == 1 + 3 and json.loads(lines[0])["schema"] == 1  # header + 3 finished steps
     monkeypatch.setattr(runner.Runner, "step", real_step)
@@ -86,11 +87,12 @@ def test_an_interrupted_recording_keeps_every_finished_step(capsys, tmp_path, mo
 # ---- one error path -------------------------------------------------------------------------
 
 
-def test_a_closed_pipe_exits_quietly(tmp_path):
+@pytest.mark.parametrize("command", [["run", "--json", "--states"], ["show", "--walk"]], ids=["json", "rich"])
+def test_a_closed_pipe_exits_quietly(tmp_path, command):
     steps = [{"op": "insert", "key": [i, i + 1, i + 2]} for i in range(0, 600, 3)]
     trace = jsonl(str(tmp_path / "long.jsonl"), *steps, header={**JSONL_HEADER, "config": {
         "components": ["full"], "kv_size": 4096}})
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "run", "--json", "--states", trace],
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", *command, trace],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
     proc.stdout.read(10)
     proc.stdout.close()  # like `| head -c 10`
@@ -99,7 +101,7 @@ def test_a_closed_pipe_exits_quietly(tmp_path):
 
 
 def test_an_unexpected_error_is_one_line_that_points_at_debug(capsys, monkeypatch):
-    import workbench.runner as runner
+    import workbench.model.runner as runner
 
     def broken(self):
         raise RuntimeError("something nobody expected\nsecond line")
@@ -143,7 +145,7 @@ def test_deeply_nested_json_is_a_clear_error(tmp_path):
 
 
 def test_a_key_over_the_size_limit_is_a_clear_error(capsys, tmp_path, monkeypatch):
-    import workbench.scenario as scenario
+    import workbench.model.scenario as scenario
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(scenario, "MAX_KEY_TOKENS", 100)
@@ -256,3 +258,34 @@ def test_a_scenario_with_no_steps_warns(capsys, tmp_path, monkeypatch):
     rc, out, err = urc(capsys, "run", toml("empty.toml"))
     assert rc == 0 and err.strip() == "note: empty.toml: the scenario has no steps"
     assert out.strip() == "PASS empty.toml — t (0 steps)"
+
+
+# ---- the benchmark's trace writer and timeline section -------------------------------------------
+
+
+def test_write_trace_is_the_benchmark_workload_and_refuses_to_overwrite(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = urc(capsys, "bench", "--write-trace", "w.jsonl", "--requests", "7", "--components", "full,swa")
+    assert rc == 0 and "wrote 28 steps (7 requests) to w.jsonl" in err
+    lines = [json.loads(line) for line in Path("w.jsonl").read_text().splitlines()]
+    assert lines[0]["config"]["components"] == ["full", "swa"] and len(lines) == 29
+    assert [s["op"] for s in lines[1:5]] == ["match", "lock", "insert", "unlock"]
+    assert urc(capsys, "run", "w.jsonl")[0] == 0
+    rc, out, err = urc(capsys, "bench", "--write-trace", "w.jsonl", "--requests", "3")
+    assert rc == 2 and "file exists" in err and len(Path("w.jsonl").read_text().splitlines()) == 29
+
+
+def test_bench_runs_small(capsys):
+    rc, out, err = urc(capsys, "bench", "--requests", "20", "--tree-sizes", "50", "--json")
+    report = json.loads(out)
+    assert rc == 0 and report["no_observer"]["invariants_ok"] and report["with_observer"]["invariants_ok"]
+    assert report["no_observer"]["ops"]["match"]["n"] == 20 and set(report["tree_size"]) == {"50"}
+
+
+def test_timeline_bench_parts_run_small():
+    from workbench.bench_timeline import part_random, part_trace, part_tree
+
+    assert part_trace(5, ("full",))["steps"] == 20
+    assert part_random(200, ("full", "swa", "mamba"))["passed"]
+    tree = part_tree(300, ("full",))
+    assert tree["nodes"] >= 300 and tree["full_sweep_ms"] > 0 and tree["diff_adjacent_ms"] is not None

@@ -21,9 +21,9 @@ import pytest
 
 from cache import CacheError, Cause, EventLog, UnifiedRadixCache, check_invariants
 from cache.errors import DoubleFreeError, LockError, PoolExhaustedError, UnknownNodeError
-from workbench.runner import Runner
-from workbench.scenario import load_scenario
-from workbench.session import Session
+from workbench.model.runner import Runner
+from workbench.model.scenario import load_scenario
+from workbench.model.session import Session
 
 # ---- the whole state, beyond the snapshot ---------------------------------------
 

@@ -456,7 +456,7 @@ def test_expect_error_for_unknown_names_at_run_time(capsys):
 def test_expect_error_requires_the_state_unchanged(capsys, monkeypatch):
     """A failing op that still changed the cache fails the step (field "state")."""
     from cache import CacheError
-    from workbench.session import Session
+    from workbench.model.session import Session
 
     real = Session.insert
 

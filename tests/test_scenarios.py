@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.runner import run_scenario
+from workbench.model.runner import run_scenario
 
 ROOT = Path(__file__).resolve().parents[1] / "scenarios"
 FILES = sorted(p for p in ROOT.rglob("*") if p.suffix in (".toml", ".jsonl"))

@@ -18,6 +18,8 @@ from typing import Optional
 
 from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants
 
+from .model import workload
+
 OPS = ("match", "lock", "evict", "insert", "unlock")
 
 
@@ -47,21 +49,7 @@ class BenchConfig:
 
 
 def build_workload(cfg: BenchConfig) -> list[list[int]]:
-    rng = random.Random(cfg.seed)
-    ps = cfg.page_size
-    vocab = 32000
-    prompts = []
-    for _ in range(cfg.prompts):
-        n = rng.randint(64, 1024) // ps * ps or ps
-        prompts.append([rng.randrange(1, vocab) for _ in range(n)])
-    weights = [1.0 / (i + 1) for i in range(len(prompts))]
-    reqs = []
-    for _ in range(cfg.requests):
-        p = rng.choices(prompts, weights=weights)[0]
-        total = rng.randint(cfg.min_len, cfg.max_len)
-        suffix = max(1, total - len(p))
-        reqs.append(p + [rng.randrange(1, vocab) for _ in range(suffix)])
-    return reqs
+    return workload.build_workload(cfg.requests, cfg.seed, cfg.prompts, cfg.min_len, cfg.max_len, cfg.page_size)
 
 
 def stats(samples_ns: list[int]) -> dict:

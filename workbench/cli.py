@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Optional
 
-from .scenario import STDIN, ScenarioError
+from .model.scenario import STDIN, ScenarioError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_CODES = """\
@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--record", metavar="OUT.jsonl",
                      help="write a JSONL trace of the executed steps, one line per step as it runs (one FILE only)")
     run.add_argument("--force", action="store_true", help="let --record overwrite an existing file (never an input)")
+    run.add_argument("--full-checks", action="store_true",
+                     help="run the full invariant sweep after every step (default: what the step touched, "
+                          "and the whole tree every 256 steps and at the end)")
 
     show = command("show", "print the tree after a step of a scenario",
                    "Print the step's op, result, events and the tree after it; --walk prints every step.")
@@ -93,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--tree-sizes", default="1000,100000", metavar="N,N",
                        help="node counts for the per-op scaling run, comma-separated (Full only; default 1000,100000)")
     bench.add_argument("--json", action="store_true", help="print the report as JSON")
+    bench.add_argument("--timeline", action="store_true",
+                       help="measure the timeline instead: a 2,000-request trace run with every check, a 20,000-step "
+                            "random trace, reads of a 10,000-node tree (about a minute)")
+    bench.add_argument("--write-trace", metavar="OUT.jsonl",
+                       help="write the workload (--requests, --seed, --components) as a schema-1 trace and stop; "
+                            "- writes to stdout")
+    bench.add_argument("--force", action="store_true", help="let --write-trace overwrite an existing file")
     return parser
 
 
@@ -139,7 +149,7 @@ def _silence_stdout() -> None:
 
 def _load_all(files: list[str]):
     """Load and check every file (and its config) before running any: no torch yet."""
-    from .scenario import cache_config, load_scenario
+    from .model.scenario import cache_config, load_scenario
 
     if files.count(STDIN) > 1:
         raise ScenarioError("standard input (-) can be read only once")
@@ -160,29 +170,58 @@ def _run(args) -> int:
         raise ScenarioError("--force only applies with --record")
     scenarios = _load_all(args.files)
     if args.record:
-        from .outputs import check_output
+        from .model.outputs import check_output
 
         check_output(args.record, args.files, args.force, "--record")
-    from .export import timeline_json
-    from .report import make_console, print_run_report
-    from .runner import Runner
+    from .render.report import make_console
 
     console = make_console(sys.stderr if args.json else sys.stdout)
-    timelines = []
-    for scenario in scenarios:
+    if args.json:
+        sys.stdout.write("[\n")
+    passed = True
+    for n, scenario in enumerate(scenarios):
+        if args.json and n:
+            sys.stdout.write(",\n")
         if args.record:
-            from .outputs import open_output
+            from .model.outputs import open_output
 
             with open_output(args.record, args.files, args.force, "--record") as stream:
-                timeline = Runner(scenario, record=stream).run()
+                passed &= _run_one(scenario, args, console, stream)
         else:
-            timeline = Runner(scenario).run()
-        timelines.append(timeline)
-        if not args.json:
-            print_run_report(timeline, console)
+            passed &= _run_one(scenario, args, console, None)
     if args.json:
-        print(json.dumps([timeline_json(t, args.states) for t in timelines], indent=1))
-    return EXIT_OK if all(t.passed for t in timelines) else EXIT_CHECK_FAILED
+        sys.stdout.write("\n]\n")
+    return EXIT_OK if passed else EXIT_CHECK_FAILED
+
+
+def _run_one(scenario, args, console, record) -> bool:
+    """Run one scenario, streaming its JSON and showing progress on a terminal; on
+    Ctrl-C report what was checked so far, then stop."""
+    from .model.export import TimelineJsonWriter
+    from .render.report import print_run_report, progress
+    from .model.runner import Runner
+
+    runner = Runner(scenario, record=record, full_checks=args.full_checks)
+    timeline = runner.timeline
+    writer = TimelineJsonWriter(sys.stdout, timeline, args.states) if args.json else None
+    if writer is not None:
+        timeline.on_step(writer.step)
+    try:
+        with progress(len(scenario.steps), scenario.path) as advance:
+            while not runner.done:
+                runner.step()
+                advance()
+    except KeyboardInterrupt:
+        if writer is not None:
+            writer.close(interrupted=True)
+            sys.stdout.write("\n]\n")
+        print_run_report(timeline, console, interrupted=True)
+        raise
+    if writer is not None:
+        writer.close()
+    else:
+        print_run_report(timeline, console)
+    return timeline.passed
 
 
 def _show(args) -> int:
@@ -191,9 +230,9 @@ def _show(args) -> int:
     if args.walk and args.step is not None:
         raise ScenarioError("--step and --walk do not go together")
     scenarios = _load_all(args.files)
-    from .report import make_console, step_view, walk
-    from .runner import run_scenario
-    from .tree_view import render_state
+    from .render.report import make_console, step_view, walk
+    from .model.runner import run_scenario
+    from .render.tree_view import render_state
 
     console = make_console()
     if args.walk:
@@ -210,7 +249,7 @@ def _show(args) -> int:
     if n == 0:
         console.print(render_state(timeline.initial))
     else:
-        from .report import is_plain
+        from .render.report import is_plain
 
         console.print(step_view(timeline.records[n - 1], scenario.path, plain=is_plain(console)))
     return EXIT_OK
@@ -218,7 +257,7 @@ def _show(args) -> int:
 
 def _demo(args) -> int:
     from .demo import run_demo
-    from .report import make_console
+    from .render.report import make_console
 
     return run_demo(make_console())
 
@@ -232,9 +271,28 @@ def _bench(args) -> int:
         raise ScenarioError(f"--tree-sizes must be comma-separated ints (got {args.tree_sizes})") from None
     if any(n <= 0 for n in sizes):
         raise ScenarioError("--tree-sizes must be positive")
+    components = tuple(args.components.split(","))
+    if args.write_trace:
+        from .model.outputs import open_output
+        from .model.workload import write_trace
+
+        with open_output(args.write_trace, (), args.force, "--write-trace") as stream:
+            steps = write_trace(stream, args.requests, args.seed, components)
+        if args.write_trace != "-":
+            _say(f"wrote {steps:,} steps ({args.requests:,} requests) to {args.write_trace}")
+        return EXIT_OK
+    if args.force:
+        raise ScenarioError("--force only applies with --write-trace")
+    if args.timeline:
+        from .bench_timeline import timeline_report
+        from .render.report import make_console
+
+        report = timeline_report(args.requests if args.requests != 5000 else 2000)
+        print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
+        return EXIT_OK
     trace = _load_all([args.trace])[0] if args.trace else None
     _check_device(args.device)
-    from .report import make_console
+    from .render.report import make_console
 
     if trace is not None:
         from .replay import replay_timed
@@ -248,7 +306,6 @@ def _bench(args) -> int:
         return EXIT_OK
     from .bench import BenchConfig, full_report, print_report
 
-    components = tuple(args.components.split(","))
     config = BenchConfig(requests=args.requests, seed=args.seed, device=args.device, components=components)
     report = full_report(config, sizes if components == ("full",) else ())
     if args.json:
@@ -256,6 +313,14 @@ def _bench(args) -> int:
     else:
         print_report(report, make_console())
     return EXIT_OK
+
+
+def _timeline_text(report: dict) -> str:
+    lines = []
+    for part, figures in report.items():
+        shown = ", ".join(f"{k} {v}" for k, v in figures.items())
+        lines.append(f"{part:24s} {shown}")
+    return "\n".join(lines)
 
 
 def _check_device(device: str) -> None:

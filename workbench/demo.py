@@ -9,7 +9,7 @@ from rich.text import Text
 
 from cache import EventLog, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants
 
-from .fmt import event_text
+from .model.fmt import event_text
 
 
 def run_demo(console: Console | None = None) -> int:
@@ -50,7 +50,7 @@ def run_demo(console: Console | None = None) -> int:
         for event in log.take():
             console.print(Text(f"  {event_text(event)}", style="dim"))
         snap = cache.snapshot()
-        from .tree_view import render_state
+        from .render.tree_view import render_state
 
         console.print(render_state(snap))
         violations = check_invariants(cache)

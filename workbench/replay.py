@@ -12,9 +12,9 @@ from pathlib import Path
 from cache import CacheError
 
 from .bench import stats
-from .runner import build_cache
-from .scenario import Scenario, load_scenario
-from .session import Session
+from .model.runner import build_cache
+from .model.scenario import Scenario, load_scenario
+from .model.session import Session
 
 
 def replay_timed(scenario: Scenario | str | Path, device: str | None = None) -> dict:

@@ -155,6 +155,12 @@ def load_scenario(path: str | Path) -> Scenario:
     return _load_jsonl(text, name) if path.suffix == ".jsonl" else _load_toml(text, name)
 
 
+def scenario_from_records(header: dict[str, Any], steps: list[dict[str, Any]], name: str = "<generated>") -> Scenario:
+    """A scenario from plain records (a generator's, a fuzzer's), checked like a JSONL file."""
+    lines = [json.dumps(header)] + [json.dumps(step) for step in steps]
+    return _load_jsonl("\n".join(lines) + "\n", name)
+
+
 def _load_toml(text: str, name: str) -> Scenario:
     try:
         doc = tomllib.loads(text)

@@ -11,7 +11,7 @@ from rich.tree import Tree
 
 from cache.snapshot import CacheSnapshot, NodeView
 
-from .fmt import tokens_text
+from ..model.fmt import tokens_text
 
 COMPONENT_STYLE = {"full": "cyan", "swa": "magenta", "mamba": "green"}
 

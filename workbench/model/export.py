@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, TextIO
 
 from cache.events import Event
 from cache.snapshot import CacheSnapshot
 
+from .states import TimelineState
 from .timeline import StepRecord, Timeline
 
 
-def state_json(snapshot: CacheSnapshot) -> dict[str, Any]:
+def state_json(snapshot: CacheSnapshot | TimelineState) -> dict[str, Any]:
     """Nodes depth-first (children by first token, root left out), aux LRU orders as
     paths (MRU first) and per-pool counters."""
-    paths = {n.id: list(n.path) for n in snapshot.nodes}
+    all_nodes = snapshot.nodes
+    paths = {n.id: list(n.path) for n in all_nodes}
     nodes = [
         {
             "path": list(n.path),
             "key": list(n.key),
             "components": {name: {"len": view.value_len, "lock_ref": view.lock_ref} for name, view in n.components.items()},
         }
-        for n in snapshot.nodes[1:]
+        for n in all_nodes[1:]
     ]
     lru = {name: [paths[i] for i in ids] for name, ids in snapshot.lru.items() if name != "full"}
     pools = {
@@ -61,7 +64,7 @@ def step_json(record: StepRecord, with_state: bool = False) -> dict[str, Any]:
 
 
 def timeline_json(timeline: Timeline, with_states: bool = False) -> dict[str, Any]:
-    final = timeline.records[-1].snapshot if timeline.records else timeline.initial
+    final = timeline.final
     return {
         "file": timeline.scenario.path,
         "scenario": timeline.scenario.name,
@@ -69,3 +72,27 @@ def timeline_json(timeline: Timeline, with_states: bool = False) -> dict[str, An
         "steps": [step_json(r, with_states) for r in timeline.records],
         "final_state": state_json(final),
     }
+
+
+class TimelineJsonWriter:
+    """Writes one file's ``timeline_json`` object step by step, so a long run's report
+    never sits in memory whole: the same keys as ``timeline_json``, "passed" last."""
+
+    def __init__(self, stream: TextIO, timeline: Timeline, with_states: bool = False) -> None:
+        self.stream, self.timeline, self.with_states = stream, timeline, with_states
+        self.count = 0
+        scenario = timeline.scenario
+        head = json.dumps({"file": scenario.path, "scenario": scenario.name})
+        stream.write(head[:-1] + ', "steps": [\n')
+
+    def step(self, record: StepRecord) -> None:
+        if self.count:
+            self.stream.write(",\n")
+        self.stream.write(json.dumps(step_json(record, self.with_states), separators=(",", ":")))
+        self.count += 1
+
+    def close(self, interrupted: bool = False) -> None:
+        tail = {"passed": self.timeline.passed, "final_state": state_json(self.timeline.final)}
+        if interrupted:
+            tail["interrupted_after_step"] = self.count
+        self.stream.write("\n], " + json.dumps(tail)[1:])

@@ -6,6 +6,7 @@ unwrapped, so ``grep`` finds ``PASS path — name`` whole.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 from typing import Optional, TextIO
@@ -14,20 +15,26 @@ from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from .fmt import event_text, fields_text, plural, result_text, value_text
-from .scenario import STDIN_NAME
-from .timeline import StepRecord, Timeline
+from ..model.fmt import event_text, fields_text, plural, result_text, value_text
+from ..model.scenario import STDIN_NAME
+from ..model.timeline import StepRecord, Timeline
 from .tree_view import render_state
 
 DETAILED_FAILURES = 10  # failing steps reported in full; later ones get one line each
 PLAIN_WIDTH = 100_000  # "no wrapping" for rich when the output is not a terminal
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """rich exits 1 on a closed pipe; ``urc`` treats ``| head`` as a normal end."""
+        raise BrokenPipeError
+
+
 def make_console(stream: Optional[TextIO] = None) -> Console:
     stream = stream or sys.stdout
     if stream.isatty():
-        return Console(file=stream)
-    return Console(file=stream, width=PLAIN_WIDTH, soft_wrap=True, no_color=True, highlight=False, emoji=False)
+        return _Console(file=stream)
+    return _Console(file=stream, width=PLAIN_WIDTH, soft_wrap=True, no_color=True, highlight=False, emoji=False)
 
 
 def is_plain(console: Console) -> bool:
@@ -55,14 +62,34 @@ def problems(record: StepRecord) -> list[str]:
     return lines
 
 
-def print_run_report(timeline: Timeline, console: Console) -> None:
+@contextlib.contextmanager
+def progress(total: int, label: str, stream: Optional[TextIO] = None, minimum: int = 200):
+    """A progress bar on stderr for long runs, only on a terminal; yields ``advance()``."""
+    stream = stream or sys.stderr
+    if total < minimum or not stream.isatty():
+        yield lambda: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=Console(file=stream), transient=True)
+    with bar:
+        task = bar.add_task(label, total=total)
+        yield lambda: bar.advance(task)
+
+
+def print_run_report(timeline: Timeline, console: Console, interrupted: bool = False) -> None:
     scenario = timeline.scenario
     steps = plural(len(timeline), "step")
     failing = [r for r in timeline.records if not r.passed]
-    if not failing:
+    if interrupted:
+        console.print(Text.assemble(("STOPPED", "bold yellow"), f" {scenario.path} — {scenario.name} (interrupted: "
+                                    f"{steps} of {len(scenario.steps):,} checked, {len(failing):,} failed)"))
+    elif not failing:
         console.print(Text.assemble(("PASS", "bold green"), f" {scenario.path} — {scenario.name} ({steps})"))
         return
-    console.print(Text.assemble(("FAIL", "bold red"), f" {scenario.path} — {scenario.name} ({steps}, {len(failing):,} failed)"))
+    else:
+        console.print(Text.assemble(("FAIL", "bold red"), f" {scenario.path} — {scenario.name} ({steps}, {len(failing):,} failed)"))
     for n, record in enumerate(failing):
         command = show_command(scenario.path, record.index)
         if n < DETAILED_FAILURES:
@@ -101,7 +128,7 @@ def step_view(record: StepRecord, path: str, plain: bool = False) -> RenderableT
         parts.append(Text("result: " + result_text(record.result), style="bold"))
     for event in record.events:
         parts.append(Text("  " + event_text(event), style="dim"))
-    parts.append(render_state(record.snapshot))
+    parts.append(render_state(record.state))
     for line in problems(record):
         parts.append(Text(f"✗ {line}", style="bold red"))
     title = Text(step_title(record, path))

@@ -1,0 +1,34 @@
+"""The layers stay apart: the cache knows nothing of the workbench, and the
+workbench's model (what the TUI and SVG will render) pulls in no rendering library."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ["scenario", "session", "runner", "timeline", "states", "diff", "export", "outputs", "workload", "fmt"]
+
+
+def imported_after(code: str) -> set[str]:
+    probe = f"import sys\n{code}\nprint(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    return set(out.split())
+
+
+def test_the_model_imports_no_rendering_library():
+    modules = imported_after("\n".join(f"import workbench.model.{m}" for m in MODEL))
+    assert {m.split(".")[0] for m in modules} & {"rich", "textual"} == set()
+
+
+def test_the_cache_imports_nothing_from_the_workbench_or_a_renderer():
+    modules = imported_after("import cache, cache.controller, cache.invariants, cache.snapshot")
+    roots = {m.split(".")[0] for m in modules}
+    assert roots & {"workbench", "rich", "textual", "graphviz", "networkx"} == set()
+
+
+def test_every_model_module_is_in_the_model_package():
+    assert sorted(p.stem for p in (ROOT / "workbench" / "model").glob("*.py") if p.stem != "__init__") == sorted(MODEL)

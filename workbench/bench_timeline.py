@@ -1,0 +1,142 @@
+"""``urc bench --timeline``: what keeping and checking every step costs.
+
+Each part runs in a fresh interpreter so its peak RSS is its own (torch included):
+the benchmark workload as a trace (the 2,000-request figure of the timeline issue,
+Full and Full+SWA+Mamba), a 20,000-step fuzzer-like random trace, and reads of a
+10,000-node tree's timeline (random ``state_after``, stepping, ``diff``, the current
+state, the full invariant sweep).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+PARTS = {
+    "trace-full": ("trace", 2000, ("full",)),
+    "trace-full,swa,mamba": ("trace", 2000, ("full", "swa", "mamba")),
+    "random-full": ("random", 20000, ("full",)),
+    "random-full,swa,mamba": ("random", 20000, ("full", "swa", "mamba")),
+    "tree-10k": ("tree", 10000, ("full",)),
+}
+
+
+def timeline_report(requests: int = 2000) -> dict:
+    """Every part, each in its own interpreter."""
+    out = {}
+    for name, (kind, size, comps) in PARTS.items():
+        size = requests if kind == "trace" else size
+        proc = subprocess.run([sys.executable, "-m", "workbench.bench_timeline", kind, str(size), ",".join(comps)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            out[name] = {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+        else:
+            out[name] = json.loads(proc.stdout)
+    return out
+
+
+def _peak_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _run_records(records) -> tuple:
+    from .model.runner import Runner
+    from .model.scenario import scenario_from_records
+
+    records = list(records)
+    scenario = scenario_from_records(records[0], records[1:])
+    start = time.perf_counter()
+    timeline = Runner(scenario).run()
+    return timeline, time.perf_counter() - start
+
+
+def part_trace(requests: int, components: tuple[str, ...]) -> dict:
+    """As ``urc run trace.jsonl`` does it: from a file, so the figures are a user's."""
+    import tempfile
+
+    from .model.runner import Runner
+    from .model.scenario import load_scenario
+    from .model.workload import write_trace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/trace.jsonl"
+        with open(path, "w", encoding="utf-8") as stream:
+            write_trace(stream, requests, 0, components)
+        start = time.perf_counter()  # loading and checking the file counts: it is part of a user's wait
+        timeline = Runner(load_scenario(path)).run()
+        seconds = time.perf_counter() - start
+    return {"steps": len(timeline), "seconds": round(seconds, 2), "ms_per_step": round(seconds / len(timeline) * 1e3, 3),
+            "passed": timeline.passed, "peak_rss_mb": _peak_mb()}
+
+
+def part_random(steps: int, components: tuple[str, ...]) -> dict:
+    from .model.workload import random_records
+
+    timeline, seconds = _run_records(random_records(steps, 0, components))
+    return {"steps": len(timeline), "ms_per_step": round(seconds / len(timeline) * 1e3, 3), "passed": timeline.passed,
+            "peak_rss_mb": _peak_mb()}
+
+
+def part_tree(nodes: int, components: tuple[str, ...]) -> dict:
+    """A tree of ``nodes`` leaves under the root, then a few hundred ops on it."""
+    from cache import check_invariants
+
+    rng = random.Random(0)
+    header = {"schema": 1, "scenario": {"name": "tree"},
+              "config": {"components": list(components), "kv_size": (nodes + 400) * 4}}
+    steps = [{"op": "insert", "key": [i, i + 1, i + 2]} for i in range(1, 3 * nodes, 3)]
+    steps += [{"op": "match", "key": [rng.randrange(1, 3 * nodes), 7], "as": f"m{i}"} for i in range(300)]
+    timeline, seconds = _run_records([header, *steps])
+    n = len(timeline)
+    ms = lambda fn: _timed_ms(fn)  # noqa: E731
+    store = timeline.store
+    random_reads = [ms(lambda i=i: timeline.state_after(i).node(store.shape.root_id)) for i in
+                    (rng.randrange(n - 300, n) for _ in range(20))]
+    store._cache.clear()
+    base = n - 200
+    timeline.state_after(base)
+    steps_fwd = [ms(lambda i=i: timeline.state_after(i).node(store.shape.root_id)) for i in range(base + 1, base + 21)]
+    diffs = [ms(lambda i=i: timeline.diff(i, i + 1)) for i in range(base, base + 20)] if _has_diff() else []
+    store._cache.clear()
+    current = ms(lambda: timeline.state_after(n))
+    from .model.runner import Runner  # the sweep on the same tree, rebuilt
+    from .model.scenario import scenario_from_records
+
+    runner = Runner(scenario_from_records(header, steps))
+    runner.run()
+    sweep = min(_timed_ms(lambda: check_invariants(runner.cache)) for _ in range(5))
+    return {
+        "nodes": len(store.current) - 1, "steps": n, "run_seconds": round(seconds, 2),
+        "state_after_random_ms": _summary(random_reads), "next_step_ms": _summary(steps_fwd),
+        "diff_adjacent_ms": _summary(diffs) if diffs else None, "current_state_ms": round(current, 3),
+        "full_sweep_ms": round(sweep, 2), "peak_rss_mb": _peak_mb(),
+    }
+
+
+def _has_diff() -> bool:
+    try:
+        from .model import diff  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _timed_ms(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def _summary(samples: list[float]) -> dict:
+    return {"mean": round(statistics.fmean(samples), 3), "max": round(max(samples), 3)}
+
+
+if __name__ == "__main__":
+    kind, size, comps = sys.argv[1], int(sys.argv[2]), tuple(sys.argv[3].split(","))
+    part = {"trace": part_trace, "random": part_random, "tree": part_tree}[kind]
+    print(json.dumps(part(size, comps)))

@@ -1,0 +1,323 @@
+"""The timeline's states: every step's state, stored as what the step changed.
+
+Design (chosen over structural sharing of whole snapshots and over re-execution):
+per step the store keeps the records of the nodes the step touched (a deleted node
+as ``None``) and one small global record (pools, requests, op counter). Every
+``keyframe_every`` steps — or sooner, once the changes since the last keyframe add up
+to the tree's size — it also keeps a full ``{id: record}`` map. ``state(i)`` copies
+the nearest keyframe at or before ``i`` and replays at most ``keyframe_every`` deltas,
+so it costs O(tree) in C-level dict copies plus O(changes), never O(steps); records
+are immutable and shared by every state they belong to, and a key is the tree's own
+packed bytes, stored once however many steps show it. Re-execution was rejected
+because it would rebuild torch pools to look at the past, and per-node ranks are not
+stored at all (an LRU move would change every node's rank): they follow from the
+records' access times and LRU labels when a state is read.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Optional
+
+from cache.keys import unpack_tokens
+from cache.snapshot import CacheSnapshot, ComponentView, GlobalRecord, NodeRecord, NodeView
+
+Records = dict[int, NodeRecord]
+Delta = dict[int, Optional[NodeRecord]]
+KEYFRAME_EVERY = 64  # chosen by measurement: see README "The timeline at scale"
+
+
+@dataclasses.dataclass(frozen=True)
+class StateShape:
+    """What every state of one cache shares."""
+
+    components: tuple[str, ...]
+    page_size: int
+    root_id: int
+    lru_components: tuple[str, ...]  # components that keep an LRU list (Full orders by access time)
+
+    @classmethod
+    def of(cls, cache) -> StateShape:
+        return cls(tuple(c.name for c in cache.components), cache.page_size, cache.tree.root.id, tuple(cache.tree.lru))
+
+
+class StateStore:
+    """Append-only: ``append`` a step's delta; ``state(i)`` gives the state after step i."""
+
+    def __init__(self, shape: StateShape, initial: Records, initial_globals: GlobalRecord,
+                 keyframe_every: int = KEYFRAME_EVERY) -> None:
+        self.shape = shape
+        self.keyframe_every = keyframe_every
+        self.current: Records = dict(initial)  # the latest state, kept live
+        self.deltas: list[Delta] = [{}]  # deltas[i]: what step i changed (0: nothing)
+        self.befores: list[Delta] = [{}]  # befores[i]: those nodes' records before step i (to step back)
+        self.globals: list[GlobalRecord] = [initial_globals]
+        self.keyframes: dict[int, Records] = {0: dict(initial)}
+        self._keyframe_steps = [0]
+        self._since_keyframe = 0
+        self._cache: dict[int, TimelineState] = {}
+
+    def __len__(self) -> int:
+        return len(self.deltas) - 1
+
+    def append(self, delta: Delta, globals_: GlobalRecord) -> None:
+        current = self.current
+        self.befores.append({node_id: current.get(node_id) for node_id in delta})
+        for node_id, record in delta.items():
+            if record is None:
+                current.pop(node_id, None)
+            else:
+                current[node_id] = record
+        self.deltas.append(delta)
+        self.globals.append(globals_)
+        self._since_keyframe += len(delta) + 1
+        index = len(self.deltas) - 1
+        if index % self.keyframe_every == 0 or self._since_keyframe > len(current):
+            self.keyframes[index] = dict(current)
+            self._keyframe_steps.append(index)
+            self._since_keyframe = 0
+
+    def previous(self, node_id: int) -> Optional[NodeRecord]:
+        """The record before the step being appended (for "did this op change anything")."""
+        return self.current.get(node_id)
+
+    def state(self, index: int) -> TimelineState:
+        """The state after step ``index``: from a neighbour read just before (one delta,
+        forward or back, with its derived indexes patched) or from the nearest keyframe."""
+        index = max(0, min(index, len(self)))
+        cached = self._cache.get(index)
+        if cached is not None:
+            return cached
+        after, before = self._cache.get(index - 1), self._cache.get(index + 1)
+        if after is not None:  # one step forward
+            state = after.derive(self.deltas[index], self.befores[index], self.globals[index])
+        elif before is not None:  # one step back
+            state = before.derive(self.befores[index + 1], self.deltas[index + 1], self.globals[index])
+        else:
+            if index == len(self):
+                records = dict(self.current)
+            else:
+                start = self._keyframe_steps[bisect.bisect_right(self._keyframe_steps, index) - 1]
+                records = dict(self.keyframes[start])
+                for i in range(start + 1, index + 1):
+                    _apply(records, self.deltas[i])
+            state = TimelineState(self.shape, records, self.globals[index])
+        if len(self._cache) >= 4:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[index] = state
+        return state
+
+
+def _apply(records: Records, delta: Delta) -> None:
+    for node_id, record in delta.items():
+        if record is None:
+            records.pop(node_id, None)
+        else:
+            records[node_id] = record
+
+
+class TimelineState:
+    """The state after one step, read like a ``CacheSnapshot``: O(1) ``node(id)``;
+    children, ranks and paths are derived on first use and kept."""
+
+    def __init__(self, shape: StateShape, records: Records, globals_: GlobalRecord) -> None:
+        self.shape = shape
+        self.components = shape.components
+        self.page_size = shape.page_size
+        self.root_id = shape.root_id
+        self.page_bytes = 4 * shape.page_size
+        self.records = records
+        self.globals = globals_
+        self._children: Optional[dict[int, list[NodeRecord]]] = None  # parent -> children, sorted
+        self._orders: Optional[dict[str, list[tuple]]] = None  # component -> sorted (order key, id)
+        self._lru: Optional[Mapping[str, tuple[int, ...]]] = None
+        self._paths: dict[int, tuple[int, ...]] = {}
+        self._views: dict[int, NodeView] = {}
+        self._nodes: Optional[tuple[NodeView, ...]] = None
+
+    # ---- the CacheSnapshot interface ---------------------------------------------------------
+    @property
+    def op_seq(self) -> int:
+        return self.globals.op_seq
+
+    @property
+    def pools(self):
+        return self.globals.pools
+
+    @property
+    def requests(self):
+        return self.globals.requests
+
+    @property
+    def root(self) -> NodeView:
+        return self.node(self.root_id)
+
+    def __contains__(self, node_id: int) -> bool:
+        return node_id in self.records
+
+    def node(self, node_id: int) -> NodeView:
+        view = self._views.get(node_id)
+        if view is None:
+            record = self.records.get(node_id)
+            if record is None:
+                raise KeyError(f"node {node_id} not in this state")
+            view = self._views[node_id] = self._view(record)
+        return view
+
+    def record(self, node_id: int) -> Optional[NodeRecord]:
+        return self.records.get(node_id)
+
+    def children(self, node_id: int) -> tuple[int, ...]:
+        if self._children is None:
+            kids: dict[int, list[NodeRecord]] = {}
+            for record in self.records.values():
+                if record.parent is not None:
+                    kids.setdefault(record.parent, []).append(record)
+            order = self._child_key
+            for rs in kids.values():
+                rs.sort(key=order)
+            self._children = kids
+        return tuple(r.id for r in self._children.get(node_id, ()))
+
+    def derive(self, delta: Delta, undo: Delta, globals_: GlobalRecord) -> TimelineState:
+        """The neighbouring state that ``delta`` leads to (``undo`` holds the same nodes'
+        records here): records copied, the children and LRU indexes patched, not rebuilt."""
+        records = dict(self.records)
+        _apply(records, delta)
+        state = TimelineState(self.shape, records, globals_)
+        if self._children is not None:
+            kids = dict(self._children)
+            touched: dict[int, list[NodeRecord]] = {}
+            for node_id, new in delta.items():
+                old = undo.get(node_id)
+                for record, add in ((old, False), (new, True)):
+                    if record is None or record.parent is None:
+                        continue
+                    siblings = touched.get(record.parent)
+                    if siblings is None:
+                        siblings = touched[record.parent] = kids[record.parent] = list(kids.get(record.parent, ()))
+                    if add:
+                        bisect.insort(siblings, record, key=self._child_key)
+                    else:
+                        siblings.remove(record)
+            state._children = kids
+        if self._orders is not None:
+            orders = {name: list(entries) for name, entries in self._orders.items()}
+            for node_id, new in delta.items():
+                old = undo.get(node_id)
+                for name, entries in orders.items():
+                    if old is not None and (key := self.order_key(name, old)) is not None:
+                        del entries[bisect.bisect_left(entries, key)]
+                    if new is not None and (key := self.order_key(name, new)) is not None:
+                        bisect.insort(entries, key)
+            state._orders = orders
+        return state
+
+    @property
+    def nodes(self) -> tuple[NodeView, ...]:
+        """Depth first, children by (namespace, first token), root first — as a snapshot."""
+        if self._nodes is None:
+            out, stack = [], [self.root_id]
+            while stack:
+                node_id = stack.pop()
+                out.append(self.node(node_id))
+                stack.extend(reversed(self.children(node_id)))
+            self._nodes = tuple(out)
+        return self._nodes
+
+    def non_root(self) -> tuple[NodeView, ...]:
+        return self.nodes[1:]
+
+    @property
+    def lru(self) -> Mapping[str, tuple[int, ...]]:
+        if self._lru is None:
+            orders = self.sorted_order_all()
+            self._lru = MappingProxyType({name: tuple(i for *_, i in entries) for name, entries in orders.items()})
+        return self._lru
+
+    def order_key(self, name: str, record: NodeRecord) -> Optional[tuple]:
+        """Where a record sorts in a component's LRU order (MRU first); None: not listed."""
+        if record.id == self.root_id:
+            return None
+        if name == "full":
+            return (-record.last_access_time, record.id)
+        label = record.components[self.components.index(name)].lru_label
+        return None if label is None else (-label, record.id)
+
+    def sorted_order(self, name: str) -> list[tuple]:
+        """A component's LRU order as sorted ``(order key, id)`` entries, MRU first."""
+        return self.sorted_order_all()[name]
+
+    def sorted_order_all(self) -> dict[str, list[tuple]]:
+        if self._orders is None:
+            orders = {}
+            for name in ("full", *self.shape.lru_components):
+                keys = (self.order_key(name, r) for r in self.records.values())
+                orders[name] = sorted(k for k in keys if k is not None)
+            self._orders = orders
+        return self._orders
+
+    @property
+    def evictable_leaves(self) -> tuple[int, ...]:
+        leaves = [r for r in self.records.values() if r.evictable_leaf]
+        return tuple(r.id for r in sorted(leaves, key=lambda r: (r.last_access_time, r.id)))
+
+    def tombstones(self, component: str) -> int:
+        i = self.components.index(component)
+        root = self.root_id
+        return sum(1 for r in self.records.values() if r.id != root and r.components[i].value_len is None)
+
+    def path(self, node_id: int) -> tuple[int, ...]:
+        """Every token from the root to the end of this node (computed, then kept)."""
+        path = self._paths.get(node_id)
+        if path is None:
+            record = self.records[node_id]
+            path = () if record.parent is None else self.path(record.parent) + tuple(unpack_tokens(record.key))
+            self._paths[node_id] = path
+        return path
+
+    def to_snapshot(self) -> CacheSnapshot:
+        """The same state as a ``CacheSnapshot`` (for equivalence checks and old readers)."""
+        return CacheSnapshot(self.op_seq, self.page_size, self.components, self.nodes, self.lru, self.evictable_leaves,
+                             self.pools, self.requests)
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _child_key(self, record: NodeRecord):
+        return _child_order(record, self.page_bytes)
+
+    def _rank(self, name: str, record: NodeRecord) -> Optional[int]:
+        """0 = most recently used; O(log n) from the sorted order."""
+        entries = self.sorted_order_all().get(name)
+        key = None if entries is None else self.order_key(name, record)
+        return None if key is None else bisect.bisect_left(entries, key)
+
+    def _view(self, record: NodeRecord) -> NodeView:
+        comps = {
+            name: ComponentView(c.value_len, c.lock_ref, self._rank(name, record), MappingProxyType(dict(c.extras)))
+            for name, c in zip(self.components, record.components)
+        }
+        return NodeView(
+            record.id, record.parent, tuple(unpack_tokens(record.key)), self.path(record.id), record.extra_key,
+            record.last_access_time, record.priority, record.hit_count, record.evictable_leaf,
+            self.children(record.id), MappingProxyType(comps),
+        )
+
+
+def _child_order(record: NodeRecord, page_bytes: int):
+    """As the tree orders children: (namespace, first page) — siblings differ in it."""
+    return (record.extra_key or "", unpack_tokens(record.key[:page_bytes]))
+
+
+def records_of(cache, node_ids: Iterable[int]) -> Delta:
+    from cache.snapshot import node_record
+
+    return {node_id: node_record(cache, node_id) for node_id in node_ids}
+
+
+def all_records(cache) -> Records:
+    from cache.snapshot import node_record
+
+    return {node_id: node_record(cache, node_id) for node_id in cache.tree.nodes}
