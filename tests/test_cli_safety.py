@@ -289,3 +289,30 @@ def test_timeline_bench_parts_run_small():
     assert part_random(200, ("full", "swa", "mamba"))["passed"]
     tree = part_tree(300, ("full",))
     assert tree["nodes"] >= 300 and tree["full_sweep_ms"] > 0 and tree["diff_adjacent_ms"] is not None
+
+
+def test_a_trace_over_the_size_limit_is_refused_not_truncated(capsys, tmp_path, monkeypatch):
+    import workbench.model.scenario as scenario
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(scenario, "MAX_FILE_BYTES", 1000)
+    f = jsonl("big.jsonl", *[{"op": "insert", "key": [i, i + 1]} for i in range(100)])
+    rc, out, err = urc(capsys, "run", f)
+    assert rc == 2 and "urc reads scenario files and traces up to" in err and "(split the trace)" in err
+
+
+def test_progress_shows_only_on_a_terminal(capsys):
+    import io
+
+    from workbench.render.report import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    piped, terminal = io.StringIO(), Terminal()
+    for stream in (piped, terminal):
+        with progress(300, "trace.jsonl", stream) as advance:
+            for _ in range(300):
+                advance()
+    assert piped.getvalue() == "" and "300/300" in terminal.getvalue()

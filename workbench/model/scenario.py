@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - tomli is a dependency; stdlib fallback
 SCHEMA = 1
 MAX_TOKEN = 2**31 - 1
 MAX_KEY_TOKENS = 1 << 20  # tokens in one key: a 1M-token context is the largest in use
+MAX_FILE_BYTES = 1 << 30  # a parsed trace takes ~7x its file size in memory: 1 GiB stays within a 24 GiB machine
 STDIN = "-"
 STDIN_NAME = "<stdin>"
 
@@ -132,7 +133,10 @@ def load_scenario(path: str | Path) -> Scenario:
     if str(path) == STDIN:
         name = STDIN_NAME
         try:
-            text = sys.stdin.buffer.read().decode("utf-8")
+            data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+            if len(data) > MAX_FILE_BYTES:
+                raise ScenarioError(_too_large(), name)
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ScenarioError(f"cannot read standard input: {exc}", name) from None
         text = text.removeprefix("\ufeff")
@@ -142,6 +146,8 @@ def load_scenario(path: str | Path) -> Scenario:
     if path.suffix not in (".toml", ".jsonl"):
         raise ScenarioError("scenario files end in .toml (hand-written) or .jsonl (recorded)", name)
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ScenarioError(_too_large(path.stat().st_size), name)
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioError("no such file", name) from None
@@ -153,6 +159,11 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ScenarioError(f"cannot read file: {exc.strerror or exc}", name) from None
     text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
     return _load_jsonl(text, name) if path.suffix == ".jsonl" else _load_toml(text, name)
+
+
+def _too_large(size: Optional[int] = None) -> str:
+    got = f"{size / 2**30:.1f} GiB; " if size else ""
+    return f"{got}urc reads scenario files and traces up to {MAX_FILE_BYTES // 2**30} GiB (split the trace)"
 
 
 def scenario_from_records(header: dict[str, Any], steps: list[dict[str, Any]], name: str = "<generated>") -> Scenario:
