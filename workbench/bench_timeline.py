@@ -26,10 +26,16 @@ PARTS = {
 }
 
 
-def timeline_report(requests: int = 2000) -> dict:
+SVG_PARTS = {
+    "svg-2k": ("svg", 2000, ("full",)),
+    "svg-10k-max500": ("svg", 10000, ("full",)),
+}
+
+
+def timeline_report(requests: int = 2000, parts: dict = PARTS) -> dict:
     """Every part, each in its own interpreter."""
     out = {}
-    for name, (kind, size, comps) in PARTS.items():
+    for name, (kind, size, comps) in parts.items():
         size = requests if kind == "trace" else size
         proc = subprocess.run([sys.executable, "-m", "workbench.bench_timeline", kind, str(size), ",".join(comps)],
                               capture_output=True, text=True)
@@ -118,6 +124,28 @@ def part_tree(nodes: int, components: tuple[str, ...]) -> dict:
     }
 
 
+def part_svg(nodes: int, components: tuple[str, ...]) -> dict:
+    """``urc svg`` of a tree of ``nodes`` distinct branches: all of them at 2,000, 500
+    of them (``--max-nodes 500``) at 10,000; timed from the timeline to SVG text."""
+    from .model.runner import Runner
+    from .model.scenario import scenario_from_records
+    from .render.picture import picture
+
+    header = {"schema": 1, "scenario": {"name": "svg"},
+              "config": {"components": list(components), "kv_size": (nodes + 10) * 4}}
+    steps = [{"op": "insert", "key": [i, i + 1, i + 2]} for i in range(1, 3 * nodes, 3)]
+    timeline = Runner(scenario_from_records(header, steps)).run()
+    max_nodes = nodes + 10 if nodes <= 2000 else 500
+    start = time.perf_counter()
+    dot = picture(timeline, len(timeline), len(timeline) - 1, max_nodes)
+    built = time.perf_counter()
+    svg = dot.pipe(format="svg", encoding="utf-8")
+    done = time.perf_counter()
+    return {"nodes": nodes, "max_nodes": max_nodes, "seconds": round(done - start, 2),
+            "model_and_dot_seconds": round(built - start, 2), "graphviz_seconds": round(done - built, 2),
+            "svg_mb": round(len(svg) / 2**20, 1)}
+
+
 def _has_diff() -> bool:
     try:
         from .model import diff  # noqa: F401
@@ -138,5 +166,5 @@ def _summary(samples: list[float]) -> dict:
 
 if __name__ == "__main__":
     kind, size, comps = sys.argv[1], int(sys.argv[2]), tuple(sys.argv[3].split(","))
-    part = {"trace": part_trace, "random": part_random, "tree": part_tree}[kind]
+    part = {"trace": part_trace, "random": part_random, "tree": part_tree, "svg": part_svg}[kind]
     print(json.dumps(part(size, comps)))

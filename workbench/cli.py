@@ -79,6 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the step to show (default: the last; 0: the empty start)")
     show.add_argument("--walk", action="store_true", help="print every step of every FILE in turn: the guided tour")
 
+    svg = command("svg", "draw the tree after a step as SVG (or DOT)",
+                  "Draw the state after step N as an SVG picture (Graphviz dot), or its DOT text; with --diff M the "
+                  "changes since step M are highlighted and evicted nodes drawn as ghosts.")
+    svg.add_argument("file", metavar="FILE", help=file_help)
+    svg.add_argument("--step", type=int, default=None, metavar="N", help="the state after step N (default: the last)")
+    svg.add_argument("--diff", type=int, default=None, metavar="M", help="highlight what changed since step M")
+    svg.add_argument("-o", "--output", metavar="OUT",
+                     help="where to write (default: FILE's name with -stepN.svg or .dot, here); - writes to stdout")
+    svg.add_argument("--dot", action="store_true", help="write DOT text instead of SVG (no Graphviz needed)")
+    svg.add_argument("--max-nodes", type=int, default=500, metavar="K",
+                     help="draw at most K nodes; the rest are folded into placeholders that say what they hold "
+                          "(default 500)")
+    svg.add_argument("--force", action="store_true", help="overwrite an existing output file (never an input)")
+
     command("demo", "run a small built-in sequence and print the tree after each step",
             "A tiny built-in sequence on the Full component; needs no file.")
 
@@ -99,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeline", action="store_true",
                        help="measure the timeline instead: a 2,000-request trace run with every check, a 20,000-step "
                             "random trace, reads of a 10,000-node tree (about a minute)")
+    bench.add_argument("--svg", action="store_true",
+                       help="measure SVG export instead: a 2,000-node tree whole, a 10,000-node one with --max-nodes 500")
     bench.add_argument("--write-trace", metavar="OUT.jsonl",
                        help="write the workload (--requests, --seed, --components) as a schema-1 trace and stop; "
                             "- writes to stdout")
@@ -255,6 +271,46 @@ def _show(args) -> int:
     return EXIT_OK
 
 
+def _svg(args) -> int:
+    if args.max_nodes < 1:
+        raise ScenarioError("--max-nodes must be at least 1")
+    scenario = _load_all([args.file])[0]
+    total = len(scenario.steps)
+    step = total if args.step is None else args.step
+    for option, value in (("--step", step), ("--diff", args.diff)):
+        if value is not None and not 0 <= value <= total:
+            raise ScenarioError(f"{option} must be between 0 and {total} (the scenario has {total} steps)", scenario.path)
+    stem = "stdin" if args.file == STDIN else os.path.splitext(os.path.basename(args.file))[0]
+    output = args.output or f"{stem}-step{step}.{'dot' if args.dot else 'svg'}"
+    from .model.outputs import check_output, open_output
+
+    check_output(output, [args.file], args.force, "-o")
+    from .model.runner import run_scenario
+    from .render.picture import picture
+
+    timeline = run_scenario(scenario)
+    dot = picture(timeline, step, args.diff, args.max_nodes)
+    if args.dot:
+        text = dot.source
+    else:
+        import graphviz
+
+        try:
+            text = dot.pipe(format="svg", encoding="utf-8")
+        except graphviz.ExecutableNotFound:
+            fallback = output[:-4] + ".dot" if output.endswith(".svg") else output + ".dot"
+            if output != "-":
+                with open_output(fallback, [args.file], args.force, "-o") as stream:
+                    stream.write(dot.source)
+            raise ScenarioError(f"Graphviz's 'dot' is not installed: wrote the DOT text to {fallback} instead; "
+                                "install Graphviz (Debian: apt-get install graphviz) to render SVG") from None
+    with open_output(output, [args.file], args.force, "-o") as stream:
+        stream.write(text)
+    if output != "-":
+        _say(f"wrote {output}")
+    return EXIT_OK
+
+
 def _demo(args) -> int:
     from .demo import run_demo
     from .render.report import make_console
@@ -283,11 +339,10 @@ def _bench(args) -> int:
         return EXIT_OK
     if args.force:
         raise ScenarioError("--force only applies with --write-trace")
-    if args.timeline:
-        from .bench_timeline import timeline_report
-        from .render.report import make_console
+    if args.timeline or args.svg:
+        from .bench_timeline import PARTS, SVG_PARTS, timeline_report
 
-        report = timeline_report(args.requests if args.requests != 5000 else 2000)
+        report = timeline_report(args.requests if args.requests != 5000 else 2000, SVG_PARTS if args.svg else PARTS)
         print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
         return EXIT_OK
     trace = _load_all([args.trace])[0] if args.trace else None
@@ -331,7 +386,7 @@ def _check_device(device: str) -> None:
             raise ScenarioError("--device cuda: no CUDA device is available here (use cpu or auto)")
 
 
-COMMANDS = {"run": _run, "show": _show, "demo": _demo, "bench": _bench}
+COMMANDS = {"run": _run, "show": _show, "svg": _svg, "demo": _demo, "bench": _bench}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -288,6 +288,10 @@ class TimelineState:
     def _child_key(self, record: NodeRecord):
         return _child_order(record, self.page_bytes)
 
+    def rank(self, name: str, record: NodeRecord) -> Optional[int]:
+        """A record's LRU rank in a component (0 = most recent; None: not ranked)."""
+        return self._rank(name, record)
+
     def _rank(self, name: str, record: NodeRecord) -> Optional[int]:
         """0 = most recently used; O(log n) from the sorted order."""
         entries = self.sorted_order_all().get(name)

@@ -1,0 +1,162 @@
+"""DOT and SVG pictures of a timeline state (``urc svg``), drawn from ``graph.py``.
+
+Each node is an HTML-like table: a header (``#id``, tokens, the first tokens) and one
+row per component (value length or ✝, lock_ref, LRU rank). Ids are ``n<id>`` and
+every node carries CSS classes for what it is (``tombstone-swa``, ``locked``,
+``evictable-leaf``) and what the step did to it (``changed-added`` …), plus a tooltip
+with the full details, so SVGs diff cleanly and can be post-processed. Output is
+deterministic: nodes in tree order, attributes sorted, no generated ids.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Optional
+
+import graphviz
+import networkx as nx
+
+from ..model.fmt import plural, tokens_text
+
+FONT = "Helvetica"
+CHANGE_FILL = {  # what the step did, strongest first
+    "added": "#d9f2d9", "split": "#fff2b3", "tombstoned": "#e6e0f0", "recovered": "#d6f0f5",
+    "lock": "#fde2c8", "removed": "#f2f2f2", "value": "#f5f5dc", "lru": "#ffffff",
+}
+COMPONENT_COLOR = {"full": "#1f6fb2", "swa": "#8e3b9e", "mamba": "#2e7d32"}
+LEGEND = [  # (label, fill, border, style): identical on every picture
+    ("added", CHANGE_FILL["added"], "black", "solid"),
+    ("split", CHANGE_FILL["split"], "black", "solid"),
+    ("tombstoned (✝)", CHANGE_FILL["tombstoned"], "black", "solid"),
+    ("recovered", CHANGE_FILL["recovered"], "black", "solid"),
+    ("lock changed", CHANGE_FILL["lock"], "black", "solid"),
+    ("locked (lock n: lock_ref)", "white", "#c62828", "bold"),
+    ("evictable leaf", "white", "#2e7d32", "solid"),
+    ("evicted (ghost)", CHANGE_FILL["removed"], "#9e9e9e", "dashed"),
+]
+
+
+def to_dot(graph: nx.DiGraph, caption: str, name: str = "state") -> graphviz.Digraph:
+    dot = graphviz.Digraph(name=name, graph_attr={"rankdir": "TB", "labelloc": "t", "label": caption,
+                                                  "fontname": FONT, "nodesep": "0.25", "ranksep": "0.35"},
+                           node_attr={"shape": "plain", "fontname": FONT, "fontsize": "10"},
+                           edge_attr={"arrowsize": "0.6", "color": "#666666"})
+    components = graph.graph["components"]
+    for node in nx.dfs_preorder_nodes(graph, graph.graph["root"]):
+        data = graph.nodes[node]
+        if data["kind"] == "folded":
+            _folded(dot, node, data)
+        else:
+            _node(dot, node, data, components, is_root=node == graph.graph["root"])
+        for child in graph.successors(node):
+            style = "dashed" if graph.nodes[child]["kind"] == "ghost" else "solid"
+            dot.edge(node, child, style=style)
+    _legend(dot, components)
+    return dot
+
+
+def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, ...], is_root: bool) -> None:
+    if is_root:  # always there, always locked once per component: just the anchor
+        dot.node(name, label=f'<<TABLE BORDER="1" CELLBORDER="0" CELLPADDING="3"><TR><TD><B>root</B> '
+                             f'{html.escape(", ".join(components))}</TD></TR></TABLE>>',
+                 id=name, tooltip="the root: an empty key, locked once per component", **{"class": "root"})
+        return
+    changes = data["changes"]
+    ghost = data["kind"] == "ghost"
+    locked = any(c["lock_ref"] > 0 for c in data["components"].values())
+    fill = next((CHANGE_FILL[k] for k in CHANGE_FILL if k in changes), "white")
+    border = "#9e9e9e" if ghost else "#c62828" if locked else "#2e7d32" if data["evictable_leaf"] else "black"
+    members = data["members"]
+    title = f"#{data['id']}" + (f" +{len(members) - 1}" if len(members) > 1 else "")
+    head = f" {data['tokens']}t {html.escape(_head(data))}"
+    rows = [f'<TR><TD COLSPAN="4" ALIGN="LEFT"><B>{html.escape(title)}</B>{head}</TD></TR>']
+    for comp in components:
+        facts = data["components"][comp]
+        color = COMPONENT_COLOR.get(comp, "black")
+        value = "✝" if facts["len"] is None else str(facts["len"])
+        lock = f"lock {facts['lock_ref']}" if facts["lock_ref"] else ""
+        rank = f"r{facts['rank']}" if facts["rank"] is not None else ""
+        rows.append(f'<TR><TD ALIGN="LEFT"><FONT COLOR="{color}">{comp}</FONT></TD><TD>{value}</TD>'
+                    f"<TD>{lock}</TD><TD>{rank}</TD></TR>")
+    style = ' STYLE="DASHED"' if ghost else ""
+    width = "2" if locked else "1"
+    label = (f'<<TABLE BORDER="{width}" CELLBORDER="0" CELLSPACING="0" CELLPADDING="2" BGCOLOR="{fill}" '
+             f'COLOR="{border}"{style}>{"".join(rows)}</TABLE>>')
+    dot.node(name, label=label, id=name, tooltip=_tooltip(data, components), **{"class": _classes(data, locked)})
+
+
+def _head(data: dict) -> str:
+    head = data["head"]
+    return tokens_text(head[:-1] + ["…"] if data["tokens"] > len(head) else head) if head else "[]"
+
+
+def _classes(data: dict, locked: bool) -> str:
+    classes = ["ghost" if data["kind"] == "ghost" else "tree-node"]
+    classes += [f"tombstone-{c}" for c, f in sorted(data["components"].items()) if f["len"] is None]
+    if locked:
+        classes.append("locked")
+    if data["evictable_leaf"]:
+        classes.append("evictable-leaf")
+    if len(data["members"]) > 1:
+        classes.append("chain")
+    classes += [f"changed-{k}" for k in sorted(data["changes"])]
+    return " ".join(classes)
+
+
+def _tooltip(data: dict, components: tuple[str, ...]) -> str:
+    from cache.keys import unpack_tokens
+
+    members = data["members"]
+    lines = [("nodes " + ", ".join(f"#{m}" for m in members)) if len(members) > 1 else f"node #{data['id']}"]
+    if data["parent"] is not None:
+        lines.append(f"parent #{data['parent']}")
+    lines.append(f"key {tokens_text(unpack_tokens(data['key'][:4 * 64]))}" + (
+        f" … ({plural(data['tokens'], 'token')})" if data["tokens"] > 64 else ""))
+    for comp in components:
+        f = data["components"][comp]
+        value = "tombstone" if f["len"] is None else f"value {f['len']}"
+        extras = "".join(f", {k}={v}" for k, v in sorted(f["extras"].items()))
+        rank = f", LRU rank {f['rank']}" if f["rank"] is not None else ""
+        lines.append(f"{comp}: {value}, lock_ref {f['lock_ref']}{rank}{extras}")
+    if data["evictable_leaf"]:
+        lines.append("evictable leaf")
+    if data["changes"]:
+        lines.append("this step: " + ", ".join(sorted(data["changes"])))
+    return "\n".join(lines)
+
+
+def _folded(dot: graphviz.Digraph, name: str, data: dict) -> None:
+    text = (f"… {plural(data['folded_nodes'], 'node')}, {plural(data['folded_tokens'], 'token')} folded"
+            f" ({plural(data['branches'], 'branch', 'branches')})")
+    dot.node(name, label=text, id=name, shape="box", style="dashed,rounded", color="#9e9e9e", fontcolor="#616161",
+             tooltip=text, **{"class": "folded"})
+
+
+def _legend(dot: graphviz.Digraph, components: tuple[str, ...]) -> None:
+    with dot.subgraph(name="cluster_legend", graph_attr={"label": "legend", "fontname": FONT, "fontsize": "10",
+                                                        "color": "#bdbdbd", "style": "rounded"}) as legend:
+        rows = "".join(
+            f'<TR><TD BGCOLOR="{fill}" BORDER="1" COLOR="{border}" STYLE="{"DASHED" if style == "dashed" else "SOLID"}">'
+            f"&nbsp;&nbsp;&nbsp;</TD><TD ALIGN=\"LEFT\">{html.escape(label)}</TD></TR>"
+            for label, fill, border, style in LEGEND
+        )
+        rows += ('<TR><TD COLSPAN="2" ALIGN="LEFT">#id +k: k more nodes folded into a chain<BR ALIGN="LEFT"/>'
+                 'rows: component, value length or ✝ (tombstone),<BR ALIGN="LEFT"/>'
+                 'lock n (lock_ref), LRU rank (r0 = most recent)<BR ALIGN="LEFT"/></TD></TR>')
+        legend.node("legend", label=f'<<TABLE BORDER="0" CELLSPACING="2">{rows}</TABLE>>', id="legend",
+                    **{"class": "legend"})
+
+
+def render_svg(dot: graphviz.Digraph) -> str:
+    """Run Graphviz's ``dot``; raises ``graphviz.ExecutableNotFound`` when it is missing."""
+    return dot.pipe(format="svg", encoding="utf-8")
+
+
+def caption_text(scenario: str, step: int, op: Optional[str], pools, diff_from: Optional[int]) -> str:
+    what = f"step {step}" + (f": {op}" if op else " (the start)")
+    since = f" — changes since step {diff_from} highlighted" if diff_from is not None else ""
+    pool_text = "   ".join(
+        f"{p.name}: total {p.total}, free {p.available}, evictable {p.evictable}, protected {p.protected}, held {p.held}"
+        for p in pools.values()
+    )
+    return f"{scenario} — {what}{since}\n{pool_text}"

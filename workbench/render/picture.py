@@ -1,0 +1,30 @@
+"""One picture of a timeline: the state after a step, folded and captioned, as DOT.
+Shared by ``urc svg`` and the benchmark (and later the TUI's export key)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import graphviz
+
+from ..model.fmt import fields_text
+from ..model.timeline import Timeline
+from .dot import caption_text, to_dot
+from .graph import collapse_chains, elide, state_graph, subtree_sizes
+
+
+def picture(timeline: Timeline, step: int, diff_from: Optional[int] = None, max_nodes: int = 500) -> graphviz.Digraph:
+    state = timeline.state_after(step)
+    diff = timeline.diff(diff_from, step) if diff_from is not None else None
+    graph = state_graph(state, diff)
+    chained = collapse_chains(graph)
+    subtree_sizes(graph)
+    elided = elide(graph, max_nodes)
+    record = timeline.records[step - 1] if step else None
+    op = f"{record.step.op}({fields_text(record.step.fields)})" if record else None
+    caption = caption_text(timeline.scenario.name, step, op, state.pools, diff_from)
+    folded = [f"{chained} nodes folded into chains"] if chained else []
+    folded += [f"{elided} nodes beyond --max-nodes {max_nodes} folded"] if elided else []
+    if folded:
+        caption += "\n" + "; ".join(folded)
+    return to_dot(graph, caption, name=f"step{step}")
