@@ -13,7 +13,7 @@ import pytest
 
 from urc_util import urc
 from workbench.model.runner import Runner, run_scenario
-from workbench.model.scenario import load_scenario, scenario_from_records
+from workbench.model.scenario import scenario_from_records
 from workbench.render.picture import picture
 
 ROOT = Path(__file__).resolve().parent.parent
