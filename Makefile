@@ -28,7 +28,7 @@ graphviz:
 	  else echo "note: Graphviz 'dot' not found (install the 'graphviz' package); SVG export will be unavailable"; fi; }
 
 run: setup
-	@$(BIN)/urc show --walk scenarios/tour.toml scenarios/tour_swa.toml $(wildcard scenarios/tour_mamba.toml)
+	@$(BIN)/urc tui
 
 test: setup
 	@$(BIN)/python -m pytest

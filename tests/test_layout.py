@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL = ["scenario", "session", "runner", "timeline", "states", "diff", "export", "outputs", "workload", "fmt"]
+MODEL = ["scenario", "session", "runner", "timeline", "states", "diff", "export", "outputs", "workload", "fmt", "cursor"]
 
 
 def imported_after(code: str) -> set[str]:
@@ -28,6 +28,14 @@ def test_the_cache_imports_nothing_from_the_workbench_or_a_renderer():
     modules = imported_after("import cache, cache.controller, cache.invariants, cache.snapshot")
     roots = {m.split(".")[0] for m in modules}
     assert roots & {"workbench", "rich", "textual", "graphviz", "networkx"} == set()
+
+
+def test_the_tui_reaches_the_cache_only_through_the_model():
+    """Widgets render the model; no TUI module imports the controller, runner or session."""
+    for path in (ROOT / "workbench" / "tui").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for forbidden in ("cache.controller", "UnifiedRadixCache", "model.runner", "model.session"):
+            assert forbidden not in text, f"{path.relative_to(ROOT)} uses {forbidden}"
 
 
 def test_every_model_module_is_in_the_model_package():

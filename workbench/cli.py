@@ -93,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default 500)")
     svg.add_argument("--force", action="store_true", help="overwrite an existing output file (never an input)")
 
+    tui = command("tui", "open the workbench: step through scenarios and watch the cache change",
+                  "Open the Textual workbench on the given scenarios or traces (each a chapter), or on the bundled tour. "
+                  "When stdout is not a terminal it prints the walk-through instead.")
+    tui.add_argument("files", nargs="*", metavar="FILE", help=file_help + "; none: the bundled tour")
+    tui.add_argument("--keymap", metavar="KEYMAP.toml",
+                     help="rebind keys: binding_id = \"key\" per line (ids are listed in the help screen, f1)")
+
     command("demo", "run a small built-in sequence and print the tree after each step",
             "A tiny built-in sequence on the Full component; needs no file.")
 
@@ -311,6 +318,38 @@ def _svg(args) -> int:
     return EXIT_OK
 
 
+TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml")
+
+
+def _tui(args) -> int:
+    from pathlib import Path
+
+    files = args.files or [str(Path(__file__).resolve().parent.parent / "scenarios" / name) for name in TOUR]
+    scenarios = _load_all(files)
+    keymap = None
+    if args.keymap:
+        from .tui.bindings import KeymapError, load_keymap
+
+        try:
+            keymap = load_keymap(Path(args.keymap))
+        except KeymapError as exc:
+            raise ScenarioError(str(exc)) from None
+    if not sys.stdout.isatty():
+        from .model.runner import run_scenario
+        from .render.report import make_console, walk
+
+        console = make_console()
+        timelines = [run_scenario(s) for s in scenarios]
+        for timeline in timelines:
+            walk(timeline, console)
+        console.print("(stdout is not a terminal: this is the walk-through; run `urc tui` in a terminal for the workbench)")
+        return EXIT_OK if all(t.passed for t in timelines) else EXIT_CHECK_FAILED
+    from .tui.app import WorkbenchApp
+
+    WorkbenchApp(scenarios, keymap).run()
+    return EXIT_OK
+
+
 def _demo(args) -> int:
     from .demo import run_demo
     from .render.report import make_console
@@ -386,7 +425,7 @@ def _check_device(device: str) -> None:
             raise ScenarioError("--device cuda: no CUDA device is available here (use cpu or auto)")
 
 
-COMMANDS = {"run": _run, "show": _show, "svg": _svg, "demo": _demo, "bench": _bench}
+COMMANDS = {"run": _run, "show": _show, "svg": _svg, "tui": _tui, "demo": _demo, "bench": _bench}
 
 if __name__ == "__main__":
     sys.exit(main())

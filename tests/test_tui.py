@@ -1,0 +1,243 @@
+"""The workbench TUI, driven as a user would with Textual's Pilot: every key, panel
+message and screen, asserting on the model (the cursor) and on what the widgets show."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from urc_util import urc
+from workbench.model.scenario import load_scenario, scenario_from_records
+from workbench.tui.app import WorkbenchApp
+from workbench.tui.bindings import COMMANDS
+from workbench.tui.screens.goto import GotoScreen
+from workbench.tui.screens.help import HelpScreen
+from workbench.tui.widgets.banner import Banner
+from workbench.tui.widgets.events_panel import EventsPanel
+from workbench.tui.widgets.inspector import Inspector
+from workbench.tui.widgets.step_list import StepList
+from workbench.tui.widgets.step_panel import StepPanel
+from workbench.tui.widgets.tree_panel import TreePanel
+
+ROOT = Path(__file__).resolve().parent.parent
+TOURS = [load_scenario(ROOT / "scenarios" / name) for name in ("tour.toml", "tour_swa.toml", "tour_mamba.toml")]
+SIZE = (160, 50)
+
+
+def app_for(*scenarios, **kwargs) -> WorkbenchApp:
+    return WorkbenchApp(list(scenarios or TOURS[:1]), background=False, **kwargs)
+
+
+def shown(widget) -> str:
+    """The plain text a Static widget was last given."""
+    console = Console(width=300, file=io.StringIO(), record=True)
+    console.print(widget.content)
+    return console.export_text()
+
+
+def tree_labels(app: WorkbenchApp) -> list[str]:
+    out = []
+
+    def walk(node):
+        for child in node.children:
+            out.append(str(child.label))
+            walk(child)
+
+    walk(app.query_one(TreePanel).root)
+    return out
+
+
+@pytest.mark.asyncio
+async def test_stepping_keys_move_the_cursor_and_redraw_every_panel():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.cursor.step == 0 and tree_labels(app) == []
+        await pilot.press("n")
+        assert app.cursor.step == 1 and any(label.startswith("#1 [1 2 3 4 5 6 7 8]") for label in tree_labels(app))
+        assert "step 1 (" in shown(app.query_one(StepPanel)) and "insert(key=[1 2 3 4 5 6 7 8])" in shown(
+            app.query_one(StepPanel))
+        await pilot.press("n", "n", "p")
+        assert app.cursor.step == 2
+        await pilot.press("greater_than_sign")
+        assert app.cursor.step == len(TOURS[0].steps)
+        await pilot.press("less_than_sign")
+        assert app.cursor.step == 0
+        await pilot.press("p")  # nothing before the start
+        assert app.cursor.step == 0
+
+
+@pytest.mark.asyncio
+async def test_goto_jumps_and_keys_type_into_its_input():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("g")
+        assert isinstance(app.screen, GotoScreen)
+        await pilot.press("n", "1", "2")  # "n" types (and is refused by the integer input); it does not step
+        assert app.cursor.step == 0
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.cursor.step == 12 and not isinstance(app.screen, GotoScreen)
+        assert app.query_one(StepList).highlighted == 12
+
+
+@pytest.mark.asyncio
+async def test_the_tree_follows_the_step_and_the_inspector_shows_the_node():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n", "n", "n")  # the match that splits [5 6 7 8]
+        await pilot.pause()
+        focus = app.cursor.focus_node()
+        assert app.selected == focus
+        assert f"node #{focus}" in shown(app.query_one(Inspector))
+        assert "this step: added, split" in shown(app.query_one(Inspector))
+        tree = app.query_one(TreePanel)
+        assert tree.cursor_node is not None and tree.cursor_node.data[1] == focus
+
+
+@pytest.mark.asyncio
+async def test_choosing_an_event_selects_its_node():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n", "n")
+        events = app.query_one(EventsPanel)
+        events.focus()
+        index, node = next((i, e.node) for i, e in enumerate(app.cursor.record.events) if e.node is not None)
+        events.highlighted = index
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.selected == node and f"node #{node}" in shown(app.query_one(Inspector))
+
+
+@pytest.mark.asyncio
+async def test_choosing_a_step_in_the_list_jumps_there():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        steps = app.query_one(StepList)
+        steps.focus()
+        steps.highlighted = 7
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.cursor.step == 7
+
+
+@pytest.mark.asyncio
+async def test_a_failed_step_shows_a_banner_naming_what_failed():
+    bad = scenario_from_records({"schema": 1, "scenario": {"name": "bad"}, "config": {"components": ["full"], "kv_size": 8}},
+                                [{"op": "insert", "key": [1, 2], "expect": {"nodes": 5}}, {"op": "check"}])
+    app = app_for(bad)
+    async with app.run_test(size=SIZE) as pilot:
+        banner = app.query_one(Banner)
+        assert not banner.display
+        await pilot.press("n")
+        assert banner.display and "✗ nodes: expected 5, got 1" in shown(banner)
+        await pilot.press("n")
+        assert not banner.display
+
+
+@pytest.mark.asyncio
+async def test_evicted_nodes_stay_one_step_as_ghosts():
+    scenario = scenario_from_records({"schema": 1, "scenario": {"name": "g"}, "config": {"components": ["full"], "kv_size": 8}},
+                                     [{"op": "insert", "key": [1, 2]}, {"op": "evict", "full": 2}])
+    app = app_for(scenario)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n", "n")
+        ghosts = [c for c in app.query_one(TreePanel).root.children if c.data[0] == "ghost"]
+        assert [g.data[1] for g in ghosts] == [1]
+
+
+@pytest.mark.asyncio
+async def test_help_lists_every_binding_and_the_legend():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)
+        text = " ".join(shown(w) for w in app.screen.query("Static"))
+        assert all(c.id in text for c in COMMANDS) and "tombstone" in text and "lock_ref" in text
+        await pilot.press("escape")
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+
+
+@pytest.mark.asyncio
+async def test_the_palette_runs_commands_from_the_binding_table():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"step: last")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert app.cursor.step == len(TOURS[0].steps)
+
+
+@pytest.mark.asyncio
+async def test_a_keymap_rebinds_by_id(tmp_path):
+    app = app_for(keymap={"step.next": "j"})
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("j")
+        assert app.cursor.step == 1
+
+
+@pytest.mark.asyncio
+async def test_chapters_switch_with_brackets():
+    app = WorkbenchApp(TOURS, background=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("right_square_bracket")
+        assert app.cursor.chapter_index == 1 and app.cursor.step == 0 and "tour-swa" in app.sub_title + "tour-swa"
+        await pilot.press("left_square_bracket", "left_square_bracket")
+        assert app.cursor.chapter_index == 0
+
+
+@pytest.mark.asyncio
+async def test_export_writes_an_svg_and_a_failure_is_a_notification(tmp_path, monkeypatch):
+    import graphviz
+
+    monkeypatch.chdir(tmp_path)
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n", "e")
+        await pilot.pause()
+        assert (tmp_path / "tour-step1.svg").read_text().startswith("<?xml")
+        await pilot.press("e")  # never over the first
+        assert (tmp_path / "tour-step1-1.svg").exists()
+
+        def missing(*args, **kwargs):
+            raise graphviz.ExecutableNotFound(("dot",))
+
+        monkeypatch.setattr(graphviz.Digraph, "pipe", missing)
+        await pilot.press("e")
+        await pilot.pause()
+        assert any("export failed" in n.message for n in app._notifications)
+
+
+@pytest.mark.asyncio
+async def test_a_trace_loads_in_the_background_and_the_list_grows():
+    steps = [{"op": "insert", "key": [i, i + 1]} for i in range(1, 400)]
+    trace = scenario_from_records({"schema": 1, "scenario": {"name": "big"}, "config": {"components": ["full"],
+                                                                                      "kv_size": 2048}}, steps)
+    app = WorkbenchApp([trace], background=True)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if app.cursor.chapter.loaded:
+                break
+        await pilot.pause(0.1)
+        assert app.cursor.chapter.loaded and app.query_one(StepList).option_count == len(steps) + 1
+        await pilot.press("greater_than_sign")
+        assert app.cursor.step == len(steps)
+
+
+def test_a_bad_file_exits_2_before_the_tui_starts(capsys, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('schema = 1\n[scenario]\nname = "x"\n[config]\ncomponents = ["full"]\nkv_size = 8\n[[step]]\nop = "nope"\n')
+    rc, out, err = urc(capsys, "tui", str(bad))
+    assert rc == 2 and "bad.toml:8: unknown op 'nope'" in err
+
+
+def test_without_a_terminal_urc_tui_prints_the_walk_through(capsys):
+    rc, out, err = urc(capsys, "tui", str(ROOT / "scenarios" / "smoke.toml"))
+    assert rc == 0 and "-- step 1" in out and "run `urc tui` in a terminal" in out

@@ -1,0 +1,67 @@
+"""A small gallery of the TUI at a fixed size (pytest-textual-snapshot): the screens a
+user meets, with nothing time- or random-dependent on them. Update on purpose only:
+``pytest tests/test_tui_snapshots.py --snapshot-update``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cache.invariants import Violation
+from workbench.model.scenario import load_scenario
+from workbench.tui.app import WorkbenchApp
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZE = (160, 48)
+
+
+def tour(name: str) -> WorkbenchApp:
+    return WorkbenchApp([load_scenario(Path("scenarios") / name)], background=False)
+
+
+def at_step(step: int):
+    async def run_before(pilot) -> None:
+        pilot.app.cursor.go(step)
+        pilot.app.refresh_view()
+        await pilot.pause()
+
+    return run_before
+
+
+@pytest.fixture(autouse=True)
+def _from_the_repo_root(monkeypatch):
+    monkeypatch.chdir(ROOT)  # paths on screen are relative and the same everywhere
+
+
+def test_mamba_cascade_step(snap_compare):
+    assert snap_compare(tour("tour_mamba.toml"), terminal_size=SIZE, run_before=at_step(13))
+
+
+def test_swa_tombstone_step(snap_compare):
+    assert snap_compare(tour("tour_swa.toml"), terminal_size=SIZE, run_before=at_step(3))
+
+
+def test_mamba_copy_on_write_step(snap_compare):
+    assert snap_compare(tour("tour_mamba.toml"), terminal_size=SIZE, run_before=at_step(6))
+
+
+def test_invariant_failure_banner(snap_compare, monkeypatch):
+    import workbench.model.runner as runner
+
+    real = runner.check_invariants
+
+    def broken(cache, touched=None):
+        found = real(cache, touched)
+        return found + [Violation("counter.evictable", "evictable 10 != 9 summed over nodes")] if len(cache.tree.nodes) > 2 else found
+
+    monkeypatch.setattr(runner, "check_invariants", broken)
+    assert snap_compare(tour("tour.toml"), terminal_size=SIZE, run_before=at_step(2))
+
+
+def test_command_palette(snap_compare):
+    assert snap_compare(tour("tour.toml"), terminal_size=SIZE, press=["ctrl+p", *"step"])
+
+
+def test_help_screen(snap_compare):
+    assert snap_compare(tour("tour.toml"), terminal_size=SIZE, press=["f1"])

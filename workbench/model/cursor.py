@@ -1,0 +1,147 @@
+"""Where a viewer stands in one or more timelines (the tour's chapters, or a trace),
+and the commands that move it. The TUI renders this and sends it these commands; it
+never touches a runner or the cache.
+
+Loading runs the scenario in a background thread step by step (``load``), so a viewer
+can show the first steps of a long trace while the rest is checked; ``lock`` guards
+the timeline between that thread and readers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from typing import Optional
+
+from .diff import StateDiff
+from .runner import Runner
+from .scenario import Scenario
+from .states import TimelineState
+from .timeline import StepRecord, Timeline
+
+
+@dataclasses.dataclass
+class Chapter:
+    scenario: Scenario
+    runner: Runner
+    loaded: bool = False
+    touched_by: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # node id -> steps whose events name it
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.runner.timeline
+
+
+class TimelineCursor:
+    """A position (chapter, step) plus the reads a viewer needs at that position."""
+
+    def __init__(self, scenarios: list[Scenario]) -> None:
+        if not scenarios:
+            raise ValueError("a cursor needs at least one scenario")
+        self.chapters = [Chapter(s, Runner(s)) for s in scenarios]
+        self.chapter_index = 0
+        self.step = 0
+        self.lock = threading.RLock()
+        for chapter in self.chapters:
+            chapter.timeline.on_step(lambda record, chapter=chapter: self._index_events(chapter, record))
+
+    # ---- loading ---------------------------------------------------------------------------------
+    def load(self, chapter: int, progress: Optional[Callable[[int, int], None]] = None,
+             should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Run one chapter to its end (call from a worker thread)."""
+        target = self.chapters[chapter]
+        total = len(target.scenario.steps)
+        while not target.runner.done and not should_stop():
+            with self.lock:
+                target.runner.step()
+            if progress is not None:
+                progress(len(target.timeline), total)
+        target.loaded = target.runner.done
+
+    def load_all_now(self) -> None:
+        """Run every chapter here and now (tests, small scenarios)."""
+        for i in range(len(self.chapters)):
+            self.load(i)
+
+    @staticmethod
+    def _index_events(chapter: Chapter, record: StepRecord) -> None:
+        for node in {e.node for e in record.events if e.node is not None}:
+            chapter.touched_by.setdefault(node, []).append(record.index)
+
+    # ---- position ----------------------------------------------------------------------------------
+    @property
+    def chapter(self) -> Chapter:
+        return self.chapters[self.chapter_index]
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.chapter.timeline
+
+    @property
+    def available(self) -> int:
+        """Steps checked so far in this chapter (all of them once loaded)."""
+        return len(self.timeline)
+
+    @property
+    def total(self) -> int:
+        return len(self.chapter.scenario.steps)
+
+    def go(self, step: int) -> int:
+        """Move to ``step`` (clamped to what is loaded); returns where the cursor is."""
+        self.step = max(0, min(step, self.available))
+        return self.step
+
+    def next(self) -> int:
+        return self.go(self.step + 1)
+
+    def previous(self) -> int:
+        return self.go(self.step - 1)
+
+    def first(self) -> int:
+        return self.go(0)
+
+    def last(self) -> int:
+        return self.go(self.available)
+
+    def switch(self, chapter: int) -> int:
+        """Open another chapter at its start; returns the chapter index."""
+        self.chapter_index = max(0, min(chapter, len(self.chapters) - 1))
+        self.step = 0
+        return self.chapter_index
+
+    # ---- reads -------------------------------------------------------------------------------------
+    @property
+    def record(self) -> Optional[StepRecord]:
+        """The step that led to the current state (None at the start)."""
+        return self.timeline.records[self.step - 1] if self.step else None
+
+    @property
+    def state(self) -> TimelineState:
+        with self.lock:
+            return self.timeline.state_after(self.step)
+
+    @property
+    def previous_state(self) -> TimelineState:
+        with self.lock:
+            return self.timeline.state_after(max(0, self.step - 1))
+
+    def diff(self) -> Optional[StateDiff]:
+        """What the current step changed (None at the start)."""
+        if not self.step:
+            return None
+        with self.lock:
+            return self.timeline.diff(self.step - 1, self.step)
+
+    def steps_touching(self, node_id: int) -> list[int]:
+        return list(self.chapter.touched_by.get(node_id, ()))
+
+    def focus_node(self) -> Optional[int]:
+        """The node the current step is about: the first node its events name that is
+        still in the tree, else the first one (a removed node shows as a ghost)."""
+        record = self.record
+        if record is None:
+            return None
+        named = [e.node for e in record.events if e.node is not None and e.node != self.state.root_id]
+        live = [n for n in named if n in self.state]
+        return (live or named or [None])[0]

@@ -1,0 +1,1 @@
+"""Modal screens: help and go-to-step."""

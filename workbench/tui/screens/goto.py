@@ -1,0 +1,31 @@
+"""``g``: type a step number, enter jumps there."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label
+
+
+class GotoScreen(ModalScreen[int | None]):
+    BINDINGS = [Binding("escape", "dismiss_none", "cancel")]
+
+    def __init__(self, last: int) -> None:
+        super().__init__()
+        self.last = last
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="goto"):
+            yield Label(f"go to step (0–{self.last}):")
+            yield Input(placeholder="step number", type="integer", id="goto-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        try:
+            self.dismiss(int(event.value))
+        except ValueError:
+            self.notify("a step number, please", severity="warning")
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)

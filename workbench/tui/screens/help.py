@@ -1,0 +1,47 @@
+"""F1 / ? help: the keys (from the one binding table), the focused panel's purpose and
+the legend of badges and colours (from the same styles the tree uses)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from ..bindings import Command, key_label
+from ..widgets.badges import CHANGE_LEGEND, CHANGE_STYLE
+
+PANELS = {
+    "steps": "Every checked step; enter jumps to it. ✗ marks a failed step.",
+    "tree": "The radix tree after the step. Enter/space expands; the step's node is followed.",
+    "events": "What the step did, in order, with causes; enter selects the event's node.",
+}
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,f1,q,question_mark", "dismiss", "close")]
+
+    def __init__(self, table: tuple[Command, ...], focused: str | None) -> None:
+        super().__init__()
+        self.table, self.panel = table, focused
+
+    def compose(self) -> ComposeResult:
+        keys = Table("key", "does", "id", box=None, padding=(0, 2))
+        for command in self.table:
+            keys.add_row(key_label(command.key), f"{command.category}: {command.description}", command.id)
+        legend = Text()
+        legend.append("#7 [1 2 3] 3t  full:3 🔒1 r0  swa:✝  leaf\n", style="bold")
+        legend.append("node id, key, tokens; per component value length (✝ tombstone), 🔒 lock_ref, "
+                      "LRU rank (r0 most recent); leaf = evictable Full leaf; +k = k more nodes folded in a chain\n")
+        for kind, style in CHANGE_STYLE.items():
+            legend.append(f" {kind} ", style=style)
+            legend.append(f" {CHANGE_LEGEND[kind]}\n")
+        panel = PANELS.get(self.panel or "", "Tab moves between panels.")
+        with VerticalScroll(id="help"):
+            yield Static(Text("urc workbench — help (esc closes)", style="bold"))
+            yield Static(Text(f"this panel: {panel}"))
+            yield Static(keys)
+            yield Static(legend)

@@ -1,0 +1,1 @@
+"""One widget per module, named by its role on screen."""

@@ -1,0 +1,21 @@
+"""A banner naming each failed expectation and invariant of the current step."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ...model.cursor import TimelineCursor
+
+
+class Banner(Static):
+    """Hidden while the step passed."""
+
+    def show_cursor(self, cursor: TimelineCursor) -> None:
+        record = cursor.record
+        if record is None or record.passed:
+            self.display = False
+            return
+        lines = [f"✗ {f}" for f in record.failures] + [f"✗ invariant {v.name}: {v.message}" for v in record.violations]
+        self.update(Text("\n".join(lines), style="bold white"))
+        self.display = True

@@ -1,0 +1,54 @@
+"""The selected node in full: path, key, per component value / lock_ref / extras /
+LRU rank, access time, and every step whose events named it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.text import Text
+from textual.widgets import Static
+
+from cache.keys import unpack_tokens
+
+from ...model.cursor import TimelineCursor
+from ...model.fmt import tokens_text
+
+
+class Inspector(Static):
+    def show_node(self, cursor: TimelineCursor, node_id: Optional[int]) -> None:
+        state = cursor.state
+        diff = cursor.diff()
+        if node_id is None:
+            self.update(Text("select a node in the tree", style="dim"))
+            return
+        ghost = diff.ghosts.get(node_id) if diff is not None else None
+        record = state.record(node_id) or ghost
+        if record is None:
+            self.update(Text(f"node #{node_id} is not in the tree at this step", style="dim"))
+            return
+        text = Text()
+        text.append(f"node #{node_id}", style="bold")
+        text.append("  (evicted this step)\n" if ghost is not None and node_id not in state else "\n", style="dim")
+        if record.parent is not None:
+            text.append(f"parent #{record.parent}\n")
+        key = unpack_tokens(record.key)
+        text.append(f"key  {tokens_text(key)}  ({len(key):,} tokens)\n")
+        if node_id in state:
+            text.append(f"path {tokens_text(state.path(node_id))}  ({len(state.path(node_id)):,} tokens)\n")
+        text.append(f"last access {record.last_access_time:g}  hits {record.hit_count}  priority {record.priority}\n")
+        for name, comp in zip(state.components, record.components):
+            value = "tombstone ✝" if comp.value_len is None else f"value {comp.value_len}"
+            rank = state.rank(name, record) if node_id in state else None
+            extras = "".join(f"  {k}={v}" for k, v in comp.extras)
+            text.append(f"{name:6s}", style="bold")
+            text.append(f" {value}  lock_ref {comp.lock_ref}" + (f"  LRU rank {rank}" if rank is not None else "")
+                        + extras + "\n")
+        if record.evictable_leaf:
+            text.append("evictable Full leaf\n", style="green")
+        if diff is not None and diff.kinds(node_id):
+            text.append("this step: " + ", ".join(sorted(diff.kinds(node_id))) + "\n", style="yellow")
+        steps = cursor.steps_touching(node_id)
+        if steps:
+            shown = ", ".join(map(str, steps[:20])) + (f", … ({len(steps)} steps)" if len(steps) > 20 else "")
+            text.append(f"touched at steps {shown}\n", style="dim")
+        self.update(text)

@@ -1,0 +1,30 @@
+"""Each component's LRU order, most recent first; nodes that moved this step marked."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ...model.diff import StateDiff
+from ...model.states import TimelineState
+from .badges import COMPONENT_STYLE
+
+SHOWN = 24
+
+
+class LRUPanel(Static):
+    def show_state(self, state: TimelineState, diff: StateDiff | None) -> None:
+        text = Text()
+        for name in ("full", *state.shape.lru_components):
+            order = [node_id for _, node_id in state.sorted_order(name)[:SHOWN]]
+            total = len(state.sorted_order(name))
+            moved = set(diff.lru_moves.get(name, {})) | set(diff.moved_to_mru.get(name, ())) if diff else set()
+            text.append(f"{name} ", style=f"bold {COMPONENT_STYLE.get(name, 'white')}")
+            text.append("MRU ", style="dim")
+            for node_id in order:
+                text.append(f"#{node_id}", style="bold yellow" if node_id in moved else "default")
+                text.append("↑ " if node_id in moved else " ")
+            if total > SHOWN:
+                text.append(f"… {total - SHOWN:,} more", style="dim")
+            text.append(" LRU\n", style="dim")
+        self.update(text)

@@ -1,0 +1,34 @@
+"""Every pool's counters at this step with their change since the previous one; a pool
+whose balance check failed is shown in red."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from ...model.states import TimelineState
+from ...model.timeline import StepRecord
+
+COUNTERS = ("total", "available", "evictable", "protected", "held")
+
+
+class PoolsPanel(Static):
+    def show_state(self, state: TimelineState, before: TimelineState, record: StepRecord | None) -> None:
+        table = Table(box=None, padding=(0, 1), expand=False)
+        table.add_column("pool", min_width=6)
+        for counter in COUNTERS:
+            table.add_column(counter, justify="right")
+        broken = {v.name.split(".")[1] for v in (record.violations if record else ()) if v.name.startswith("pool.")}
+        for name, pool in state.pools.items():
+            old = before.pools.get(name)
+            cells = []
+            for counter in COUNTERS:
+                value = getattr(pool, counter)
+                delta = value - getattr(old, counter) if old is not None else 0
+                cell = Text(f"{value:,}")
+                if delta:
+                    cell.append(f" {delta:+,}", style="yellow")
+                cells.append(cell)
+            table.add_row(Text(name, style="bold red" if name in broken else "bold"), *cells)
+        self.update(table)

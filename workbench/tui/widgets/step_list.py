@@ -1,0 +1,48 @@
+"""Every checked step of the chapter — index, op, key, pass/fail — as a list to jump
+from; the current step highlighted. Grows while a trace loads."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
+
+from ...model.fmt import fields_text
+from ...model.timeline import StepRecord
+
+
+LINE_WIDTH = 36  # one line per step in the 40-column panel
+
+
+def step_line(record: StepRecord) -> Text:
+    mark = ("✓", "green") if record.passed else ("✗", "bold red")
+    text = Text(f"{record.index:>5} ", style="dim")
+    text.append(mark[0], style=mark[1])
+    text.append(f" {record.step.op}", style="bold")
+    args = fields_text(record.step.fields)
+    room = max(6, LINE_WIDTH - len(text) - 1)
+    text.append(f" {args}" if len(args) <= room else f" {args[:room - 1]}…")
+    return text
+
+
+class StepList(OptionList):
+    class StepChosen(Message):
+        def __init__(self, step: int) -> None:
+            super().__init__()
+            self.step = step
+
+    def reset(self) -> None:
+        self.clear_options()
+        self.add_option(Option(Text("    0   the start (empty cache)", style="dim"), id="s0"))
+
+    def extend(self, records: list[StepRecord]) -> None:
+        self.add_options(Option(step_line(r), id=f"s{r.index}") for r in records)
+
+    def select_step(self, step: int) -> None:
+        if step < self.option_count:
+            self.highlighted = step
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        if event.option.id:
+            self.post_message(self.StepChosen(int(event.option.id[1:])))

@@ -1,0 +1,33 @@
+"""The current step: where it is in the file, its description, op, and its result or
+error."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+from textual.widgets import Static
+
+from ...model.cursor import TimelineCursor
+from ...model.fmt import fields_text, result_text
+
+
+class StepPanel(Static):
+    def show_cursor(self, cursor: TimelineCursor) -> None:
+        record = cursor.record
+        scenario = cursor.chapter.scenario
+        parts = []
+        if record is None:
+            parts.append(Text(f"{scenario.name}: the start", style="bold"))
+            if scenario.description:
+                parts.append(Text(" ".join(scenario.description.split()), style="italic"))
+        else:
+            step = record.step
+            parts.append(Text(f"step {step.index} ({scenario.path}:{step.line})  {step.op}({fields_text(step.fields)})",
+                              style="bold"))
+            if step.description:
+                parts.append(Text(" ".join(step.description.split()), style="italic"))
+            if record.error:
+                parts.append(Text(f"error: {record.error}", style="yellow"))
+            elif record.result:
+                parts.append(Text("result: " + result_text(record.result)))
+        self.update(Group(*parts))
