@@ -112,6 +112,24 @@ async def test_choosing_an_event_selects_its_node():
 
 
 @pytest.mark.asyncio
+async def test_events_filter_by_component():
+    app = app_for(TOURS[1])  # SWA: steps have both full and swa events
+    async with app.run_test(size=SIZE) as pilot:
+        mixed = next(r.index for r in app.cursor.timeline.records
+                     if {e.component for e in r.events} >= {"swa", "full"})
+        app.cursor.go(mixed)
+        app.refresh_view()
+        await pilot.pause()
+        events = app.query_one(EventsPanel)
+        everything = events.option_count
+        await pilot.press("c", "c")  # all -> full -> swa
+        assert events.only == "swa" and 0 < events.option_count < everything
+        assert all(e.component == "swa" for e in events._events)
+        await pilot.press("c")
+        assert events.only is None and events.option_count == everything
+
+
+@pytest.mark.asyncio
 async def test_choosing_a_step_in_the_list_jumps_there():
     app = app_for()
     async with app.run_test(size=SIZE) as pilot:

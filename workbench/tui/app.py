@@ -197,6 +197,10 @@ class WorkbenchApp(App[None]):
         """Select the node the current step is about."""
         self.refresh_view(follow=True)
 
+    def action_filter_events(self) -> None:
+        """Show only one component's events (cycles through them, then all)."""
+        self.query_one(EventsPanel).cycle_filter(self.cursor.state.components)
+
     def action_help(self) -> None:
         """Keys, the focused panel and the legend."""
         focused = self.focused.id if self.focused is not None else None

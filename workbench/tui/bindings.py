@@ -30,6 +30,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("chapter.next", "right_square_bracket", "chapter(1)", "next chapter", "chapter", show=False),
     Command("chapter.previous", "left_square_bracket", "chapter(-1)", "previous chapter", "chapter", show=False),
     Command("view.follow", "f", "follow", "follow the step's node", "view", show=False),
+    Command("events.filter", "c", "filter_events", "filter events by component", "events", show=False),
     Command("export.svg", "e", "export_svg", "export SVG", "export"),
     Command("panel.next", "tab", "focus_next", "next panel", "panel", show=False),
     Command("app.help", "f1", "help", "help", "app"),

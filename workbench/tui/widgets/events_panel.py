@@ -11,22 +11,41 @@ from ...model.timeline import StepRecord
 
 
 class EventsPanel(OptionList):
+    """``only`` filters by component (``None``: every event); ``cycle_filter`` steps it."""
+
     class NodeChosen(Message):
         def __init__(self, node_id: int) -> None:
             super().__init__()
             self.node_id = node_id
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.only: str | None = None
+        self.components: tuple[str, ...] = ()
+        self._record: StepRecord | None = None
+        self._events: tuple = ()
+
+    def cycle_filter(self, components: tuple[str, ...]) -> None:
+        choices = (None, *components)
+        self.only = choices[(choices.index(self.only) + 1) % len(choices)] if self.only in choices else None
+        self.border_subtitle = f"only {self.only}" if self.only else ""
+        self.show_step(self._record)
+
     def show_step(self, record: StepRecord | None) -> None:
+        self._record = record
         self.clear_options()
         events = record.events if record is not None else ()
+        if self.only is not None:
+            events = tuple(e for e in events if e.component == self.only)
+        self._events = events
         if not events:
-            self.add_option(Option("no events (the start, or an op that changed nothing)", disabled=True))
+            why = f"no {self.only} events" if self.only else "no events (the start, or an op that changed nothing)"
+            self.add_option(Option(why, disabled=True))
             return
         self.add_options(Option(event_text(e), id=f"e{i}") for i, e in enumerate(events))
-        self._events = events
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         index = int(event.option.id[1:]) if event.option.id else -1
-        node = self._events[index].node if 0 <= index < len(getattr(self, "_events", ())) else None
+        node = self._events[index].node if 0 <= index < len(self._events) else None
         if node is not None:
             self.post_message(self.NodeChosen(node))

@@ -85,7 +85,7 @@ class TreePanel(Tree):
     def _chain(self, node_id: int) -> list[int]:
         """``node_id`` and the single-child run below it whose component states agree
         and that the step did not change."""
-        state, diff = self.state, self.diff
+        state = self.state
         members = [node_id]
         while True:
             kids = state.children(members[-1])
