@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeline", action="store_true",
                        help="measure the timeline instead: a 2,000-request trace run with every check, a 20,000-step "
                             "random trace, reads of a 10,000-node tree (about a minute)")
+    bench.add_argument("--tui", action="store_true",
+                       help="measure the TUI instead: first paint, load and key-to-repaint times on the 2,000-request "
+                            "trace and a 10,000-node tree (a few minutes)")
     bench.add_argument("--svg", action="store_true",
                        help="measure SVG export instead: a 2,000-node tree whole, a 10,000-node one with --max-nodes 500")
     bench.add_argument("--write-trace", metavar="OUT.jsonl",
@@ -378,6 +381,12 @@ def _bench(args) -> int:
         return EXIT_OK
     if args.force:
         raise ScenarioError("--force only applies with --write-trace")
+    if args.tui:
+        from .bench_tui import tui_report
+
+        report = tui_report()
+        print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
+        return EXIT_OK
     if args.timeline or args.svg:
         from .bench_timeline import PARTS, SVG_PARTS, timeline_report
 

@@ -27,4 +27,4 @@ class LRUPanel(Static):
             if total > SHOWN:
                 text.append(f"… {total - SHOWN:,} more", style="dim")
             text.append(" LRU\n", style="dim")
-        self.update(text)
+        self.update(text, layout=False)  # its size does not depend on the text

@@ -31,4 +31,4 @@ class PoolsPanel(Static):
                     cell.append(f" {delta:+,}", style="yellow")
                 cells.append(cell)
             table.add_row(Text(name, style="bold red" if name in broken else "bold"), *cells)
-        self.update(table)
+        self.update(table, layout=False)  # fixed size: no relayout per step

@@ -4,6 +4,7 @@ from; the current step highlighted. Grows while a trace loads."""
 from __future__ import annotations
 
 from rich.text import Text
+from textual import events
 from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
@@ -12,7 +13,7 @@ from ...model.fmt import fields_text
 from ...model.timeline import StepRecord
 
 
-LINE_WIDTH = 36  # one line per step in the 40-column panel
+LINE_WIDTH = 34  # one line per step: the 40-column panel less its border, padding and scrollbar
 
 
 def step_line(record: StepRecord) -> Text:
@@ -27,6 +28,8 @@ def step_line(record: StepRecord) -> Text:
 
 
 class StepList(OptionList):
+    _measured_width: int | None = None  # the content width at the last resize
+
     class StepChosen(Message):
         def __init__(self, step: int) -> None:
             super().__init__()
@@ -42,6 +45,16 @@ class StepList(OptionList):
     def select_step(self, step: int) -> None:
         if step < self.option_count:
             self.highlighted = step
+
+    def _on_resize(self, event: events.Resize) -> None:
+        """OptionList re-measures every option after any resize (~20 ms at 10,000 steps,
+        whenever the panels above or below change height with the step shown); an
+        option's height depends only on the width, so keep its cache while that holds."""
+        width = self.scrollable_content_region.width
+        if width == self._measured_width:
+            event.prevent_default()  # OptionList._on_resize, the cache clear, is not run
+            self.refresh()
+        self._measured_width = width
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         if event.option.id:

@@ -30,4 +30,4 @@ class StepPanel(Static):
                 parts.append(Text(f"error: {record.error}", style="yellow"))
             elif record.result:
                 parts.append(Text("result: " + result_text(record.result)))
-        self.update(Group(*parts))
+        self.update(Group(*parts), layout=False)  # a fixed-size panel: no relayout per step

@@ -65,7 +65,9 @@ class TreePanel(Tree):
         state, diff = self.state, self.diff
         kids = list(state.children(node_id))
         ghosts = [g for g, r in (diff.ghosts.items() if diff else ()) if r.parent == node_id] if start == 0 else []
-        for child in kids[start:start + PAGE]:
+        page = kids[start:start + PAGE]
+        page += [k for k in kids[start + PAGE:] if k in open_path]  # the followed node, even past the page
+        for child in page:
             members = self._chain(child)
             bottom = members[-1]
             label = node_label(state.record(child), state.components, self._ranks(child),
