@@ -99,6 +99,18 @@ class ComponentRecord:
     lock_ref: int
     lru_label: Optional[int]  # place in the component's LRU list (higher = more recent); None: not listed
     extras: tuple[tuple[str, object], ...] = ()
+    value_ends: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # first and last few slot ids of the value
+
+
+VALUE_END = 3  # slot ids kept from each end of a value, for inspectors
+
+
+def _value_ends(value) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    if value is None or value.shape[0] == 0:
+        return ((), ())
+    if value.shape[0] <= 2 * VALUE_END:
+        return (tuple(value.tolist()), ())
+    return (tuple(value[:VALUE_END].tolist()), tuple(value[-VALUE_END:].tolist()))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -145,6 +157,7 @@ def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
             cd.lock_ref,
             node.lru_label[i],
             tuple(extras.items()) if extras else (),
+            _value_ends(cd.value),
         ))
     return NodeRecord(
         node.id, node.parent.id if node.parent is not None else None, node.key, node.extra_key,

@@ -93,6 +93,8 @@ async def test_the_tree_follows_the_step_and_the_inspector_shows_the_node():
         assert app.selected == focus
         assert f"node #{focus}" in shown(app.query_one(Inspector))
         assert "this step: added, split" in shown(app.query_one(Inspector))
+        head, tail = app.cursor.state.record(focus).components[0].value_ends
+        assert head and f"slots [{' '.join(map(str, head))}" in shown(app.query_one(Inspector))
         tree = app.query_one(TreePanel)
         assert tree.cursor_node is not None and tree.cursor_node.data[1] == focus
 

@@ -43,6 +43,10 @@ class Inspector(Static):
             text.append(f"{name:6s}", style="bold")
             text.append(f" {value}  lock_ref {comp.lock_ref}" + (f"  LRU rank {rank}" if rank is not None else "")
                         + extras + "\n")
+            head, tail = comp.value_ends
+            if head:
+                slots = " ".join(map(str, head)) + (" … " + " ".join(map(str, tail)) if tail else "")
+                text.append(f"       slots [{slots}]\n", style="dim")
         if record.evictable_leaf:
             text.append("evictable Full leaf\n", style="green")
         if diff is not None and diff.kinds(node_id):
