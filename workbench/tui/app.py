@@ -19,6 +19,7 @@ from ..model.scenario import Scenario
 from .bindings import COMMANDS as COMMAND_TABLE
 from .bindings import Command, bindings, commands
 from .commands import WorkbenchCommands
+from .messages import NodeChosen, StepChosen
 from .screens.goto import GotoScreen
 from .screens.help import HelpScreen
 from .widgets.banner import Banner
@@ -158,14 +159,13 @@ class WorkbenchApp(App[None]):
         self.query_one(StepPanel).border_title = self._subtitle()  # not the header: it would relayout every step
 
     # ---- messages from the panels ------------------------------------------------------------
-    @on(TreePanel.NodeChosen)
-    @on(EventsPanel.NodeChosen)
-    def node_chosen(self, message) -> None:
+    @on(NodeChosen)
+    def node_chosen(self, message: NodeChosen) -> None:
         self.selected = message.node_id
         self.query_one(Inspector).show_node(self.cursor, message.node_id)
 
-    @on(StepList.StepChosen)
-    def step_chosen(self, message: StepList.StepChosen) -> None:
+    @on(StepChosen)
+    def step_chosen(self, message: StepChosen) -> None:
         if message.step != self.cursor.step:
             self.cursor.go(message.step)
             self.refresh_view()

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from ...model.fmt import event_text
 from ...model.timeline import StepRecord
+from ..messages import NodeChosen
 
 
 class EventsPanel(OptionList):
     """``only`` filters by component (``None``: every event); ``cycle_filter`` steps it."""
-
-    class NodeChosen(Message):
-        def __init__(self, node_id: int) -> None:
-            super().__init__()
-            self.node_id = node_id
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -48,4 +43,4 @@ class EventsPanel(OptionList):
         index = int(event.option.id[1:]) if event.option.id else -1
         node = self._events[index].node if 0 <= index < len(self._events) else None
         if node is not None:
-            self.post_message(self.NodeChosen(node))
+            self.post_message(NodeChosen(node))

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual import events
-from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from ...model.fmt import fields_text
 from ...model.timeline import StepRecord
-
+from ..messages import StepChosen
 
 LINE_WIDTH = 34  # one line per step: the 40-column panel less its border, padding and scrollbar
 
@@ -29,11 +28,6 @@ def step_line(record: StepRecord) -> Text:
 
 class StepList(OptionList):
     _measured_width: int | None = None  # the content width at the last resize
-
-    class StepChosen(Message):
-        def __init__(self, step: int) -> None:
-            super().__init__()
-            self.step = step
 
     def reset(self) -> None:
         self.clear_options()
@@ -58,4 +52,4 @@ class StepList(OptionList):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         if event.option.id:
-            self.post_message(self.StepChosen(int(event.option.id[1:])))
+            self.post_message(StepChosen(int(event.option.id[1:])))

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from ...model.diff import StateDiff
 from ...model.states import TimelineState
+from ..messages import NodeChosen
 from .badges import node_label
 
 PAGE = 100  # children added per expansion step
@@ -20,11 +20,6 @@ PAGE = 100  # children added per expansion step
 
 class TreePanel(Tree):
     """Nodes carry their node id as data (a chain: its deepest member's id)."""
-
-    class NodeChosen(Message):
-        def __init__(self, node_id: int) -> None:
-            super().__init__()
-            self.node_id = node_id
 
     def __init__(self, **kwargs) -> None:
         super().__init__("root", **kwargs)
@@ -127,9 +122,9 @@ class TreePanel(Tree):
             event.node.remove()
             self._fill(parent, node_id, start, set())
         elif node_id is not None:
-            self.post_message(self.NodeChosen(node_id))
+            self.post_message(NodeChosen(node_id))
 
     def on_tree_node_highlighted(self, event: Tree.NodeHighlighted) -> None:
         data = event.node.data
         if data and data[0] in ("node", "ghost"):
-            self.post_message(self.NodeChosen(data[1]))
+            self.post_message(NodeChosen(data[1]))
