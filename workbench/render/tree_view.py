@@ -5,6 +5,9 @@ Model-side rendering (rich only, no textual): used by ``urc demo`` and ``urc sho
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Optional
+
 from rich.console import Group
 from rich.text import Text
 from rich.tree import Tree
@@ -21,27 +24,37 @@ def abbreviate(tokens: tuple[int, ...]) -> str:
 
 
 def node_label(node: NodeView, snapshot: CacheSnapshot) -> Text:
+    comps = ((name, v.value_len, v.lock_ref, v.lru_rank, tuple(v.extras.items()))
+             for name, v in ((name, node.components[name]) for name in snapshot.components))
+    return badge_line(node.id, node.key, node.extra_key, comps, node.evictable_leaf)
+
+
+def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable[tuple], evictable_leaf: bool,
+               chain: int = 0) -> Text:
+    """``#7 [1 2 3] 3t  full:3 🔒1 r0  swa:✝  leaf``: one node with a badge per component
+    (name, value length or None, lock_ref, LRU rank or None, extras) — every view's line."""
     text = Text()
-    text.append(f"#{node.id} ", style="bold")
-    text.append(abbreviate(node.key), style="white")
-    text.append(f" {node.tokens}t", style="dim")
-    if node.extra_key is not None:
-        text.append(f" ns={node.extra_key}", style="yellow")
-    for name in snapshot.components:
-        view = node.components[name]
+    text.append(f"#{node_id} ", style="bold")
+    if chain:
+        text.append(f"+{chain} ", style="bold dim")
+    text.append(abbreviate(key), style="white")
+    text.append(f" {len(key)}t", style="dim")
+    if extra_key is not None:
+        text.append(f" ns={extra_key}", style="yellow")
+    for name, value_len, lock_ref, rank, extras in components:
         style = COMPONENT_STYLE.get(name, "white")
         text.append("  ")
-        if view.tombstone:
+        if value_len is None:
             text.append(f"{name}:✝", style=f"{style} strike")
         else:
-            text.append(f"{name}:{view.value_len}", style=style)
-        if view.lock_ref:
-            text.append(f" 🔒{view.lock_ref}", style="bold red")
-        if view.lru_rank is not None:
-            text.append(f" r{view.lru_rank}", style="dim")
-        for key, value in view.extras.items():
-            text.append(f" {key}={value}", style="yellow")
-    if node.evictable_leaf:
+            text.append(f"{name}:{value_len}", style=style)
+        if lock_ref:
+            text.append(f" 🔒{lock_ref}", style="bold red")
+        if rank is not None:
+            text.append(f" r{rank}", style="dim")
+        for k, value in extras:
+            text.append(f" {k}={value}", style="yellow")
+    if evictable_leaf:
         text.append("  leaf", style="dim green")
     return text
 

@@ -8,9 +8,9 @@ from rich.text import Text
 from cache.keys import unpack_tokens
 from cache.snapshot import NodeRecord
 
-from ...model.fmt import tokens_text
+from ...render.tree_view import COMPONENT_STYLE, badge_line
 
-COMPONENT_STYLE = {"full": "cyan", "swa": "magenta", "mamba": "green"}
+__all__ = ["CHANGE_LEGEND", "CHANGE_STYLE", "COMPONENT_STYLE", "node_label"]
 CHANGE_STYLE = {  # strongest first; one style per node
     "removed": "dim strike",
     "added": "bold black on green",
@@ -27,23 +27,9 @@ CHANGE_LEGEND = {
 
 def node_label(record: NodeRecord, components: tuple[str, ...], ranks: dict[str, int | None],
                changes: frozenset[str] = frozenset(), chain: int = 0) -> Text:
-    """``#7 [1 2 3 … 9] 12t  full:12 🔒1 r3  swa:✝  leaf``"""
-    text = Text()
-    text.append(f"#{record.id}", style="bold")
-    if chain:
-        text.append(f" +{chain}", style="bold dim")
-    text.append(" " + tokens_text(unpack_tokens(record.key)) + f" {len(record.key) // 4}t", style="default")
-    for name, comp in zip(components, record.components):
-        style = COMPONENT_STYLE.get(name, "white")
-        text.append("  ")
-        text.append(f"{name}:✝" if comp.value_len is None else f"{name}:{comp.value_len}", style=style)
-        if comp.lock_ref:
-            text.append(f" 🔒{comp.lock_ref}", style="bold red")
-        rank = ranks.get(name)
-        if rank is not None:
-            text.append(f" r{rank}", style="dim")
-    if record.evictable_leaf:
-        text.append("  leaf", style="green")
+    """The tree view's line for a record, styled by the strongest change the step made."""
+    comps = ((name, c.value_len, c.lock_ref, ranks.get(name), c.extras) for name, c in zip(components, record.components))
+    text = badge_line(record.id, unpack_tokens(record.key), record.extra_key, comps, record.evictable_leaf, chain)
     style = next((CHANGE_STYLE[k] for k in CHANGE_STYLE if k in changes), None)
     if style:
         text.stylize(style)
