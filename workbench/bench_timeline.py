@@ -107,7 +107,7 @@ def part_tree(nodes: int, components: tuple[str, ...]) -> dict:
     base = n - 200
     timeline.state_after(base)
     steps_fwd = [ms(lambda i=i: timeline.state_after(i).node(store.shape.root_id)) for i in range(base + 1, base + 21)]
-    diffs = [ms(lambda i=i: timeline.diff(i, i + 1)) for i in range(base, base + 20)] if _has_diff() else []
+    diffs = [ms(lambda i=i: timeline.diff(i, i + 1)) for i in range(base, base + 20)]
     store._cache.clear()
     current = ms(lambda: timeline.state_after(n))
     from .model.runner import Runner  # the sweep on the same tree, rebuilt
@@ -119,7 +119,7 @@ def part_tree(nodes: int, components: tuple[str, ...]) -> dict:
     return {
         "nodes": len(store.current) - 1, "steps": n, "run_seconds": round(seconds, 2),
         "state_after_random_ms": _summary(random_reads), "next_step_ms": _summary(steps_fwd),
-        "diff_adjacent_ms": _summary(diffs) if diffs else None, "current_state_ms": round(current, 3),
+        "diff_adjacent_ms": _summary(diffs), "current_state_ms": round(current, 3),
         "full_sweep_ms": round(sweep, 2), "peak_rss_mb": _peak_mb(),
     }
 
@@ -129,6 +129,7 @@ def part_svg(nodes: int, components: tuple[str, ...]) -> dict:
     of them (``--max-nodes 500``) at 10,000; timed from the timeline to SVG text."""
     from .model.runner import Runner
     from .model.scenario import scenario_from_records
+    from .render.dot import render_svg
     from .render.picture import picture
 
     header = {"schema": 1, "scenario": {"name": "svg"},
@@ -139,19 +140,11 @@ def part_svg(nodes: int, components: tuple[str, ...]) -> dict:
     start = time.perf_counter()
     dot = picture(timeline, len(timeline), len(timeline) - 1, max_nodes)
     built = time.perf_counter()
-    svg = dot.pipe(format="svg", encoding="utf-8")
+    svg = render_svg(dot)
     done = time.perf_counter()
     return {"nodes": nodes, "max_nodes": max_nodes, "seconds": round(done - start, 2),
             "model_and_dot_seconds": round(built - start, 2), "graphviz_seconds": round(done - built, 2),
             "svg_mb": round(len(svg) / 2**20, 1)}
-
-
-def _has_diff() -> bool:
-    try:
-        from .model import diff  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _timed_ms(fn) -> float:

@@ -224,8 +224,8 @@ def _run_one(scenario, args, console, record) -> bool:
     """Run one scenario, streaming its JSON and showing progress on a terminal; on
     Ctrl-C report what was checked so far, then stop."""
     from .model.export import TimelineJsonWriter
-    from .render.report import print_run_report, progress
     from .model.runner import Runner
+    from .render.report import print_run_report, progress
 
     runner = Runner(scenario, record=record, full_checks=args.full_checks)
     timeline = runner.timeline
@@ -256,21 +256,15 @@ def _show(args) -> int:
     if args.walk and args.step is not None:
         raise ScenarioError("--step and --walk do not go together")
     scenarios = _load_all(args.files)
-    from .render.report import make_console, step_view, walk
     from .model.runner import run_scenario
+    from .render.report import make_console, step_view
     from .render.tree_view import render_state
 
     console = make_console()
     if args.walk:
-        timelines = [run_scenario(s) for s in scenarios]
-        for timeline in timelines:
-            walk(timeline, console)
-        return EXIT_OK if all(t.passed for t in timelines) else EXIT_CHECK_FAILED
+        return _walk(scenarios, console)
     scenario = scenarios[0]
-    total = len(scenario.steps)
-    n = total if args.step is None else args.step
-    if not 0 <= n <= total:
-        raise ScenarioError(f"--step must be between 0 and {total} (the scenario has {total} steps)", scenario.path)
+    n = _step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
     timeline = run_scenario(scenario)
     if n == 0:
         console.print(render_state(timeline.initial))
@@ -281,21 +275,38 @@ def _show(args) -> int:
     return EXIT_OK
 
 
+def _walk(scenarios, console) -> int:
+    """Print every step of every scenario (the tour's walk-through)."""
+    from .model.runner import run_scenario
+    from .render.report import walk
+
+    timelines = [run_scenario(s) for s in scenarios]
+    for timeline in timelines:
+        walk(timeline, console)
+    return EXIT_OK if all(t.passed for t in timelines) else EXIT_CHECK_FAILED
+
+
+def _step_in_range(option: str, step: int, scenario) -> int:
+    total = len(scenario.steps)
+    if not 0 <= step <= total:
+        raise ScenarioError(f"{option} must be between 0 and {total} (the scenario has {total} steps)", scenario.path)
+    return step
+
+
 def _svg(args) -> int:
     if args.max_nodes < 1:
         raise ScenarioError("--max-nodes must be at least 1")
     scenario = _load_all([args.file])[0]
-    total = len(scenario.steps)
-    step = total if args.step is None else args.step
-    for option, value in (("--step", step), ("--diff", args.diff)):
-        if value is not None and not 0 <= value <= total:
-            raise ScenarioError(f"{option} must be between 0 and {total} (the scenario has {total} steps)", scenario.path)
+    step = _step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
+    if args.diff is not None:
+        _step_in_range("--diff", args.diff, scenario)
     stem = "stdin" if args.file == STDIN else os.path.splitext(os.path.basename(args.file))[0]
     output = args.output or f"{stem}-step{step}.{'dot' if args.dot else 'svg'}"
     from .model.outputs import check_output, open_output
 
     check_output(output, [args.file], args.force, "-o")
     from .model.runner import run_scenario
+    from .render.dot import render_svg
     from .render.picture import picture
 
     timeline = run_scenario(scenario)
@@ -306,7 +317,7 @@ def _svg(args) -> int:
         import graphviz
 
         try:
-            text = dot.pipe(format="svg", encoding="utf-8")
+            text = render_svg(dot)
         except graphviz.ExecutableNotFound:
             fallback = output[:-4] + ".dot" if output.endswith(".svg") else output + ".dot"
             if output != "-":
@@ -338,15 +349,12 @@ def _tui(args) -> int:
         except KeymapError as exc:
             raise ScenarioError(str(exc)) from None
     if not sys.stdout.isatty():
-        from .model.runner import run_scenario
-        from .render.report import make_console, walk
+        from .render.report import make_console
 
         console = make_console()
-        timelines = [run_scenario(s) for s in scenarios]
-        for timeline in timelines:
-            walk(timeline, console)
+        code = _walk(scenarios, console)
         console.print("(stdout is not a terminal: this is the walk-through; run `urc tui` in a terminal for the workbench)")
-        return EXIT_OK if all(t.passed for t in timelines) else EXIT_CHECK_FAILED
+        return code
     from .tui.app import WorkbenchApp
 
     WorkbenchApp(scenarios, keymap).run()

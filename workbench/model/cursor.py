@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Optional
 
 from .diff import StateDiff
-from .runner import Runner
+from .runner import Runner, settle
 from .scenario import Scenario
 from .states import TimelineState
 from .timeline import StepRecord, Timeline
@@ -58,11 +58,8 @@ class TimelineCursor:
             if progress is not None:
                 progress(len(target.timeline), total)
         target.loaded = target.runner.done
-
-    def load_all_now(self) -> None:
-        """Run every chapter here and now (tests, small scenarios)."""
-        for i in range(len(self.chapters)):
-            self.load(i)
+        if target.loaded:
+            settle()
 
     @staticmethod
     def _index_events(chapter: Chapter, record: StepRecord) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Optional
 
@@ -79,10 +79,6 @@ class StateStore:
             self.keyframes[index] = dict(current)
             self._keyframe_steps.append(index)
             self._since_keyframe = 0
-
-    def previous(self, node_id: int) -> Optional[NodeRecord]:
-        """The record before the step being appended (for "did this op change anything")."""
-        return self.current.get(node_id)
 
     def state(self, index: int) -> TimelineState:
         """The state after step ``index``: from a neighbour read just before (one delta,
@@ -313,12 +309,6 @@ class TimelineState:
 def _child_order(record: NodeRecord, page_bytes: int):
     """As the tree orders children: (namespace, first page) — siblings differ in it."""
     return (record.extra_key or "", unpack_tokens(record.key[:page_bytes]))
-
-
-def records_of(cache, node_ids: Iterable[int]) -> Delta:
-    from cache.snapshot import node_record
-
-    return {node_id: node_record(cache, node_id) for node_id in node_ids}
 
 
 def all_records(cache) -> Records:

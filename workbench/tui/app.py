@@ -5,7 +5,6 @@ usable from the first checked step."""
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Optional
 
@@ -31,8 +30,6 @@ from .widgets.step_list import StepList
 from .widgets.step_panel import StepPanel
 from .widgets.tree_panel import TreePanel
 
-FREEZE_STEPS = 1000  # below this a full GC pass is too short to notice
-
 
 class WorkbenchApp(App[None]):
     CSS_PATH = "workbench.tcss"
@@ -50,7 +47,6 @@ class WorkbenchApp(App[None]):
         self.background = background
         self._shown_steps = 0
         self.selected: Optional[int] = None
-        self._frozen: set[int] = set()  # chapters whose loaded timeline was moved out of the GC's reach
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -90,7 +86,6 @@ class WorkbenchApp(App[None]):
             self.load_in_background(index)
         else:
             self.cursor.load(index)
-            self._freeze_loaded(index)
             self.steps_loaded()
         self.refresh_view()
 
@@ -103,20 +98,8 @@ class WorkbenchApp(App[None]):
                 self.call_from_thread(self.loading_progress, index, done, total)
 
         self.cursor.load(index, progress)
-        self._freeze_loaded(index)
         self.call_from_thread(self.loading_progress, index, len(self.cursor.chapters[index].timeline),
                               len(self.cursor.chapters[index].scenario.steps))
-
-    def _freeze_loaded(self, index: int) -> None:
-        """A loaded timeline lives as long as the app, yet every full collection of the
-        cyclic GC walks all its objects (~500k for a 2,000-request trace: 200-250 ms,
-        landing on a key press every ~10 presses; bench_tui). ``gc.freeze`` moves what
-        is alive now out of its reach; cyclic garbage alive at that moment (one tree
-        panel's nodes) is then only reclaimed by refcounting: a few KB, once a chapter."""
-        chapter = self.cursor.chapters[index]
-        if chapter.loaded and index not in self._frozen and len(chapter.timeline) >= FREEZE_STEPS:
-            self._frozen.add(index)
-            gc.freeze()
 
     def loading_progress(self, index: int, done: int, total: int) -> None:
         if index != self.cursor.chapter_index:
@@ -225,6 +208,7 @@ class WorkbenchApp(App[None]):
 
     def action_export_svg(self) -> None:
         """Write the current step as SVG (what it changed highlighted) beside the scenario."""
+        from ..render.dot import render_svg
         from ..render.picture import picture
 
         cursor = self.cursor
@@ -237,7 +221,7 @@ class WorkbenchApp(App[None]):
         try:
             with cursor.lock:
                 dot = picture(cursor.timeline, cursor.step, cursor.step - 1 if cursor.step else None)
-            svg = dot.pipe(format="svg", encoding="utf-8")
+            svg = render_svg(dot)
             out.write_text(svg, encoding="utf-8")
         except Exception as exc:  # no dot, a read-only folder …: say so, never crash
             self.notify(f"export failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",

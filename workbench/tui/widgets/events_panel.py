@@ -16,7 +16,6 @@ class EventsPanel(OptionList):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.only: str | None = None
-        self.components: tuple[str, ...] = ()
         self._record: StepRecord | None = None
         self._events: tuple = ()
 
