@@ -59,7 +59,7 @@ class TimelineCursor:
                 progress(len(target.timeline), total)
         target.loaded = target.runner.done
         if target.loaded:
-            settle()
+            settle(target.timeline)
 
     @staticmethod
     def _index_events(chapter: Chapter, record: StepRecord) -> None:
