@@ -61,6 +61,13 @@ class Runner:
     def done(self) -> bool:
         return self._next >= len(self.scenario.steps)
 
+    def extend(self, scenario: Scenario) -> None:
+        """Carry on with ``scenario``: the same steps plus more at the end (live ops,
+        a followed trace); what already ran stays."""
+        if scenario.steps[:self._next] != self.scenario.steps[:self._next]:
+            raise ValueError("a runner can only be extended with steps after the ones it ran")
+        self.scenario = self.timeline.scenario = scenario
+
     def run(self) -> Timeline:
         while not self.done:
             self.step()

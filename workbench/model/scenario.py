@@ -296,6 +296,50 @@ class _Names:
         self.released: set[str] = set()
         self.live_reqs: dict[str, int] = {}
 
+    def copy(self) -> "_Names":
+        other = _Names(self.components)
+        other.matches, other.locks = dict(self.matches), dict(self.locks)
+        other.released, other.live_reqs = set(self.released), dict(self.live_reqs)
+        return other
+
+
+class StepAppender:
+    """Checks steps added at the end of a loaded scenario (a live op typed in the TUI,
+    a line appended to a followed trace) exactly as if they had been in the file: the
+    same messages, and the names defined so far still apply. A refused step leaves
+    the appender as it was."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self._names = _Names(scenario.config["components"])
+        for step in scenario.steps:  # replay the names, O(steps) once
+            _track_names(step.op, step.fields, self._names, step.expect_error is not None, scenario.path,
+                         lambda field=None, step=step: step.line or None)
+
+    @property
+    def names(self) -> dict[str, list[str]]:
+        """Names a command may refer to now: matches, held locks, running requests."""
+        n = self._names
+        return {"match": sorted(n.matches), "lock": sorted(n.locks), "req": sorted(n.live_reqs)}
+
+    def check(self, raw: Any, line: int = 0) -> Step:
+        """The step ``raw`` would be if appended now (raises ScenarioError; changes nothing)."""
+        return self._checked(raw, line)[0]
+
+    def append(self, raw: Any, line: int = 0) -> Scenario:
+        """Check ``raw`` and return the scenario with it as the last step."""
+        step, self._names = self._checked(raw, line)
+        self.scenario = dataclasses.replace(self.scenario, steps=self.scenario.steps + (step,), notices=())
+        return self.scenario
+
+    def _checked(self, raw: Any, line: int) -> tuple[Step, _Names]:
+        if not isinstance(raw, dict):
+            raise ScenarioError("each step must be a table of fields", self.scenario.path, line or None)
+        names = self._names.copy()
+        step = _check_step(len(self.scenario.steps), raw, self.scenario.path, lambda field=None: line or None,
+                           self.scenario.config, names)
+        return step, names
+
 
 def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: _Names) -> Step:
     op = raw.get("op")
