@@ -71,6 +71,28 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--full-checks", action="store_true",
                      help="run the full invariant sweep after every step (default: what the step touched, "
                           "and the whole tree every 256 steps and at the end)")
+    run.add_argument("--until", action="append", default=[], metavar="COND",
+                     help="stop at the first step where COND holds and print that step (exit 0; exit 1 when it never "
+                          "holds); repeat for any of several. COND is space-separated terms that must all hold, e.g. "
+                          "'event=cascade component=swa', 'violation', 'failed', 'node=7', 'swa_available<4', "
+                          "'op=req_prefill req=r3' (the full list: the TUI's breakpoint editor, b)")
+
+    diff = command("diff", "what changed between two steps of a scenario",
+                   "Nodes added, removed and split, values and tombstones, lock deltas, LRU moves and pool deltas "
+                   "from the state after step M to the state after step N.")
+    diff.add_argument("file", metavar="FILE", help=file_help)
+    diff.add_argument("--from", dest="start", type=int, default=None, metavar="M",
+                      help="the earlier step (default: N - 1; 0: the empty start)")
+    diff.add_argument("--to", dest="end", type=int, default=None, metavar="N", help="the later step (default: the last)")
+    diff.add_argument("--json", action="store_true", help="print the diff as JSON")
+
+    why = command("why", "explain how a node came to be as it is, or why a match stopped where it did",
+                  "The chain of causes, in sentences built from the events: when each component's data on the node "
+                  "was set, tombstoned, locked or evicted, by which step, op and request; without --node, why the "
+                  "step's match stopped where it did (each component's verdict).")
+    why.add_argument("file", metavar="FILE", help=file_help)
+    why.add_argument("--step", type=int, default=None, metavar="N", help="the state after step N (default: the last)")
+    why.add_argument("--node", type=int, default=None, metavar="ID", help="the node to explain (see urc show)")
 
     show = command("show", "print the tree after a step of a scenario",
                    "Print the step's op, result, events and the tree after it; --walk prints every step.")
@@ -194,7 +216,16 @@ def _run(args) -> int:
         raise ScenarioError("--states only applies with --json")
     if args.force and not args.record:
         raise ScenarioError("--force only applies with --record")
+    if args.until and args.json:
+        raise ScenarioError("--until prints the step it stops at as text: leave out --json")
     scenarios = _load_all(args.files)
+    if args.until:
+        from .model.breakpoints import ConditionError, parse_conditions
+
+        try:
+            args.conditions = [parse_conditions(args.until, s.config["components"]) for s in scenarios]
+        except ConditionError as exc:
+            raise ScenarioError(f"--until: {exc}") from None
     if args.record:
         from .model.outputs import check_output
 
@@ -208,24 +239,27 @@ def _run(args) -> int:
     for n, scenario in enumerate(scenarios):
         if args.json and n:
             sys.stdout.write(",\n")
+        conditions = args.conditions[n] if args.until else None
         if args.record:
             from .model.outputs import open_output
 
             with open_output(args.record, args.files, args.force, "--record") as stream:
-                passed &= _run_one(scenario, args, console, stream)
+                passed &= _run_one(scenario, args, console, stream, conditions)
         else:
-            passed &= _run_one(scenario, args, console, None)
+            passed &= _run_one(scenario, args, console, None, conditions)
     if args.json:
         sys.stdout.write("\n]\n")
     return EXIT_OK if passed else EXIT_CHECK_FAILED
 
 
-def _run_one(scenario, args, console, record) -> bool:
+def _run_one(scenario, args, console, record, conditions=None) -> bool:
     """Run one scenario, streaming its JSON and showing progress on a terminal; on
-    Ctrl-C report what was checked so far, then stop."""
+    Ctrl-C report what was checked so far, then stop. With ``conditions`` (--until)
+    stop at the first step where one holds and print it; True when one did."""
+    from .model.breakpoints import any_holds, describe_hit
     from .model.export import TimelineJsonWriter
     from .model.runner import Runner
-    from .render.report import print_run_report, progress
+    from .render.report import is_plain, print_run_report, progress, step_view
 
     runner = Runner(scenario, record=record, full_checks=args.full_checks)
     timeline = runner.timeline
@@ -235,8 +269,13 @@ def _run_one(scenario, args, console, record) -> bool:
     try:
         with progress(len(scenario.steps), scenario.path) as advance:
             while not runner.done:
-                runner.step()
+                step = runner.step()
                 advance()
+                hit = any_holds(timeline, conditions, step.index) if conditions else None
+                if hit is not None:
+                    console.print(f"stopped at {describe_hit(step, hit)}", markup=False, highlight=False)
+                    console.print(step_view(step, scenario.path, plain=is_plain(console)))
+                    return True
     except KeyboardInterrupt:
         if writer is not None:
             writer.close(interrupted=True)
@@ -245,6 +284,10 @@ def _run_one(scenario, args, console, record) -> bool:
         raise
     if writer is not None:
         writer.close()
+    elif conditions:
+        console.print(f"{scenario.path}: no step matched --until ({len(timeline):,} steps run)", markup=False,
+                      highlight=False)
+        return False
     else:
         print_run_report(timeline, console)
     return timeline.passed
@@ -329,6 +372,38 @@ def _svg(args) -> int:
         stream.write(text)
     if output != "-":
         _say(f"wrote {output}")
+    return EXIT_OK
+
+
+def _diff(args) -> int:
+    scenario = _load_all([args.file])[0]
+    end = _step_in_range("--to", len(scenario.steps) if args.end is None else args.end, scenario)
+    start = _step_in_range("--from", max(0, end - 1) if args.start is None else args.start, scenario)
+    from .model.diff import diff_json, diff_text
+    from .model.runner import run_scenario
+
+    timeline = run_scenario(scenario)
+    diff = timeline.diff(start, end)
+    if args.json:
+        print(json.dumps(diff_json(diff), indent=1))
+    else:
+        print(f"{scenario.path}: from step {start} to step {end}")
+        print("\n".join(diff_text(diff)) or "  (no change)")
+    return EXIT_OK
+
+
+def _why(args) -> int:
+    scenario = _load_all([args.file])[0]
+    step = _step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
+    from .model.runner import run_scenario
+    from .model.why import why_match, why_node
+
+    timeline = run_scenario(scenario)
+    try:
+        answer = why_match(timeline, step) if args.node is None else why_node(timeline, step, args.node)
+    except ValueError as exc:
+        raise ScenarioError(str(exc), scenario.path) from None
+    print(answer.text())
     return EXIT_OK
 
 
@@ -442,7 +517,8 @@ def _check_device(device: str) -> None:
             raise ScenarioError("--device cuda: no CUDA device is available here (use cpu or auto)")
 
 
-COMMANDS = {"run": _run, "show": _show, "svg": _svg, "tui": _tui, "demo": _demo, "bench": _bench}
+COMMANDS = {"run": _run, "show": _show, "diff": _diff, "why": _why, "svg": _svg, "tui": _tui, "demo": _demo,
+            "bench": _bench}
 
 if __name__ == "__main__":
     sys.exit(main())

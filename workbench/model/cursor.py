@@ -14,23 +14,31 @@ import threading
 from collections.abc import Callable
 from typing import Optional
 
+from .breakpoints import Condition, parse_condition, search
 from .diff import StateDiff
 from .runner import Runner, settle
-from .scenario import Scenario
+from .scenario import Scenario, ScenarioError, StepAppender
 from .states import TimelineState
 from .timeline import StepRecord, Timeline
 
 
 @dataclasses.dataclass
 class Chapter:
-    scenario: Scenario
     runner: Runner
     loaded: bool = False
+    appender: Optional[StepAppender] = None  # checks steps added at the end, made on first use
     touched_by: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # node id -> steps whose events name it
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.runner.scenario  # grows with live ops and a followed trace
 
     @property
     def timeline(self) -> Timeline:
         return self.runner.timeline
+
+
+DEFAULT_BREAKPOINTS = ("violation", "failed")
 
 
 class TimelineCursor:
@@ -39,10 +47,11 @@ class TimelineCursor:
     def __init__(self, scenarios: list[Scenario]) -> None:
         if not scenarios:
             raise ValueError("a cursor needs at least one scenario")
-        self.chapters = [Chapter(s, Runner(s)) for s in scenarios]
+        self.chapters = [Chapter(Runner(s)) for s in scenarios]
         self.chapter_index = 0
         self.step = 0
         self.lock = threading.RLock()
+        self.breakpoints: list[Condition] = []  # the user's; empty: stop at any failure (DEFAULT_BREAKPOINTS)
         for chapter in self.chapters:
             chapter.timeline.on_step(lambda record, chapter=chapter: self._index_events(chapter, record))
 
@@ -60,6 +69,44 @@ class TimelineCursor:
         target.loaded = target.runner.done
         if target.loaded:
             settle(target.timeline)
+
+    def append(self, raw: dict, line: int = 0) -> StepRecord:
+        """Add one step at the end of the current chapter (a live op) and run it,
+        checked like any other. A step the scenario would refuse raises
+        ``ScenarioError`` with the same message and changes nothing."""
+        return self.extend([(raw, line)])[0]
+
+    def extend(self, steps: list[tuple[dict, int]]) -> list[StepRecord]:
+        """Add steps (raw fields, line) at the end of the current chapter and run them
+        (a followed trace's new lines). Steps before a refused one are kept and run;
+        then the refusal is raised. The chapter must have finished loading."""
+        chapter = self.chapter
+        if not chapter.loaded:
+            raise ScenarioError("wait for the chapter to finish loading", chapter.scenario.path)
+        with self.lock:
+            if chapter.appender is None:
+                chapter.appender = StepAppender(chapter.scenario)
+            refused: Optional[ScenarioError] = None
+            for raw, line in steps:
+                try:
+                    chapter.appender.append(raw, line)
+                except ScenarioError as exc:
+                    refused = exc
+                    break
+            chapter.runner.extend(chapter.appender.scenario)
+            records = []
+            while not chapter.runner.done:
+                records.append(chapter.runner.step())
+        if refused is not None:
+            raise refused
+        return records
+
+    def names(self) -> dict[str, list[str]]:
+        """Live names the current chapter's next step may use (for completion)."""
+        chapter = self.chapter
+        if chapter.appender is None:
+            chapter.appender = StepAppender(chapter.scenario)
+        return chapter.appender.names
 
     @staticmethod
     def _index_events(chapter: Chapter, record: StepRecord) -> None:
@@ -142,3 +189,33 @@ class TimelineCursor:
         named = [e.node for e in record.events if e.node is not None and e.node != self.state.root_id]
         live = [n for n in named if n in self.state]
         return (live or named or [None])[0]
+
+    # ---- breakpoints -------------------------------------------------------------------------------
+    def add_breakpoint(self, text: str) -> Condition:
+        """Parse and add a condition (``ConditionError`` on a bad one; nothing added)."""
+        condition = parse_condition(text, self.chapter.scenario.config["components"])
+        if all(c.text != condition.text for c in self.breakpoints):
+            self.breakpoints.append(condition)
+        return condition
+
+    def remove_breakpoint(self, text: str) -> bool:
+        before = len(self.breakpoints)
+        self.breakpoints = [c for c in self.breakpoints if c.text != text]
+        return len(self.breakpoints) != before
+
+    def watch(self, node_id: int) -> Condition:
+        """Stop where this node changes (``w`` on the selected node)."""
+        return self.add_breakpoint(f"node={node_id}")
+
+    @property
+    def active_breakpoints(self) -> list[Condition]:
+        return self.breakpoints or [parse_condition(t) for t in DEFAULT_BREAKPOINTS]
+
+    def run_to_breakpoint(self, forward: bool = True) -> Optional[tuple[int, Condition]]:
+        """``c`` / ``C``: move to the nearest step after (before) this one where a
+        breakpoint holds; (step, condition), or None and the cursor stays."""
+        with self.lock:
+            hit = search(self.timeline, self.active_breakpoints, self.step, forward)
+        if hit is not None:
+            self.go(hit[0])
+        return hit

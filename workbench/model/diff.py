@@ -253,6 +253,28 @@ def diff_text(diff: StateDiff) -> list[str]:
     return lines
 
 
+def diff_json(diff: StateDiff) -> dict:
+    """The diff as plain JSON data (``urc diff --json``): node ids as numbers, per-node
+    pairs as ``{"node": id, "before": x, "after": y}``."""
+    def pairs(per_component: Mapping[str, PerNode]) -> dict:
+        return {name: [{"node": n, "before": old, "after": new} for n, (old, new) in nodes.items()]
+                for name, nodes in per_component.items()}
+
+    return {
+        "from_step": diff.from_step, "to_step": diff.to_step,
+        "added": list(diff.added), "removed": list(diff.removed),
+        "splits": [{"parent": p, "child": c} for p, c in diff.splits],
+        "unsplits": [{"parent": p, "child": c} for p, c in diff.unsplits],
+        "tombstoned": {k: list(v) for k, v in diff.tombstoned.items()},
+        "recovered": {k: list(v) for k, v in diff.recovered.items()},
+        "values": pairs(diff.values), "locks": pairs(diff.locks), "lru_moves": pairs(diff.lru_moves),
+        "moved_to_mru": {k: list(v) for k, v in diff.moved_to_mru.items()},
+        "pools": {name: {c: {"before": o, "after": n} for c, (o, n) in pool.counters.items()}
+                  for name, pool in diff.pools.items()},
+        "requests_started": list(diff.requests_started), "requests_finished": list(diff.requests_finished),
+    }
+
+
 def _tokens(record: NodeRecord) -> str:
     return plural(len(record.key) // TOKEN_BYTES, "token")
 

@@ -1,0 +1,249 @@
+"""Breakpoints: conditions over a step, as data, and the search that runs to the next
+(or previous) step where one holds — the TUI's ``c`` / ``C`` and ``urc run --until``.
+
+A condition is written as space-separated terms that must all hold (``event=cascade
+component=swa``); a breakpoint list holds when any of its conditions does. Terms:
+
+- ``violation`` or ``violation=NAME`` — an invariant or fingerprint check failed
+  (``NAME`` matches the start of the check's name: ``lock``, ``match.fingerprint``);
+  ``fingerprint`` is short for ``violation=match.fingerprint``
+- ``failed`` — a failed expectation (or an op error nobody expected); ``error`` — the op
+  raised
+- ``event=KIND`` with optional ``component=``, ``node=``, ``cause=`` — one event of the
+  step has them all (``cascade`` also finds data a cascade took from a deleted leaf)
+- ``node=ID`` (with optional ``component=``) and no event term — the step changed that
+  node: it was added, removed, or a component's value, tombstone or lock changed
+- ``op=NAME``, ``req=NAME``, ``step>=N`` (any comparison) — what the step is
+- ``POOL_FIELD<N`` (``swa_available<4``, ``full_evictable>=100``, ``requests>2``; any of
+  ``= != < <= > >=``) — the pool *crosses* the threshold at this step: it holds after
+  the step and did not before, so ``c`` stops once per crossing, not on every step below
+
+Conditions are parsed, never ``eval``-ed. Checking a step reads only that step's
+record, events, delta and pool totals, so a search costs O(steps it passes), never
+O(tree): 10,000 steps in well under a second (README).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Optional
+
+from cache.events import Cause, Event, EventKind
+
+from .timeline import StepRecord, Timeline
+
+COMPARISONS: dict[str, Callable[[int, int], bool]] = {
+    "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "=": operator.eq, "<": operator.lt, ">": operator.gt,
+}
+_TERM = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)\s*(<=|>=|!=|=|<|>)\s*(\S+)$")
+POOL_COUNTERS = ("available", "evictable", "protected", "held", "total")
+EVENT_KINDS = tuple(k.value for k in EventKind)
+FLAGS = ("violation", "fingerprint", "failed", "error")
+
+
+class ConditionError(ValueError):
+    """A breakpoint condition that cannot be understood; the message says which term."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    field: str
+    op: str
+    value: int
+
+    def test(self, actual: int) -> bool:
+        return COMPARISONS[self.op](actual, self.value)
+
+    def __str__(self) -> str:
+        return f"{self.field}{self.op}{self.value}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """Every term must hold. Fields left ``None`` take no part."""
+
+    text: str
+    violation: Optional[str] = None  # "" = any violation, else a name prefix
+    failed: bool = False
+    error: bool = False
+    event: Optional[str] = None  # an EventKind value
+    cause: Optional[str] = None
+    component: Optional[str] = None
+    node: Optional[int] = None
+    op: Optional[str] = None
+    req: Optional[str] = None
+    steps: tuple[Comparison, ...] = ()
+    pools: tuple[Comparison, ...] = ()
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_condition(text: str, components: Sequence[str] = ("full", "swa", "mamba")) -> Condition:
+    """``event=cascade component=swa`` -> Condition; a bad term raises ConditionError."""
+    words = text.split()
+    if not words:
+        raise ConditionError("an empty condition; try 'violation', 'event=cascade component=swa' or 'swa_available<4'")
+    fields: dict = {"text": " ".join(words)}
+    steps: list[Comparison] = []
+    pools: list[Comparison] = []
+    for word in words:
+        if word in FLAGS:
+            if word in ("violation", "fingerprint"):
+                fields["violation"] = "" if word == "violation" else "match.fingerprint"
+            else:
+                fields[word] = True
+            continue
+        m = _TERM.match(word)
+        if m is None:
+            raise ConditionError(f"cannot read {word!r}: write NAME=VALUE, a comparison like swa_available<4, "
+                                 f"or one of {', '.join(FLAGS)}")
+        name, op, value = m.groups()
+        if name in ("event", "cause", "component", "op", "req", "violation", "node") and op != "=":
+            raise ConditionError(f"{name} takes '=' (got {word!r})")
+        if name == "event":
+            if value not in EVENT_KINDS:
+                raise ConditionError(f"unknown event kind {value!r}; known: {', '.join(EVENT_KINDS)}")
+            fields["event"] = value
+        elif name == "cause":
+            causes = [c.value for c in Cause]
+            if value not in causes:
+                raise ConditionError(f"unknown cause {value!r}; known: {', '.join(causes)}")
+            fields["cause"] = value
+        elif name == "component":
+            if value not in components:
+                raise ConditionError(f"unknown component {value!r}; this cache has {', '.join(components)}")
+            fields["component"] = value
+        elif name in ("node", "step") or _pool_field(name, components):
+            number = _int(value, word)
+            if name == "node":
+                fields["node"] = number
+            else:
+                (steps if name == "step" else pools).append(Comparison(name, op, number))
+        elif name in ("op", "req", "violation"):
+            fields[name] = value
+        else:
+            known = ", ".join(f"{c}_{k}" for c in components for k in POOL_COUNTERS[:2])
+            raise ConditionError(f"unknown term {name!r}; terms: event, cause, component, node, op, req, step, "
+                                 f"violation, failed, error, or a pool field ({known}, …, requests)")
+    return Condition(**fields, steps=tuple(steps), pools=tuple(pools))
+
+
+def _pool_field(name: str, components: Sequence[str]) -> bool:
+    if name == "requests":
+        return True
+    component, _, counter = name.partition("_")
+    return component in components and counter in POOL_COUNTERS
+
+
+def _int(value: str, word: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ConditionError(f"{word!r}: {value!r} is not a whole number") from None
+
+
+def parse_conditions(texts: Iterable[str], components: Sequence[str] = ("full", "swa", "mamba")) -> list[Condition]:
+    return [parse_condition(t, components) for t in texts]
+
+
+# ---- evaluation --------------------------------------------------------------------------------
+
+
+def holds(timeline: Timeline, condition: Condition, index: int) -> bool:
+    """Does ``condition`` hold at step ``index`` (1-based)? Reads that step only."""
+    if not 1 <= index <= len(timeline):
+        return False
+    record = timeline.records[index - 1]
+    c = condition
+    if c.op is not None and record.step.op != c.op:
+        return False
+    if c.req is not None and record.step.fields.get("req") != c.req:
+        return False
+    if any(not s.test(index) for s in c.steps):
+        return False
+    if c.failed and not record.failures:
+        return False
+    if c.error and record.error is None:
+        return False
+    if c.violation is not None and not any(v.name.startswith(c.violation) for v in record.violations):
+        return False
+    if c.pools and not _crossed(timeline, c.pools, index):
+        return False
+    if c.event is not None or c.cause is not None:
+        return any(_event_matches(c, e) for e in record.events)
+    if c.node is not None:
+        return _node_changed(timeline, c, index)
+    if c.component is not None:
+        return any(e.component == c.component for e in record.events)
+    return True
+
+
+def _event_matches(c: Condition, e: Event) -> bool:
+    if c.event is not None and e.kind.value != c.event:
+        # a cascade on a deleted leaf is an evict whose cause is the cascade
+        if not (c.event == "cascade" and e.cause is Cause.CASCADE):
+            return False
+    if c.cause is not None and e.cause.value != c.cause:
+        return False
+    if c.component is not None and e.component != c.component:
+        return False
+    return c.node is None or e.node == c.node
+
+
+def _node_changed(timeline: Timeline, c: Condition, index: int) -> bool:
+    store = timeline.store
+    if c.node not in store.deltas[index]:
+        return False
+    before, after = store.befores[index][c.node], store.deltas[index][c.node]
+    if before is None or after is None:
+        return before is not after  # added or removed
+    if c.component is None:
+        pairs = zip(before.components, after.components)
+    else:
+        i = store.shape.components.index(c.component)
+        pairs = [(before.components[i], after.components[i])]
+    return any((a.value_len, a.lock_ref, a.extras) != (b.value_len, b.lock_ref, b.extras) for a, b in pairs)
+
+
+def _pool_value(globals_, field: str) -> int:
+    if field == "requests":
+        return len(globals_.requests)
+    component, _, counter = field.partition("_")
+    pool = globals_.pools.get(component)
+    return getattr(pool, counter) if pool is not None else 0
+
+
+def _crossed(timeline: Timeline, pools: tuple[Comparison, ...], index: int) -> bool:
+    after, before = timeline.store.globals[index], timeline.store.globals[index - 1]
+    now = all(p.test(_pool_value(after, p.field)) for p in pools)
+    then = all(p.test(_pool_value(before, p.field)) for p in pools)
+    return now and not then
+
+
+def any_holds(timeline: Timeline, conditions: Sequence[Condition], index: int) -> Optional[Condition]:
+    """The first of ``conditions`` that holds at ``index``, or None."""
+    return next((c for c in conditions if holds(timeline, c, index)), None)
+
+
+def search(timeline: Timeline, conditions: Sequence[Condition], start: int, forward: bool = True,
+           limit: Optional[int] = None) -> Optional[tuple[int, Condition]]:
+    """The nearest step after (or before) ``start`` where a condition holds, and which;
+    None when none does up to the end (or the start) of what is loaded."""
+    if not conditions:
+        return None
+    end = len(timeline) if limit is None else min(limit, len(timeline))
+    indices = range(start + 1, end + 1) if forward else range(min(start, end + 1) - 1, 0, -1)
+    for index in indices:
+        hit = any_holds(timeline, conditions, index)
+        if hit is not None:
+            return index, hit
+    return None
+
+
+def describe_hit(record: StepRecord, condition: Condition) -> str:
+    """One line: which condition stopped at which step."""
+    return f"step {record.index} ({record.step.op}, line {record.step.line}): {condition.text}"
