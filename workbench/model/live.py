@@ -1,0 +1,436 @@
+"""Live ops: the command language of the TUI's ``:`` bar.
+
+A command is one line that turns into the raw step dict a ``[[step]]`` table or a JSONL
+line would hold; ``StepAppender`` then checks it exactly like a step in a file, so this
+module only does syntax (and never raises anything but ``ScenarioError`` on user text).
+
+    insert 1..8 9 extra_key=ns            match 1 2 as m1        lock m1 as L1
+    evict full=8 mamba=1                  req_decode r1 5 6 slide
+    req_finish r1 noinsert                check expect nodes=3 full_lock_ref.m1=1
+    unlock L1 expect_error "not held"     match 1 2 description "why this step"
+
+Words are split on whitespace; ``"…"`` (with ``\\"``, ``\\\\``, ``\\n``, ``\\t``, ``\\r``
+escapes) and ``'…'`` quote a word, and a quoted word is always a literal string (never a
+keyword, option, token or range). ``FIELD=VALUE`` options may come anywhere after the op;
+every ``FIELD=N`` word after ``expect`` is an expectation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, NoReturn, Optional
+
+from .scenario import MAX_KEY_TOKENS, MAX_TOKEN, OPS, STATE_FIELDS, ScenarioError
+
+OP_HELP: dict[str, str] = {
+    "insert": "insert TOKENS… [extra_key=NS] [swa_evicted_seqlen=N]",
+    "match": "match TOKENS… [as NAME] [extra_key=NS]",
+    "lock": "lock MATCH as NAME",
+    "unlock": "unlock LOCK",
+    "release_window": "release_window LOCK",
+    "evict": "evict [full=N] [swa=N] [mamba=N]",
+    "req_prefill": "req_prefill REQ TOKENS…",
+    "req_decode": "req_decode REQ TOKENS… [slide]",
+    "req_chunk": "req_chunk REQ",
+    "req_finish": "req_finish REQ [noinsert]",
+    "check": "check",
+}
+# Clauses any op may end with; TOKENS are ids and inclusive ranges FIRST..LAST.
+CLAUSE_HELP = "[expect FIELD=N … FIELD.MATCH=N …] [expect_error TEXT] [description TEXT]"
+
+_TOKEN_FIELD = {"insert": "key", "match": "key", "req_prefill": "tokens", "req_decode": "tokens"}
+_NAME_SLOT = {  # the op's first positional word names this field
+    "lock": "match", "unlock": "lock", "release_window": "lock",
+    "req_prefill": "req", "req_decode": "req", "req_chunk": "req", "req_finish": "req",
+}
+_FLAGS = {"req_decode": {"slide": ("slide_window", True)}, "req_finish": {"noinsert": ("insert", False)}}
+_NAME_FIELDS = ("as", "match", "lock", "req", "extra_key", "expect_error", "description")  # values are strings
+_TEXT_KEYWORDS = ("as", "expect_error", "description")  # each takes the next word as its value
+_RESERVED = frozenset(_TEXT_KEYWORDS + ("expect", "slide", "noinsert"))
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/@+-]*")  # written without quotes by format_command
+_INT = re.compile(r"-?[0-9]{1,4000}")  # int() refuses longer digit strings
+_TOKEN = re.compile(r"[0-9]{1,20}")
+_RANGE = re.compile(r"([0-9]{1,20})\.\.([0-9]{1,20})")
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
+_SHOWN_CHARS = 40  # a culprit word longer than this is cut in messages
+
+
+# ---- words --------------------------------------------------------------------------------------
+
+
+class _Word:
+    """One whitespace-separated word as (text, quoted) pieces, so ``a="b c"`` splits at the
+    ``=`` while a quoted ``=`` or ``.`` stays part of a name."""
+
+    def __init__(self, pieces: list[tuple[str, bool]]) -> None:
+        self.pieces = pieces
+
+    @property
+    def text(self) -> str:
+        return "".join(text for text, _ in self.pieces)
+
+    @property
+    def quoted(self) -> bool:
+        return any(quoted for _, quoted in self.pieces)
+
+    def split(self, char: str) -> Optional[tuple["_Word", "_Word"]]:
+        """The parts either side of the first unquoted ``char`` (None when there is none)."""
+        for i, (text, quoted) in enumerate(self.pieces):
+            at = -1 if quoted else text.find(char)
+            if at >= 0:
+                left = self.pieces[:i] + [(text[:at], False)]
+                right = [(text[at + 1:], False)] + self.pieces[i + 1:]
+                return _Word(left), _Word(right)
+        return None
+
+
+def _words(text: str) -> list[_Word]:
+    if '"' not in text and "'" not in text:  # the usual case, fast even for a pasted 1M-token key
+        return [_Word([(word, False)]) for word in text.split()]
+    words: list[_Word] = []
+    pieces: Optional[list[tuple[str, bool]]] = None
+    i, n = 0, len(text)
+    while i < n:
+        if text[i].isspace():
+            if pieces is not None:
+                words.append(_Word(pieces))
+                pieces = None
+            i += 1
+            continue
+        pieces = [] if pieces is None else pieces
+        if text[i] in "\"'":
+            i, literal = _quoted(text, i)
+            pieces.append((literal, True))
+            continue
+        j = i
+        while j < n and not text[j].isspace() and text[j] not in "\"'":
+            j += 1
+        pieces.append((text[i:j], False))
+        i = j
+    if pieces is not None:
+        words.append(_Word(pieces))
+    return words
+
+
+def _quoted(text: str, start: int) -> tuple[int, str]:
+    """The literal of the quote opening at ``start`` and the index after its end."""
+    quote, out, i = text[start], [], start + 1
+    while i < len(text):
+        ch = text[i]
+        if ch == quote:
+            return i + 1, "".join(out)
+        if ch == "\\" and quote == '"' and i + 1 < len(text):
+            i += 1
+            out.append(_ESCAPES.get(text[i], text[i]))
+        else:
+            out.append(ch)
+        i += 1
+    raise ScenarioError(f"unclosed {quote} quote (column {start + 1})")
+
+
+# ---- parsing ------------------------------------------------------------------------------------
+
+
+def parse_command(text: str) -> dict[str, Any]:
+    """The raw step a command stands for (checked further by ``StepAppender``)."""
+    words = _words(text)
+    if not words:
+        raise ScenarioError(f"empty command; start with an op: {', '.join(OPS)}")
+    op = words[0].text
+    if op not in OPS:
+        raise ScenarioError(f"unknown op {_shown(op)!r}; known: {', '.join(OPS)}")
+    return _Parser(op).parse(words[1:])
+
+
+class _Parser:
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.raw: dict[str, Any] = {"op": op}
+        self.token_field = _TOKEN_FIELD.get(op)
+        if self.token_field:
+            self.raw[self.token_field] = []
+        self.slot = _NAME_SLOT.get(op)
+        self.in_expect = False
+
+    def parse(self, words: list[_Word]) -> dict[str, Any]:
+        i = 0
+        while i < len(words):
+            word = words[i]
+            i += 1
+            keyword = None if word.quoted else word.text
+            if keyword in _TEXT_KEYWORDS:
+                if i >= len(words):
+                    what = "a name" if keyword == "as" else "a text (quote it when it has spaces)"
+                    raise ScenarioError(f"missing {what} after {keyword!r}; usage: {self.usage()}")
+                self.set(keyword, words[i].text)
+                i += 1
+            elif keyword == "expect":
+                self.set("expect", {})
+                self.in_expect = True
+            elif (option := word.split("=")) is not None:
+                self.option(word, *option)
+            elif self.in_expect:
+                raise ScenarioError(f"after 'expect' write FIELD=N (got {_shown(word.text)!r})")
+            else:
+                self.positional(word)
+        return self.raw
+
+    def usage(self) -> str:
+        return OP_HELP[self.op]
+
+    def set(self, field: str, value: Any) -> None:
+        if field in self.raw:
+            raise ScenarioError(f"{field!r} is given twice; usage: {self.usage()}")
+        self.raw[field] = value
+
+    def positional(self, word: _Word) -> None:
+        if self.slot and self.slot not in self.raw:
+            self.set(self.slot, word.text)
+            return
+        flag = None if word.quoted else _FLAGS.get(self.op, {}).get(word.text)
+        if flag is not None:
+            self.set(*flag)
+        elif self.token_field:
+            self.tokens(word)
+        else:
+            raise ScenarioError(f"unexpected {_shown(word.text)!r}; usage: {self.usage()}")
+
+    def tokens(self, word: _Word) -> None:
+        tokens: list[int] = self.raw[self.token_field]
+        text = word.text
+        if word.quoted:
+            _bad_token(json.dumps(_shown(text)))
+        if (span := _RANGE.fullmatch(text)) is not None:
+            first, last = int(span.group(1)), int(span.group(2))
+            if last > MAX_TOKEN:
+                _bad_token(str(last))
+            if first > last:
+                raise ScenarioError(f"range {text!r} runs backwards; write FIRST..LAST with FIRST <= LAST")
+            _check_count(len(tokens) + last - first + 1)
+            tokens.extend(range(first, last + 1))
+        elif _TOKEN.fullmatch(text) is not None:
+            if int(text) > MAX_TOKEN:
+                _bad_token(text)
+            _check_count(len(tokens) + 1)
+            tokens.append(int(text))
+        elif ".." in text:
+            raise ScenarioError(f"a range is FIRST..LAST, two token ids (got {_shown(text)!r})")
+        else:
+            shown = _shown(text)
+            _bad_token(shown if _INT.fullmatch(shown) else json.dumps(shown))
+
+    def option(self, word: _Word, name_part: _Word, value_part: _Word) -> None:
+        dotted = name_part.split(".") if self.in_expect else None
+        field_word, member = (dotted[0], dotted[1].text) if dotted else (name_part, None)
+        field = field_word.text
+        if field_word.quoted or not _FIELD_NAME.fullmatch(field):
+            if name_part.split(".") is not None and not self.in_expect:
+                raise ScenarioError(f"FIELD.MATCH=N goes in the expect clause (got {_shown(word.text)!r})")
+            raise ScenarioError(f"an option is FIELD=VALUE (got {_shown(word.text)!r}); usage: {self.usage()}")
+        value = _value(field if not self.in_expect else "", value_part)
+        if self.in_expect:
+            self.expect(field, member, value)
+        elif field in ("key", "tokens"):
+            raise ScenarioError(f"write the tokens as words after the op, not {field}=; usage: {self.usage()}")
+        elif field in ("op", "expect"):
+            what = "the op is the first word" if field == "op" else "write expect FIELD=N …"
+            raise ScenarioError(f"{what} (got {_shown(word.text)!r})")
+        else:
+            self.set(field, value)
+
+    def expect(self, field: str, member: Optional[str], value: Any) -> None:
+        expect: dict[str, Any] = self.raw["expect"]
+        if member is None:
+            if field in expect:
+                raise ScenarioError(f"expect {field!r} is given twice")
+            expect[field] = value
+            return
+        table = expect.setdefault(field, {})
+        if not isinstance(table, dict) or member in table:
+            raise ScenarioError(f"expect {field}.{member} is given twice")
+        table[member] = value
+
+
+def _value(field: str, word: _Word) -> Any:
+    """A name field's value is a string; others are ints and true/false where they read
+    so (anything else stays a string for ``StepAppender`` to refuse by field)."""
+    text = word.text
+    if word.quoted or field in _NAME_FIELDS:
+        return text
+    if _INT.fullmatch(text):
+        return int(text)
+    return {"true": True, "false": False}.get(text, text)
+
+
+def _bad_token(shown: str) -> NoReturn:
+    raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {shown})")
+
+
+def _check_count(count: int) -> None:
+    if count > MAX_KEY_TOKENS:
+        raise ScenarioError(f"{count:,} tokens is more than the {MAX_KEY_TOKENS:,} a key may hold")
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
+
+
+# ---- formatting ---------------------------------------------------------------------------------
+
+
+def format_command(raw: dict[str, Any]) -> str:
+    """The command that parses back to ``raw`` (for history and echo); ValueError for a
+    dict no command can stand for (a malformed one: not a step a scenario would hold)."""
+    op = raw.get("op")
+    if op not in OPS:
+        raise ValueError(f"no command for op {op!r}")
+    rest = {k: v for k, v in raw.items() if k != "op"}
+    words = [op]
+    slot, token_field = _NAME_SLOT.get(op), _TOKEN_FIELD.get(op)
+    if slot in rest:
+        words.append(_name(rest.pop(slot)))
+    if token_field:
+        if token_field not in rest or (slot and slot not in raw and rest[token_field]):
+            raise ValueError(f"no command for {op!r} with these {token_field}")
+        words.extend(_token_words(rest.pop(token_field)))
+    for word, (field, value) in _FLAGS.get(op, {}).items():
+        if (slot is None or slot in raw) and field in rest and _same(rest[field], value):
+            del rest[field]
+            words.append(word)
+    expect = rest.pop("expect", None)
+    for field in _TEXT_KEYWORDS:
+        if field in rest:
+            value = rest.pop(field)
+            words += [field, _name(value) if field == "as" else _text(value)]
+    for field, value in rest.items():
+        words.append(f"{_field(field)}={_name(value) if field in _NAME_FIELDS else _literal(value)}")
+    if expect is not None:
+        words.append("expect")
+        words.extend(_expect_words(expect))
+    return " ".join(words)
+
+
+def _expect_words(expect: Any) -> list[str]:
+    if not isinstance(expect, dict):
+        raise ValueError("expect must be a table")
+    words = []
+    for field, value in expect.items():
+        if isinstance(value, dict):
+            if not value:
+                raise ValueError(f"no command for an empty expect {field!r} table")
+            words += [f"{_field(field)}.{_name(m)}={_literal(v)}" for m, v in value.items()]
+        else:
+            words.append(f"{_field(field)}={_literal(value)}")
+    return words
+
+
+def _token_words(tokens: Any) -> list[str]:
+    """Token ids, runs of three or more consecutive ids as FIRST..LAST."""
+    if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t <= MAX_TOKEN for t in tokens):
+        raise ValueError("tokens must be a list of token ids")
+    words, i = [], 0
+    while i < len(tokens):
+        j = i
+        while j + 1 < len(tokens) and tokens[j + 1] == tokens[j] + 1:
+            j += 1
+        if j - i >= 2:
+            words.append(f"{tokens[i]}..{tokens[j]}")
+            i = j + 1
+        else:
+            words.append(str(tokens[i]))
+            i += 1
+    return words
+
+
+def _field(field: Any) -> str:
+    if not isinstance(field, str) or not _FIELD_NAME.fullmatch(field):
+        raise ValueError(f"no command for field {field!r}")
+    return field
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"a name must be a string (got {value!r})")
+    return value if _PLAIN_NAME.fullmatch(value) and value not in _RESERVED else _text(value)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"a text must be a string (got {value!r})")
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r") + '"'
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and _INT.fullmatch(str(value)):
+        return str(value)
+    if isinstance(value, str):
+        return _text(value)  # quoted, so it never reads back as an int or a boolean
+    raise ValueError(f"no command for the value {value!r}")
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+# ---- completion ---------------------------------------------------------------------------------
+
+
+def op_allowed(op: str, components: list[str]) -> bool:
+    """Whether ``op`` can run at all with these components (release_window needs swa)."""
+    return op in OPS and (op != "release_window" or "swa" in components)
+
+
+def complete(text: str, names: dict[str, list[str]], components: list[str]) -> list[str]:
+    """Sorted replacements for the word being typed at the end of ``text``."""
+    words = text.split()
+    current = words.pop() if words and not text[-1].isspace() else ""
+    if not words:
+        candidates = [op for op in OPS if op_allowed(op, components)]
+    else:
+        candidates = _candidates(words[0], words[1:], names, components)
+    return sorted({c for c in candidates if c.startswith(current)})
+
+
+def _candidates(op: str, args: list[str], names: dict[str, list[str]], components: list[str]) -> list[str]:
+    if op not in OPS or (args and args[-1] in _TEXT_KEYWORDS):
+        return []  # a new name or a free text comes next
+    if "expect" in args:
+        given = {a.split("=")[0] for a in args[args.index("expect") + 1:]}
+        return [f + "=" for f in _expect_fields(op, components) if f not in given]
+    positional, has_as, skip = [], False, False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in _TEXT_KEYWORDS:
+            has_as, skip = has_as or arg == "as", True
+        elif "=" not in arg:
+            positional.append(arg)
+    slot = _NAME_SLOT.get(op)
+    if slot and not positional:
+        return [] if op == "req_prefill" else list(names.get(slot, []))  # a prefill names a new request
+    if op in ("lock", "match") and positional and not has_as:
+        return ["as"]
+    if op == "evict":
+        given = {a.split("=")[0] for a in args}
+        return [c + "=" for c in ("full", "swa", "mamba") if c in components and c not in given]
+    if op == "req_decode" and len(positional) >= 2 and "slide" not in positional[1:] and "swa" in components:
+        return ["slide"]
+    if op == "req_finish" and "noinsert" not in positional[1:]:
+        return ["noinsert"]
+    return []
+
+
+def _expect_fields(op: str, components: list[str]) -> list[str]:
+    """Fields this op may expect with these components (per-match tables left out)."""
+    fields = list(OPS[op][2]) + list(STATE_FIELDS)
+
+    def present(field: str) -> bool:
+        owner = field.split("_")[0]
+        return owner not in ("swa", "mamba") or owner in components
+
+    return [f for f in fields if present(f) and (f != "mamba_branching_seqlen" or "mamba" in components)]
