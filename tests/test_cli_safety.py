@@ -84,6 +84,31 @@ def test_an_interrupted_recording_keeps_every_finished_step(capsys, tmp_path, mo
     assert urc(capsys, "run", "rec.jsonl")[0] == 0  # and it replays
 
 
+
+def test_a_new_recording_can_be_followed_while_it_is_written(capsys, tmp_path, monkeypatch):
+    """``urc tui --follow`` reads a recording as it grows: each finished step is in the
+    file (flushed) before the next one runs, and a follower sees it."""
+    import workbench.model.runner as runner
+    from workbench.model.follow import TraceFollower
+
+    monkeypatch.chdir(tmp_path)
+    real_step, seen = runner.Runner.step, []
+    follower = TraceFollower("rec.jsonl")
+
+    def step(self):
+        if self._next == 2:  # two steps finished: the follower sees exactly them
+            scenario = follower.start()
+            seen.append([s.index for s in scenario.steps])
+        if self._next == 4:
+            seen.append([line for _, line in follower.poll()])
+        return real_step(self)
+
+    monkeypatch.setattr(runner.Runner, "step", step)
+    rc, _, err = urc(capsys, "run", "--record", "rec.jsonl", str(SMOKE))
+    assert rc == 0, err
+    assert seen == [[1, 2], [4, 5]]  # steps 3 and 4 arrived on lines 4 and 5
+    assert not list(tmp_path.glob(".*.part"))
+
 # ---- one error path -------------------------------------------------------------------------
 
 

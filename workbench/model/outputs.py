@@ -3,7 +3,8 @@ asked (``--force``), and never half-written in place.
 
 Output goes to a temporary file beside the target and is renamed into place when the
 writer finishes — also when it stops early (Ctrl-C, a failed check), so a streamed
-recording keeps every finished step.
+recording keeps every finished step. A recording to a new file is written in place
+instead (flushed per line), so it can be followed while it grows.
 """
 
 from __future__ import annotations
@@ -48,14 +49,29 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 @contextlib.contextmanager
-def open_output(path: str, inputs: Iterable[str] = (), force: bool = False, option: str = "-o") -> Iterator[TextIO]:
+def open_output(path: str, inputs: Iterable[str] = (), force: bool = False, option: str = "-o",
+                live: bool = False) -> Iterator[TextIO]:
     """A text stream for ``path`` (``-``: standard output), checked by ``check_output``
-    and renamed into place when the block ends, however it ends."""
+    and renamed into place when the block ends, however it ends. ``live`` (a
+    recording): a new target is written in place, created exclusively, so a reader
+    (``urc tui --follow``) sees each line as it is flushed; only a ``--force``
+    replacement still goes through the temporary file."""
     if path == STDOUT:
         yield sys.stdout
         return
     check_output(path, inputs, force, option)
     target = Path(path)
+    if live:
+        try:
+            stream = open(target, "x", encoding="utf-8")
+        except FileExistsError:
+            stream = None  # --force over an existing file: replace it whole at the end
+        except OSError as exc:
+            raise ScenarioError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+        if stream is not None:
+            with stream:
+                yield stream
+            return
     temp = target.with_name(f".{target.name}.{os.getpid()}.part")
     try:
         stream = open(temp, "x", encoding="utf-8")
