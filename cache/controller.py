@@ -279,7 +279,7 @@ class UnifiedRadixCache:
                 while True:
                     node, progress = component.evict_next(tracker, frees)
                     if node is not None:
-                        tree.delete_leaf(node, tracker, frees, Cause.CAPACITY)
+                        tree.delete_leaf(node, tracker, frees, Cause.CAPACITY, name, request)
                     elif not progress:
                         break
                     if targets is not None and reached(name):
@@ -337,7 +337,7 @@ class UnifiedRadixCache:
         req = Req(rid, list(tokens), self.tree._empty, self.tree.root.id, None, extra_key=extra_key)
         bus = self.events
         if bus.enabled:
-            bus.begin("new_request")
+            outer = bus.begin_request("new_request", rid)
         try:
             path = self.tree.peek_match(key)
             need = len(tokens) - sum(n for _, n in path)
@@ -353,7 +353,7 @@ class UnifiedRadixCache:
             return req
         finally:
             if bus.enabled:
-                bus.end()
+                bus.end_request(outer)
 
     def _admit(self, req: Req, key: RadixKey, need: Optional[int]) -> None:
         """new_request's mutating part; ``need`` given: the pools have room for it."""
@@ -390,6 +390,15 @@ class UnifiedRadixCache:
         ``slide``, then free what fell out of the window (slide_window), so a decode
         step that slides is one call that is refused whole or not at all. The only
         allocation comes before any change."""
+        if self.events.enabled:  # stamp the request on the events of its allocation and slide
+            outer = self.events.enter_request(req.rid)
+            try:
+                return self._extend_request(req, tokens, slide)
+            finally:
+                self.events.exit_request(outer)
+        self._extend_request(req, tokens, slide)
+
+    def _extend_request(self, req: Req, tokens: list[int], slide: bool) -> None:
         self._check_live(req)
         _as_key(tokens)  # validates the ids
         if slide and "swa" not in self.by_name:
@@ -428,12 +437,12 @@ class UnifiedRadixCache:
             raise CacheError("slide_window needs the swa component")
         bus = self.events
         if bus.enabled:
-            bus.begin("slide_window")
+            outer = bus.begin_request("slide_window", req.rid)
         try:
             swa.slide_window(req, req.kv_len - 1)
         finally:
             if bus.enabled:
-                bus.end()
+                bus.end_request(outer)
 
     def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
         """The request is done: cache what it computed (page-aligned), free the rest,
@@ -441,7 +450,7 @@ class UnifiedRadixCache:
         self._check_live(req)
         bus = self.events
         if bus.enabled:
-            bus.begin("cache_finished_req")
+            outer = bus.begin_request("cache_finished_req", req.rid)
         try:
             if is_insert:
                 self._checkpoint(req, finished=True)  # runs the components' cleanup
@@ -459,7 +468,7 @@ class UnifiedRadixCache:
             self.requests.pop(req.rid, None)
         finally:
             if bus.enabled:
-                bus.end()
+                bus.end_request(outer)
 
     def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
         """Chunked prefill: cache what is computed so far and move the request's lock
@@ -467,12 +476,12 @@ class UnifiedRadixCache:
         self._check_live(req)
         bus = self.events
         if bus.enabled:
-            bus.begin("cache_unfinished_req")
+            outer = bus.begin_request("cache_unfinished_req", req.rid)
         try:
             self._checkpoint(req, finished=False, chunked=chunked)
         finally:
             if bus.enabled:
-                bus.end()
+                bus.end_request(outer)
 
     def _checkpoint(self, req: Req, finished: bool, chunked: bool = False) -> None:
         kv_len = req.kv_len

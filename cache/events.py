@@ -28,6 +28,7 @@ class EventKind(str, enum.Enum):
     RECOVER = "recover"  # a tombstone got its data back
     COW = "cow"  # copy-on-write of a state slot
     SET = "set"  # a component value was attached to a node
+    VERDICT = "verdict"  # where one component would end a match, and why (observed matches only)
 
 
 class Cause(str, enum.Enum):
@@ -36,7 +37,7 @@ class Cause(str, enum.Enum):
     DUPLICATE = "duplicate"  # incoming slots the tree already held
     WINDOW = "window"  # slid out of the SWA window
     TAIL = "tail"  # unaligned tail of a key: a partial page is never cached
-    CASCADE = "cascade"  # a higher-priority component's eviction (see ``detail``)
+    CASCADE = "cascade"  # another component's eviction took this data along (``detail``: "from <it>")
     CLEANUP = "cleanup"  # an emptied ancestor removed after its last child
 
 
@@ -49,27 +50,30 @@ class Event:
     node: Optional[int]  # node id
     cause: Cause
     tokens: int = 0  # tokens (or slots) affected
-    detail: str = ""  # e.g. "from swa" for a cascade, "pool=full"
+    detail: str = ""  # e.g. "from swa" for a cascade, "need 6" for a capacity eviction
+    request: str = ""  # id of the request whose call caused it ("" outside request calls)
 
     def describe(self) -> str:
         where = f" node {self.node}" if self.node is not None else ""
         comp = f" {self.component}" if self.component else ""
         extra = f" ({self.detail})" if self.detail else ""
         n = f" {self.tokens}" if self.tokens else ""
-        return f"#{self.seq} {self.op}: {self.kind.value}{comp}{where}{n} [{self.cause.value}]{extra}"
+        req = f" <{self.request}>" if self.request else ""
+        return f"#{self.seq} {self.op}{req}: {self.kind.value}{comp}{where}{n} [{self.cause.value}]{extra}"
 
 
 Observer = Callable[[Event], None]
 
 
 class EventBus:
-    __slots__ = ("observers", "enabled", "seq", "op", "_depth")
+    __slots__ = ("observers", "enabled", "seq", "op", "request", "_depth")
 
     def __init__(self) -> None:
         self.observers: list[Observer] = []
         self.enabled = False
         self.seq = 0
         self.op = ""
+        self.request = ""  # the running request-level call's request id, stamped on its events
         self._depth = 0
 
     def subscribe(self, observer: Observer) -> Callable[[], None]:
@@ -94,6 +98,24 @@ class EventBus:
     def end(self) -> None:
         self._depth -= 1
 
+    def enter_request(self, rid: str) -> str:
+        """Stamp ``rid`` on every event until ``exit_request``, which gets the returned
+        outer tag back (so a nested request call restores its caller's)."""
+        outer, self.request = self.request, rid
+        return outer
+
+    def exit_request(self, outer: str) -> None:
+        self.request = outer
+
+    def begin_request(self, op: str, rid: str) -> str:
+        """``begin`` a request-level op and ``enter_request`` its request."""
+        self.begin(op)
+        return self.enter_request(rid)
+
+    def end_request(self, outer: str) -> None:
+        self.exit_request(outer)
+        self.end()
+
     def emit(
         self,
         kind: EventKind,
@@ -103,7 +125,7 @@ class EventBus:
         tokens: int = 0,
         detail: str = "",
     ) -> None:
-        event = Event(self.seq, self.op or "?", kind, component, node, cause, tokens, detail)
+        event = Event(self.seq, self.op or "?", kind, component, node, cause, tokens, detail, self.request)
         for observer in self.observers:
             observer(event)
 

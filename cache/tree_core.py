@@ -1,8 +1,9 @@
 """The tree core: one radix tree, per-component data on each node.
 
-It matches, inserts, splits, evicts and locks, asking the components what each phase
-means for their data. It never touches a pool: slots to free come back as deferred
-actions (insert) or per-component free lists (eviction) that the controller executes.
+It matches, inserts, splits, evicts (tree_core_evict.py) and locks (tree_core_locks.py),
+asking the components what each phase means for their data. It never touches a pool:
+slots to free come back as deferred actions (insert) or per-component free lists
+(eviction) that the controller executes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from .events import Cause, EventBus, EventKind
 from .keys import TOKEN_BYTES, RadixKey, child_key, common_prefix_tokens, unpack_tokens
 from .leaf_set import EvictableLeafSet
 from .lru import LRUList
+from .match_verdicts import emit_verdicts
 from .params import IncLockRefResult, InsertParams, InsertResult, MatchResult
+from .tree_core_evict import TreeEviction
 from .tree_core_locks import TreeLocks
 from .tree_node import TreeNode
 
@@ -33,7 +36,7 @@ def _overrides(component: TreeComponent, hook: str) -> bool:
     return getattr(type(component), hook) is not getattr(TreeComponent, hook)
 
 
-class UnifiedTreeCore(TreeLocks):
+class UnifiedTreeCore(TreeLocks, TreeEviction):
     def __init__(self, components: list[TreeComponent], page_size: int, device: torch.device, events: EventBus):
         if not components or components[0].name != "full":
             raise ValueError("the first component must be 'full'")
@@ -156,6 +159,8 @@ class UnifiedTreeCore(TreeLocks):
         limit = ntok * TOKEN_BYTES
         root = self.root
         if limit == 0:
+            if self.events.enabled:
+                emit_verdicts(self, key, root, None)
             return MatchResult(self._empty, root.id, root.id, root.id)
         if limit != len(data):
             data = data[:limit]
@@ -167,6 +172,7 @@ class UnifiedTreeCore(TreeLocks):
         chunks: list[torch.Tensor] = []
         best, best_chunks = root, 0
         walked = 0
+        split_child = None  # the node a partial match split (for the verdict)
         while off < limit:
             ck = data[off : off + pb] if ek is None else (ek, data[off : off + pb])
             child = node.children.get(ck)
@@ -179,7 +185,7 @@ class UnifiedTreeCore(TreeLocks):
                 plen -= plen % ps
             walked += plen
             if plen < child.length:
-                child = self._split_node(child, plen)
+                split_child, child = child, self._split_node(child, plen)
                 off = limit  # stop after this node
             chunks.append(child.data[0].value)
             node = child
@@ -193,7 +199,10 @@ class UnifiedTreeCore(TreeLocks):
             else:
                 best, best_chunks = child, len(chunks)
             off += plen * TOKEN_BYTES
-        return self._finish_match(best, chunks[:best_chunks], walked, node)
+        result = self._finish_match(best, chunks[:best_chunks], walked, node)
+        if self.events.enabled:  # after the match end's PROMOTE, so it stays the step's first named node
+            emit_verdicts(self, key, node, split_child)
+        return result
 
     def peek_match(self, key: RadixKey) -> list[tuple[TreeNode, int]]:
         """Read-only twin of match_prefix: the path a match would lock, as (node,
@@ -416,38 +425,7 @@ class UnifiedTreeCore(TreeLocks):
             self.events.emit(EventKind.SPLIT, None, new.id, Cause.REQUEST, new.length, f"child {child.id} keeps {child.length}")
         return new
 
-    # ---- eviction -----------------------------------------------------------
-    def delete_leaf(self, node: TreeNode, tracker: dict[str, int], frees: dict[str, list], cause: Cause) -> None:
-        """Evict every component of an evictable leaf and remove it, then clean up
-        ancestors that were only kept alive by it."""
-        assert node.in_leaf_set, f"node {node.id} is not an evictable leaf"
-        events = self.events.enabled
-        data = node.data
-        present = [c for c in self.components if data[c.index].value is not None] if len(data) > 1 else self.components
-        for component in present:  # all frees first: SWA's free reads the Full value
-            n = component.evict_component(node, frees)
-            tracker[component.name] += n
-            if events:
-                self.events.emit(EventKind.EVICT, component.name, node.id, cause, n)
-        for component in present:
-            self._detach(node, component)
-        self._remove_from_parent(node)
-        self._delete_tombstone_ancestors(node.parent, tracker, frees)
-
-    def tombstone(
-        self, node: TreeNode, component: TreeComponent, tracker: dict[str, int], frees: dict[str, list], cause: Cause,
-        cascade: bool = True,
-    ) -> None:
-        """Evict one component's data from a node that stays in the tree, then (by
-        default) cascade to the components that rank below it there."""
-        n = component.evict_component(node, frees)
-        tracker[component.name] += n
-        if self.events.enabled:
-            self.events.emit(EventKind.TOMBSTONE, component.name, node.id, cause, n)
-        self._detach(node, component)
-        if cascade:
-            self.cascade_evict(node, component, tracker, frees)
-
+    # ---- component values (eviction itself: tree_core_evict.py) -----------------
     def set_component_value(self, node_id: int, name: str, value: torch.Tensor, cause: Cause = Cause.REQUEST) -> None:
         """Attach an auxiliary component's value (an SWA rebuild, a recovery): the
         node enters that component's LRU at the MRU end, protected if locked."""
@@ -473,70 +451,6 @@ class UnifiedTreeCore(TreeLocks):
     def split_node(self, node: TreeNode, split_len: int) -> TreeNode:
         """Components' entry to a split (e.g. at an SWA window boundary)."""
         return self._split_node(node, split_len)
-
-    def _detach(self, node: TreeNode, component: TreeComponent) -> None:
-        node.data[component.index].value = None
-        if self._touched is not None:
-            self._touched.add(node.id)
-        if component.uses_lru:
-            lru = self.lru[component.name]
-            if node in lru:
-                lru.remove(node)
-
-    def _remove_from_parent(self, node: TreeNode) -> None:
-        self.leaves.discard(node)
-        parent = node.parent
-        popped = parent.children.pop(node.child_key)
-        assert popped is node, f"parent {parent.id} had {popped.id} where {node.id} was expected"
-        del self.nodes[node.id]
-        if self._touched is not None:
-            self._touched.update((node.id, parent.id))
-        if self.events.enabled:
-            self.events.emit(EventKind.DELETE, None, node.id, Cause.CAPACITY, node.length)
-        self.update_leaf_state(parent)
-
-    def _delete_tombstone_ancestors(self, cur: TreeNode, tracker: dict[str, int], frees: dict[str, list]) -> None:
-        """Walk up from a deleted leaf: a childless ancestor without Full KV is removed
-        (with whatever aux data it still had); Full decides who survives. The first
-        ancestor with Full KV stops the walk (its leaf state was already refreshed)."""
-        root = self.root
-        while cur is not root and not cur.children and cur.data[0].value is None:
-            for cd in cur.data:
-                if cd.lock_ref > 0:
-                    return
-            for component in self.components[1:]:
-                if cur.data[component.index].value is not None:
-                    tracker[component.name] += component.evict_component(cur, frees)
-                    self._detach(cur, component)
-            parent = cur.parent
-            self._remove_from_parent(cur)
-            cur = parent
-
-    def cascade_evict(
-        self, node: TreeNode, trigger: TreeComponent, tracker: dict[str, int], frees: dict[str, list]
-    ) -> None:
-        """After ``trigger`` lost its data on ``node``, evict every other component whose
-        priority there is <= the trigger's. A component whose true (internal) priority is
-        at least the trigger's is only here because leaf priorities tie at 0; a lock on
-        it is legitimate and spares it. A lock on a strictly lower tier is a bug."""
-        is_leaf = node.in_leaf_set
-        trigger_priority = trigger.eviction_priority(is_leaf)
-        for component in self.components:
-            if component is trigger or node.data[component.index].value is None:
-                continue
-            if component.eviction_priority(is_leaf) > trigger_priority:
-                continue
-            cd = node.data[component.index]
-            if component.eviction_priority(False) >= trigger.eviction_priority(False):
-                if cd.lock_ref != 0:
-                    continue
-            assert cd.lock_ref == 0, f"{component.name} locked on node {node.id} below evicting {trigger.name}"
-            n = component.evict_component(node, frees)
-            tracker[component.name] += n
-            if self.events.enabled:
-                self.events.emit(EventKind.CASCADE, component.name, node.id, Cause.CASCADE, n, f"from {trigger.name}")
-            self._detach(node, component)
-        self.update_leaf_state(node)
 
     # ---- sizes --------------------------------------------------------------
     def evictable_size(self, name: str = "full") -> int:

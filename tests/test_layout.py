@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL = ["scenario", "session", "runner", "timeline", "states", "diff", "export", "outputs", "workload", "fmt", "cursor"]
+MODEL = ["scenario", "session", "runner", "timeline", "states", "diff", "export", "outputs", "workload", "fmt", "cursor",
+         "why", "breakpoints", "follow", "live", "regression_test", "scenario_writer"]
 
 
 def imported_after(code: str) -> set[str]:

@@ -6,7 +6,7 @@ component what to do through the hooks below. Defaults describe "no opinion", so
 component overrides only the phases it cares about.
 
 Hooks by phase:
-  match    create_match_validator, finalize_match_result, finalize_match_in_cache
+  match    create_match_validator, match_verdict, finalize_match_result, finalize_match_in_cache
   LRU      on_walkdown, on_match_end, on_insert_end
   insert   on_insert_overlap, commit_insert
   split    redistribute_on_split
@@ -77,6 +77,21 @@ class TreeComponent:
         ``validate(node, matched_tokens)`` on every node in path order; None means
         'always valid'."""
         return None
+
+    def match_verdict(self, path: list[TreeNode]) -> Optional[tuple[int, str]]:
+        """For an observed match's walked ``path`` (root excluded): the deepest index
+        this component accepts as a match end (-1: the root) and a short clause saying
+        why it stops there; None when it does not validate matches."""
+        validate = self.create_match_validator()
+        if validate is None:
+            return None
+        best = -1
+        for k, node in enumerate(path):
+            if validate(node, node.length):
+                best = k
+        if best == len(path) - 1:
+            return best, "its validator accepts the walk's end"
+        return best, f"its validator refuses node #{path[best + 1].id} and every node below"
 
     def pinned_by_lock(self, path: list[tuple[TreeNode, int]]) -> int:
         """Evictable units a lock at the end of ``path`` would protect (for capacity
@@ -257,7 +272,7 @@ class LRUEvictionMixin:
         self._cursor = lru.prev_of(x)
         if x.in_leaf_set:
             return x, True
-        self.tree.tombstone(x, self, tracker, frees, Cause.CAPACITY)
+        self.tree.tombstone(x, self, tracker, frees, Cause.CAPACITY, need=self._evict_request)
         return None, True
 
     def evict_end(self) -> None:

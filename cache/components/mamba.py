@@ -19,6 +19,7 @@ import torch
 
 from ..errors import InvalidValueError, PoolExhaustedError
 from ..events import Cause, EventKind
+from ..match_verdicts import node_ids_text
 from ..params import EvictParams
 from ..pools.kv_buffer import prefix_fingerprints
 from ..pools.mamba_pool import MambaStatePool
@@ -59,6 +60,21 @@ class MambaComponent(LRUEvictionMixin, TreeComponent):
         i = self.index
         # a node matched only in part is split first and its upper part has no state
         return lambda node, length: length == node.length and node.data[i].value is not None
+
+    def match_verdict(self, path):
+        """A match may end only on a node holding a state: the deepest one on the path."""
+        i = self.index
+        held = [k for k, node in enumerate(path) if node.data[i].value is not None]
+        best = held[-1] if held else -1
+        if best == len(path) - 1:
+            return best, "Mamba state at the walk's end"
+        rest = path[best + 1 :]
+        nodes, hold = ("node", "holds") if len(rest) == 1 else ("nodes", "hold")
+        if best < 0:
+            return best, f"no Mamba state on the path; {nodes} {node_ids_text(rest)} {hold} none"
+        tokens = sum(node.length for node in path[: best + 1])
+        return best, (f"nearest Mamba state at node #{path[best].id} ({tokens} tokens); "
+                      f"{nodes} {node_ids_text(rest)} below it {hold} none")
 
     def pinned_by_lock(self, path) -> int:
         if not path:

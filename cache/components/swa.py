@@ -78,6 +78,29 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
 
         return validate
 
+    def match_verdict(self, path):
+        """The validator's rule, replayed to say why: a node is accepted while its run of
+        live SWA since the last tombstone covers a window (or no tombstone came yet)."""
+        i, window = self.index, self.window
+        run, best, gap, first_gap = None, -1, None, None  # run None: no tombstone yet
+        for k, node in enumerate(path):
+            if node.data[i].value is None:
+                run, gap = 0, node
+                first_gap = first_gap or node  # the first tombstone below the best so far
+                continue
+            run = None if run is None else run + node.length
+            if run is None or run >= window:
+                best, first_gap = k, None
+        if best == len(path) - 1:
+            if gap is None:
+                return best, "no tombstone on the path"
+            return best, f"window run of {run} tokens since tombstone #{gap.id} >= sliding_window {window}"
+        if path[-1] is gap:
+            why = f"tombstone at node #{gap.id}"
+        else:
+            why = f"window run of {run} tokens since tombstone #{gap.id} < sliding_window {window}"
+        return best, why if first_gap is gap else f"{why}; first tombstone below the match end: #{first_gap.id}"
+
     def pinned_by_lock(self, path) -> int:
         i, covered, pinned = self.index, 0, 0
         for node, n in reversed(path):
@@ -127,6 +150,8 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
         else:
             old = full.value
             full.value = incoming
+            if self.tree.events.enabled:  # Full's data changed too: say so, not only the free
+                self.tree.events.emit(EventKind.SET, "full", node.id, Cause.REQUEST, node.length, "swa recovery takes the incoming slots")
             actions.append(FreeDeviceKVFullOnly([old], node.id, Cause.DUPLICATE))
             actions.append(ComponentAction(self.name, REBUILD, node.id, (incoming,)))
         return live_start - start

@@ -43,6 +43,7 @@ def event_json(event: Event) -> dict[str, Any]:
         "cause": event.cause.value,
         "tokens": event.tokens,
         "detail": event.detail,
+        "request": event.request or None,
     }
 
 

@@ -54,9 +54,11 @@ def result_text(result: Mapping[str, Any]) -> str:
 
 def event_text(event) -> str:
     """``[op 6 inc_lock_ref] lock full node #4, 2 tokens (request; lock_ref=1)``: the op's
-    sequence number and name, what changed, where, how much, and why."""
+    sequence number and name (and the request it served: ``[op 9 new_request r3]``),
+    what changed, where, how much, and why."""
     what = event.kind.value + (f" {event.component}" if event.component else "")
     where = f" node #{event.node}" if event.node is not None else ""
     amount = f", {plural(event.tokens, 'token')}" if event.tokens else ""
     why = event.cause.value + (f"; {event.detail}" if event.detail else "")
-    return f"[op {event.seq} {event.op}] {what}{where}{amount} ({why})"
+    op = f"{event.op} {event.request}" if event.request else event.op
+    return f"[op {event.seq} {op}] {what}{where}{amount} ({why})"
