@@ -124,10 +124,10 @@ async def test_events_filter_by_component():
         await pilot.pause()
         events = app.query_one(EventsPanel)
         everything = events.option_count
-        await pilot.press("c", "c")  # all -> full -> swa
+        await pilot.press("x", "x")  # all -> full -> swa
         assert events.only == "swa" and 0 < events.option_count < everything
         assert all(e.component == "swa" for e in events._events)
-        await pilot.press("c")
+        await pilot.press("x")
         assert events.only is None and events.option_count == everything
 
 

@@ -65,3 +65,22 @@ def test_command_palette(snap_compare):
 
 def test_help_screen(snap_compare):
     assert snap_compare(tour("tour.toml"), terminal_size=SIZE, press=["f1"])
+
+
+def test_diff_view(snap_compare):
+    """``d`` at the SWA tour's eviction of every unlocked window: tombstones and pools."""
+    async def run_before(pilot) -> None:
+        await at_step(10)(pilot)
+        await pilot.press("d")
+
+    assert snap_compare(tour("tour_swa.toml"), terminal_size=SIZE, run_before=run_before)
+
+
+def test_why_answer(snap_compare):
+    """``y`` on node #3 after the Mamba tour's cascade: tombstone, cascade and locks, in sentences."""
+    async def run_before(pilot) -> None:
+        await at_step(13)(pilot)
+        pilot.app.selected = 3
+        await pilot.press("y")
+
+    assert snap_compare(tour("tour_mamba.toml"), terminal_size=SIZE, run_before=run_before)

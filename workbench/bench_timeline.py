@@ -4,7 +4,8 @@ Each part runs in a fresh interpreter so its peak RSS is its own (torch included
 the benchmark workload as a trace (the 2,000-request figure of the timeline issue,
 Full and Full+SWA+Mamba), a 20,000-step fuzzer-like random trace, and reads of a
 10,000-node tree's timeline (random ``state_after``, stepping, ``diff``, the current
-state, the full invariant sweep).
+state, the full invariant sweep), and the debugger's searches and ``why`` answers on a
+10,000-step trace.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ PARTS = {
     "random-full": ("random", 20000, ("full",)),
     "random-full,swa,mamba": ("random", 20000, ("full", "swa", "mamba")),
     "tree-10k": ("tree", 10000, ("full",)),
+    "debugger-random-10k": ("debugger", 10000, ("full", "swa", "mamba")),
+    "debugger-trace-10k": ("debugger-trace", 10000, ("full", "swa", "mamba")),
 }
 
 
@@ -124,6 +127,34 @@ def part_tree(nodes: int, components: tuple[str, ...]) -> dict:
     }
 
 
+def part_debugger(steps: int, components: tuple[str, ...], workload: str = "random") -> dict:
+    """The TUI's debugger on a ``steps``-step trace (fuzzer-like, or the benchmark
+    workload: ``steps / 4`` requests on a large tree): reverse-continue from the last
+    step to the first with conditions that never hold (the worst case: every step is
+    read), forward continue likewise, and ``why`` answers (node and match)."""
+    from .model.breakpoints import parse_condition, search
+    from .model.why import why_match, why_node
+    from .model.workload import random_records, trace_records
+
+    records = random_records(steps, 0, components) if workload == "random" else trace_records(steps // 4, 0, components)
+    timeline, _ = _run_records(records)
+    n = len(timeline)
+    never = [parse_condition(t, components) for t in
+             ("event=recover component=mamba", "node=99999999", "violation", "failed", "full_available<0")]
+    reverse = _timed_ms(lambda: search(timeline, never, n, forward=False))
+    forward = _timed_ms(lambda: search(timeline, never, 0, forward=True))
+    rng = random.Random(0)
+    final = timeline.state_after(n)
+    nodes = [node for node in final.records if node != final.root_id]
+    first_why = _timed_ms(lambda: why_node(timeline, n, nodes[0]))  # builds the node -> steps index
+    node_whys = [_timed_ms(lambda node=node: why_node(timeline, n, node)) for node in rng.sample(nodes, min(20, len(nodes)))]
+    matches = [r.index for r in timeline.records if r.step.op == "match"]
+    match_whys = [_timed_ms(lambda i=i: why_match(timeline, i)) for i in rng.sample(matches, min(20, len(matches)))]
+    return {"steps": n, "nodes": len(nodes), "reverse_continue_all_ms": round(reverse, 1),
+            "continue_all_ms": round(forward, 1), "why_node_first_ms": round(first_why, 1),
+            "why_node_ms": _summary(node_whys), "why_match_ms": _summary(match_whys), "peak_rss_mb": _peak_mb()}
+
+
 def part_svg(nodes: int, components: tuple[str, ...]) -> dict:
     """``urc svg`` of a tree of ``nodes`` distinct branches: all of them at 2,000, 500
     of them (``--max-nodes 500``) at 10,000; timed from the timeline to SVG text."""
@@ -159,5 +190,7 @@ def _summary(samples: list[float]) -> dict:
 
 if __name__ == "__main__":
     kind, size, comps = sys.argv[1], int(sys.argv[2]), tuple(sys.argv[3].split(","))
-    part = {"trace": part_trace, "random": part_random, "tree": part_tree, "svg": part_svg}[kind]
+    part = {"trace": part_trace, "random": part_random, "tree": part_tree, "svg": part_svg,
+            "debugger": part_debugger,
+            "debugger-trace": lambda n, comps: part_debugger(n, comps, "trace")}[kind]
     print(json.dumps(part(size, comps)))

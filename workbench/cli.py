@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     tui.add_argument("files", nargs="*", metavar="FILE", help=file_help + "; none: the bundled tour")
     tui.add_argument("--keymap", metavar="KEYMAP.toml",
                      help="rebind keys: binding_id = \"key\" per line (ids are listed in the help screen, f1)")
+    tui.add_argument("--follow", metavar="TRACE.jsonl",
+                     help="tail a JSONL trace while it is written (urc run --record, a fuzzer, a live recorder): "
+                          "its steps are added as they arrive; waits for the file and its header line")
 
     command("demo", "run a small built-in sequence and print the tree after each step",
             "A tiny built-in sequence on the Full component; needs no file.")
@@ -243,7 +246,7 @@ def _run(args) -> int:
         if args.record:
             from .model.outputs import open_output
 
-            with open_output(args.record, args.files, args.force, "--record") as stream:
+            with open_output(args.record, args.files, args.force, "--record", live=True) as stream:
                 passed &= _run_one(scenario, args, console, stream, conditions)
         else:
             passed &= _run_one(scenario, args, console, None, conditions)
@@ -413,8 +416,15 @@ TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml")
 def _tui(args) -> int:
     from pathlib import Path
 
-    files = args.files or [str(Path(__file__).resolve().parent.parent / "scenarios" / name) for name in TOUR]
-    scenarios = _load_all(files)
+    follower = None
+    if args.follow:
+        if args.files:
+            raise ScenarioError("--follow opens one trace: leave out the other files")
+        follower, scenarios = _start_following(args.follow)
+        files = [args.follow]
+    else:
+        files = args.files or [str(Path(__file__).resolve().parent.parent / "scenarios" / name) for name in TOUR]
+        scenarios = _load_all(files)
     keymap = None
     if args.keymap:
         from .tui.bindings import KeymapError, load_keymap
@@ -432,8 +442,30 @@ def _tui(args) -> int:
         return code
     from .tui.app import WorkbenchApp
 
-    WorkbenchApp(scenarios, keymap).run()
+    WorkbenchApp(scenarios, keymap, follower=follower).run()
     return EXIT_OK
+
+
+def _start_following(path: str):
+    """Open a trace to follow: wait (saying so once) for the file and its header line."""
+    import time
+
+    from .model.follow import TraceFollower
+    from .model.scenario import cache_config
+
+    if path == STDIN or not path.endswith(".jsonl"):
+        raise ScenarioError("--follow reads a .jsonl trace file", path)
+    follower = TraceFollower(path)
+    said = None
+    while (scenario := follower.start()) is None:
+        if follower.waiting != said:
+            said = follower.waiting
+            _say(f"{said} (Ctrl-C stops)")
+        time.sleep(0.2)
+    cache_config(scenario)
+    for notice in scenario.notices:
+        _say(f"note: {notice}")
+    return follower, [scenario]
 
 
 def _demo(args) -> int:

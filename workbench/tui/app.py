@@ -1,7 +1,8 @@
 """``urc tui``: the workbench. The app owns a ``TimelineCursor`` (the model), renders
 it through one widget per panel and turns keys into cursor commands; it never
 touches a runner or the cache. Long traces load in a worker thread, and the UI is
-usable from the first checked step."""
+usable from the first checked step. With a ``TraceFollower`` it tails a growing
+trace, adding its steps as they arrive."""
 
 from __future__ import annotations
 
@@ -14,14 +15,19 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Input, ProgressBar
 
 from ..model.cursor import TimelineCursor
-from ..model.scenario import Scenario
+from ..model.scenario import Scenario, ScenarioError
 from .bindings import COMMANDS as COMMAND_TABLE
-from .bindings import Command, bindings, commands
+from .bindings import Command, bindings, commands, is_printable
 from .commands import WorkbenchCommands
 from .messages import NodeChosen, StepChosen
+from .screens.breakpoints import BreakpointScreen
+from .screens.diff import DiffScreen
 from .screens.goto import GotoScreen
 from .screens.help import HelpScreen
+from .screens.prompt import PromptScreen
+from .screens.why import WhyScreen
 from .widgets.banner import Banner
+from .widgets.command_bar import CommandBar
 from .widgets.events_panel import EventsPanel
 from .widgets.inspector import Inspector
 from .widgets.lru_panel import LRUPanel
@@ -37,10 +43,13 @@ class WorkbenchApp(App[None]):
     COMMANDS = App.COMMANDS | {WorkbenchCommands}
     BINDINGS = bindings(COMMAND_TABLE)
 
+    FOLLOW_EVERY = 0.5  # seconds between looks at a followed trace
+
     def __init__(self, scenarios: list[Scenario], keymap: Optional[dict[str, str]] = None,
-                 background: bool = True) -> None:
+                 background: bool = True, follower=None) -> None:
         super().__init__()
         self.cursor = TimelineCursor(scenarios)
+        self.follower = follower  # a model.follow.TraceFollower on the first chapter's file, or None
         self.command_table: tuple[Command, ...] = commands(keymap)
         if keymap:
             self.set_keymap(keymap)  # Textual rebinds by binding id
@@ -63,6 +72,8 @@ class WorkbenchApp(App[None]):
             yield PoolsPanel(id="pools")
             yield LRUPanel(id="lru")
         yield ProgressBar(id="loading", show_eta=False)
+        yield CommandBar(self.cursor.names, lambda: list(self.cursor.chapter.scenario.config["components"]),
+                         id="command")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -72,6 +83,8 @@ class WorkbenchApp(App[None]):
         self.query_one(StepList).reset()
         self.query_one("#loading", ProgressBar).display = False
         self.open_chapter(0)
+        if self.follower is not None:
+            self.set_interval(self.FOLLOW_EVERY, self.poll_follower)
 
     # ---- loading -------------------------------------------------------------------------------
     def open_chapter(self, index: int) -> None:
@@ -155,8 +168,11 @@ class WorkbenchApp(App[None]):
 
     # ---- actions (the binding table's targets) ---------------------------------------------------
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """Keys type into a text input instead of acting."""
-        return not isinstance(self.focused, Input)
+        """Printable keys type into a text input instead of acting; tab, ctrl+… and
+        function keys still act."""
+        if not isinstance(self.focused, Input):
+            return True
+        return not any(c.action.split("(")[0] == action and is_printable(c.key) for c in self.command_table)
 
     def _move(self, step: int) -> None:
         before = self.cursor.step
@@ -228,3 +244,152 @@ class WorkbenchApp(App[None]):
                         severity="error", timeout=8)
             return
         self.notify(f"wrote {out}")
+
+    # ---- breakpoints, diff, why ----------------------------------------------------------------
+    def action_continue(self, forward: bool) -> None:
+        """Run to the next (previous) step where a breakpoint holds."""
+        hit = self.cursor.run_to_breakpoint(forward)
+        if hit is None:
+            where = "after" if forward else "before"
+            conditions = " or ".join(c.text for c in self.cursor.active_breakpoints)
+            self.notify(f"no step {where} this one where {conditions} holds", severity="warning")
+            return
+        self.refresh_view()
+        self.notify(f"step {hit[0]:,}: {hit[1].text}")
+
+    def action_breakpoints(self) -> None:
+        """Add and remove breakpoint conditions."""
+        self.push_screen(BreakpointScreen(self.cursor))
+
+    def action_watch(self) -> None:
+        """Stop (c / C) where the selected node changes."""
+        if self.selected is None:
+            self.notify("select a node in the tree first", severity="warning")
+            return
+        condition = self.cursor.watch(self.selected)
+        self.notify(f"watching #{self.selected}: c / C stop where it changes ({condition.text})")
+
+    def action_diff(self) -> None:
+        """Compare two steps (the previous and the current to start with)."""
+        step = self.cursor.step
+        self.push_screen(DiffScreen(self.cursor, max(0, step - 1), step))
+
+    def action_why(self) -> None:
+        """Explain the chosen event, the selected node, or the step's match."""
+        from ..model.why import why_event, why_match, why_node
+
+        cursor, events = self.cursor, self.query_one(EventsPanel)
+        try:
+            with cursor.lock:
+                if self.focused is events and events.highlighted_event is not None and cursor.step:
+                    answer = why_event(cursor.timeline, cursor.step, events.highlighted_event)
+                elif self.selected is not None:
+                    answer = why_node(cursor.timeline, cursor.step, self.selected)
+                else:
+                    answer = why_match(cursor.timeline, cursor.step)
+        except ValueError as exc:
+            self.notify(str(exc), severity="warning", timeout=8)
+            return
+        self.push_screen(WhyScreen(answer))
+
+    # ---- live ops, saving, following -------------------------------------------------------------
+    def action_command(self) -> None:
+        """Open the command bar to run an op at the end of the timeline."""
+        if not self.cursor.chapter.loaded:
+            self.notify("the chapter is still loading; live ops run after its last step", severity="warning")
+            return
+        self.query_one(CommandBar).open()
+
+    @on(Input.Submitted, "#command")
+    def run_command(self, event: Input.Submitted) -> None:
+        from ..model.live import parse_command
+
+        try:
+            record = self.cursor.append(parse_command(event.value))
+        except ScenarioError as exc:
+            self.notify(exc.message if exc.message else str(exc), title="not run", severity="error", timeout=10)
+            return
+        event.input.value = ""
+        self.steps_loaded()
+        self.cursor.go(record.index)
+        self.refresh_view()
+        if not record.passed:
+            self.notify(f"step {record.index} failed a check: see the banner", severity="error")
+
+    def _output_stem(self) -> str:
+        path = self.cursor.chapter.scenario.path
+        return "stdin" if path.startswith("<") else Path(path).stem
+
+    def action_save_session(self) -> None:
+        """Save this chapter (with live ops) as a scenario: .toml or .jsonl by the name."""
+        def save(path: str | None) -> None:
+            if path is None:
+                return
+            from ..model.scenario_writer import scenario_jsonl, scenario_toml
+
+            scenario = self.cursor.chapter.scenario
+            if not path.endswith((".toml", ".jsonl")):
+                self.notify("a scenario file ends in .toml or .jsonl", severity="error")
+                return
+            text = scenario_toml(scenario) if path.endswith(".toml") else scenario_jsonl(scenario)
+            self._write(path, lambda stream: stream.write(text), [scenario.path])
+
+        self.push_screen(PromptScreen("save the session as (.toml or .jsonl; an existing file is never "
+                                      "overwritten):", f"{self._output_stem()}-session.toml"), save)
+
+    def action_export_test(self) -> None:
+        """Save the timeline up to this step as a pytest regression test."""
+        step = self.cursor.step
+
+        def export(path: str | None) -> None:
+            if path is None:
+                return
+            from ..model.regression_test import regression_test_source
+
+            try:
+                with self.cursor.lock:
+                    source = regression_test_source(self.cursor.timeline, step)
+            except (ScenarioError, ValueError) as exc:
+                self.notify(str(exc), title="not exported", severity="error", timeout=10)
+                return
+            self._write(path, lambda stream: stream.write(source), [self.cursor.chapter.scenario.path])
+
+        name = f"test_{self._output_stem().replace('-', '_')}_step{step}.py"
+        self.push_screen(PromptScreen(f"export steps 1–{step} as a pytest test:", name), export)
+
+    def _write(self, path: str, write, inputs: list[str]) -> None:
+        """Write through ``outputs`` (never over a file or an input); say what happened."""
+        from ..model.outputs import check_output, open_output
+
+        try:
+            check_output(path, inputs)
+            with open_output(path, inputs) as stream:
+                write(stream)
+        except ScenarioError as exc:
+            self.notify(exc.message or str(exc), title="not saved", severity="error", timeout=10)
+            return
+        except OSError as exc:
+            self.notify(f"{path}: {exc.strerror or exc}", title="not saved", severity="error", timeout=10)
+            return
+        self.notify(f"wrote {path}")
+
+    def poll_follower(self) -> None:
+        """Add the followed trace's new steps; keep the cursor at the end if it was there."""
+        from ..model.follow import FollowError
+
+        follower, cursor = self.follower, self.cursor
+        if follower is None or cursor.chapter_index != 0 or not cursor.chapter.loaded:
+            return
+        at_end = cursor.step == cursor.available
+        try:
+            new = follower.poll()
+            if new:
+                cursor.extend(new)
+        except (FollowError, ScenarioError) as exc:
+            self.follower = None
+            self.notify(f"{exc}; stopped following (the steps so far are kept)", title="follow", severity="error",
+                        timeout=15)
+        self.steps_loaded()
+        if at_end and cursor.available != cursor.step:
+            cursor.last()
+            self.refresh_view()

@@ -27,11 +27,20 @@ COMMANDS: tuple[Command, ...] = (
     Command("step.first", "less_than_sign", "first", "first", "step"),
     Command("step.last", "greater_than_sign", "last", "last", "step"),
     Command("step.goto", "g", "goto", "go to", "step"),
+    Command("step.continue", "c", "continue(True)", "continue", "breakpoints"),
+    Command("step.reverse", "C", "continue(False)", "reverse-continue", "breakpoints"),
+    Command("breakpoints.edit", "b", "breakpoints", "edit breakpoints", "breakpoints", show=False),
+    Command("breakpoints.watch", "w", "watch", "watch the selected node", "breakpoints", show=False),
+    Command("view.diff", "d", "diff", "diff", "view"),
+    Command("view.why", "y", "why", "why", "view"),
+    Command("live.command", "colon", "command", "live op", "live"),
+    Command("live.save", "ctrl+s", "save_session", "save the session as a scenario", "live", show=False),
+    Command("export.test", "t", "export_test", "export a pytest test up to this step", "export", show=False),
     Command("chapter.next", "right_square_bracket", "chapter(1)", "next chapter", "chapter", show=False),
     Command("chapter.previous", "left_square_bracket", "chapter(-1)", "previous chapter", "chapter", show=False),
     Command("view.follow", "f", "follow", "follow the step's node", "view", show=False),
-    Command("events.filter", "c", "filter_events", "filter events by component", "events", show=False),
-    Command("export.svg", "e", "export_svg", "export SVG", "export"),
+    Command("events.filter", "x", "filter_events", "filter events by component", "events", show=False),
+    Command("export.svg", "e", "export_svg", "export SVG", "export", show=False),
     Command("panel.next", "tab", "focus_next", "next panel", "panel", show=False),
     Command("app.help", "f1", "help", "help", "app"),
     Command("app.help_question", "question_mark", "help", "help", "app", show=False),
@@ -69,5 +78,11 @@ def bindings(table: tuple[Command, ...]) -> list[Binding]:
 
 
 def key_label(key: str) -> str:
-    return {"less_than_sign": "<", "greater_than_sign": ">", "question_mark": "?",
+    return {"less_than_sign": "<", "greater_than_sign": ">", "question_mark": "?", "colon": ":",
             "left_square_bracket": "[", "right_square_bracket": "]"}.get(key, key)
+
+
+def is_printable(key: str) -> bool:
+    """A key that types a character (``n``, ``C``, ``colon``): in a text input it types."""
+    return len(key) == 1 or key in ("colon", "less_than_sign", "greater_than_sign", "question_mark",
+                                    "left_square_bracket", "right_square_bracket", "space")

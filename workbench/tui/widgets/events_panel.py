@@ -38,6 +38,14 @@ class EventsPanel(OptionList):
             return
         self.add_options(Option(event_text(e), id=f"e{i}") for i, e in enumerate(events))
 
+    @property
+    def highlighted_event(self) -> int | None:
+        """The highlighted event's index among the step's events (for ``why``)."""
+        if self.highlighted is None or self._record is None or not 0 <= self.highlighted < len(self._events):
+            return None
+        chosen = self._events[self.highlighted]
+        return next((i for i, e in enumerate(self._record.events) if e is chosen), None)
+
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         index = int(event.option.id[1:]) if event.option.id else -1
         node = self._events[index].node if 0 <= index < len(self._events) else None

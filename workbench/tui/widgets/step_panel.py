@@ -22,8 +22,8 @@ class StepPanel(Static):
                 parts.append(Text(" ".join(scenario.description.split()), style="italic"))
         else:
             step = record.step
-            parts.append(Text(f"step {step.index} ({scenario.path}:{step.line})  {step.op}({fields_text(step.fields)})",
-                              style="bold"))
+            where = f"{scenario.path}:{step.line}" if step.line else "typed live"
+            parts.append(Text(f"step {step.index} ({where})  {step.op}({fields_text(step.fields)})", style="bold"))
             if step.description:
                 parts.append(Text(" ".join(step.description.split()), style="italic"))
             if record.error:

@@ -1,0 +1,276 @@
+"""The TUI's debugger keys, driven with Pilot: breakpoints (b, w) and continue /
+reverse-continue (c, C), the diff view (d), why (y), live ops (:), saving the session
+(ctrl+s), exporting a test (t) and following a growing trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workbench.model.breakpoints import holds, parse_condition
+from workbench.model.runner import run_scenario, same_state
+from workbench.model.scenario import load_scenario
+from workbench.tui.app import WorkbenchApp
+from workbench.tui.screens.breakpoints import BreakpointScreen
+from workbench.tui.screens.diff import DiffScreen
+from workbench.tui.screens.prompt import PromptScreen
+from workbench.tui.screens.why import WhyScreen
+from workbench.tui.widgets.command_bar import CommandBar
+
+ROOT = Path(__file__).resolve().parent.parent
+TOUR_SWA = load_scenario(ROOT / "scenarios" / "tour_swa.toml")
+TOUR_MAMBA = load_scenario(ROOT / "scenarios" / "tour_mamba.toml")
+SIZE = (160, 50)
+KEY_NAMES = {" ": "space", "=": "equals_sign", "<": "less_than_sign", ">": "greater_than_sign", ".": "full_stop",
+             "_": "underscore", "-": "minus"}
+
+
+def app_for(*scenarios, **kwargs) -> WorkbenchApp:
+    return WorkbenchApp(list(scenarios or [TOUR_SWA]), background=False, **kwargs)
+
+
+async def type_text(pilot, text: str) -> None:
+    await pilot.press(*(KEY_NAMES.get(ch, ch) for ch in text))
+
+
+def steps_where(timeline, text: str) -> list[int]:
+    condition = parse_condition(text)
+    return [i for i in range(1, len(timeline) + 1) if holds(timeline, condition, i)]
+
+
+@pytest.mark.asyncio
+async def test_breakpoint_editor_then_continue_and_reverse_continue_land_on_the_right_steps():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        expected = steps_where(app.cursor.timeline, "event=tombstone component=swa")
+        assert len(expected) >= 2
+        await pilot.press("b")
+        assert isinstance(app.screen, BreakpointScreen)
+        await type_text(pilot, "event=bogus")
+        await pilot.press("enter")
+        assert app.cursor.breakpoints == []  # refused, with the reason shown
+        assert "unknown event kind 'bogus'" in str(app.screen.query_one("#breakpoint-error").render())
+        app.screen.query_one("#breakpoint-input").value = ""
+        await type_text(pilot, "event=tombstone component=swa")
+        await pilot.press("enter", "escape")
+        assert [c.text for c in app.cursor.breakpoints] == ["event=tombstone component=swa"]
+        for step in expected:
+            await pilot.press("c")
+            assert app.cursor.step == step
+        await pilot.press("c")  # none after the last: the cursor stays
+        assert app.cursor.step == expected[-1]
+        for step in reversed(expected[:-1]):
+            await pilot.press("C")
+            assert app.cursor.step == step
+        await pilot.press("C")
+        assert app.cursor.step == expected[0]
+
+
+@pytest.mark.asyncio
+async def test_breakpoint_editor_removes_a_condition():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        app.cursor.add_breakpoint("event=split")
+        app.cursor.add_breakpoint("failed")
+        await pilot.press("b")
+        await pilot.press("tab")  # to the list
+        await pilot.press("delete")
+        assert [c.text for c in app.cursor.breakpoints] == ["failed"]
+
+
+@pytest.mark.asyncio
+async def test_watch_stops_where_the_selected_node_changes():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
+        node = app.selected
+        assert node is not None
+        await pilot.press("w")
+        assert [c.text for c in app.cursor.breakpoints] == [f"node={node}"]
+        expected = steps_where(app.cursor.timeline, f"node={node}")
+        await pilot.press("c")
+        assert app.cursor.step == next(i for i in expected if i > 1)
+
+
+@pytest.mark.asyncio
+async def test_diff_view_compares_the_step_with_the_previous_then_any_two():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        app.cursor.go(3)
+        app.refresh_view()
+        await pilot.press("d")
+        screen = app.screen
+        assert isinstance(screen, DiffScreen) and (screen.start, screen.end) == (2, 3)
+        table = screen.query_one("#diff-nodes")
+        diff = app.cursor.timeline.diff(2, 3)
+        assert table.row_count == len(diff.node_kinds)
+        screen.query_one("#diff-from").value = "0"
+        screen.query_one("#diff-to").value = "9"
+        screen.query_one("#diff-to").focus()
+        await pilot.press("enter")
+        assert (screen.start, screen.end) == (0, 9)
+        assert table.row_count == len(app.cursor.timeline.diff(0, 9).node_kinds)
+        screen.query_one("#diff-to").value = "999"  # out of range: refused, the view stays
+        screen.query_one("#diff-to").focus()
+        await pilot.press("enter")
+        assert (screen.start, screen.end) == (0, 9)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, DiffScreen) and app.cursor.step == 3
+
+
+@pytest.mark.asyncio
+async def test_live_ops_run_at_the_end_and_a_bad_one_changes_nothing():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        total = len(app.cursor.timeline)
+        await pilot.press("colon")
+        bar = app.query_one(CommandBar)
+        assert bar.display and app.focused is bar
+        await type_text(pilot, "insert 1..9")
+        await pilot.press("enter")
+        assert len(app.cursor.timeline) == total + 1 and app.cursor.step == total + 1
+        record = app.cursor.record
+        assert record.step.op == "insert" and record.step.fields["key"] == list(range(1, 10)) and record.passed
+        await type_text(pilot, "match 1 2 3 as live_m")
+        await pilot.press("enter")
+        await type_text(pilot, "lock nosuch as L")  # the same error a scenario file would get
+        await pilot.press("enter")
+        assert len(app.cursor.timeline) == total + 2 and bar.value == "lock nosuch as L"
+        bar.value = ""
+        await type_text(pilot, "lock live_m as L")
+        await pilot.press("enter")
+        assert len(app.cursor.timeline) == total + 3 and app.cursor.record.step.op == "lock"
+        await pilot.press("escape")
+        assert not bar.display and app.focused is not bar
+        await pilot.press("p")  # keys step again once the bar is closed
+        assert app.cursor.step == total + 2
+
+
+@pytest.mark.asyncio
+async def test_command_bar_completes_live_names():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("colon")
+        await type_text(pilot, "ins")
+        await pilot.pause()
+        bar = app.query_one(CommandBar)
+        assert bar._suggestion == "insert"
+        await pilot.press("right")
+        assert bar.value == "insert"
+        bar.value = ""
+        await type_text(pilot, "lock h")  # the tour's match names: head, m
+        await pilot.pause()
+        assert bar._suggestion == "lock head"
+
+
+@pytest.mark.asyncio
+async def test_a_live_session_saved_with_ctrl_s_replays_to_the_same_states(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        for command in ("insert 1..9", "match 1 2 3 4 5 as live_m", "lock live_m as L", "evict swa=2",
+                        "unlock L", "evict full=3"):
+            await pilot.press("colon")
+            await type_text(pilot, command)
+            await pilot.press("enter", "escape")
+        timeline = app.cursor.timeline
+        await pilot.press("ctrl+s")
+        assert isinstance(app.screen, PromptScreen)
+        await pilot.press("enter")  # the suggested name
+        saved = tmp_path / "tour_swa-session.toml"
+        assert saved.exists()
+        await pilot.press("ctrl+s")  # again: the file exists, so it is refused
+        await pilot.press("enter")
+        replayed = run_scenario(saved)
+        assert len(replayed) == len(timeline) and replayed.passed
+        for i in range(len(timeline) + 1):
+            assert same_state(replayed.state_after(i).to_snapshot(), timeline.state_after(i).to_snapshot()), i
+        assert saved.read_text(encoding="utf-8").count("[[step]]") == len(timeline)
+
+
+@pytest.mark.asyncio
+async def test_saving_to_an_unwritable_place_says_so_and_keeps_going(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        app.screen.query_one("#prompt-input").value = str(tmp_path / "no" / "such" / "dir" / "s.toml")
+        await pilot.press("enter")
+        await pilot.press("ctrl+s")
+        app.screen.query_one("#prompt-input").value = "session.txt"
+        await pilot.press("enter")
+        assert list(tmp_path.iterdir()) == []
+        await pilot.press("n")
+        assert app.cursor.step == 1
+
+
+@pytest.mark.asyncio
+async def test_why_on_a_node_and_on_the_match():
+    app = app_for(TOUR_MAMBA)
+    async with app.run_test(size=SIZE) as pilot:
+        timeline = app.cursor.timeline
+        step = next(r.index for r in timeline.records if r.step.op == "match")
+        app.cursor.go(step)
+        app.refresh_view()
+        app.selected = None
+        await pilot.press("y")
+        assert isinstance(app.screen, WhyScreen)
+        assert f"step {step}" in app.screen.explanation.title or step in app.screen.explanation.steps
+        await pilot.press("escape")
+        await pilot.press("f")  # select the step's node
+        assert app.selected is not None
+        await pilot.press("y")
+        assert isinstance(app.screen, WhyScreen) and f"{app.selected}" in app.screen.explanation.text()
+
+
+@pytest.mark.asyncio
+async def test_follow_appends_a_growing_trace_and_survives_its_deletion(tmp_path):
+    from workbench.model.follow import TraceFollower
+    from workbench.model.scenario_writer import scenario_jsonl
+
+    lines = scenario_jsonl(TOUR_SWA).splitlines(keepends=True)
+    trace = tmp_path / "growing.jsonl"
+    trace.write_text("".join(lines[:4]), encoding="utf-8")  # the header and 3 steps
+    follower = TraceFollower(trace)
+    scenario = follower.start()
+    app = WorkbenchApp([scenario], background=False, follower=follower)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("greater_than_sign")
+        assert app.cursor.step == 3
+        with trace.open("a", encoding="utf-8") as stream:
+            stream.write("".join(lines[4:9]) + lines[9][:10])  # five steps and half of a sixth
+        app.poll_follower()
+        assert app.cursor.available == 8 and app.cursor.step == 8  # at the end: it follows
+        await pilot.press("p")
+        with trace.open("a", encoding="utf-8") as stream:
+            stream.write(lines[9][10:])
+        app.poll_follower()
+        assert app.cursor.available == 9 and app.cursor.step == 7  # stepped back: it stays
+        trace.unlink()
+        app.poll_follower()
+        assert app.follower is None and app.cursor.available == 9
+        app.poll_follower()  # no longer following: nothing happens
+        whole = run_scenario(ROOT / "scenarios" / "tour_swa.toml")
+        assert same_state(app.cursor.timeline.state_after(9).to_snapshot(), whole.state_after(9).to_snapshot())
+
+
+@pytest.mark.asyncio
+async def test_t_exports_a_regression_test_that_passes(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        app.cursor.go(8)
+        app.refresh_view()
+        await pilot.press("t")
+        assert isinstance(app.screen, PromptScreen) and app.screen.default == "test_tour_swa_step8.py"
+        await pilot.press("enter")
+    exported = tmp_path / "test_tour_swa_step8.py"
+    assert exported.exists()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(exported)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout

@@ -1,0 +1,31 @@
+"""``y``: why the selected node is as it is, or why the step's match stopped where it
+did — the model's explanation (``model.why``), in sentences, with the steps it cites."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+
+class WhyScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,y,q", "dismiss", "close")]
+
+    def __init__(self, explanation) -> None:
+        super().__init__()
+        self.explanation = explanation
+
+    def compose(self) -> ComposeResult:
+        answer = self.explanation
+        text = Text()
+        text.append(answer.title + "\n\n", style="bold")
+        for line in answer.lines:
+            text.append(line + "\n")
+        if answer.steps:
+            text.append("\nsteps cited: " + ", ".join(map(str, answer.steps)) + "  (g jumps to a step)", style="dim")
+        with VerticalScroll(id="why"):
+            yield Static(text)
+            yield Static(Text("esc closes", style="dim"))
