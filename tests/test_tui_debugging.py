@@ -274,3 +274,22 @@ async def test_t_exports_a_regression_test_that_passes(tmp_path, monkeypatch):
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed" in proc.stdout
+
+
+@pytest.mark.asyncio
+async def test_why_on_a_highlighted_event_names_its_trigger():
+    from workbench.tui.widgets.events_panel import EventsPanel
+
+    app = app_for(TOUR_MAMBA)
+    async with app.run_test(size=SIZE) as pilot:
+        app.cursor.go(13)
+        app.refresh_view()
+        events = app.query_one(EventsPanel)
+        events.focus()
+        cascade = next(i for i, e in enumerate(app.cursor.record.events) if e.kind.value == "cascade")
+        events.highlighted = cascade
+        await pilot.press("y")
+        assert isinstance(app.screen, WhyScreen)
+        text = app.screen.explanation.text()
+        assert text.startswith("[op ") and "cascade mamba node #3" in text
+        assert "triggered by event" in text and "tombstone swa node #3" in text
