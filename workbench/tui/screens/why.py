@@ -25,7 +25,7 @@ class WhyScreen(ModalScreen[None]):
         for line in answer.lines:
             text.append(line + "\n")
         if answer.steps:
-            text.append("\nsteps cited: " + ", ".join(map(str, answer.steps)) + "  (g jumps to a step)", style="dim")
+            text.append("\nsteps cited: " + ", ".join(map(str, answer.steps)) + "  (esc, then g to go to one)", style="dim")
         with VerticalScroll(id="why"):
             yield Static(text)
             yield Static(Text("esc closes", style="dim"))
