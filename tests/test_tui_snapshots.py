@@ -60,7 +60,18 @@ def test_invariant_failure_banner(snap_compare, monkeypatch):
 
 
 def test_command_palette(snap_compare):
-    assert snap_compare(tour("tour.toml"), terminal_size=SIZE, press=["ctrl+p", *"step"])
+    async def run_before(pilot) -> None:
+        from textual.widgets import Input
+
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        pilot.app.screen.query_one(Input).cursor_blink = False  # a blinking cursor is a clock on screen
+        await pilot.press(*"step")
+        for _ in range(5):  # the palette searches in a worker: let it settle
+            await pilot.pause()
+            await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(tour("tour.toml"), terminal_size=SIZE, run_before=run_before)
 
 
 def test_help_screen(snap_compare):
