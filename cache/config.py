@@ -19,6 +19,7 @@ class CacheConfig:
     mamba_size: Optional[int] = None  # state slots, required with "mamba"
     device: str = "auto"
     auto_evict: bool = True  # allocations evict their shortfall first
+    faults: tuple[str, ...] = ()  # upstream bugs to re-introduce (cache/faults); none by default
 
     def __post_init__(self) -> None:
         from .components import COMPONENT_REGISTRY
@@ -46,6 +47,11 @@ class CacheConfig:
             raise ValueError("sliding_window (a positive int) is required when 'swa' is a component")
         if "mamba" in comps and not (isinstance(self.mamba_size, int) and self.mamba_size > 0):
             raise ValueError("mamba_size (a positive int) is required when 'mamba' is a component")
+        object.__setattr__(self, "faults", tuple(self.faults))
+        if self.faults:
+            from .faults import check_fault_names
+
+            check_fault_names(self.faults, comps)
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda (got {self.device!r})")
 

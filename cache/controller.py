@@ -57,6 +57,11 @@ class UnifiedRadixCache:
         self.requests: dict[str, Req] = {}
         self._rids = itertools.count(1)
         self.fingerprints = True  # write_kv records KV fingerprints (off only for timing replays)
+        self.fault_hits: dict[str, int] = {}  # fault name -> times it changed behaviour (cache/faults)
+        if cfg.faults:
+            from .faults import install_faults
+
+            install_faults(self, cfg.faults)
 
     # ---- match / insert -------------------------------------------------------
     def _observed(self, op: str, fn, *args):

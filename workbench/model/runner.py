@@ -79,6 +79,7 @@ class Runner:
         self._next += 1
         cache, store = self.cache, self.timeline.store
         result, error = None, None
+        hits = dict(cache.fault_hits) if cache.fault_hits else None
         try:
             result = self.session.run(step.op, step.fields)
         except CacheError as exc:
@@ -101,7 +102,8 @@ class Runner:
         if self.checks and full:
             violations.extend(drift(cache, store))
         failures = self._judge(step, result, error, unchanged)
-        record = StepRecord(step, result, error, events, tuple(violations), tuple(failures), store, full)
+        fired = tuple(n for n, count in cache.fault_hits.items() if count != hits[n]) if hits else ()
+        record = StepRecord(step, result, error, events, tuple(violations), tuple(failures), store, full, fired)
         self.timeline.add(record)
         if self.record is not None:
             _write_line(self.record, step.raw)

@@ -114,8 +114,8 @@ def cache_config(scenario: Scenario, device: Optional[str] = None):
     from cache.config import CacheConfig
 
     cfg = dict(scenario.config)
-    cfg.pop("faults", None)
     cfg["components"] = tuple(cfg["components"])
+    cfg["faults"] = tuple(cfg.get("faults", ()))
     if device is not None:
         cfg["device"] = device
     try:
@@ -276,8 +276,16 @@ def _check_config(config, name: str, section_line) -> dict[str, Any]:
     comps = config["components"]
     if not all(isinstance(c, str) for c in comps) or "full" not in comps:
         raise ScenarioError('must list component names and include "full"', name, section_line("config", "components"), "components")
-    if config.get("faults"):
-        raise ScenarioError("faults are reserved for a later fault catalogue and must be empty", name, section_line("config", "faults"), "faults")
+    faults = config.get("faults", [])
+    if not all(isinstance(f, str) for f in faults):
+        raise ScenarioError("must list fault names (strings)", name, section_line("config", "faults"), "faults")
+    if faults:
+        from cache.faults import check_fault_names
+
+        try:
+            check_fault_names(faults, comps)
+        except ValueError as exc:
+            raise ScenarioError(str(exc), name, section_line("config", "faults"), "faults") from None
     return dict(config)
 
 

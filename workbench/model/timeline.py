@@ -40,6 +40,7 @@ class StepRecord:
     failures: tuple[Failure, ...]
     store: StateStore = dataclasses.field(repr=False, compare=False)
     full_check: bool = False  # the full invariant sweep ran after this step (else the incremental one)
+    faults_fired: tuple[str, ...] = ()  # config faults that changed the cache's behaviour in this step
 
     @property
     def index(self) -> int:
