@@ -57,8 +57,10 @@ def test_appended_steps_are_checked_like_the_file_and_a_refusal_changes_nothing(
     with pytest.raises(ScenarioError, match="needs the swa component"):
         StepAppender(load_scenario(ROOT / "scenarios" / "tour.toml")).append({"op": "evict", "swa": 1})
     assert appender.scenario is scenario
-    grown = appender.append({"op": "lock", "match": "m", "as": "L2"})
-    assert grown.steps[:-1] == scenario.steps and grown.steps[-1].index == len(scenario.steps) + 1
+    step = appender.append({"op": "lock", "match": "m", "as": "L2"})
+    assert step.index == len(scenario.steps) + 1 and appender.count == len(scenario.steps) + 1
+    grown = appender.scenario
+    assert grown.steps[:-1] == scenario.steps and grown.steps[-1] is step
     assert appender.names["lock"] == ["L2"]
     with pytest.raises(ScenarioError, match="lock name 'L2' is still held"):
         appender.check({"op": "lock", "match": "m", "as": "L2"})
@@ -69,7 +71,8 @@ def test_a_runner_extended_with_appended_steps_runs_them_after_the_old_ones():
     runner = Runner(scenario)
     runner.run()
     appender = StepAppender(scenario)
-    runner.extend(appender.append({"op": "insert", "key": [7, 7, 7]}))
+    appender.append({"op": "insert", "key": [7, 7, 7]})
+    runner.extend(appender.scenario)
     assert not runner.done
     record = runner.step()
     assert record.index == len(scenario.steps) + 1 and record.passed and runner.done

@@ -20,7 +20,7 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0,
 EXIT_CODES = """\
 exit codes:
   0    every check passed
-  1    a check failed: an expectation, an invariant or a KV fingerprint
+  1    a check failed: an expectation, an invariant or a KV fingerprint (urc fuzz: it found a failure)
   2    bad input: an invalid scenario file, option or output path
   3    an internal error in urc (run again with --debug for the traceback)
   130  interrupted (Ctrl-C)"""
@@ -124,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     tui.add_argument("--follow", metavar="TRACE.jsonl",
                      help="tail a JSONL trace while it is written (urc run --record, a fuzzer, a live recorder): "
                           "its steps are added as they arrive; waits for the file and its header line")
+
+    from .cli_fuzz import add_parser as add_fuzz
+
+    add_fuzz(command)
 
     command("demo", "run a small built-in sequence and print the tree after each step",
             "A tiny built-in sequence on the Full component; needs no file.")
@@ -549,8 +553,14 @@ def _check_device(device: str) -> None:
             raise ScenarioError("--device cuda: no CUDA device is available here (use cpu or auto)")
 
 
-COMMANDS = {"run": _run, "show": _show, "diff": _diff, "why": _why, "svg": _svg, "tui": _tui, "demo": _demo,
-            "bench": _bench}
+def _fuzz(args) -> int:
+    from .cli_fuzz import run
+
+    return run(args)
+
+
+COMMANDS = {"run": _run, "show": _show, "diff": _diff, "why": _why, "svg": _svg, "tui": _tui, "fuzz": _fuzz,
+            "demo": _demo, "bench": _bench}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -313,16 +313,30 @@ class _Names:
 
 class StepAppender:
     """Checks steps added at the end of a loaded scenario (a live op typed in the TUI,
-    a line appended to a followed trace) exactly as if they had been in the file: the
-    same messages, and the names defined so far still apply. A refused step leaves
-    the appender as it was."""
+    a line appended to a followed trace, a fuzzer's next op) exactly as if they had
+    been in the file: the same messages, and the names defined so far still apply. A
+    refused step leaves the appender as it was. ``scenario`` is the scenario with every
+    appended step, built when asked for (so appending n steps costs O(n), not O(n²))."""
 
     def __init__(self, scenario: Scenario) -> None:
-        self.scenario = scenario
+        self._scenario = scenario
+        self._pending: list[Step] = []
         self._names = _Names(scenario.config["components"])
         for step in scenario.steps:  # replay the names, O(steps) once
             _track_names(step.op, step.fields, self._names, step.expect_error is not None, scenario.path,
                          lambda field=None, step=step: step.line or None)
+
+    @property
+    def scenario(self) -> Scenario:
+        if self._pending:
+            self._scenario = dataclasses.replace(self._scenario, steps=self._scenario.steps + tuple(self._pending),
+                                                 notices=())
+            self._pending = []
+        return self._scenario
+
+    @property
+    def count(self) -> int:
+        return len(self._scenario.steps) + len(self._pending)
 
     @property
     def names(self) -> dict[str, list[str]]:
@@ -334,18 +348,18 @@ class StepAppender:
         """The step ``raw`` would be if appended now (raises ScenarioError; changes nothing)."""
         return self._checked(raw, line)[0]
 
-    def append(self, raw: Any, line: int = 0) -> Scenario:
-        """Check ``raw`` and return the scenario with it as the last step."""
+    def append(self, raw: Any, line: int = 0) -> Step:
+        """Check ``raw`` and add it as the last step; returns it."""
         step, self._names = self._checked(raw, line)
-        self.scenario = dataclasses.replace(self.scenario, steps=self.scenario.steps + (step,), notices=())
-        return self.scenario
+        self._pending.append(step)
+        return step
 
     def _checked(self, raw: Any, line: int) -> tuple[Step, _Names]:
+        path = self._scenario.path
         if not isinstance(raw, dict):
-            raise ScenarioError("each step must be a table of fields", self.scenario.path, line or None)
+            raise ScenarioError("each step must be a table of fields", path, line or None)
         names = self._names.copy()
-        step = _check_step(len(self.scenario.steps), raw, self.scenario.path, lambda field=None: line or None,
-                           self.scenario.config, names)
+        step = _check_step(self.count, raw, path, lambda field=None: line or None, self._scenario.config, names)
         return step, names
 
 

@@ -1,0 +1,180 @@
+"""``urc fuzz``: its options and what it prints (the model is ``model/fuzz.py``).
+
+Three modes: ``--list-faults`` prints the catalogue; ``--faults all`` fuzzes every fault
+and prints the detection table; otherwise one fuzz run on one config, which on the
+first failure shrinks it and writes a ready-to-commit scenario file (exit 1), or says
+how many steps passed (exit 0).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .model.scenario import ScenarioError
+
+COMPONENT_SETS = ("full", "full,swa", "full,mamba", "full,swa,mamba")
+
+
+def add_parser(command) -> None:
+    fuzz = command("fuzz", "random op sequences, checked after every step; a failure is shrunk to a scenario file",
+                   "Generate random op sequences (inserts, matches, locks, evictions, request flows) for a config, "
+                   "check invariants, fingerprints and - with faults on - a fault-free twin's results after every "
+                   "step; shrink the first failure to a minimal scenario that fails `urc run` the same way and "
+                   "passes with faults = [].")
+    fuzz.add_argument("--config", default="full", choices=COMPONENT_SETS, metavar="COMPONENTS",
+                      help="the cache's components: " + " | ".join(COMPONENT_SETS) + " (default full)")
+    fuzz.add_argument("--page-size", type=int, default=1, metavar="N", help="page size (default 1)")
+    fuzz.add_argument("--sliding-window", type=int, default=4, metavar="N", help="SWA window (default 4)")
+    fuzz.add_argument("--kv-size", type=int, metavar="N", help="Full pool tokens (default 48 pages)")
+    fuzz.add_argument("--swa-kv-size", type=int, metavar="N", help="SWA pool tokens (default 3/4 of --kv-size)")
+    fuzz.add_argument("--mamba-size", type=int, metavar="N", help="Mamba state slots (default 6)")
+    fuzz.add_argument("--seed", type=int, default=0, metavar="S", help="the seed: a run is the same for a seed")
+    fuzz.add_argument("--steps", type=int, default=10_000, metavar="N", help="steps to run (default 10,000; in "
+                      "episodes of 2,000 on a fresh cache)")
+    fuzz.add_argument("--time-budget", type=float, metavar="SEC", help="stop after this many seconds")
+    fuzz.add_argument("--fault", action="append", default=[], metavar="NAME",
+                      help="turn on a fault from the catalogue (repeatable; see --list-faults)")
+    fuzz.add_argument("--faults", choices=("all",), help="all: fuzz every fault in turn and print the detection table")
+    fuzz.add_argument("--list-faults", action="store_true", help="print the fault catalogue, one fault per line")
+    fuzz.add_argument("-o", "--output", metavar="OUT.toml",
+                      help="where to write the shrunk scenario (default: fuzz-FAULT-seedS.toml here)")
+    fuzz.add_argument("--trace", metavar="OUT.jsonl",
+                      help="also write the failing run, unshrunk, as a JSONL trace (urc tui --follow / urc tui)")
+    fuzz.add_argument("--force", action="store_true", help="overwrite existing output files")
+    fuzz.add_argument("--shrink-budget", type=float, default=60.0, metavar="SEC",
+                      help="seconds the shrinker may take (default 60)")
+    fuzz.add_argument("--full-checks", action="store_true", help="the full invariant sweep after every step")
+    fuzz.add_argument("--json", action="store_true", help="print the result (or the detection table) as JSON")
+
+
+def run(args) -> int:
+    from .model.fuzz import FuzzConfig
+
+    if args.list_faults:
+        return _list_faults()
+    for name in ("steps", "page_size", "sliding_window", "kv_size", "swa_kv_size", "mamba_size"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise ScenarioError(f"--{name.replace('_', '-')} must be a positive int")
+    if args.faults == "all":
+        if args.fault or args.output or args.trace:
+            raise ScenarioError("--faults all runs the whole catalogue: leave out --fault, -o and --trace")
+        return _detection_table(args)
+    config = FuzzConfig(tuple(args.config.split(",")), args.page_size, args.sliding_window, args.kv_size,
+                        args.swa_kv_size, args.mamba_size, tuple(args.fault))
+    _check_config(config)
+    return _fuzz_once(config, args)
+
+
+def _list_faults() -> int:
+    from cache.faults import catalogue
+
+    for fault in catalogue().values():
+        needs = "+".join(("full",) + tuple(c for c in fault.components if c != "full"))
+        print(f"{fault.name}\t{needs}\t{fault.source}\t{fault.summary}")
+    return 0
+
+
+def _check_config(config) -> None:
+    """A config the cache refuses (or an unknown fault) is bad input, said before fuzzing."""
+    from cache.config import CacheConfig
+
+    cfg = config.scenario_config()
+    try:
+        CacheConfig(**{**cfg, "components": tuple(cfg["components"]), "faults": tuple(cfg.get("faults", ()))})
+    except ValueError as exc:
+        raise ScenarioError(f"config cannot be built: {exc}") from None
+
+
+def _fuzz_once(config, args) -> int:
+    from .model.fuzz import fuzz, repro_scenario, shrink_result
+    from .model.outputs import check_output, open_output
+    from .model.scenario_writer import scenario_jsonl, scenario_toml
+    from .render.report import progress
+
+    label = "+".join(config.faults) or "unfaulted"
+    output = args.output or f"fuzz-{label}-seed{args.seed}.toml"
+    check_output(output, (), args.force, "-o")
+    if args.trace:
+        check_output(args.trace, (), args.force, "--trace")
+    with progress(args.steps, f"fuzz {config.label()}", minimum=2000) as advance:
+        result = fuzz(config, args.seed, args.steps, args.time_budget, lambda n: advance(), full_checks=args.full_checks)
+    rate = f"{result.ops_per_second:,.0f} ops/s"
+    if result.finding is None:
+        _say_or_json(args, {"config": config.label(), "seed": args.seed, "steps": result.steps_run,
+                            "ops_per_second": round(result.ops_per_second), "finding": None},
+                     f"no failure in {result.steps_run:,} steps ({config.label()}, seed {args.seed}; {rate})")
+        return 0
+    finding = result.finding
+    if args.trace:
+        from .model.scenario import scenario_from_records
+
+        header = {"schema": 1, "scenario": {"name": f"fuzz-{label}-seed{args.seed}-run", "source": "urc fuzz"},
+                  "config": config.scenario_config()}
+        with open_output(args.trace, (), args.force, "--trace") as stream:
+            stream.write(scenario_jsonl(scenario_from_records(header, result.run_steps)))
+    shrink_result(result, args.shrink_budget)
+    scenario = repro_scenario(result)
+    with open_output(output, (), args.force, "-o") as stream:
+        stream.write(scenario_toml(scenario))
+    fired = result.first_fired
+    summary = {
+        "config": config.label(), "seed": args.seed, "episode": result.episode, "steps": result.steps_run,
+        "ops_per_second": round(result.ops_per_second), "check": finding.check, "message": finding.message,
+        "flagged_step": finding.step, "first_faulty_step": fired, "shrunk_steps": len(result.shrunk),
+        "shrink_runs": result.shrink_runs, "output": output, "trace": args.trace,
+    }
+    where = f"step {finding.step} of episode {result.episode}" + (f" (the fault first acted at step {fired})"
+                                                                  if fired is not None else "")
+    _say_or_json(args, summary, "\n".join([
+        f"FAIL {config.label()}, seed {args.seed}: {finding.check} at {where}",
+        f"  {finding.message}",
+        f"  shrunk to {len(result.shrunk)} steps ({result.shrink_runs} runs); wrote {output}"
+        + (f" and the failing run to {args.trace}" if args.trace else ""),
+        f"  replay: urc run {output}   (with faults = [] it passes)",
+    ]))
+    return 1
+
+
+def _detection_table(args) -> int:
+    from cache.faults import catalogue
+
+    from .model.fuzz import detect
+
+    rows = []
+    for fault in catalogue().values():
+        if sys.stderr.isatty():
+            print(f"fuzzing {fault.name} …", file=sys.stderr, flush=True)
+        rows.append(detect(fault.name, fault.components, shrink_budget=args.shrink_budget).row())
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(detection_text(rows))
+    return 0 if all(r["flagged"] for r in rows) else 1
+
+
+def detection_text(rows: list[dict]) -> str:
+    """The README's table: one row per fault."""
+    lines = ["| fault | config (seed) | first faulty step | flagged at | by | shrunk to | counters+LRU check |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if not r["flagged"]:
+            lines.append(f"| `{r['fault']}` | not flagged in {r['runs']} runs | {r['first_faulty_step'] or '—'} "
+                         "| — | — | — | — |")
+            continue
+        lines.append(f"| `{r['fault']}` | {r['config']} ({r['seed']}) | {r['first_faulty_step'] or '—'} | "
+                     f"{r['flagged_step']} | {r['check']} | {r['shrunk_steps']} steps | "
+                     f"{'yes' if r['sanity_check_catches'] else 'no'} |")
+    flagged = sum(r["flagged"] for r in rows)
+    first = sum(1 for r in rows if r["flagged"] and r["first_faulty_step"] == r["flagged_step"])
+    small = sum(1 for r in rows if r["flagged"] and r["shrunk_steps"] is not None and r["shrunk_steps"] <= 10)
+    sanity = sum(1 for r in rows if r.get("sanity_check_catches"))
+    lines.append("")
+    lines.append(f"{flagged}/{len(rows)} flagged, {first} at their first faulty step, {small} shrunk to ≤ 10 steps; "
+                 f"a counters-and-LRU check alone catches {sanity}.")
+    return "\n".join(lines)
+
+
+def _say_or_json(args, data: dict, text: str) -> None:
+    print(json.dumps(data, indent=1) if args.json else text)

@@ -1,0 +1,450 @@
+"""``urc fuzz``: random op sequences against the cache, checked after every step, and a
+failure shrunk to a minimal scenario file.
+
+Generation (``OpGenerator``) keeps a model of the live names, so every step is one a
+scenario file could hold: inserts and matches over a tiny token alphabet with shared
+prefixes (so keys collide and nodes split), locks, unlocks and window releases on live
+handles, evictions per component, and request flows (prefill, decode with window
+sliding, chunked and finished caching). It is deterministic for a seed.
+
+Checking: every step gets the runner's invariants and KV fingerprints. With faults on
+(``config.faults``) the same steps also run on a fault-free cache in lockstep, and each
+step carries that cache's results and pool counters as expectations — the
+differential check that catches a fault which keeps every invariant (a lock on the
+wrong node, a shorter match). Those expectations come from the unfaulted cache, so a
+written scenario passes with ``faults = []`` by construction and fails with the fault.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Optional
+
+from .runner import Runner, state_field
+from .scenario import Scenario, ScenarioError, StepAppender, scenario_from_records
+from .shrink import Shrinker, Steps
+from .timeline import StepRecord
+
+SANITY_PREFIXES = ("counter.", "lru.")  # what upstream's sanity check looks at: counters and LRU order
+SANITY_SUFFIXES = (".balance",)  # … and its idle memory check: available + cached + held == total
+
+
+@dataclasses.dataclass(frozen=True)
+class FuzzConfig:
+    components: tuple[str, ...] = ("full",)
+    page_size: int = 1
+    sliding_window: int = 4
+    kv_size: Optional[int] = None  # tokens; default 48 pages: eviction runs often
+    swa_kv_size: Optional[int] = None  # default 3/4 of kv_size
+    mamba_size: Optional[int] = None  # default 6 states
+    faults: tuple[str, ...] = ()
+
+    def scenario_config(self, faults: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
+        page = self.page_size
+        kv = self.kv_size or 48 * page
+        config: dict[str, Any] = {"components": list(self.components), "page_size": page, "kv_size": kv}
+        if "swa" in self.components:
+            config["sliding_window"] = self.sliding_window
+            config["swa_kv_size"] = self.swa_kv_size or max(page, kv * 3 // 4 // page * page)
+        if "mamba" in self.components:
+            config["mamba_size"] = self.mamba_size or 6
+        faults = self.faults if faults is None else faults
+        if faults:
+            config["faults"] = list(faults)
+        return config
+
+    def label(self) -> str:
+        comps = "+".join(c.capitalize() if c != "swa" else "SWA" for c in self.components)
+        window = f" w{self.sliding_window}" if "swa" in self.components else ""
+        return f"{comps} p{self.page_size}{window}"
+
+
+# ---- generation ----------------------------------------------------------------------------------
+
+
+class OpGenerator:
+    """Infinite valid steps for one config; ``next_step()`` is deterministic per seed."""
+
+    def __init__(self, config: FuzzConfig, seed: int | str) -> None:
+        self.config = config
+        self.rng = random.Random(seed)
+        self.page = config.page_size
+        self.keys: list[list[int]] = []
+        self.matches: list[str] = []
+        self.held: list[str] = []
+        self.running: list[str] = []
+        self.count = 0
+
+    def _key(self, min_len: int = 0) -> list[int]:
+        rng, page = self.rng, self.page
+        if self.keys and rng.random() < 0.6:  # share a prefix with an earlier key
+            base = rng.choice(self.keys)
+            cut = rng.randint(0, len(base))
+            if rng.random() < 0.7:
+                cut = cut // page * page
+            key = base[:cut]
+        else:
+            key = []
+        pages = rng.choice((0, 1, 1, 2, 2, 3, 4))
+        key = key + [rng.randint(1, 3) for _ in range(pages * page + (rng.randrange(page) if rng.random() < 0.3 else 0))]
+        key = key[: 8 * page + self.config.sliding_window]
+        while len(key) < min_len:
+            key.append(rng.randint(1, 3))
+        if len(key) >= page:
+            self.keys = (self.keys + [key])[-12:]
+        return key
+
+    def next_step(self) -> dict[str, Any]:
+        self.count += 1
+        n, rng, comps = self.count, self.rng, self.config.components
+        choices = [("insert", 24), ("match", 20), ("evict", 7), ("req_prefill", 7 if len(self.running) < 3 else 0)]
+        choices += [("lock", 9 if self.matches and len(self.held) < 6 else 0), ("unlock", 8 if self.held else 0)]
+        choices += [("release_window", 3 if self.held and "swa" in comps else 0)]
+        choices += [("req_decode", 9 if self.running else 0), ("req_chunk", 3 if self.running else 0)]
+        choices += [("req_finish", 6 if self.running else 0)]
+        op = rng.choices([c for c, _ in choices], [w for _, w in choices])[0]
+        if op == "insert":
+            step: dict[str, Any] = {"op": "insert", "key": self._key()}
+            if "swa" in comps and rng.random() < 0.15 and len(step["key"]) >= self.page:
+                step["swa_evicted_seqlen"] = rng.randint(0, len(step["key"]) // self.page) * self.page
+            return step
+        if op == "match":
+            name = f"m{n}"
+            self.matches = (self.matches + [name])[-6:]
+            return {"op": "match", "key": self._key(), "as": name}
+        if op == "lock":
+            name = f"L{n}"
+            self.held.append(name)
+            return {"op": "lock", "match": rng.choice(self.matches), "as": name}
+        if op == "unlock":
+            return {"op": "unlock", "lock": self.held.pop(rng.randrange(len(self.held)))}
+        if op == "release_window":
+            return {"op": "release_window", "lock": rng.choice(self.held)}
+        if op == "evict":
+            step = {"op": "evict"}
+            for c in rng.sample(list(comps), rng.randint(1, len(comps))):
+                step[c] = rng.randint(1, 3 if c == "mamba" else 4 * self.page)
+            return step
+        if op == "req_prefill":
+            name = f"r{n}"
+            self.running.append(name)
+            return {"op": "req_prefill", "req": name, "tokens": self._key(min_len=1)}
+        if op == "req_decode":
+            step = {"op": "req_decode", "req": rng.choice(self.running),
+                    "tokens": [rng.randint(1, 3) for _ in range(rng.randint(1, 2 * self.page))]}
+            if "swa" in comps and rng.random() < 0.4:
+                step["slide_window"] = True
+            return step
+        if op == "req_chunk":
+            return {"op": "req_chunk", "req": rng.choice(self.running)}
+        step = {"op": "req_finish", "req": self.running.pop(rng.randrange(len(self.running)))}
+        if rng.random() < 0.15:
+            step["insert"] = False
+        return step
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        while True:
+            yield self.next_step()
+
+
+# ---- checking ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """What failed first: the check's kind and name, at which step, and its message."""
+
+    kind: str  # "invariant", "fingerprint", "expectation", "error"
+    name: str  # the invariant's name, the expectation's field, or "error"
+    step: int
+    message: str
+
+    @property
+    def check(self) -> str:
+        return f"{self.kind} {self.name}"
+
+    def same_way(self, other: Optional[Finding]) -> bool:
+        return other is not None and (self.kind, self.name) == (other.kind, other.name)
+
+
+def findings(record: StepRecord) -> list[Finding]:
+    """Every failed check of a step, invariants and fingerprints first."""
+    out = [Finding("fingerprint" if v.name.startswith("match.") else "invariant", v.name, record.index, v.message)
+           for v in record.violations]
+    for failure in record.failures:
+        kind = "error" if failure.field == "error" else "expectation"
+        out.append(Finding(kind, failure.field, record.index, str(failure)))
+    return out
+
+
+def sanity_check_would_catch(record: StepRecord) -> bool:
+    """Would a counters-and-LRU check (upstream's sanity and idle memory checks) see it?"""
+    return any(v.name.startswith(SANITY_PREFIXES) or v.name.endswith(SANITY_SUFFIXES) for v in record.violations)
+
+
+def pinned(record: StepRecord, components: tuple[str, ...]) -> dict[str, Any]:
+    """The expectations a step gets from the fault-free cache: its error, or its results
+    and the pool counters, node and tombstone counts after it."""
+    if record.error is not None:
+        return {"expect_error": record.error.split(": ", 1)[-1]}
+    expect = {k: v for k, v in (record.result or {}).items() if v is not None}
+    state = record.state
+    for c in components:
+        for counter in ("available", "evictable", "protected", "held"):
+            expect[f"{c}_{counter}"] = state_field(state, f"{c}_{counter}")
+        if c != "full":
+            expect[f"{c}_tombstones"] = state_field(state, f"{c}_tombstones")
+    expect["nodes"] = state_field(state, "nodes")
+    expect["requests"] = state_field(state, "requests")
+    return {"expect": expect}
+
+
+class LockstepRun:
+    """Steps appended one at a time; with faults, a fault-free twin pins expectations."""
+
+    def __init__(self, config: FuzzConfig, name: str = "fuzz", checks: bool = True, full_checks: bool = False) -> None:
+        self.config = config
+        header = {"schema": 1, "scenario": {"name": name, "source": "urc fuzz"}, "config": config.scenario_config()}
+        self.runner, self.appender = _empty_runner(header, checks, refusals_ok=not config.faults, full=full_checks)
+        self.twin = None
+        if config.faults:  # the twin's refusals become the faulty run's expect_error
+            twin_header = {**header, "config": config.scenario_config(faults=())}
+            self.twin = _empty_runner(twin_header, checks=False, refusals_ok=True, full=False)
+        self.steps: Steps = []  # the steps as run, expectations included
+
+    def step(self, raw: dict[str, Any]) -> StepRecord:
+        """Run ``raw`` (ScenarioError when the loader would refuse it). Without a twin a
+        refused op is an outcome (it must change nothing); the step is kept with the
+        error it got, as ``expect_error``, so a written scenario replays it."""
+        if self.twin is not None:
+            runner, appender = self.twin
+            appender.append(raw)
+            runner.extend(appender.scenario)
+            raw = {**raw, **pinned(runner.step(), self.config.components)}
+        self.appender.append(raw)
+        self.runner.extend(self.appender.scenario)
+        record = self.runner.step()
+        if self.twin is None and record.error is not None:
+            raw = {**raw, "expect_error": record.error.split(": ", 1)[-1]}
+        self.steps.append(raw)
+        return record
+
+    @property
+    def records(self) -> list[StepRecord]:
+        return self.runner.timeline.records
+
+
+def _empty_runner(header: dict, checks: bool, refusals_ok: bool, full: bool) -> tuple[Runner, StepAppender]:
+    """Incremental checks per step and a full sweep every 256 (the runner's rule);
+    ``full``: the full sweep after every step."""
+    scenario = scenario_from_records(header, [])
+    runner = Runner(scenario, checks=checks, refusals_ok=refusals_ok, full_checks=full, sweep_at_end=False)
+    return runner, StepAppender(scenario)
+
+
+# ---- fuzzing -------------------------------------------------------------------------------------
+
+
+EPISODE_STEPS = 2000  # steps per fresh cache: the timeline stays small and starts vary
+
+
+@dataclasses.dataclass
+class FuzzResult:
+    config: FuzzConfig
+    seed: int
+    steps_run: int
+    seconds: float
+    episode: int = 0  # the episode (fresh cache) the last steps ran in
+    finding: Optional[Finding] = None
+    first_fired: Optional[int] = None  # in that episode: the first step where a fault changed behaviour
+    sanity_caught: bool = False  # a counters-and-LRU check would have flagged the run by then
+    run_steps: Steps = dataclasses.field(default_factory=list)  # the episode as run, expectations included
+    shrunk: Optional[Steps] = None
+    shrink_runs: int = 0
+
+    @property
+    def ops_per_second(self) -> float:
+        return self.steps_run / self.seconds if self.seconds else 0.0
+
+
+def episode_seed(seed: int, episode: int) -> str:
+    """Episode 0 of seed 7 is ``"7:0"``: string seeds are stable across Python runs."""
+    return f"{seed}:{episode}"
+
+
+def fuzz(config: FuzzConfig, seed: int, steps: int, time_budget: Optional[float] = None,
+         on_step: Optional[Callable[[int], None]] = None, checks: bool = True,
+         episode_steps: int = EPISODE_STEPS, full_checks: bool = False) -> FuzzResult:
+    """Run up to ``steps`` generated steps, in episodes of ``episode_steps`` on a fresh
+    cache each; stop at the first failed check (or when ``time_budget`` runs out)."""
+    start = time.monotonic()
+    result = FuzzResult(config, seed, 0, 0.0)
+    episode = -1
+    while result.steps_run < steps and result.finding is None:
+        episode += 1
+        run = LockstepRun(config, checks=checks, full_checks=full_checks)
+        generator = OpGenerator(config, episode_seed(seed, episode))
+        result.episode, result.first_fired, result.sanity_caught = episode, None, False
+        for _ in range(min(episode_steps, steps - result.steps_run)):
+            record = run.step(generator.next_step())
+            result.steps_run += 1
+            if record.faults_fired and result.first_fired is None:
+                result.first_fired = record.index
+            result.sanity_caught = result.sanity_caught or sanity_check_would_catch(record)
+            if on_step is not None:
+                on_step(result.steps_run)
+            found = findings(record)
+            if found:
+                result.finding = found[0]
+                break
+            if time_budget is not None and time.monotonic() - start > time_budget:
+                steps = result.steps_run
+                break
+        if result.finding is None and checks and run.records:  # the episode's end: the whole tree
+            swept = run.runner.sweep()
+            if swept:
+                result.finding = Finding("invariant", swept[0].name, len(run.records), swept[0].message)
+        result.run_steps = run.steps
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def bare(steps: Steps) -> Steps:
+    """The steps without the expectations the fuzzer pinned."""
+    return [{k: v for k, v in s.items() if k not in ("expect", "expect_error")} for s in steps]
+
+
+def reproduce(config: FuzzConfig, steps: Steps) -> Optional[Finding]:
+    """Run bare ``steps`` (fault-free twin pinning expectations, as the fuzzer does);
+    the first failed check, or None (also when the steps are not a valid scenario)."""
+    run = LockstepRun(config)
+    try:
+        for raw in steps:
+            found = findings(run.step(raw))
+            if found:
+                return found[0]
+    except ScenarioError:
+        return None
+    return None
+
+
+def shrink_result(result: FuzzResult, budget_s: Optional[float] = 60.0) -> FuzzResult:
+    """Shrink a found failure to a minimal sequence that fails the same way."""
+    target = result.finding
+    assert target is not None, "nothing to shrink"
+    steps = bare(result.run_steps[: target.step])
+    shrinker = Shrinker(lambda s: target.same_way(reproduce(result.config, s)), budget_s, result.config.page_size)
+    result.shrunk = shrinker.shrink(steps)
+    result.shrink_runs = shrinker.runs
+    return result
+
+
+def repro_scenario(result: FuzzResult, name: Optional[str] = None) -> Scenario:
+    """The shrunk failure as a scenario: the fault in config.faults, and only the
+    expectations its failure needs (all of them if trimming would lose it)."""
+    config, steps = result.config, result.shrunk or bare(result.run_steps)
+    run = LockstepRun(config)
+    for raw in steps:
+        run.step(raw)
+    pinned_steps = run.steps
+    finding = reproduce(config, steps)
+    trimmed = _trim(pinned_steps, finding)
+    label = "+".join(config.faults) or "unfaulted"
+    meta = {
+        "name": name or f"fuzz-{label}-seed{result.seed}",
+        "description": (f"Found by urc fuzz ({config.label()}, seed {result.seed}, episode {result.episode}) after "
+                        f"{len(result.run_steps)} steps of a fresh cache and "
+                        f"shrunk to {len(steps)}. With the fault on, step {finding.step if finding else '?'} fails "
+                        f"{finding.check if finding else 'a check'}; with faults = [] every step passes. Expectations "
+                        "come from the fault-free cache."),
+        "source": "urc fuzz",
+    }
+    header = {"schema": 1, "scenario": meta, "config": config.scenario_config()}
+    for candidate in (trimmed, pinned_steps):
+        scenario = scenario_from_records(header, candidate)
+        if finding is not None and finding.same_way(_first_finding(scenario)):
+            return scenario
+    return scenario_from_records(header, pinned_steps)
+
+
+def _trim(steps: Steps, finding: Optional[Finding]) -> Steps:
+    """Keep expectations only where the failure needs them: the failing step's failed
+    field (an expectation failure), and every expect_error (a step that must fail)."""
+    out = []
+    for i, step in enumerate(steps, 1):
+        new = {k: v for k, v in step.items() if k != "expect"}
+        if finding is not None and i == finding.step and finding.kind == "expectation" and "expect" in step:
+            new["expect"] = {k: v for k, v in step["expect"].items() if k == finding.name}
+        out.append(new)
+    return out
+
+
+def _first_finding(scenario: Scenario) -> Optional[Finding]:
+    runner = Runner(scenario)
+    while not runner.done:
+        found = findings(runner.step())
+        if found:
+            return found[0]
+    return None
+
+
+# ---- the detection table -------------------------------------------------------------------------
+
+SCALE_CONFIGS = (  # the configurations the fuzzer is run on at scale (README), cheapest first
+    FuzzConfig(("full",), 1), FuzzConfig(("full",), 4), FuzzConfig(("full",), 16),
+    FuzzConfig(("full", "swa"), 1, 4), FuzzConfig(("full", "swa"), 4, 2), FuzzConfig(("full", "swa"), 16, 16),
+    FuzzConfig(("full", "mamba"), 1), FuzzConfig(("full", "mamba"), 4),
+    FuzzConfig(("full", "swa", "mamba"), 1, 4),
+)
+
+
+def configs_for(components: tuple[str, ...]) -> list[FuzzConfig]:
+    """The scale configs that carry these components, fewest components first."""
+    fits = [c for c in SCALE_CONFIGS if set(components) <= set(c.components)]
+    return sorted(fits, key=lambda c: len(c.components))
+
+
+@dataclasses.dataclass
+class Detection:
+    fault: str
+    result: Optional[FuzzResult]  # the run that flagged it (None: not flagged within the budget)
+    tried: int  # fuzz runs (config, seed) tried
+
+    @property
+    def flagged(self) -> bool:
+        return self.result is not None and self.result.finding is not None
+
+    @property
+    def at_first_faulty_step(self) -> bool:
+        return self.flagged and self.result.first_fired == self.result.finding.step
+
+    def row(self) -> dict[str, Any]:
+        r = self.result
+        if not self.flagged:
+            return {"fault": self.fault, "flagged": False, "runs": self.tried,
+                    "first_faulty_step": r.first_fired if r else None}
+        return {
+            "fault": self.fault, "flagged": True, "config": r.config.label(), "seed": r.seed, "episode": r.episode,
+            "first_faulty_step": r.first_fired, "flagged_step": r.finding.step, "check": r.finding.check,
+            "shrunk_steps": len(r.shrunk) if r.shrunk is not None else None,
+            "sanity_check_catches": r.sanity_caught, "runs": self.tried,
+        }
+
+
+def detect(fault: str, components: tuple[str, ...], seeds: int = 3, steps: int = EPISODE_STEPS,
+           shrink_budget: Optional[float] = 60.0, configs: Optional[list[FuzzConfig]] = None) -> Detection:
+    """Fuzz with one fault on, config by config and seed by seed, until a check flags it;
+    then shrink. ``components``: what the fault needs."""
+    tried = 0
+    last = None
+    for config in configs if configs is not None else configs_for(components):
+        config = dataclasses.replace(config, faults=(fault,))
+        for seed in range(seeds):
+            tried += 1
+            last = fuzz(config, seed, steps)
+            if last.finding is not None:
+                return Detection(fault, shrink_result(last, shrink_budget), tried)
+    return Detection(fault, last, tried)

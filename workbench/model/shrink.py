@@ -1,0 +1,151 @@
+"""Shrinking a failing op sequence to a minimal one that fails the same way.
+
+Generic over steps (scenario step dicts) and a ``fails(steps) -> bool`` oracle, so it
+is tested on its own. Passes, repeated until none makes progress (or time runs out):
+drop chunks of steps (delta debugging: halves, quarters, … single steps), shorten
+token lists (halve, then drop single tokens), lower amounts (eviction sizes, window
+floors) towards their smallest, and finally renumber tokens and names in order of
+first use so the result reads ``1 2 3`` and ``m1 L1 r1``. Every candidate is one the
+oracle accepted, so the result still fails the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Optional
+
+Steps = list[dict[str, Any]]
+TOKEN_FIELDS = ("key", "tokens")
+AMOUNT_FIELDS = ("full", "swa", "mamba", "swa_evicted_seqlen")
+
+
+class Shrinker:
+    """``shrink(steps)``: the smallest failing sequence it finds. ``runs`` counts oracle calls."""
+
+    def __init__(self, fails: Callable[[Steps], bool], budget_s: Optional[float] = None, page_size: int = 1) -> None:
+        self.fails = fails
+        self.deadline = None if budget_s is None else time.monotonic() + budget_s
+        self.page_size = page_size
+        self.runs = 0
+
+    def _try(self, candidate: Steps) -> bool:
+        self.runs += 1
+        return self.fails(candidate)
+
+    def _out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def shrink(self, steps: Steps) -> Steps:
+        best = [dict(s) for s in steps]
+        progress = True
+        while progress and not self._out_of_time():
+            progress = False
+            for shrink_pass in (self._drop_chunks, self._shorten_tokens, self._lower_amounts):
+                smaller = shrink_pass(best)
+                if smaller is not None:
+                    best, progress = smaller, True
+        renamed = renumber(best)
+        if renamed != best and self._try(renamed):
+            best = renamed
+        return best
+
+    # ---- passes: each returns a smaller failing sequence, or None ------------------------------
+    def _drop_chunks(self, steps: Steps) -> Optional[Steps]:
+        best, chunk = steps, max(1, len(steps) // 2)
+        improved = False
+        while chunk >= 1 and not self._out_of_time():
+            i = len(best) - chunk
+            while i >= 0 and not self._out_of_time():  # from the end: late steps rarely set the failure up
+                candidate = best[:i] + best[i + chunk:]
+                if candidate and self._try(candidate):
+                    best, improved = candidate, True
+                i -= chunk
+            chunk //= 2
+        return best if improved else None
+
+    def _shorten_tokens(self, steps: Steps) -> Optional[Steps]:
+        best, improved = steps, False
+        for index in range(len(best)):
+            for field in TOKEN_FIELDS:
+                for shorter in self._shorter_lists(best[index].get(field)):
+                    if self._out_of_time():
+                        return best if improved else None
+                    candidate = _with(best, index, field, shorter)
+                    if self._try(candidate):
+                        best, improved = candidate, True
+                        break
+        return best if improved else None
+
+    def _shorter_lists(self, tokens) -> Iterator[list[int]]:
+        if not isinstance(tokens, list) or len(tokens) <= 1:
+            return
+        page = self.page_size
+        for size in sorted({len(tokens) // 2 // page * page, len(tokens) - page, len(tokens) - 1}):
+            if 0 < size < len(tokens):
+                yield tokens[:size]
+        for i in range(len(tokens)):
+            yield tokens[:i] + tokens[i + 1:]
+
+    def _lower_amounts(self, steps: Steps) -> Optional[Steps]:
+        best, improved = steps, False
+        for index in range(len(best)):
+            for field in AMOUNT_FIELDS:
+                value = best[index].get(field)
+                if type(value) is not int or value <= 0:
+                    continue
+                step = self.page_size if field == "swa_evicted_seqlen" else 1
+                for lower in sorted({0, step, value // 2 // step * step, value - step}):
+                    if 0 <= lower < value and not self._out_of_time():
+                        candidate = _with(best, index, field, lower) if lower else _without(best, index, field)
+                        if self._try(candidate):
+                            best, improved = candidate, True
+                            break
+        return best if improved else None
+
+
+def _with(steps: Steps, index: int, field: str, value) -> Steps:
+    out = list(steps)
+    out[index] = {**steps[index], field: value}
+    return out
+
+
+def _without(steps: Steps, index: int, field: str) -> Steps:
+    """Drop an amount field (0 is its default)."""
+    out = list(steps)
+    out[index] = {k: v for k, v in steps[index].items() if k != field}
+    return out
+
+
+def renumber(steps: Steps) -> Steps:
+    """Tokens renumbered 1, 2, 3 … and names m1, L1, r1 … in order of first use (the
+    same structure: equal tokens stay equal, different ones different)."""
+    tokens: dict[int, int] = {}
+    names: dict[tuple[str, str], str] = {}
+    counters = {"match": 0, "lock": 0, "req": 0}
+    prefix = {"match": "m", "lock": "L", "req": "r"}
+
+    def name(kind: str, old: str) -> str:
+        key = (kind, old)
+        if key not in names:
+            counters[kind] += 1
+            names[key] = f"{prefix[kind]}{counters[kind]}"
+        return names[key]
+
+    out = []
+    for step in steps:
+        new = dict(step)
+        for field in TOKEN_FIELDS:
+            if isinstance(step.get(field), list):
+                new[field] = [tokens.setdefault(t, len(tokens) + 1) for t in step[field]]
+        op = step.get("op")
+        if "as" in step:
+            new["as"] = name("lock" if op == "lock" else "match", step["as"])
+        for field in ("match", "lock", "req"):
+            if field in step:
+                new[field] = name(field, step[field])
+        if isinstance(step.get("expect"), dict):
+            new["expect"] = {k: ({name("match", m): v for m, v in val.items()} if isinstance(val, dict) else val)
+                             for k, val in step["expect"].items()}
+        out.append(new)
+    return out
