@@ -154,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "trace and a 10,000-node tree (a few minutes)")
     bench.add_argument("--svg", action="store_true",
                        help="measure SVG export instead: a 2,000-node tree whole, a 10,000-node one with --max-nodes 500")
+    bench.add_argument("--fuzz", action="store_true",
+                       help="fuzz the unfaulted cache at scale instead: --ops per scale config (default 1,000,000: "
+                            "hours), every step checked; ops/s and any failure per config")
+    bench.add_argument("--ops", type=int, default=1_000_000, metavar="N", help="with --fuzz: ops per config")
     bench.add_argument("--write-trace", metavar="OUT.jsonl",
                        help="write the workload (--requests, --seed, --components) as a schema-1 trace and stop; "
                             "- writes to stdout")
@@ -500,6 +504,15 @@ def _bench(args) -> int:
         return EXIT_OK
     if args.force:
         raise ScenarioError("--force only applies with --write-trace")
+    if args.fuzz:
+        from .bench_fuzz import fuzz_report
+
+        if args.ops <= 0:
+            raise ScenarioError("--ops must be a positive int")
+        rows = fuzz_report(args.ops, args.seed, emit=lambda row: None if args.json else print(_fuzz_line(row), flush=True))
+        if args.json:
+            print(json.dumps(rows, indent=1))
+        return EXIT_OK if all(r.get("finding") is None and "error" not in r for r in rows) else EXIT_CHECK_FAILED
     if args.tui:
         from .bench_tui import tui_report
 
@@ -535,6 +548,13 @@ def _bench(args) -> int:
     else:
         print_report(report, make_console())
     return EXIT_OK
+
+
+def _fuzz_line(row: dict) -> str:
+    if "error" in row:
+        return f"{row['config']:22s} error: {row['error']}"
+    found = row["finding"] or "no failure"
+    return f"{row['config']:22s} {row['ops']:>9,} ops  {row['ops_per_second']:>6,} ops/s  {found}"
 
 
 def _timeline_text(report: dict) -> str:

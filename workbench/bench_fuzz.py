@@ -1,0 +1,42 @@
+"""``urc bench --fuzz``: the unfaulted cache under the fuzzer at scale — N ops per scale
+config (Full p1/p4/p16, Full+SWA (1,4)/(4,2)/(16,16), Full+Mamba p1/p4, Full+SWA+Mamba),
+every step checked, in episodes of 2,000 on a fresh cache. Reports ops per second and
+any failure (which ``urc fuzz`` with the same config and seed reproduces and shrinks).
+Each config runs in its own interpreter, so one can be rerun alone; a line is printed
+as each finishes (a long run keeps what finished)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def fuzz_report(ops: int, seed: int = 0, emit=print) -> list[dict]:
+    from .model.fuzz import SCALE_CONFIGS
+
+    rows = []
+    for index, config in enumerate(SCALE_CONFIGS):
+        proc = subprocess.run([sys.executable, "-m", "workbench.bench_fuzz", str(index), str(ops), str(seed)],
+                              capture_output=True, text=True)
+        row = json.loads(proc.stdout) if proc.returncode == 0 else {
+            "config": config.label(), "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+        rows.append(row)
+        emit(row)
+    return rows
+
+
+def one_config(index: int, ops: int, seed: int) -> dict:
+    from .model.fuzz import SCALE_CONFIGS, fuzz
+
+    config = SCALE_CONFIGS[index]
+    result = fuzz(config, seed, ops)
+    finding = result.finding
+    return {"config": config.label(), "ops": result.steps_run, "seconds": round(result.seconds, 1),
+            "ops_per_second": round(result.ops_per_second), "episodes": result.episode + 1,
+            "finding": None if finding is None else f"{finding.check} at step {finding.step} of episode "
+                                                    f"{result.episode}: {finding.message}"}
+
+
+if __name__ == "__main__":
+    print(json.dumps(one_config(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))))
