@@ -109,8 +109,7 @@ def found():
 
 def test_a_fault_is_flagged_where_it_first_acts(found):
     assert found.first_fired is not None and found.finding.step == found.first_fired
-    assert reproduce(found.config, [{k: v for k, v in s.items() if k not in ("expect", "expect_error")}
-                                    for s in found.run_steps[: found.finding.step]]) == found.finding
+    assert reproduce(found.config, found.raw_steps[: found.finding.step]) == found.finding
 
 
 def test_urc_fuzz_writes_a_shrunk_scenario_that_fails_the_same_way(capsys, tmp_path, monkeypatch, found):
@@ -150,7 +149,8 @@ def test_list_faults_prints_one_fault_per_line_name_first(capsys):
     (["--page-size", "-4"], "--page-size must be a positive int"),
     (["--fault", "nosuch"], "unknown fault 'nosuch'"),
     (["--fault", "swa-recovery-stale-mapping"], "needs the swa component"),
-    (["--faults", "all", "-o", "x.toml"], "leave out --fault, -o and --trace"),
+    (["--faults", "all", "--trace", "x.jsonl"], "leave out --fault and --trace"),
+    (["--faults", "all", "-o", "nosuchdir"], "-o names an existing directory"),
     (["--config", "full,swa", "--page-size", "3", "--kv-size", "10"], "multiple of page_size"),
     (["--faults", "some"], "invalid choice"),
 ])

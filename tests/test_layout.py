@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ["scenario", "session", "runner", "timeline", "states", "diff", "export", "outputs", "workload", "fmt", "cursor",
-         "why", "breakpoints", "follow", "live", "regression_test", "scenario_writer"]
+         "why", "breakpoints", "follow", "live", "regression_test", "scenario_writer", "fuzz", "shrink"]
 
 
 def imported_after(code: str) -> set[str]:

@@ -328,13 +328,15 @@ def test_unlocking_twice_jsonl(capsys):
         (config(components='["full", "foo"]'), "bad.toml:6", None, "'foo'"),
         (config(components='["foo", "full"]'), "bad.toml:6", None, "'full'"),
         (config(components='["full", "full"]'), "bad.toml:6", None, "duplicate"),
-        (config('faults = ["drop"]\n'), "bad.toml:9", "faults", "faults"),
+        (config('faults = ["drop"]\n'), "bad.toml:9", "faults", "unknown fault 'drop'"),
+        (config('faults = ["swa-recovery-stale-mapping"]\n'), "bad.toml:9", "faults", "needs the swa component"),
+        (config('faults = [3]\n'), "bad.toml:9", "faults", "fault names"),
         (config("page_size = 0\n"), "bad.toml:6", None, "page_size"),
         (config(kv_size="-64"), "bad.toml:6", None, "kv_size"),
         (config('device = "tpu"\n'), "bad.toml:6", None, "device"),
     ],
     ids=["kv-not-page-multiple", "no-full", "empty", "non-string", "unknown-foo", "full-not-first", "duplicate",
-         "faults", "page-0", "kv-negative", "device"],
+         "faults", "fault-needs-swa", "fault-not-a-name", "page-0", "kv-negative", "device"],
 )
 def test_config_that_cannot_be_built(capsys, text, where, field, says):
     write("bad.toml", text + INSERT_OK)

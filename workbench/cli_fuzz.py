@@ -28,7 +28,7 @@ def add_parser(command) -> None:
     fuzz.add_argument("--sliding-window", type=int, default=4, metavar="N", help="SWA window (default 4)")
     fuzz.add_argument("--kv-size", type=int, metavar="N", help="Full pool tokens (default 48 pages)")
     fuzz.add_argument("--swa-kv-size", type=int, metavar="N", help="SWA pool tokens (default 3/4 of --kv-size)")
-    fuzz.add_argument("--mamba-size", type=int, metavar="N", help="Mamba state slots (default 6)")
+    fuzz.add_argument("--mamba-size", type=int, metavar="N", help="Mamba state slots (default 4)")
     fuzz.add_argument("--seed", type=int, default=0, metavar="S", help="the seed: a run is the same for a seed")
     fuzz.add_argument("--steps", type=int, default=10_000, metavar="N", help="steps to run (default 10,000; in "
                       "episodes of 2,000 on a fresh cache)")
@@ -38,7 +38,8 @@ def add_parser(command) -> None:
     fuzz.add_argument("--faults", choices=("all",), help="all: fuzz every fault in turn and print the detection table")
     fuzz.add_argument("--list-faults", action="store_true", help="print the fault catalogue, one fault per line")
     fuzz.add_argument("-o", "--output", metavar="OUT.toml",
-                      help="where to write the shrunk scenario (default: fuzz-FAULT-seedS.toml here)")
+                      help="where to write the shrunk scenario (default: fuzz-FAULT-seedS.toml here); with --faults "
+                           "all: a directory for one FAULT.toml per flagged fault and detections.json")
     fuzz.add_argument("--trace", metavar="OUT.jsonl",
                       help="also write the failing run, unshrunk, as a JSONL trace (urc tui --follow / urc tui)")
     fuzz.add_argument("--force", action="store_true", help="overwrite existing output files")
@@ -58,8 +59,8 @@ def run(args) -> int:
         if value is not None and value <= 0:
             raise ScenarioError(f"--{name.replace('_', '-')} must be a positive int")
     if args.faults == "all":
-        if args.fault or args.output or args.trace:
-            raise ScenarioError("--faults all runs the whole catalogue: leave out --fault, -o and --trace")
+        if args.fault or args.trace:
+            raise ScenarioError("--faults all runs the whole catalogue: leave out --fault and --trace")
         return _detection_table(args)
     config = FuzzConfig(tuple(args.config.split(",")), args.page_size, args.sliding_window, args.kv_size,
                         args.swa_kv_size, args.mamba_size, tuple(args.fault))
@@ -138,15 +139,33 @@ def _fuzz_once(config, args) -> int:
 
 
 def _detection_table(args) -> int:
+    from pathlib import Path
+
     from cache.faults import catalogue
 
-    from .model.fuzz import detect
+    from .model.fuzz import detect, repro_scenario
+    from .model.outputs import check_output, open_output
+    from .model.scenario_writer import scenario_toml
 
+    folder = Path(args.output) if args.output else None
+    if folder is not None and not folder.is_dir():
+        raise ScenarioError(f"-o {folder}: with --faults all, -o names an existing directory")
+    faults = list(catalogue().values())
+    if folder is not None:
+        for name in [f"{f.name}.toml" for f in faults] + ["detections.json"]:
+            check_output(str(folder / name), (), args.force, "-o")
     rows = []
-    for fault in catalogue().values():
+    for fault in faults:
         if sys.stderr.isatty():
             print(f"fuzzing {fault.name} …", file=sys.stderr, flush=True)
-        rows.append(detect(fault.name, fault.components, shrink_budget=args.shrink_budget).row())
+        detection = detect(fault.name, fault.components, shrink_budget=args.shrink_budget)
+        rows.append(detection.row())
+        if folder is not None and detection.flagged:
+            with open_output(str(folder / f"{fault.name}.toml"), (), args.force, "-o") as stream:
+                stream.write(scenario_toml(repro_scenario(detection.result, name=f"fuzz-{fault.name}")))
+    if folder is not None:
+        with open_output(str(folder / "detections.json"), (), args.force, "-o") as stream:
+            stream.write(json.dumps(rows, indent=1) + "\n")
     if args.json:
         print(json.dumps(rows, indent=1))
     else:

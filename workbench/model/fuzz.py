@@ -50,7 +50,7 @@ class FuzzConfig:
             config["sliding_window"] = self.sliding_window
             config["swa_kv_size"] = self.swa_kv_size or max(page, kv * 3 // 4 // page * page)
         if "mamba" in self.components:
-            config["mamba_size"] = self.mamba_size or 6
+            config["mamba_size"] = self.mamba_size or 4
         faults = self.faults if faults is None else faults
         if faults:
             config["faults"] = list(faults)
@@ -75,6 +75,7 @@ class OpGenerator:
         self.keys: list[list[int]] = []
         self.matches: list[str] = []
         self.held: list[str] = []
+        self.released: list[str] = []
         self.running: list[str] = []
         self.count = 0
 
@@ -88,9 +89,9 @@ class OpGenerator:
             key = base[:cut]
         else:
             key = []
-        pages = rng.choice((0, 1, 1, 2, 2, 3, 4))
+        pages = rng.choice((0, 1, 1, 2, 2, 3, 4, 6, 8))
         key = key + [rng.randint(1, 3) for _ in range(pages * page + (rng.randrange(page) if rng.random() < 0.3 else 0))]
-        key = key[: 8 * page + self.config.sliding_window]
+        key = key[: 16 * page + self.config.sliding_window]
         while len(key) < min_len:
             key.append(rng.randint(1, 3))
         if len(key) >= page:
@@ -100,15 +101,18 @@ class OpGenerator:
     def next_step(self) -> dict[str, Any]:
         self.count += 1
         n, rng, comps = self.count, self.rng, self.config.components
-        choices = [("insert", 24), ("match", 20), ("evict", 7), ("req_prefill", 7 if len(self.running) < 3 else 0)]
+        max_running = 5 if "mamba" in comps else 3  # enough requests to exhaust a small state pool
+        choices = [("insert", 24), ("match", 20), ("evict", 10 if "swa" in comps else 7),
+                   ("req_prefill", 7 if len(self.running) < max_running else 0)]
         choices += [("lock", 9 if self.matches and len(self.held) < 6 else 0), ("unlock", 8 if self.held else 0)]
+        choices += [("stale_unlock", 1 if self.released else 0)]
         choices += [("release_window", 3 if self.held and "swa" in comps else 0)]
         choices += [("req_decode", 9 if self.running else 0), ("req_chunk", 3 if self.running else 0)]
         choices += [("req_finish", 6 if self.running else 0)]
         op = rng.choices([c for c, _ in choices], [w for _, w in choices])[0]
         if op == "insert":
             step: dict[str, Any] = {"op": "insert", "key": self._key()}
-            if "swa" in comps and rng.random() < 0.15 and len(step["key"]) >= self.page:
+            if "swa" in comps and rng.random() < 0.3 and len(step["key"]) >= self.page:
                 step["swa_evicted_seqlen"] = rng.randint(0, len(step["key"]) // self.page) * self.page
             return step
         if op == "match":
@@ -120,7 +124,11 @@ class OpGenerator:
             self.held.append(name)
             return {"op": "lock", "match": rng.choice(self.matches), "as": name}
         if op == "unlock":
-            return {"op": "unlock", "lock": self.held.pop(rng.randrange(len(self.held)))}
+            name = self.held.pop(rng.randrange(len(self.held)))
+            self.released = (self.released + [name])[-4:]
+            return {"op": "unlock", "lock": name}
+        if op == "stale_unlock":  # a lock released twice: the cache must refuse it and change nothing
+            return {"op": "unlock", "lock": rng.choice(self.released), "expect_error": ""}
         if op == "release_window":
             return {"op": "release_window", "lock": rng.choice(self.held)}
         if op == "evict":
@@ -131,7 +139,11 @@ class OpGenerator:
         if op == "req_prefill":
             name = f"r{n}"
             self.running.append(name)
-            return {"op": "req_prefill", "req": name, "tokens": self._key(min_len=1)}
+            tokens = self._key(min_len=1)
+            if rng.random() < 0.1:  # a prompt about the size of the pool: admission may be refused
+                kv = self.config.scenario_config()["kv_size"]
+                tokens = tokens + [rng.randint(1, 3) for _ in range(rng.randint(kv // 2, kv + kv // 4))]
+            return {"op": "req_prefill", "req": name, "tokens": tokens}
         if op == "req_decode":
             step = {"op": "req_decode", "req": rng.choice(self.running),
                     "tokens": [rng.randint(1, 3) for _ in range(rng.randint(1, 2 * self.page))]}
@@ -197,6 +209,7 @@ def pinned(record: StepRecord, components: tuple[str, ...]) -> dict[str, Any]:
             expect[f"{c}_{counter}"] = state_field(state, f"{c}_{counter}")
         if c != "full":
             expect[f"{c}_tombstones"] = state_field(state, f"{c}_tombstones")
+        expect[f"{c}_lru"] = state_field(state, f"{c}_lru")  # the order eviction will follow
     expect["nodes"] = state_field(state, "nodes")
     expect["requests"] = state_field(state, "requests")
     return {"expect": expect}
@@ -214,16 +227,21 @@ class LockstepRun:
             twin_header = {**header, "config": config.scenario_config(faults=())}
             self.twin = _empty_runner(twin_header, checks=False, refusals_ok=True, full=False)
         self.steps: Steps = []  # the steps as run, expectations included
+        self.raw_steps: Steps = []  # the steps as generated (what the shrinker works on)
 
     def step(self, raw: dict[str, Any]) -> StepRecord:
-        """Run ``raw`` (ScenarioError when the loader would refuse it). Without a twin a
-        refused op is an outcome (it must change nothing); the step is kept with the
-        error it got, as ``expect_error``, so a written scenario replays it."""
+        """Run ``raw`` (ScenarioError when the loader would refuse it). A generated step
+        may carry ``expect_error = ""``: an op meant to be refused (a second unlock),
+        which the loader accepts only so marked. Without a twin a refused op is an
+        outcome (it must change nothing); the step is kept with the error it got, as
+        ``expect_error``, so a written scenario replays it."""
+        self.raw_steps.append(raw)
         if self.twin is not None:
             runner, appender = self.twin
             appender.append(raw)
             runner.extend(appender.scenario)
-            raw = {**raw, **pinned(runner.step(), self.config.components)}
+            op_only = {k: v for k, v in raw.items() if k not in ("expect", "expect_error")}
+            raw = {**op_only, **pinned(runner.step(), self.config.components)}
         self.appender.append(raw)
         self.runner.extend(self.appender.scenario)
         record = self.runner.step()
@@ -262,6 +280,7 @@ class FuzzResult:
     first_fired: Optional[int] = None  # in that episode: the first step where a fault changed behaviour
     sanity_caught: bool = False  # a counters-and-LRU check would have flagged the run by then
     run_steps: Steps = dataclasses.field(default_factory=list)  # the episode as run, expectations included
+    raw_steps: Steps = dataclasses.field(default_factory=list)  # the episode as generated
     shrunk: Optional[Steps] = None
     shrink_runs: int = 0
 
@@ -307,18 +326,13 @@ def fuzz(config: FuzzConfig, seed: int, steps: int, time_budget: Optional[float]
             swept = run.runner.sweep()
             if swept:
                 result.finding = Finding("invariant", swept[0].name, len(run.records), swept[0].message)
-        result.run_steps = run.steps
+        result.run_steps, result.raw_steps = run.steps, run.raw_steps
     result.seconds = time.monotonic() - start
     return result
 
 
-def bare(steps: Steps) -> Steps:
-    """The steps without the expectations the fuzzer pinned."""
-    return [{k: v for k, v in s.items() if k not in ("expect", "expect_error")} for s in steps]
-
-
 def reproduce(config: FuzzConfig, steps: Steps) -> Optional[Finding]:
-    """Run bare ``steps`` (fault-free twin pinning expectations, as the fuzzer does);
+    """Run generated ``steps`` (a fault-free twin pinning expectations, as the fuzzer does);
     the first failed check, or None (also when the steps are not a valid scenario)."""
     run = LockstepRun(config)
     try:
@@ -335,7 +349,7 @@ def shrink_result(result: FuzzResult, budget_s: Optional[float] = 60.0) -> FuzzR
     """Shrink a found failure to a minimal sequence that fails the same way."""
     target = result.finding
     assert target is not None, "nothing to shrink"
-    steps = bare(result.run_steps[: target.step])
+    steps = result.raw_steps[: target.step]
     shrinker = Shrinker(lambda s: target.same_way(reproduce(result.config, s)), budget_s, result.config.page_size)
     result.shrunk = shrinker.shrink(steps)
     result.shrink_runs = shrinker.runs
@@ -345,7 +359,7 @@ def shrink_result(result: FuzzResult, budget_s: Optional[float] = 60.0) -> FuzzR
 def repro_scenario(result: FuzzResult, name: Optional[str] = None) -> Scenario:
     """The shrunk failure as a scenario: the fault in config.faults, and only the
     expectations its failure needs (all of them if trimming would lose it)."""
-    config, steps = result.config, result.shrunk or bare(result.run_steps)
+    config, steps = result.config, result.shrunk or result.raw_steps
     run = LockstepRun(config)
     for raw in steps:
         run.step(raw)
@@ -434,17 +448,21 @@ class Detection:
         }
 
 
-def detect(fault: str, components: tuple[str, ...], seeds: int = 3, steps: int = EPISODE_STEPS,
+DETECT_EPISODE = 300  # short episodes: a fault found early in a fresh cache shrinks fast
+
+
+def detect(fault: str, components: tuple[str, ...], seeds: int = 4, steps: int = 3000,
            shrink_budget: Optional[float] = 60.0, configs: Optional[list[FuzzConfig]] = None) -> Detection:
-    """Fuzz with one fault on, config by config and seed by seed, until a check flags it;
-    then shrink. ``components``: what the fault needs."""
+    """Fuzz with one fault on, config by config and seed by seed (``steps`` each, in
+    short episodes), until a check flags it; then shrink. ``components``: what the
+    fault needs."""
     tried = 0
     last = None
     for config in configs if configs is not None else configs_for(components):
         config = dataclasses.replace(config, faults=(fault,))
         for seed in range(seeds):
             tried += 1
-            last = fuzz(config, seed, steps)
+            last = fuzz(config, seed, steps, episode_steps=DETECT_EPISODE)
             if last.finding is not None:
                 return Detection(fault, shrink_result(last, shrink_budget), tried)
     return Detection(fault, last, tried)

@@ -222,6 +222,8 @@ def _same_globals(a: GlobalRecord, b: GlobalRecord) -> bool:
 
 
 def state_field(state: TimelineState, key: str):
+    if key.endswith("_lru"):
+        return list(state.lru.get(key.removesuffix("_lru"), ()))
     if key == "nodes":
         return len(state.records) - 1
     if key == "evictable_leaves":

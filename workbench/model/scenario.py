@@ -64,6 +64,8 @@ STATE_FIELDS = tuple(
     "evictable_leaves",
     "requests",
 )
+# Lists of node ids: a component's LRU order, most recent first (Full: by access time)
+ORDER_FIELDS = ("full_lru", "swa_lru", "mamba_lru")
 # {match name: int}: the lock_ref of that match's last node, per component
 NAMED_FIELDS = ("full_lock_ref", "swa_lock_ref", "mamba_lock_ref")
 CONFIG_FIELDS = {
@@ -437,6 +439,13 @@ def _check_expect(op: str, results: tuple, key: str, value, name: str, line: Opt
     if key in STATE_FIELDS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
+        return
+    if key in ORDER_FIELDS:
+        if key.split("_")[0] not in names.components:
+            raise ScenarioError(f"{key} needs the {key.split('_')[0]} component", name, line, f"expect.{key}")
+        if not isinstance(value, list) or not all(type(v) is int for v in value):
+            raise ScenarioError("expected value must be a list of node ids (most recent first)", name, line,
+                                f"expect.{key}")
         return
     if key in NAMED_FIELDS:
         if not isinstance(value, dict) or not value:

@@ -41,7 +41,8 @@ class Shrinker:
         progress = True
         while progress and not self._out_of_time():
             progress = False
-            for shrink_pass in (self._drop_chunks, self._shorten_tokens, self._lower_amounts):
+            for shrink_pass in (self._drop_chunks, self._drop_with_dependents, self._shorten_tokens,
+                                self._lower_amounts):
                 smaller = shrink_pass(best)
                 if smaller is not None:
                     best, progress = smaller, True
@@ -62,6 +63,21 @@ class Shrinker:
                     best, improved = candidate, True
                 i -= chunk
             chunk //= 2
+        return best if improved else None
+
+    def _drop_with_dependents(self, steps: Steps) -> Optional[Steps]:
+        """Drop a step that defines a name together with every step that uses it (a
+        match and its locks and their unlocks; a request and its decodes): removing
+        either alone leaves a step naming something that no longer exists."""
+        best, improved = steps, False
+        i = len(best) - 1
+        while i >= 0 and not self._out_of_time():
+            group = dependents(best, i)
+            if len(group) > 1:
+                candidate = [s for j, s in enumerate(best) if j not in group]
+                if candidate and self._try(candidate):
+                    best, improved = candidate, True
+            i = min(i, len(best)) - 1
         return best if improved else None
 
     def _shorten_tokens(self, steps: Steps) -> Optional[Steps]:
@@ -115,6 +131,32 @@ def _without(steps: Steps, index: int, field: str) -> Steps:
     out = list(steps)
     out[index] = {k: v for k, v in steps[index].items() if k != field}
     return out
+
+
+def dependents(steps: Steps, index: int) -> set[int]:
+    """``index`` and the later steps that use a name it defines, transitively."""
+    group = {index}
+    defined = _defines(steps[index])
+    for j in range(index + 1, len(steps)):
+        if _uses(steps[j]) & defined:
+            group.add(j)
+            defined |= _defines(steps[j])
+    return group
+
+
+def _defines(step: dict) -> set[tuple[str, str]]:
+    op = step.get("op")
+    if op == "match" and "as" in step:
+        return {("match", step["as"])}
+    if op == "lock":
+        return {("lock", step["as"])}
+    if op == "req_prefill":
+        return {("req", step["req"])}
+    return set()
+
+
+def _uses(step: dict) -> set[tuple[str, str]]:
+    return {(field, step[field]) for field in ("match", "lock", "req") if field in step and step.get("op") != "req_prefill"}
 
 
 def renumber(steps: Steps) -> Steps:
