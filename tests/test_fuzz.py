@@ -94,7 +94,7 @@ def test_configs_for_a_fault_carry_its_components():
 # ---- a fault end to end ----------------------------------------------------------------------------
 
 
-FAULT = "lock-skips-matched-node"  # a Full fault: found in a few dozen steps on Full p1
+FAULT = "evictable-double-count"  # a Full fault: found in a few dozen steps on Full p1
 
 
 @pytest.fixture(scope="module")

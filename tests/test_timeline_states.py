@@ -16,7 +16,7 @@ from workbench.model.scenario import load_scenario, scenario_from_records
 from workbench.model.states import StateStore
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = sorted((ROOT / "scenarios").rglob("*.toml"))
+SCENARIOS = sorted(p for p in (ROOT / "scenarios").rglob("*.toml") if p.parent.name != "fuzz")  # fuzz/: faulted caches
 
 
 def run_with_snapshots(scenario, keyframe_every: int = 64):
