@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cache.faults import catalogue
-from workbench.model.fuzz import DETECT_EPISODE, SCALE_CONFIGS, findings, fuzz
+from workbench.model.fuzz import DETECT_EPISODE, SCALE_CONFIGS, first_finding, fuzz
 from workbench.model.runner import Runner
 from workbench.model.scenario import load_scenario
 
@@ -49,16 +49,8 @@ def test_each_shrunk_repro_fails_the_same_way_and_passes_without_its_fault(fault
     row = ROWS[fault]
     scenario = load_scenario(FOLDER / f"{fault}.toml")
     assert scenario.config["faults"] == [fault] and len(scenario.steps) == row["shrunk_steps"]
-    first = _first_finding(scenario)
+    first = first_finding(scenario)
     assert first is not None and first.check == row["check"]
     clean = dataclasses.replace(scenario, config={**scenario.config, "faults": []})
     assert Runner(clean).run().passed
 
-
-def _first_finding(scenario):
-    runner = Runner(scenario)
-    while not runner.done:
-        found = findings(runner.step())
-        if found:
-            return found[0]
-    return None

@@ -379,7 +379,7 @@ def repro_scenario(result: FuzzResult, name: Optional[str] = None) -> Scenario:
     header = {"schema": 1, "scenario": meta, "config": config.scenario_config()}
     for candidate in (trimmed, pinned_steps):
         scenario = scenario_from_records(header, candidate)
-        if finding is not None and finding.same_way(_first_finding(scenario)):
+        if finding is not None and finding.same_way(first_finding(scenario)):
             return scenario
     return scenario_from_records(header, pinned_steps)
 
@@ -396,7 +396,8 @@ def _trim(steps: Steps, finding: Optional[Finding]) -> Steps:
     return out
 
 
-def _first_finding(scenario: Scenario) -> Optional[Finding]:
+def first_finding(scenario: Scenario) -> Optional[Finding]:
+    """The first failed check of a scenario run as ``urc run`` runs it."""
     runner = Runner(scenario)
     while not runner.done:
         found = findings(runner.step())
