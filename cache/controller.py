@@ -1,5 +1,6 @@
-"""``UnifiedRadixCache``: the controller. It owns the pools and the request flows,
-asks the tree core for decisions and executes them (allocations, frees, copies).
+"""``UnifiedRadixCache``: the controller. It owns the pools, asks the tree core for
+decisions and executes them (allocations, frees, copies); the scheduler's request
+flows it inherits live in request_flows.py.
 
 Public names follow SGLang (match_prefix, insert, evict, evict_for_alloc,
 inc_lock_ref, dec_lock_ref, cache_finished_req, cache_unfinished_req) so cache
@@ -14,12 +15,13 @@ from typing import Optional
 import torch
 
 from .actions import ComponentAction, FreeDeviceKV, FreeDeviceKVFullOnly
-from .components import COMPONENT_REGISTRY, TreeComponent
+from .components import COMPONENT_REGISTRY
 from .config import CacheConfig
 from .device import resolve_device
-from .errors import CacheError, InvalidKeyError, InvalidValueError, PoolError, PoolExhaustedError
+from .errors import CacheError, InvalidValueError, PoolError, PoolExhaustedError
 from .events import Cause, EventBus, EventKind
-from .keys import RadixKey
+from .hooks import HookTable
+from .keys import RadixKey, as_key
 from .params import (
     DecLockRefParams,
     EvictParams,
@@ -32,10 +34,11 @@ from .params import (
 )
 from .pools import KVFingerprintBuffer, PagedAllocator, prefix_fingerprints
 from .request import Req
+from .request_flows import RequestFlows
 from .tree_core import UnifiedTreeCore
 
 
-class UnifiedRadixCache:
+class UnifiedRadixCache(RequestFlows):
     def __init__(self, config: Optional[CacheConfig] = None, **kwargs) -> None:
         self.config = config if config is not None else CacheConfig(**kwargs)
         cfg = self.config
@@ -48,12 +51,8 @@ class UnifiedRadixCache:
         self.components = [COMPONENT_REGISTRY[name](self, i) for i, name in enumerate(cfg.components)]
         self.by_name = {c.name: c for c in self.components}
         self.tree = UnifiedTreeCore(self.components, cfg.page_size, self.device, self.events)
-        self._cache_finalizers = [
-            c for c in self.components if type(c).finalize_match_in_cache is not TreeComponent.finalize_match_in_cache
-        ]
-        self._kv_peers = [c for c in self.components if c.kv_peer]
+        self.hooks = HookTable.of(self.components)  # which components each hook runs on
         self._mamba = self.by_name.get("mamba")
-        self._names = [c.name for c in self.components]
         self.requests: dict[str, Req] = {}
         self._rids = itertools.count(1)
         self.fingerprints = True  # write_kv records KV fingerprints (off only for timing replays)
@@ -64,33 +63,20 @@ class UnifiedRadixCache:
             install_faults(self, cfg.faults)
 
     # ---- match / insert -------------------------------------------------------
-    def _observed(self, op: str, fn, *args):
-        """Run ``fn`` as public op ``op`` for the event stream (only when observed)."""
-        bus = self.events
-        bus.begin(op)
-        try:
-            return fn(*args)
-        finally:
-            bus.end()
-
     def match_prefix(self, params: MatchPrefixParams | RadixKey) -> MatchResult:
         if not isinstance(params, MatchPrefixParams):
-            params = MatchPrefixParams(_as_key(params))
+            params = MatchPrefixParams(as_key(params))
         if params.cow_mamba and params.req is None:
             raise InvalidValueError("cow_mamba needs the request that receives the copy (params.req)")
-        if self.events.enabled:
-            return self._observed("match_prefix", self._match_prefix, params)
-        return self._match_prefix(params)
-
-    def _match_prefix(self, params: MatchPrefixParams) -> MatchResult:
-        result = self.tree.match_prefix(params.key)
-        for component in self._cache_finalizers:
-            result = component.finalize_match_in_cache(params, result)
-        return result
+        with self.events.op("match_prefix"):
+            result = self.tree.match_prefix(params.key)
+            for component in self.hooks.finalize_match_in_cache:
+                result = component.finalize_match_in_cache(params, result)
+            return result
 
     def insert(self, params: InsertParams) -> InsertResult:
         if type(params.key) is not RadixKey:
-            params.key = _as_key(params.key)
+            params.key = as_key(params.key)
         if params.prev_prefix_len < 0:
             raise CacheError(f"prev_prefix_len must be >= 0 (got {params.prev_prefix_len})")
         floor = params.swa_evicted_seqlen
@@ -98,9 +84,8 @@ class UnifiedRadixCache:
             raise InvalidValueError(f"swa_evicted_seqlen must be a non-negative multiple of page_size {self.page_size} (got {floor!r})")
         if self._mamba is not None:
             self._mamba.check_insert_value(params.mamba_value)
-        if self.events.enabled:
-            return self._observed("insert", self.tree.insert, params, self._apply_actions)
-        return self.tree.insert(params, self._apply_actions)
+        with self.events.op("insert"):
+            return self.tree.insert(params, self._apply_actions)
 
     def _apply_actions(self, actions: list) -> None:
         for action in actions:
@@ -122,7 +107,7 @@ class UnifiedRadixCache:
         mapped from them) to their pools."""
         indices = values[0] if len(values) == 1 else torch.cat(values)
         if not full_only:
-            for component in self._kv_peers:
+            for component in self.hooks.kv_peers:
                 component.peer_free(indices, cause, node)
         freed = self.kv_pool.free(indices, trusted)
         if self.events.enabled and freed:
@@ -135,9 +120,7 @@ class UnifiedRadixCache:
         cannot cover it."""
         pool = self.kv_pool
         bus = self.events
-        if bus.enabled:
-            bus.begin("alloc")
-        try:
+        with bus.op("alloc"):
             if type(num_tokens) is not int or num_tokens < 0:
                 raise PoolError(f"cannot allocate {num_tokens!r} slots (need a non-negative int)")
             shorts = self._shortfalls(num_tokens)
@@ -148,7 +131,7 @@ class UnifiedRadixCache:
                 )
             slots = pool.alloc(num_tokens)
             try:
-                for component in self._kv_peers:
+                for component in self.hooks.kv_peers:
                     component.peer_alloc(slots)
             except BaseException:  # a peer pool failed after all (a fault): no half allocation
                 self.free_kv([slots])
@@ -156,16 +139,13 @@ class UnifiedRadixCache:
             if bus.enabled and num_tokens:
                 bus.emit(EventKind.ALLOC, "full", None, Cause.REQUEST, num_tokens, "pool=full")
             return slots
-        finally:
-            if bus.enabled:
-                bus.end()
 
     def _shortfalls(self, num_tokens: int, states: int = 0) -> dict[str, int]:
         """Slots each pool lacks for ``num_tokens`` Full slots (and their peers') plus
         ``states`` Mamba state slots."""
         pool = self.kv_pool
         shorts = {"full": pool.pages_for(num_tokens) * self.page_size - pool.available_size()}
-        for component in self._kv_peers:
+        for component in self.hooks.kv_peers:
             shorts[component.name] = component.peer_shortfall(num_tokens)
         if states and self._mamba is not None:
             shorts["mamba"] = states - self._mamba.available_size()
@@ -224,15 +204,14 @@ class UnifiedRadixCache:
             return
         fps = prefix_fingerprints(tokens, self.device)[start:]
         self.kv_buffer.write(slots, fps)
-        for component in self._kv_peers:
+        for component in self.hooks.kv_peers:
             component.peer_write(slots, fps)
 
     # ---- eviction -------------------------------------------------------------
     def evict(self, params: EvictParams) -> EvictResult:
         self._check_evict_params(params)
-        if self.events.enabled:
-            return self._observed("evict", self._evict, params, None)
-        return self._evict(params, None)
+        with self.events.op("evict"):
+            return self._evict(params, None)
 
     def evict_for_alloc(self, params: EvictParams) -> EvictResult:
         """Evict until each pool named in ``params`` has its shortfall free; stops as
@@ -243,9 +222,8 @@ class UnifiedRadixCache:
             request = params.request_for(component.name)
             if request > 0:
                 targets[component.name] = self.available_size(component.name) + request
-        if self.events.enabled:
-            return self._observed("evict_for_alloc", self._evict, params, targets)
-        return self._evict(params, targets)
+        with self.events.op("evict_for_alloc"):
+            return self._evict(params, targets)
 
     @staticmethod
     def _check_evict_params(params: EvictParams) -> None:
@@ -258,15 +236,14 @@ class UnifiedRadixCache:
                 raise CacheError(f"evict: {field} must be a non-negative int (got {value!r})")
 
     def _evict(self, params: EvictParams, targets: Optional[dict[str, int]]) -> EvictResult:
-        names = self._names
-        tracker = dict.fromkeys(names, 0)
-        frees: dict[str, list] = {name: [] for name in names}
         tree = self.tree
+        batch = tree.new_eviction(Cause.CAPACITY)
+        counts = batch.counts
 
         def reached(name: str) -> bool:  # only allocation-driven eviction has targets
             if name not in targets:
                 return False
-            self._drain(frees)
+            self._drain(batch)
             return self.available_size(name) >= targets[name]
 
         for component in self.components:
@@ -275,273 +252,53 @@ class UnifiedRadixCache:
             if request == 0:
                 continue
             to_target = targets is not None and name == "full"
-            if (targets is not None and reached(name)) or (not to_target and tracker[name] >= request):
+            if (targets is not None and reached(name)) or (not to_target and counts[name] >= request):
                 continue
             # an allocation-driven Full walk runs until the pool reaches its target
-            quota = max(request, tracker[name] + tree.evictable[0]) if to_target else request
+            quota = max(request, counts[name] + tree.evictable[0]) if to_target else request
+            batch.walk(name, request)
             component.evict_start(quota)
             try:
                 while True:
-                    node, progress = component.evict_next(tracker, frees)
+                    node, progress = component.evict_next(batch)
                     if node is not None:
-                        tree.delete_leaf(node, tracker, frees, Cause.CAPACITY, name, request)
+                        tree.delete_leaf(node, batch)
                     elif not progress:
                         break
                     if targets is not None and reached(name):
                         break
             finally:
                 component.evict_end()
-        self._drain(frees)
-        return EvictResult(tracker["full"], tracker.get("swa", 0), tracker.get("mamba", 0))
+        self._drain(batch)
+        return EvictResult(counts["full"], counts.get("swa", 0), counts.get("mamba", 0))
 
-    def _drain(self, frees: dict[str, list]) -> None:
-        """Execute the tree's eviction frees on the pools, component by component."""
+    def _drain(self, batch) -> None:
+        """Execute the batch's pending frees on the pools, component by component
+        (reported as CAPACITY frees, window releases included)."""
         for component in self.components:
-            values = frees[component.name]
+            values = batch.take_frees(component.name)
             if values:
-                frees[component.name] = []
                 component.free_device_values(values, Cause.CAPACITY, None)
 
     # ---- locks ----------------------------------------------------------------
     def inc_lock_ref(self, node_id: int, skip_lock_components: tuple[str, ...] = ()) -> IncLockRefResult:
-        if self.events.enabled:
-            return self._observed("inc_lock_ref", self.tree.inc_lock_ref, node_id, tuple(skip_lock_components))
-        return self.tree.inc_lock_ref(node_id, skip_lock_components)
+        with self.events.op("inc_lock_ref"):
+            return self.tree.inc_lock_ref(node_id, tuple(skip_lock_components))
 
     def dec_lock_ref(self, node_id: int, params: DecLockRefParams | IncLockRefResult, skip_swa: bool = False) -> None:
-        if self.events.enabled:
-            return self._observed("dec_lock_ref", self.tree.dec_lock_ref, node_id, params, skip_swa)
-        self.tree.dec_lock_ref(node_id, params, skip_swa)
+        with self.events.op("dec_lock_ref"):
+            self.tree.dec_lock_ref(node_id, params, skip_swa)
 
     def release_window(self, node_id: int, receipt: IncLockRefResult) -> None:
         """Early release of a lock's SWA window part (decode has moved past the
         window); its Full lock stays until dec_lock_ref."""
-        if self.events.enabled:
-            return self._observed("release_window", self._release_window, node_id, receipt)
-        self._release_window(node_id, receipt)
+        with self.events.op("release_window"):
+            self._release_window(node_id, receipt)
 
     def _release_window(self, node_id: int, receipt) -> None:
-        frees: dict[str, list] = {c.name: [] for c in self.components}
-        self.tree.dec_window_lock(node_id, receipt, frees)
-        self._drain(frees)
-
-    # ---- requests ---------------------------------------------------------------
-    def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None) -> Req:
-        """Admit a request: match its prefix, lock it, allocate and write the rest.
-
-        Refused before anything changes when eviction cannot make room. When the pools
-        already have room, every slot is taken before the match, so nothing can fail
-        after it. When eviction is needed the prefix is matched and locked first (so
-        eviction cannot take it); the room was checked, so only a fault (a bug, or one
-        a test injects) fails after that, and then the slots and the lock go back but
-        the match's split and LRU refresh, and what was evicted, stay."""
-        key = RadixKey(tokens, extra_key)
-        rid = rid if rid is not None else f"req{next(self._rids)}"
-        if rid in self.requests:
-            raise CacheError(f"request {rid!r} is already running")
-        req = Req(rid, list(tokens), self.tree._empty, self.tree.root.id, None, extra_key=extra_key)
-        bus = self.events
-        if bus.enabled:
-            outer = bus.begin_request("new_request", rid)
-        try:
-            path = self.tree.peek_match(key)
-            need = len(tokens) - sum(n for _, n in path)
-            shorts = self._shortfalls(need)
-            for component in self.components:
-                slots = component.slots_for_request()
-                if slots:
-                    shorts[component.name] = slots - component.available_size()
-            pinned = {c.name: c.pinned_by_lock(path) for c in self.components}
-            self._ensure_capacity(shorts, pinned, self.auto_evict)
-            self._admit(req, key, need if all(short <= 0 for short in shorts.values()) else None)
-            self.requests[rid] = req
-            return req
-        finally:
-            if bus.enabled:
-                bus.end_request(outer)
-
-    def _admit(self, req: Req, key: RadixKey, need: Optional[int]) -> None:
-        """new_request's mutating part; ``need`` given: the pools have room for it."""
-        fresh, match, lock = None, None, None
-        try:
-            if need is not None:
-                for component in self.components:
-                    component.reserve_request(req)
-                fresh = self.alloc_kv(need)
-            match = self.match_prefix(MatchPrefixParams(key, cow_mamba="mamba" in self.by_name, req=req))
-            prefix_len = match.prefix_len
-            lock = self.tree.inc_lock_ref(match.last_device_node)
-            if fresh is None:
-                fresh = self.alloc_kv(len(req.origin_input_ids) - prefix_len)
-            assert fresh.shape[0] == len(req.origin_input_ids) - prefix_len, "peek_match and match_prefix disagree"
-            self.write_kv(fresh, req.origin_input_ids, prefix_len)
-            req.kv_indices = torch.cat([match.device_indices, fresh]) if prefix_len else fresh
-            for component in self.components:
-                component.admit_request(req)
-        except BaseException:  # give back everything taken so far
-            if lock is not None:
-                self.tree.dec_lock_ref(match.last_device_node, lock)
-            if fresh is not None and fresh.shape[0]:
-                self.free_kv([fresh])
-            for component in self.components:
-                component.release_request(req)
-            req.kv_indices = self.tree._empty
-            raise
-        req.last_node, req.lock, req.cache_protected_len = match.last_device_node, lock, prefix_len
-        req.swa_branching_seqlen = match.swa_branching_seqlen
-
-    def extend_request(self, req: Req, tokens: list[int], slide: bool = False) -> None:
-        """Decode: append tokens, filling the request's last part-used page first; with
-        ``slide``, then free what fell out of the window (slide_window), so a decode
-        step that slides is one call that is refused whole or not at all. The only
-        allocation comes before any change."""
-        if self.events.enabled:  # stamp the request on the events of its allocation and slide
-            outer = self.events.enter_request(req.rid)
-            try:
-                return self._extend_request(req, tokens, slide)
-            finally:
-                self.events.exit_request(outer)
-        self._extend_request(req, tokens, slide)
-
-    def _extend_request(self, req: Req, tokens: list[int], slide: bool) -> None:
-        self._check_live(req)
-        _as_key(tokens)  # validates the ids
-        if slide and "swa" not in self.by_name:
-            raise CacheError("slide_window needs the swa component")
-        start = req.kv_len
-        ps = self.page_size
-        in_page = (ps - start % ps) % ps if start else 0
-        reuse = min(in_page, len(tokens))
-        fresh = self.alloc_kv(len(tokens) - reuse) if len(tokens) > reuse else None
-        parts = []
-        if reuse:  # the rest of the last page (its peers' pages were taken with it)
-            last = req.kv_indices[-1:]
-            filled = last + torch.arange(1, reuse + 1, dtype=torch.int64, device=self.device)
-            for component in self._kv_peers:
-                component.peer_continue(last, filled)
-            parts.append(filled)
-        if fresh is not None:
-            parts.append(fresh)
-        req.output_ids.extend(tokens)
-        if parts:
-            new = torch.cat(parts)
-            self.write_kv(new, req.fill_ids, start)
-            req.kv_indices = torch.cat([req.kv_indices, new])
-            for component in self.components:
-                component.advance_request(req, start)
-        if slide:
-            self.slide_window(req)
-
-    def slide_window(self, req: Req) -> None:
-        """Decode moved on: free the request's SWA slots that fell out of the window
-        (the scheduler's maybe_evict_swa at seqlen - 1). The prefix's SWA lock stays
-        (v0.5.23 releases it early only behind an opt-in flag; see release_window)."""
-        self._check_live(req)
-        swa = self.by_name.get("swa")
-        if swa is None:
-            raise CacheError("slide_window needs the swa component")
-        bus = self.events
-        if bus.enabled:
-            outer = bus.begin_request("slide_window", req.rid)
-        try:
-            swa.slide_window(req, req.kv_len - 1)
-        finally:
-            if bus.enabled:
-                bus.end_request(outer)
-
-    def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
-        """The request is done: cache what it computed (page-aligned), free the rest,
-        release its lock."""
-        self._check_live(req)
-        bus = self.events
-        if bus.enabled:
-            outer = bus.begin_request("cache_finished_req", req.rid)
-        try:
-            if is_insert:
-                self._checkpoint(req, finished=True)  # runs the components' cleanup
-            own = req.own_indices
-            if own.shape[0]:
-                self.free_kv([own], Cause.TAIL if is_insert else Cause.REQUEST, None)
-            if req.lock is not None:
-                self.tree.dec_lock_ref(req.last_node, req.lock)
-            req.lock = None
-            if not is_insert:
-                for component in self.components:
-                    component.cleanup_after_caching_req(req, True, None, None)
-            req.released = True
-            req.kv_indices = req.kv_indices[:0]
-            self.requests.pop(req.rid, None)
-        finally:
-            if bus.enabled:
-                bus.end_request(outer)
-
-    def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
-        """Chunked prefill: cache what is computed so far and move the request's lock
-        onto the node the insert ended on; the request keeps its unaligned tail."""
-        self._check_live(req)
-        bus = self.events
-        if bus.enabled:
-            outer = bus.begin_request("cache_unfinished_req", req.rid)
-        try:
-            self._checkpoint(req, finished=False, chunked=chunked)
-        finally:
-            if bus.enabled:
-                bus.end_request(outer)
-
-    def _checkpoint(self, req: Req, finished: bool, chunked: bool = False) -> None:
-        kv_len = req.kv_len
-        tokens = req.fill_ids[:kv_len]
-        params = InsertParams(
-            key=None, prev_prefix_len=req.cache_protected_len, chunked=chunked, priority=req.priority,
-            swa_evicted_seqlen=req.swa_evicted_seqlen, inserted_len=req.cache_inserted_len,
-        )
-        cache_len = kv_len
-        for component in self.components:
-            capped = component.prepare_for_caching_req(req, params, kv_len, finished)
-            if capped is not None:
-                cache_len = min(cache_len, capped)
-        if cache_len <= 0:
-            for component in self.components:
-                component.cleanup_after_caching_req(req, finished, None, params)
-            return
-        key = RadixKey(tokens[:cache_len], req.extra_key)
-        if not finished:
-            for component in self.components:
-                component.free_out_of_window_slots(req, len(key) - 1, params)
-        key = key.page_aligned(self.page_size)
-        aligned = len(key)
-        if aligned < req.cache_protected_len:
-            # the cacheable part (e.g. up to the last Mamba checkpoint) is already in
-            # the tree below the request's locked prefix: nothing to add
-            for component in self.components:
-                component.cleanup_after_caching_req(req, finished, None, params)
-            return
-        params.key, params.value = key, req.kv_indices[:aligned]
-        result = self.insert(params)
-        req.cache_inserted_len = max(req.cache_inserted_len, aligned)
-        prompt_len = len(req.origin_input_ids) - len(req.origin_input_ids) % self.page_size
-        if len(self.components) == 1 and 0 < prompt_len < aligned:
-            # split the leaf at the prompt boundary so the output can be evicted alone
-            prompt = InsertParams(
-                key[:prompt_len], params.value[:prompt_len], prev_prefix_len=prompt_len,
-                priority=req.priority + 1, inserted_len=prompt_len,
-            )
-            self.insert(prompt)
-        new_node = result.last_device_node
-        tree_slots = self.tree.path_device_indices(new_node)
-        protected = req.cache_protected_len
-        req.kv_indices = torch.cat([req.kv_indices[:protected], tree_slots[protected:], req.kv_indices[aligned:]])
-        old_lock, old_node = req.lock, req.last_node
-        req.lock = self.tree.inc_lock_ref(new_node)
-        if old_lock is not None:
-            self.tree.dec_lock_ref(old_node, old_lock)
-        req.last_node, req.cache_protected_len = new_node, aligned
-        for component in self.components:
-            component.cleanup_after_caching_req(req, finished, result, params)
-
-    def _check_live(self, req: Req) -> None:
-        if req.released or self.requests.get(req.rid) is not req:
-            raise CacheError(f"request {req.rid!r} is not running (already finished?)")
+        batch = self.tree.new_eviction(Cause.WINDOW)
+        self.tree.dec_window_lock(node_id, receipt, batch)
+        self._drain(batch)
 
     # ---- sizes ------------------------------------------------------------------
     def available_size(self, component: str = "full") -> int:
@@ -573,7 +330,7 @@ class UnifiedRadixCache:
         """Empty tree, every pool free, no running request."""
         self.tree.reset()
         self.kv_pool.clear()
-        for component in self.components[1:]:
+        for component in self.hooks.own_pools:
             component.reset_pool()
         self.requests.clear()
 
@@ -582,10 +339,3 @@ class UnifiedRadixCache:
 
         return take_snapshot(self)
 
-
-def _as_key(key) -> RadixKey:
-    if isinstance(key, RadixKey):
-        return key
-    if key is None:
-        raise InvalidKeyError("a key is required")
-    return RadixKey(key)

@@ -2,7 +2,8 @@
 
 Observers (the workbench's timeline, tests) subscribe to an ``EventBus``. Emission sites
 check ``bus.enabled`` before building a record, so a cache with no observer pays one
-attribute read per site.
+attribute read per site; a public op wraps its body in ``with bus.op(name):``, which
+hands out a shared do-nothing scope when nobody observes.
 """
 
 from __future__ import annotations
@@ -66,13 +67,13 @@ Observer = Callable[[Event], None]
 
 
 class EventBus:
-    __slots__ = ("observers", "enabled", "seq", "op", "request", "_depth")
+    __slots__ = ("observers", "enabled", "seq", "current_op", "request", "_depth")
 
     def __init__(self) -> None:
         self.observers: list[Observer] = []
         self.enabled = False
         self.seq = 0
-        self.op = ""
+        self.current_op = ""  # the running public op's name, stamped on its events
         self.request = ""  # the running request-level call's request id, stamped on its events
         self._depth = 0
 
@@ -88,11 +89,26 @@ class EventBus:
 
         return unsubscribe
 
+    def op(self, name: str, request: Optional[str] = None) -> OpScope | Unobserved:
+        """``with bus.op(name, request=rid):`` runs a block as public op ``name`` (a
+        nested op keeps the outer name and sequence number) and, given ``request``,
+        stamps that request id on the block's events. Unobserved: a shared no-op."""
+        if not self.enabled:
+            return UNOBSERVED
+        return OpScope(self, name, request)
+
+    def for_request(self, rid: str) -> OpScope | Unobserved:
+        """``with bus.for_request(rid):`` stamps ``rid`` on the block's events without
+        an op of its own, for a call that only runs other ops (a decode step)."""
+        if not self.enabled:
+            return UNOBSERVED
+        return OpScope(self, None, rid)
+
     def begin(self, op: str) -> None:
         """Enter a public op; nested ops (insert inside cache_finished_req) keep the outer name."""
         if self._depth == 0:
             self.seq += 1
-            self.op = op
+            self.current_op = op
         self._depth += 1
 
     def end(self) -> None:
@@ -107,15 +123,6 @@ class EventBus:
     def exit_request(self, outer: str) -> None:
         self.request = outer
 
-    def begin_request(self, op: str, rid: str) -> str:
-        """``begin`` a request-level op and ``enter_request`` its request."""
-        self.begin(op)
-        return self.enter_request(rid)
-
-    def end_request(self, outer: str) -> None:
-        self.exit_request(outer)
-        self.end()
-
     def emit(
         self,
         kind: EventKind,
@@ -125,9 +132,51 @@ class EventBus:
         tokens: int = 0,
         detail: str = "",
     ) -> None:
-        event = Event(self.seq, self.op or "?", kind, component, node, cause, tokens, detail, self.request)
+        event = Event(self.seq, self.current_op or "?", kind, component, node, cause, tokens, detail, self.request)
         for observer in self.observers:
             observer(event)
+
+
+class OpScope:
+    """What ``EventBus.op`` hands out while observed: begins the op (when named) and
+    enters its request on entry, and undoes both, innermost first, on exit."""
+
+    __slots__ = ("_bus", "_name", "_request", "_outer_request")
+
+    def __init__(self, bus: EventBus, name: Optional[str], request: Optional[str]) -> None:
+        self._bus = bus
+        self._name = name
+        self._request = request
+        self._outer_request = ""
+
+    def __enter__(self) -> None:
+        if self._name is not None:
+            self._bus.begin(self._name)
+        if self._request is not None:
+            self._outer_request = self._bus.enter_request(self._request)
+
+    def __exit__(self, *exc_info) -> bool:
+        if self._request is not None:
+            self._bus.exit_request(self._outer_request)
+        if self._name is not None:
+            self._bus.end()
+        return False
+
+
+class Unobserved:
+    """What ``EventBus.op`` hands out while nobody observes: one shared scope that does
+    nothing, so an unobserved op allocates nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info) -> bool:
+        return False
+
+
+UNOBSERVED = Unobserved()
 
 
 class EventLog:

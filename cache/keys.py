@@ -117,3 +117,13 @@ def child_key(data: bytes, offset: int, page_bytes: int, extra_key: str | None):
     """The dict key a node's children are stored under: its first page (+ namespace)."""
     page = data[offset : offset + page_bytes]
     return page if extra_key is None else (extra_key, page)
+
+
+def as_key(key) -> RadixKey:
+    """A RadixKey from what a public call was given (a key or plain token ids),
+    refusing a missing one with InvalidKeyError rather than a TypeError deep inside."""
+    if isinstance(key, RadixKey):
+        return key
+    if key is None:
+        raise InvalidKeyError("a key is required")
+    return RadixKey(key)

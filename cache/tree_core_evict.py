@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .events import Cause, EventKind
+from .eviction import EvictionBatch
 
 if TYPE_CHECKING:
     from .components.base import TreeComponent
@@ -26,43 +27,40 @@ def need_text(need: int) -> str:
 class TreeEviction:
     """Mixed into UnifiedTreeCore; uses its nodes, components, LRU lists and event bus."""
 
-    def delete_leaf(
-        self, node: TreeNode, tracker: dict[str, int], frees: dict[str, list], cause: Cause, trigger: str,
-        need: int = 0,
-    ) -> None:
+    def new_eviction(self, cause: Cause) -> EvictionBatch:
+        """An empty batch over this tree's components (no walk started yet)."""
+        return EvictionBatch(self.by_name, cause)
+
+    def delete_leaf(self, node: TreeNode, batch: EvictionBatch) -> None:
         """Evict every component of an evictable leaf and remove it, then clean up
-        ancestors that were only kept alive by it. ``trigger`` names the component
-        whose eviction chose the leaf (asked to free ``need``); the rest cascade from it."""
+        ancestors that were only kept alive by it. The batch's ``trigger`` names the
+        component whose eviction chose the leaf; the rest cascade from it."""
         assert node.in_leaf_set, f"node {node.id} is not an evictable leaf"
         events = self.events.enabled
         data = node.data
         present = [c for c in self.components if data[c.index].value is not None] if len(data) > 1 else self.components
+        trigger = batch.trigger
         for component in present:  # all frees first: SWA's free reads the Full value
-            n = component.evict_component(node, frees)
-            tracker[component.name] += n
+            n = component.evict_component(node, batch)
             if events:
                 if component.name == trigger:
-                    self.events.emit(EventKind.EVICT, trigger, node.id, cause, n, need_text(need))
+                    self.events.emit(EventKind.EVICT, trigger, node.id, batch.cause, n, need_text(batch.need))
                 else:
                     self.events.emit(EventKind.EVICT, component.name, node.id, Cause.CASCADE, n, f"from {trigger}")
         for component in present:
             self._detach(node, component)
-        self._remove_from_parent(node, cause)
-        self._delete_tombstone_ancestors(node.parent, node.id, tracker, frees)
+        self._remove_from_parent(node, batch.cause)
+        self._delete_tombstone_ancestors(node.parent, node.id, batch)
 
-    def tombstone(
-        self, node: TreeNode, component: TreeComponent, tracker: dict[str, int], frees: dict[str, list], cause: Cause,
-        cascade: bool = True, need: int = 0,
-    ) -> None:
-        """Evict one component's data from a node that stays in the tree, then (by
+    def tombstone(self, node: TreeNode, component: TreeComponent, batch: EvictionBatch, cascade: bool = True) -> None:
+        """Evict ``component``'s data from a node that stays in the tree, then (by
         default) cascade to the components that rank below it there."""
-        n = component.evict_component(node, frees)
-        tracker[component.name] += n
+        n = component.evict_component(node, batch)
         if self.events.enabled:
-            self.events.emit(EventKind.TOMBSTONE, component.name, node.id, cause, n, need_text(need))
+            self.events.emit(EventKind.TOMBSTONE, component.name, node.id, batch.cause, n, need_text(batch.need))
         self._detach(node, component)
         if cascade:
-            self.cascade_evict(node, component, tracker, frees)
+            self.cascade_evict(node, component, batch)
 
     def _detach(self, node: TreeNode, component: TreeComponent) -> None:
         node.data[component.index].value = None
@@ -85,9 +83,7 @@ class TreeEviction:
             self.events.emit(EventKind.DELETE, None, node.id, cause, node.length, detail)
         self.update_leaf_state(parent)
 
-    def _delete_tombstone_ancestors(
-        self, cur: TreeNode, child_id: int, tracker: dict[str, int], frees: dict[str, list]
-    ) -> None:
+    def _delete_tombstone_ancestors(self, cur: TreeNode, child_id: int, batch: EvictionBatch) -> None:
         """Walk up from a deleted leaf: a childless ancestor without Full KV is removed
         (with whatever aux data it still had); Full decides who survives. The first
         ancestor with Full KV stops the walk (its leaf state was already refreshed)."""
@@ -99,8 +95,7 @@ class TreeEviction:
             why = f"after child #{child_id}"
             for component in self.components[1:]:
                 if cur.data[component.index].value is not None:
-                    n = component.evict_component(cur, frees)
-                    tracker[component.name] += n
+                    n = component.evict_component(cur, batch)
                     if self.events.enabled:
                         self.events.emit(EventKind.EVICT, component.name, cur.id, Cause.CLEANUP, n, why)
                     self._detach(cur, component)
@@ -108,9 +103,7 @@ class TreeEviction:
             self._remove_from_parent(cur, Cause.CLEANUP, why)
             child_id, cur = cur.id, parent
 
-    def cascade_evict(
-        self, node: TreeNode, trigger: TreeComponent, tracker: dict[str, int], frees: dict[str, list]
-    ) -> None:
+    def cascade_evict(self, node: TreeNode, trigger: TreeComponent, batch: EvictionBatch) -> None:
         """After ``trigger`` lost its data on ``node``, evict every other component whose
         priority there is <= the trigger's. A component whose true (internal) priority is
         at least the trigger's is only here because leaf priorities tie at 0; a lock on
@@ -127,8 +120,7 @@ class TreeEviction:
                 if cd.lock_ref != 0:
                     continue
             assert cd.lock_ref == 0, f"{component.name} locked on node {node.id} below evicting {trigger.name}"
-            n = component.evict_component(node, frees)
-            tracker[component.name] += n
+            n = component.evict_component(node, batch)
             if self.events.enabled:
                 self.events.emit(EventKind.CASCADE, component.name, node.id, Cause.CASCADE, n, f"from {trigger.name}")
             self._detach(node, component)

@@ -15,6 +15,7 @@ from .params import DecLockRefParams, IncLockRefResult
 
 if TYPE_CHECKING:
     from .components.base import TreeComponent
+    from .eviction import EvictionBatch
 
 
 class TreeLocks:
@@ -81,7 +82,7 @@ class TreeLocks:
         if self._touched is not None:
             self._touched.add(node_id)
 
-    def dec_window_lock(self, node_id: int, params, frees: dict[str, list]) -> None:
+    def dec_window_lock(self, node_id: int, params, batch: EvictionBatch) -> None:
         """Early release of a lock's SWA window part (decode moved past the window),
         plus every component ranked below SWA (Mamba); Full stays locked."""
         held = self.live_receipts.get(params.receipt_id)
@@ -104,7 +105,7 @@ class TreeLocks:
             if problem:
                 raise LockError(problem)
         if swa in releasing:
-            swa.release_window_lock(node, params, frees)
+            swa.release_window_lock(node, params, batch)
         for component in below:
             component.release_lock(node, params)
         params.swa_released = True

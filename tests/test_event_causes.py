@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cache import Cause, Event, EventKind, EventLog, EvictParams, InsertParams, RadixKey, UnifiedRadixCache
+from cache.eviction import EvictionBatch
 from workbench.model.runner import Runner
 from workbench.model.scenario import scenario_from_records
 from workbench.model.workload import random_records
@@ -91,8 +92,8 @@ def test_an_emptied_ancestor_reports_its_data_and_its_removal_as_cleanup():
     assert upper is not cache.tree.root and upper.data[1].value is not None
     upper.data[0].value = None  # the Full side of the upper node is gone
     log.take()
-    tracker, frees = {"full": 0, "swa": 0}, {"full": [], "swa": []}
-    cache.tree.delete_leaf(cache.tree.nodes[leaf], tracker, frees, Cause.CAPACITY, "full", 4)
+    batch = EvictionBatch(("full", "swa"), Cause.CAPACITY, trigger="full", need=4)
+    cache.tree.delete_leaf(cache.tree.nodes[leaf], batch)
     found = log.take()
     on_upper = [(e.kind, e.component, e.cause, e.detail) for e in found if e.node == upper.id]
     assert on_upper == [(EventKind.EVICT, "swa", Cause.CLEANUP, f"after child #{leaf}"),
@@ -234,13 +235,14 @@ def test_verdicts_agree_with_the_match_results(components):
 # ---- unobserved: no cost ------------------------------------------------------------------------
 def test_no_verdicts_or_request_tags_are_built_without_an_observer(monkeypatch):
     import cache.tree_core as tree_core
-    from cache.events import EventBus
+    from cache.events import EventBus, OpScope
 
     def refuse(*args, **kwargs):
         raise AssertionError("called without an observer")
 
-    for name in ("emit", "enter_request", "begin_request"):
+    for name in ("emit", "begin", "enter_request"):
         monkeypatch.setattr(EventBus, name, refuse)
+    monkeypatch.setattr(OpScope, "__enter__", refuse)  # bus.op() hands out the shared no-op instead
     monkeypatch.setattr(tree_core, "emit_verdicts", refuse)
     cache = UnifiedRadixCache(**HYBRID, device="cpu")
     slots = cache.alloc_kv(6)

@@ -32,6 +32,7 @@ from ..events import Cause, EventKind
 
 if TYPE_CHECKING:
     from ..controller import UnifiedRadixCache
+    from ..eviction import EvictionBatch
     from ..params import DecLockRefParams, IncLockRefResult, InsertParams, InsertResult, MatchResult
     from ..tree_core import UnifiedTreeCore
     from ..tree_node import TreeNode
@@ -146,17 +147,19 @@ class TreeComponent:
         whose priority on that node is <= the trigger's."""
         return self.leaf_priority if is_leaf else self.internal_priority
 
-    def evict_component(self, node: TreeNode, frees: dict[str, list]) -> int:
-        """Drop this component's device data from ``node`` into ``frees`` and fix the
-        counters. Returns units freed. The tree core clears ``value`` and the LRU."""
+    def evict_component(self, node: TreeNode, batch: EvictionBatch) -> int:
+        """Hand this component's device data on ``node`` to ``batch`` (``batch.free``)
+        and fix the counters. Returns units freed. The tree core clears ``value`` and
+        the LRU."""
         raise NotImplementedError
 
     def evict_start(self, request: int) -> None:
         self._evict_request = request
 
-    def evict_next(self, tracker: dict[str, int], frees: dict[str, list]) -> tuple[Optional[TreeNode], bool]:
+    def evict_next(self, batch: EvictionBatch) -> tuple[Optional[TreeNode], bool]:
         """One eviction step: a leaf for the controller to delete whole, or None with
-        ``progress`` True after tombstoning inline, or (None, False) when done."""
+        ``progress`` True after tombstoning inline (into ``batch``), or (None, False)
+        when done (``batch.counts`` says how much this walk freed so far)."""
         return None, False
 
     def evict_end(self) -> None:
@@ -262,17 +265,17 @@ class LRUEvictionMixin:
         self._evict_request = request
         self._cursor = self.tree.lru[self.name].lru_first()
 
-    def evict_next(self, tracker, frees):
+    def evict_next(self, batch):
         lru = self.tree.lru[self.name]
         if self._cursor is not None and self._cursor not in lru:
             self._cursor = lru.lru_first()  # the previous step removed it: restart
         x = self._cursor
-        if tracker[self.name] >= self._evict_request or x is None:
+        if batch.counts[self.name] >= self._evict_request or x is None:
             return None, False
         self._cursor = lru.prev_of(x)
         if x.in_leaf_set:
             return x, True
-        self.tree.tombstone(x, self, tracker, frees, Cause.CAPACITY, need=self._evict_request)
+        self.tree.tombstone(x, self, batch)
         return None, True
 
     def evict_end(self) -> None:

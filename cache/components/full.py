@@ -15,6 +15,7 @@ from ..events import Cause, EventKind
 from .base import TreeComponent
 
 if TYPE_CHECKING:
+    from ..eviction import EvictionBatch
     from ..params import DecLockRefParams, IncLockRefResult
     from ..tree_node import TreeNode
 
@@ -42,12 +43,12 @@ class FullComponent(TreeComponent):
             upper.value = value[:cut]
             lower.value = value[cut:]
 
-    def evict_component(self, node: TreeNode, frees: dict[str, list]) -> int:
+    def evict_component(self, node: TreeNode, batch: EvictionBatch) -> int:
         cd = node.data[self.index]
         if cd.value is None:
             return 0
-        frees["full"].append(cd.value)
         n = node.length
+        batch.free("full", cd.value, n)
         self.tree.evictable[self.index] -= n
         # value = None is left to the tree core: other components' frees may read it
         return n
@@ -55,8 +56,8 @@ class FullComponent(TreeComponent):
     def evict_start(self, request: int) -> None:
         self._evict_request = request
 
-    def evict_next(self, tracker: dict[str, int], frees: dict[str, list]) -> tuple[Optional[TreeNode], bool]:
-        if tracker["full"] >= self._evict_request:
+    def evict_next(self, batch: EvictionBatch) -> tuple[Optional[TreeNode], bool]:
+        if batch.counts["full"] >= self._evict_request:
             return None, False
         leaf = self.tree.leaves.peek_oldest()
         return leaf, leaf is not None

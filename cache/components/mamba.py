@@ -26,6 +26,7 @@ from ..pools.mamba_pool import MambaStatePool
 from .base import LRUEvictionMixin, TreeComponent
 
 if TYPE_CHECKING:
+    from ..eviction import EvictionBatch
     from ..params import InsertParams, MatchResult
     from ..request import Req
     from ..tree_node import TreeNode
@@ -138,11 +139,11 @@ class MambaComponent(LRUEvictionMixin, TreeComponent):
         upper.value, upper.lock_ref = None, 0  # the state belongs to the deeper boundary
 
     # ---- eviction ---------------------------------------------------------
-    def evict_component(self, node: TreeNode, frees: dict[str, list]) -> int:
+    def evict_component(self, node: TreeNode, batch: EvictionBatch) -> int:
         cd = node.data[self.index]
         if cd.value is None:
             return 0
-        frees["mamba"].append(cd.value)
+        batch.free("mamba", cd.value, 1)
         self.tree.evictable[self.index] -= 1
         return 1
 

@@ -15,17 +15,15 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
-from ..actions import ComponentAction, FreeDeviceKVFullOnly
+from ..actions import ComponentAction, FreeDeviceKVFullOnly, RebuildSWA, RecoverLockedSWA
 from ..events import Cause, EventKind
 from ..pools.swa_pool import SWAPool
 from .base import LRUEvictionMixin, TreeComponent
 
 if TYPE_CHECKING:
+    from ..eviction import EvictionBatch
     from ..params import DecLockRefParams, IncLockRefResult, InsertParams, MatchResult
     from ..tree_node import TreeNode
-
-REBUILD = "swa_rebuild"  # payload: (full value whose SWA mapping becomes the node's value,)
-RECOVER_LOCKED = "swa_recover_locked_full"  # payload: (kept full value, incoming full value)
 
 
 class SWAComponent(LRUEvictionMixin, TreeComponent):
@@ -146,14 +144,14 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
         incoming = value[live_start:end]
         full = node.data[0]
         if full.lock_ref > 0:  # someone uses the old Full KV: keep it, take the incoming SWA
-            actions.append(ComponentAction(self.name, RECOVER_LOCKED, node.id, (full.value, incoming)))
+            actions.append(RecoverLockedSWA(node.id, full.value, incoming))
         else:
             old = full.value
             full.value = incoming
             if self.tree.events.enabled:  # Full's data changed too: say so, not only the free
                 self.tree.events.emit(EventKind.SET, "full", node.id, Cause.REQUEST, node.length, "swa recovery takes the incoming slots")
             actions.append(FreeDeviceKVFullOnly([old], node.id, Cause.DUPLICATE))
-            actions.append(ComponentAction(self.name, REBUILD, node.id, (incoming,)))
+            actions.append(RebuildSWA(node.id, incoming))
         return live_start - start
 
     def _clip_to_window(self, node: TreeNode, start: int, end: int, window_start: int):
@@ -180,8 +178,8 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
         node = live[0]
         capped = self._cap_leaf(node)
         if capped is not None:  # older part first, so the tail ends up more recent
-            actions.append(ComponentAction(self.name, REBUILD, capped.id, (capped.data[0].value,)))
-        actions.append(ComponentAction(self.name, REBUILD, node.id, (node.data[0].value,)))
+            actions.append(RebuildSWA(capped.id, capped.data[0].value))
+        actions.append(RebuildSWA(node.id, node.data[0].value))
 
     def _cap_leaf(self, leaf: TreeNode) -> Optional[TreeNode]:
         if leaf.data[self.index].lock_ref > 0 or leaf.length <= self.window_tail:
@@ -206,11 +204,11 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
             upper.metadata["uuid"] = uuid
 
     # ---- eviction ---------------------------------------------------------
-    def evict_component(self, node: TreeNode, frees: dict[str, list]) -> int:
+    def evict_component(self, node: TreeNode, batch: EvictionBatch) -> int:
         if node.data[self.index].value is None:
             return 0
-        frees["swa"].append(node.data[0].value)  # freed through the Full->SWA mapping
         n = node.length
+        batch.free("swa", node.data[0].value, n)  # freed through the Full->SWA mapping
         self.tree.evictable[self.index] -= n
         return n
 
@@ -263,13 +261,14 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
         for cur in list(self._segment(node, receipt)):
             self._unlock_one(cur, None)
 
-    def release_window_lock(self, node: TreeNode, receipt, frees: dict[str, list]) -> None:
+    def release_window_lock(self, node: TreeNode, receipt, batch: EvictionBatch) -> None:
         """Early release once decode has moved past the window: a node whose last SWA
-        lock goes and that is an evictable leaf loses its SWA data right away."""
+        lock goes and that is an evictable leaf loses its SWA data right away (into
+        ``batch``, a WINDOW one)."""
         for cur in list(self._segment(node, receipt)):
-            self._unlock_one(cur, frees)
+            self._unlock_one(cur, batch)
 
-    def _unlock_one(self, cur: TreeNode, frees: Optional[dict[str, list]]) -> None:
+    def _unlock_one(self, cur: TreeNode, batch: Optional[EvictionBatch]) -> None:
         cd = cur.data[self.index]
         cd.lock_ref -= 1
         if self.tree.events.enabled:
@@ -279,9 +278,8 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
         if cd.value is not None:
             self._move_to_evictable(cur)
         self.tree.update_leaf_state(cur)
-        if frees is not None and cd.value is not None and cur.in_leaf_set:
-            tracker = {c.name: 0 for c in self.tree.components}
-            self.tree.tombstone(cur, self, tracker, frees, Cause.WINDOW, cascade=False)
+        if batch is not None and cd.value is not None and cur.in_leaf_set:
+            self.tree.tombstone(cur, self, batch, cascade=False)
 
     # ---- request caching --------------------------------------------------
     def prepare_for_caching_req(self, req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
@@ -360,17 +358,16 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
             self._emit(EventKind.FREE, None, cause, freed, "pool=swa")
 
     def apply_action(self, action: ComponentAction) -> None:
-        if action.name == REBUILD:
-            (source,) = action.payload
-            self.tree.set_component_value(action.node, self.name, self.pool.translate(source), Cause.WINDOW)
-        elif action.name == RECOVER_LOCKED:
-            kept, incoming = action.payload
-            swa = self.pool.move_mapping(kept, incoming)
-            self.cache.free_kv([incoming], Cause.DUPLICATE, action.node, full_only=True)  # its SWA moved
-            self.tree.set_component_value(action.node, self.name, swa, Cause.WINDOW)
-            self._emit(EventKind.RECOVER, None, Cause.WINDOW, int(kept.shape[0]), "locked Full kept")
-        else:
-            super().apply_action(action)
+        match action:
+            case RebuildSWA(node=node, source=source):
+                self.tree.set_component_value(node, self.name, self.pool.translate(source), Cause.WINDOW)
+            case RecoverLockedSWA(node=node, kept=kept, incoming=incoming):
+                swa = self.pool.move_mapping(kept, incoming)
+                self.cache.free_kv([incoming], Cause.DUPLICATE, node, full_only=True)  # its SWA moved
+                self.tree.set_component_value(node, self.name, swa, Cause.WINDOW)
+                self._emit(EventKind.RECOVER, None, Cause.WINDOW, int(kept.shape[0]), "locked Full kept")
+            case _:
+                super().apply_action(action)
 
     def peer_shortfall(self, num_tokens: int) -> int:
         pool = self.pool.allocator

@@ -79,13 +79,8 @@ def _install_cow_leak(cache) -> None:
         if mamba.available_size() < 1:
             return  # the copy would need eviction (or fail): leave that to other faults
         req = Req(rid or "refused", list(tokens), tree._empty, tree.root.id, None, extra_key=extra_key)
-        bus = cache.events
-        outer = bus.begin_request("new_request", req.rid) if bus.enabled else None
-        try:
+        with cache.events.op("new_request", request=req.rid):
             cache.match_prefix(MatchPrefixParams(key, cow_mamba=True, req=req))
-        finally:
-            if bus.enabled:
-                bus.end_request(outer)
         if req.mamba_pool_idx is not None:
             fired(cache, COW_LEAK)  # the request goes back to the queue still owning the slot
 
@@ -109,16 +104,14 @@ def _install_evict_locked_leaf(cache) -> None:
     included), even when an in-flight request held a lock on its Full KV; the correct
     code only tombstones the state of a node that is not an evictable leaf. Fires
     each time such a locked childless node is deleted."""
-    from ..events import Cause
-
     mamba, tree = cache.by_name["mamba"], cache.tree
 
-    def evict_next(self, tracker, frees):  # LRUEvictionMixin.evict_next, but for one test
+    def evict_next(self, batch):  # LRUEvictionMixin.evict_next, but for one test
         lru = tree.lru[self.name]
         if self._cursor is not None and self._cursor not in lru:
             self._cursor = lru.lru_first()
         x = self._cursor
-        if tracker[self.name] >= self._evict_request or x is None:
+        if batch.counts[self.name] >= self._evict_request or x is None:
             return None, False
         self._cursor = lru.prev_of(x)
         if x.in_leaf_set:
@@ -127,7 +120,7 @@ def _install_evict_locked_leaf(cache) -> None:
             fired(cache, EVICT_LOCKED_LEAF)
             tree.leaves.add(x)  # past delete_leaf's check: deleted whole, Full lock and all
             return x, True
-        tree.tombstone(x, self, tracker, frees, Cause.CAPACITY, need=self._evict_request)
+        tree.tombstone(x, self, batch)
         return None, True
 
     mamba.evict_next = types.MethodType(evict_next, mamba)

@@ -1,0 +1,57 @@
+"""Which components take part in each controller-side hook, decided once per cache.
+
+A component overrides only the hooks it cares about (see components/base.py). The
+controller and the request flows ask this table, built from what each component
+class overrides, instead of each keeping its own list or skipping Full by position;
+a component left out of a hook would only have run TreeComponent's no-op default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from .components.base import TreeComponent
+
+Components = tuple[TreeComponent, ...]
+
+
+def overriding(components: Sequence[TreeComponent], hook: str) -> Components:
+    """The components, in order, whose class replaces TreeComponent's default ``hook``."""
+    default = getattr(TreeComponent, hook)
+    return tuple(c for c in components if getattr(type(c), hook) is not default)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HookTable:
+    """Per hook, the components to call (in component order)."""
+
+    # match
+    finalize_match_in_cache: Components  # adjusts a match the tree returned (Mamba's copy-on-write)
+    # pools
+    kv_peers: Components  # pools that follow Full KV slot for slot (``kv_peer``: SWA)
+    own_pools: Components  # components with a pool of their own to reset (every one but Full)
+    # admission and decode
+    pinned_by_lock: Components
+    slots_for_request: Components
+    reserve_request: Components
+    admit_request: Components
+    advance_request: Components
+    release_request: Components
+    # caching a request
+    prepare_for_caching_req: Components
+    free_out_of_window_slots: Components
+    cleanup_after_caching_req: Components
+
+    @classmethod
+    def of(cls, components: Sequence[TreeComponent]) -> HookTable:
+        by_override = {
+            field.name: overriding(components, field.name)
+            for field in dataclasses.fields(cls)
+            if hasattr(TreeComponent, field.name)
+        }
+        return cls(
+            kv_peers=tuple(c for c in components if c.kv_peer),
+            own_pools=tuple(c for c in components if hasattr(type(c), "reset_pool")),
+            **by_override,
+        )
