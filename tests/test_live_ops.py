@@ -15,7 +15,7 @@ from workbench.model.live import OP_HELP, complete, format_command, parse_comman
 from workbench.model.scenario import MAX_KEY_TOKENS, OPS, ScenarioError, StepAppender, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = sorted(p for p in (ROOT / "scenarios").glob("**/*.toml") if p.parent.name != "fuzz")  # fuzz/: list expects
+SCENARIOS = sorted((ROOT / "scenarios").glob("**/*.toml"))
 
 
 def strict(value) -> str:

@@ -21,7 +21,7 @@ import json
 import re
 from typing import Any, NoReturn, Optional
 
-from .scenario import MAX_KEY_TOKENS, MAX_TOKEN, OPS, STATE_FIELDS, ScenarioError
+from .scenario import MAX_KEY_TOKENS, MAX_TOKEN, OPS, ORDER_FIELDS, STATE_FIELDS, ScenarioError
 
 OP_HELP: dict[str, str] = {
     "insert": "insert TOKENS… [extra_key=NS] [swa_evicted_seqlen=N]",
@@ -37,7 +37,7 @@ OP_HELP: dict[str, str] = {
     "check": "check",
 }
 # Clauses any op may end with; TOKENS are ids and inclusive ranges FIRST..LAST.
-CLAUSE_HELP = "[expect FIELD=N … FIELD.MATCH=N …] [expect_error TEXT] [description TEXT]"
+CLAUSE_HELP = "[expect FIELD=N … FIELD.MATCH=N … swa_lru=[3,1,2]] [expect_error TEXT] [description TEXT]"
 
 _TOKEN_FIELD = {"insert": "key", "match": "key", "req_prefill": "tokens", "req_decode": "tokens"}
 _NAME_SLOT = {  # the op's first positional word names this field
@@ -51,6 +51,7 @@ _RESERVED = frozenset(_TEXT_KEYWORDS + ("expect", "slide", "noinsert"))
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/@+-]*")  # written without quotes by format_command
 _INT = re.compile(r"-?[0-9]{1,4000}")  # int() refuses longer digit strings
+_ID_LIST = re.compile(r"\[(?:[0-9]{1,18}(?:,[0-9]{1,18})*)?\]")  # [3,1,2]: node ids
 _TOKEN = re.compile(r"[0-9]{1,20}")
 _RANGE = re.compile(r"([0-9]{1,20})\.\.([0-9]{1,20})")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
@@ -261,6 +262,8 @@ def _value(field: str, word: _Word) -> Any:
         return text
     if _INT.fullmatch(text):
         return int(text)
+    if _ID_LIST.fullmatch(text):  # an LRU order: [3,1,2] (no spaces), most recent first
+        return [int(v) for v in text[1:-1].split(",") if v]
     return {"true": True, "false": False}.get(text, text)
 
 
@@ -370,6 +373,8 @@ def _literal(value: Any) -> str:
         return str(value)
     if isinstance(value, str):
         return _text(value)  # quoted, so it never reads back as an int or a boolean
+    if isinstance(value, list) and all(type(v) is int and v >= 0 for v in value):
+        return "[" + ",".join(map(str, value)) + "]"
     raise ValueError(f"no command for the value {value!r}")
 
 
@@ -427,7 +432,7 @@ def _candidates(op: str, args: list[str], names: dict[str, list[str]], component
 
 def _expect_fields(op: str, components: list[str]) -> list[str]:
     """Fields this op may expect with these components (per-match tables left out)."""
-    fields = list(OPS[op][2]) + list(STATE_FIELDS)
+    fields = list(OPS[op][2]) + list(STATE_FIELDS) + list(ORDER_FIELDS)
 
     def present(field: str) -> bool:
         owner = field.split("_")[0]
