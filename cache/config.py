@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from collections.abc import Mapping
+from typing import Any, Optional
 
 
 MAX_POOL = 2**30  # slot ids fit int32 tokens' tensors comfortably; far above any scenario
@@ -20,6 +21,17 @@ class CacheConfig:
     device: str = "auto"
     auto_evict: bool = True  # allocations evict their shortfall first
     faults: tuple[str, ...] = ()  # upstream bugs to re-introduce (cache/faults); none by default
+    # Fields a component declares itself (``config_fields``), named "<component>_<field>":
+    # checked here for their owner only (no import), by the component when the cache is built.
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+
+    @classmethod
+    def of(cls, **fields) -> CacheConfig:
+        """A config from flat fields (a scenario's [config], keyword arguments): the ones
+        this class does not name go to ``extra``."""
+        own = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        extra = {**fields.pop("extra", {}), **{k: v for k, v in fields.items() if k not in own}}
+        return cls(**{k: v for k, v in fields.items() if k in own}, extra=extra)
 
     def __post_init__(self) -> None:
         from .components import COMPONENT_REGISTRY
@@ -47,6 +59,10 @@ class CacheConfig:
             raise ValueError("sliding_window (a positive int) is required when 'swa' is a component")
         if "mamba" in comps and not (isinstance(self.mamba_size, int) and self.mamba_size > 0):
             raise ValueError("mamba_size (a positive int) is required when 'mamba' is a component")
+        object.__setattr__(self, "extra", dict(self.extra))
+        for key in self.extra:
+            if not any(key.startswith(f"{c}_") for c in comps[1:]):
+                raise ValueError(f"unknown config field {key!r} (a component's own field is '<component>_<name>')")
         object.__setattr__(self, "faults", tuple(self.faults))
         if self.faults:
             from .faults import check_fault_names

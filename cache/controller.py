@@ -40,7 +40,7 @@ from .tree_core import UnifiedTreeCore
 
 class UnifiedRadixCache(RequestFlows):
     def __init__(self, config: Optional[CacheConfig] = None, **kwargs) -> None:
-        self.config = config if config is not None else CacheConfig(**kwargs)
+        self.config = config if config is not None else CacheConfig.of(**kwargs)
         cfg = self.config
         self.device = resolve_device(cfg.device)
         self.page_size = cfg.page_size
@@ -50,9 +50,9 @@ class UnifiedRadixCache(RequestFlows):
         self.kv_buffer = KVFingerprintBuffer(cfg.kv_size, self.device)
         self.components = [COMPONENT_REGISTRY[name](self, i) for i, name in enumerate(cfg.components)]
         self.by_name = {c.name: c for c in self.components}
+        _check_component_fields(self.components, cfg.extra)
         self.tree = UnifiedTreeCore(self.components, cfg.page_size, self.device, self.events)
         self.hooks = HookTable.of(self.components)  # which components each hook runs on
-        self._mamba = self.by_name.get("mamba")
         self.requests: dict[str, Req] = {}
         self._rids = itertools.count(1)
         self.fingerprints = True  # write_kv records KV fingerprints (off only for timing replays)
@@ -82,8 +82,8 @@ class UnifiedRadixCache(RequestFlows):
         floor = params.swa_evicted_seqlen
         if floor != 0 and (type(floor) is not int or floor < 0 or floor % self.page_size):
             raise InvalidValueError(f"swa_evicted_seqlen must be a non-negative multiple of page_size {self.page_size} (got {floor!r})")
-        if self._mamba is not None:
-            self._mamba.check_insert_value(params.mamba_value)
+        for component in self.hooks.check_insert_params:
+            component.check_insert_params(params)
         with self.events.op("insert"):
             return self.tree.insert(params, self._apply_actions)
 
@@ -126,9 +126,7 @@ class UnifiedRadixCache(RequestFlows):
             shorts = self._shortfalls(num_tokens)
             if any(short > 0 for short in shorts.values()):
                 self._ensure_capacity(shorts, {}, self.auto_evict if evict is None else evict)
-                self.evict_for_alloc(
-                    EvictParams(num_tokens=max(0, shorts["full"]), swa_num_tokens=max(0, shorts.get("swa", 0)))
-                )
+                self.evict_for_alloc(EvictParams.of({name: max(0, short) for name, short in shorts.items()}))
             slots = pool.alloc(num_tokens)
             try:
                 for component in self.hooks.kv_peers:
@@ -142,13 +140,14 @@ class UnifiedRadixCache(RequestFlows):
 
     def _shortfalls(self, num_tokens: int, states: int = 0) -> dict[str, int]:
         """Slots each pool lacks for ``num_tokens`` Full slots (and their peers') plus
-        ``states`` Mamba state slots."""
+        ``states`` slots of each pool that gives requests their own (Mamba's states)."""
         pool = self.kv_pool
         shorts = {"full": pool.pages_for(num_tokens) * self.page_size - pool.available_size()}
         for component in self.hooks.kv_peers:
             shorts[component.name] = component.peer_shortfall(num_tokens)
-        if states and self._mamba is not None:
-            shorts["mamba"] = states - self._mamba.available_size()
+        if states:
+            for component in self.hooks.slots_for_request:
+                shorts[component.name] = states - component.available_size()
         return shorts
 
     def check_capacity(self, num_tokens: int, mamba_states: int = 0, evict: Optional[bool] = None) -> None:
@@ -177,26 +176,27 @@ class UnifiedRadixCache(RequestFlows):
                     + (f", {reclaimable} evictable" if evict else " (auto_evict is off)")
                 )
 
+    # SGLang's names for two components' own pool calls, kept as the cache API
     def alloc_mamba_state(self, tokens: list[int]) -> torch.Tensor:
         """A fresh state slot holding the state after ``tokens`` (for a direct insert)."""
-        if self._mamba is None:
-            raise CacheError("alloc_mamba_state needs the mamba component")
-        slot = self._mamba.alloc_slot()
+        mamba = self._needs("mamba", "alloc_mamba_state")
+        slot = mamba.alloc_slot()
         fps = prefix_fingerprints(tokens, self.device)
-        self._mamba.pool.write(slot, int(fps[-1]) if len(tokens) else -1)
+        mamba.pool.write(slot, int(fps[-1]) if len(tokens) else -1)
         return slot
 
     def free_mamba_state(self, slot: torch.Tensor) -> None:
-        if self._mamba is None:
-            raise CacheError("free_mamba_state needs the mamba component")
-        self._mamba.pool.free(slot)
+        self._needs("mamba", "free_mamba_state").pool.free(slot)
 
     def free_swa(self, full_slots: torch.Tensor) -> None:
         """Free only the SWA side of these Full slots (a request's out-of-window KV)."""
-        swa = self.by_name.get("swa")
-        if swa is None:
-            raise CacheError("free_swa needs the swa component")
-        swa.peer_free(full_slots, Cause.WINDOW, None)
+        self._needs("swa", "free_swa").peer_free(full_slots, Cause.WINDOW, None)
+
+    def _needs(self, name: str, call: str):
+        component = self.by_name.get(name)
+        if component is None:
+            raise CacheError(f"{call} needs the {name} component")
+        return component
 
     def write_kv(self, slots: torch.Tensor, tokens: list[int], start: int = 0) -> None:
         """Write KV (fingerprints) for tokens[start:] of a sequence into ``slots``."""
@@ -228,12 +228,15 @@ class UnifiedRadixCache(RequestFlows):
     @staticmethod
     def _check_evict_params(params: EvictParams) -> None:
         a, b, c = params.num_tokens, params.swa_num_tokens, params.mamba_num
-        if type(a) is int and type(b) is int and type(c) is int and a >= 0 and b >= 0 and c >= 0:
+        if type(a) is int and type(b) is int and type(c) is int and a >= 0 and b >= 0 and c >= 0 and not params.by_component:
             return
         for field in ("num_tokens", "swa_num_tokens", "mamba_num"):
             value = getattr(params, field)
             if type(value) is not int or value < 0:
                 raise CacheError(f"evict: {field} must be a non-negative int (got {value!r})")
+        for name, value in params.by_component.items():
+            if type(value) is not int or value < 0:
+                raise CacheError(f"evict: by_component[{name!r}] must be a non-negative int (got {value!r})")
 
     def _evict(self, params: EvictParams, targets: Optional[dict[str, int]]) -> EvictResult:
         tree = self.tree
@@ -270,7 +273,7 @@ class UnifiedRadixCache(RequestFlows):
             finally:
                 component.evict_end()
         self._drain(batch)
-        return EvictResult(counts["full"], counts.get("swa", 0), counts.get("mamba", 0))
+        return EvictResult(counts["full"], counts.get("swa", 0), counts.get("mamba", 0), dict(counts))
 
     def _drain(self, batch) -> None:
         """Execute the batch's pending frees on the pools, component by component
@@ -339,3 +342,15 @@ class UnifiedRadixCache(RequestFlows):
 
         return take_snapshot(self)
 
+
+def _check_component_fields(components: list, extra) -> None:
+    """Every component's own config fields are valid (required ones given), and each
+    extra field is one its owner declares."""
+    declared = set()
+    for component in components:
+        for field in component.config_fields:
+            component.config_value(field)
+            declared.add(field)
+    unknown = sorted(set(extra) - declared)
+    if unknown:
+        raise ValueError(f"unknown config field(s) {unknown}; the components declare {sorted(declared)}")

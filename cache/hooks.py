@@ -26,8 +26,9 @@ def overriding(components: Sequence[TreeComponent], hook: str) -> Components:
 class HookTable:
     """Per hook, the components to call (in component order)."""
 
-    # match
+    # match and insert
     finalize_match_in_cache: Components  # adjusts a match the tree returned (Mamba's copy-on-write)
+    check_insert_params: Components  # refuses an insert's own values before the walk (Mamba's state)
     # pools
     kv_peers: Components  # pools that follow Full KV slot for slot (``kv_peer``: SWA)
     own_pools: Components  # components with a pool of their own to reset (every one but Full)
@@ -42,6 +43,7 @@ class HookTable:
     prepare_for_caching_req: Components
     free_out_of_window_slots: Components
     cleanup_after_caching_req: Components
+    slide_window: Components  # frees what a decoding request no longer needs (SWA's window)
 
     @classmethod
     def of(cls, components: Sequence[TreeComponent]) -> HookTable:

@@ -333,7 +333,7 @@ def expected_locks(cache, out: Optional[list[Violation]] = None) -> list[dict[in
         if anchor is None:
             continue
         for component in cache.components:
-            if not tree._releases(component, receipt, receipt.swa_released):
+            if not tree.releases(component, receipt, receipt.swa_released):
                 continue
             try:
                 nodes = component.locked_nodes(anchor, receipt)

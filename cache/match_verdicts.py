@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from .events import Cause, EventKind
 from .keys import TOKEN_BYTES, RadixKey, unpack_tokens
+from .tree_walk import WalkStop, walk_stop
 
 if TYPE_CHECKING:
     from .tree_core import UnifiedTreeCore
@@ -60,13 +61,14 @@ def _full_reason(tree: UnifiedTreeCore, key: RadixKey, last: TreeNode, walked: i
     total = len(key.data) // TOKEN_BYTES
     aligned = total - total % ps
     tail = f"unaligned tail of {total - aligned} tokens (page {ps})" if total > aligned else ""
-    if split_child is not None:
+    stop = walk_stop(walked, aligned, split_child is not None)
+    if stop is WalkStop.PARTIAL:
         matched, whole = last.length, last.length + split_child.length
         if walked == aligned:
             reason = f"key ends inside node #{split_child.id} ({matched} of {whole} tokens, split needed)"
         else:
             reason = f"node #{split_child.id} matched {matched} of {whole} tokens (split needed)"
-    elif walked < aligned:
+    elif stop is WalkStop.NO_CHILD:
         page = unpack_tokens(key.data[walked * TOKEN_BYTES : (walked + ps) * TOKEN_BYTES])
         what = f"token {page[0]}" if ps == 1 else "page [" + " ".join(map(str, page)) + "]"
         reason = f"no child for {what} under node #{last.id}"

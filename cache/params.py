@@ -81,10 +81,18 @@ class EvictParams:
     num_tokens: int = 0
     swa_num_tokens: int = 0
     mamba_num: int = 0
+    # units to evict of a component without a field above, by component name
+    by_component: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, amounts: dict[str, int]) -> EvictParams:
+        """Units to evict per component name, into the named fields where there is one."""
+        named = {_EVICT_FIELDS[k]: v for k, v in amounts.items() if k in _EVICT_FIELDS}
+        return cls(**named, by_component={k: v for k, v in amounts.items() if k not in _EVICT_FIELDS})
 
     def request_for(self, component: str) -> int:
         field = _EVICT_FIELDS.get(component)
-        return getattr(self, field) if field else 0
+        return getattr(self, field) if field else self.by_component.get(component, 0)
 
 
 _EVICT_FIELDS = {"full": "num_tokens", "swa": "swa_num_tokens", "mamba": "mamba_num"}
@@ -95,6 +103,8 @@ class EvictResult:
     num_tokens_evicted: int = 0
     swa_num_tokens_evicted: int = 0
     mamba_num_evicted: int = 0
+    # units evicted per component name, every component (the fields above included)
+    by_component: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class IncLockRefResult:

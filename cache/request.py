@@ -8,7 +8,7 @@ lock there); the rest are the request's own.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -38,6 +38,9 @@ class Req:
     mamba_keep_idx: Optional[int] = None  # the ping-pong slot a finished request hands to the tree
     mamba_cow_src: Optional[torch.Tensor] = None  # the tree slot its running state was copied from
     released: bool = False
+    # per component name: that component's own state for this request (a new component
+    # keeps it here rather than adding fields; SWA and Mamba predate it)
+    component_state: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def fill_ids(self) -> list[int]:

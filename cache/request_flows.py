@@ -82,7 +82,8 @@ class RequestFlows:
                 for component in hooks.reserve_request:
                     component.reserve_request(req)
                 fresh = self.alloc_kv(need)
-            match = self.match_prefix(MatchPrefixParams(key, cow_mamba="mamba" in self.by_name, req=req))
+            # the request gets its own copy of any state the match hands out (Mamba's)
+            match = self.match_prefix(MatchPrefixParams(key, cow_mamba=True, req=req))
             prefix_len = match.prefix_len
             lock = self.tree.inc_lock_ref(match.last_device_node)
             if fresh is None:
@@ -113,7 +114,7 @@ class RequestFlows:
         with self.events.for_request(req.rid):  # on the events of its allocation and slide
             self._check_live(req)
             as_key(tokens)  # validates the ids
-            if slide and "swa" not in self.by_name:
+            if slide and not self.hooks.slide_window:
                 raise CacheError("slide_window needs the swa component")
             start = req.kv_len
             ps = self.page_size
@@ -144,11 +145,11 @@ class RequestFlows:
         (the scheduler's maybe_evict_swa at seqlen - 1). The prefix's SWA lock stays
         (v0.5.23 releases it early only behind an opt-in flag; see release_window)."""
         self._check_live(req)
-        swa = self.by_name.get("swa")
-        if swa is None:
+        if not self.hooks.slide_window:
             raise CacheError("slide_window needs the swa component")
         with self.events.op("slide_window", request=req.rid):
-            swa.slide_window(req, req.kv_len - 1)
+            for component in self.hooks.slide_window:
+                component.slide_window(req, req.kv_len - 1)
 
     # ---- caching ----------------------------------------------------------------
     def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
@@ -213,7 +214,7 @@ class RequestFlows:
         result = self.insert(params)
         req.cache_inserted_len = max(req.cache_inserted_len, aligned)
         prompt_len = len(req.origin_input_ids) - len(req.origin_input_ids) % self.page_size
-        if len(self.components) == 1 and 0 < prompt_len < aligned:
+        if self._prompt_split_ok and 0 < prompt_len < aligned:
             # split the leaf at the prompt boundary so the output can be evicted alone
             prompt = InsertParams(
                 key[:prompt_len], params.value[:prompt_len], prev_prefix_len=prompt_len,
@@ -231,6 +232,10 @@ class RequestFlows:
         req.last_node, req.cache_protected_len = new_node, aligned
         for component in hooks.cleanup_after_caching_req:
             component.cleanup_after_caching_req(req, finished, result, params)
+
+    @property
+    def _prompt_split_ok(self) -> bool:
+        return all(component.prompt_split_ok for component in self.components)
 
     def _check_live(self, req: Req) -> None:
         if req.released or self.requests.get(req.rid) is not req:

@@ -17,7 +17,7 @@ from .actions import FreeDeviceKV, FreeDeviceKVFullOnly
 from .components.base import TreeComponent
 from .errors import InvalidValueError, UnknownNodeError
 from .events import Cause, EventBus, EventKind
-from .keys import TOKEN_BYTES, RadixKey, child_key, common_prefix_tokens, unpack_tokens
+from .keys import TOKEN_BYTES, RadixKey, child_key, unpack_tokens
 from .leaf_set import EvictableLeafSet
 from .lru import LRUList
 from .match_verdicts import emit_verdicts
@@ -25,6 +25,7 @@ from .params import IncLockRefResult, InsertParams, InsertResult, MatchResult
 from .tree_core_evict import TreeEviction
 from .tree_core_locks import TreeLocks
 from .tree_node import TreeNode
+from .tree_walk import walk_key
 
 def _child_order(node: TreeNode):
     """(namespace, first page): a total order, since siblings differ in their first page."""
@@ -164,42 +165,38 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
             return MatchResult(self._empty, root.id, root.id, root.id)
         if limit != len(data):
             data = data[:limit]
-        validators = [v for c in self.components if (v := c.create_match_validator()) is not None]
-        ek = key.extra_key
-        pb = self.page_bytes
-        node = root
-        off = 0
-        chunks: list[torch.Tensor] = []
-        best, best_chunks = root, 0
-        walked = 0
+        validators = []  # loops, not comprehensions, on this hot path: cheaper on short walks
+        for component in self.components:
+            if (validate := component.create_match_validator()) is not None:
+                validators.append(validate)
+        path, cut = walk_key(root, data, key.extra_key, ps)
         split_child = None  # the node a partial match split (for the verdict)
-        while off < limit:
-            ck = data[off : off + pb] if ek is None else (ek, data[off : off + pb])
-            child = node.children.get(ck)
-            if child is None:
-                break
-            if data.startswith(child.key, off):
-                plen = child.length
-            else:
-                plen = common_prefix_tokens(data, off, child.key)
-                plen -= plen % ps
-            walked += plen
-            if plen < child.length:
-                split_child, child = child, self._split_node(child, plen)
-                off = limit  # stop after this node
-            chunks.append(child.data[0].value)
-            node = child
-            if validators:
+        # the key left the last node part-way: split it there now, before the
+        # validators run (they read only the nodes they are handed)
+        if cut is not None:
+            split_child = path[-1]
+            path[-1] = self._split_node(split_child, cut)
+        node = path[-1] if path else root
+        chunks: list[torch.Tensor] = []
+        walked = 0
+        if validators:
+            best, best_chunks = root, 0
+            for child in path:
+                walked += child.length
+                chunks.append(child.data[0].value)
                 ok = True
                 for validate in validators:  # every one sees every node: they keep state
                     if not validate(child, child.length):
                         ok = False
                 if ok:
                     best, best_chunks = child, len(chunks)
-            else:
-                best, best_chunks = child, len(chunks)
-            off += plen * TOKEN_BYTES
-        result = self._finish_match(best, chunks[:best_chunks], walked, node)
+            del chunks[best_chunks:]
+        else:
+            for child in path:
+                walked += child.length
+                chunks.append(child.data[0].value)
+            best = node
+        result = self._finish_match(best, chunks, walked, node)
         if self.events.enabled:  # after the match end's PROMOTE, so it stays the step's first named node
             emit_verdicts(self, key, node, split_child)
         return result
@@ -214,26 +211,22 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
         limit = (ntok - ntok % ps) * TOKEN_BYTES
         data = data[:limit]
         validators = [v for c in self.components if (v := c.create_match_validator()) is not None]
-        node, off, path, best = self.root, 0, [], 0
-        ek, pb = key.extra_key, self.page_bytes
-        while off < limit:
-            ck = data[off : off + pb] if ek is None else (ek, data[off : off + pb])
-            child = node.children.get(ck)
-            if child is None:
-                break
-            plen = common_prefix_tokens(data, off, child.key)
-            plen -= plen % ps
-            path.append((child, plen))
+        nodes, cut = walk_key(self.root, data, key.extra_key, ps)
+        path = [(node, node.length) for node in nodes]
+        if cut is not None:
+            path[-1] = (nodes[-1], cut)
+        if not validators:
+            return path
+        best = 0
+        for k, (child, plen) in enumerate(path, 1):
             ok = True
             for validate in validators:
                 if not validate(child, plen):
                     ok = False
             if ok:
-                best = len(path)
-            if plen < child.length:
-                break
-            node, off = child, off + plen * TOKEN_BYTES
-        return path[:best]
+                best = k
+        del path[best:]
+        return path
 
     def _finish_match(self, best: TreeNode, chunks: list, walked: int, last_visited: TreeNode) -> MatchResult:
         for hook in self._match_end_hooks:
@@ -277,9 +270,9 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
         key = params.key
         data = key.data
         ps = self.page_size
-        ntok = len(data) // TOKEN_BYTES
-        ntok -= ntok % ps
-        value = self._check_value(params.value, len(data) // TOKEN_BYTES, ntok)
+        total = len(data) // TOKEN_BYTES
+        ntok = total - total % ps
+        value = self._check_value(params.value, total, ntok)
         root = self.root
         root.last_access_time = self.tick()
         if ntok == 0:
@@ -288,8 +281,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
         if limit != len(data):
             data = data[:limit]
         ek = key.extra_key
-        pb = self.page_bytes
         prev = params.prev_prefix_len
+        inserted_len = params.inserted_len
         priority = params.priority
         result = InsertResult(prefix_len=0, total_len=ntok)
         pending: list = []
@@ -299,22 +292,18 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
         node = root
         done = 0  # tokens walked
         deferred = 0  # pending[:deferred] are known to be deferrable
-        while done < ntok:
-            off = done * TOKEN_BYTES
-            ck = data[off : off + pb] if ek is None else (ek, data[off : off + pb])
-            child = node.children.get(ck)
-            if child is None:
-                break
-            child.last_access_time = self.tick()
+        path, cut = walk_key(root, data, ek, ps)
+        partial = path[-1] if cut is not None else None  # the walk's last node, to cut
+        for child in path:
+            plen = child.length
+            t = self._clock  # self.tick(), inlined on this hot path
+            self._clock = t + 1.0
+            child.last_access_time = t
             for hook in walkdown:
                 hook(child)
-            if data.startswith(child.key, off):
-                plen = child.length
-            else:
-                plen = common_prefix_tokens(data, off, child.key)
-                plen -= plen % ps
-                if plen < child.length:
-                    child = self._split_node(child, plen)
+            if child is partial:
+                plen = cut
+                child = self._split_node(child, cut)
             if priority > child.priority:
                 child.priority = priority
             consumed = plen
@@ -325,12 +314,13 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
             dup_start = prev - done if prev > done else 0
             if dup_start < consumed:
                 self._free_duplicates(value, done + dup_start, done + consumed, params, child, pending)
-            if done + plen > params.inserted_len:
+            if done + plen > inserted_len:
                 child.hit_count += 1
-            if len(pending) > deferred and not all(a.deferrable for a in pending[deferred:]):
-                apply_actions(pending)  # a barrier: later steps read what these actions set
-                pending = []
-            deferred = len(pending)
+            if len(pending) > deferred:
+                if not all(a.deferrable for a in pending[deferred:]):
+                    apply_actions(pending)  # a barrier: later steps read what these actions set
+                    pending = []
+                deferred = len(pending)
             node = child
             done += plen
         if done < ntok:

@@ -66,7 +66,7 @@ class TreeLocks:
             )
         skip_swa = params.swa_released
         if params.skipped_lock_components or skip_swa:
-            releasing = [c for c in self._release_order if self._releases(c, params, skip_swa)]
+            releasing = [c for c in self._release_order if self.releases(c, params, skip_swa)]
         else:
             releasing = self._release_order
         for component in self._checked_releases:
@@ -91,7 +91,7 @@ class TreeLocks:
         params = held
         if params.swa_released:
             raise LockError(f"the window part of lock receipt {params.receipt_id} was already released")
-        swa = self.by_name.get("swa")
+        swa = self.window_component
         if swa is None:
             raise LockError("release_window needs the swa component")
         node = self.node_by_id(node_id)
@@ -112,11 +112,18 @@ class TreeLocks:
         if self._touched is not None:
             self._touched.add(node_id)
 
-    def _releases(self, component: TreeComponent, params, skip_swa: bool) -> bool:
+    @property
+    def window_component(self):
+        """The component whose lock part release_window lets go early (SWA), or None."""
+        return next((c for c in self.components if c.has_window_lock), None)
+
+    def releases(self, component: TreeComponent, params, skip_swa: bool) -> bool:
+        """Whether releasing ``params`` (its window part already gone when ``skip_swa``)
+        still has ``component`` release its share."""
         if component.name in params.skipped_lock_components:
             return False
-        if skip_swa and "swa" in self.by_name:
-            swa_priority = self.by_name["swa"].eviction_priority(False)
-            if component.name == "swa" or component.eviction_priority(False) < swa_priority:
+        window = self.window_component if skip_swa else None
+        if window is not None:
+            if component is window or component.eviction_priority(False) < window.eviction_priority(False):
                 return False
         return True

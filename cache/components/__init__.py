@@ -13,6 +13,7 @@ _ENTRIES = {
     "full": "full:FullComponent",
     "swa": "swa:SWAComponent",
     "mamba": "mamba:MambaComponent",
+    "sidecar": "sidecar:SidecarComponent",
 }
 
 
@@ -27,8 +28,32 @@ class ComponentRegistry(Mapping):
         cls = self._loaded.get(name)
         if cls is None:
             module, _, attr = self._entries[name].partition(":")
-            cls = self._loaded[name] = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+            package = None if "." in module else __name__  # a bare name is a module of this package
+            cls = getattr(importlib.import_module(module if package is None else f"{package}.{module}"), attr)
+            self._loaded[name] = cls
         return cls
+
+    def register(self, name: str, component: type | str) -> None:
+        """Add a component at run time: a class, or ``"package.module:Class"`` (imported
+        on first lookup). Its ``name`` must be the registry name."""
+        if name in self._entries:
+            raise ValueError(f"component {name!r} is already registered")
+        if isinstance(component, str):
+            if ":" not in component:
+                raise ValueError(f"expected 'module:Class', got {component!r}")
+            self._entries[name] = component
+            return
+        if getattr(component, "name", None) != name:
+            raise ValueError(f"{component.__name__}.name is {getattr(component, 'name', None)!r}, not {name!r}")
+        self._entries[name] = f"{component.__module__}:{component.__qualname__}"
+        self._loaded[name] = component
+
+    def unregister(self, name: str) -> None:
+        """Forget a component added with ``register`` (tests clean up with it)."""
+        if name in _ENTRIES:
+            raise ValueError(f"{name!r} is a built-in component")
+        self._entries.pop(name)
+        self._loaded.pop(name, None)
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

@@ -6,13 +6,15 @@ component what to do through the hooks below. Defaults describe "no opinion", so
 component overrides only the phases it cares about.
 
 Hooks by phase:
+  config   config_fields (its own [config] fields, read with config_value)
   match    create_match_validator, match_verdict, finalize_match_result, finalize_match_in_cache
   LRU      on_walkdown, on_match_end, on_insert_end
-  insert   on_insert_overlap, commit_insert
+  insert   check_insert_params, on_insert_overlap, commit_insert
   split    redistribute_on_split
   evict    eviction_priority, evict_component, evict_start / evict_next / evict_end
   lock     acquire_lock, check_release, release_lock
-  caching  prepare_for_caching_req, free_out_of_window_slots, cleanup_after_caching_req
+  caching  prepare_for_caching_req, free_out_of_window_slots, cleanup_after_caching_req,
+           slide_window
   pools    free_device_values, apply_action (run by the controller, never the tree);
            a component with its own pool also answers available_size, pool_size,
            reset_pool, pool_views; a pool that follows Full KV slot for slot sets
@@ -24,10 +26,11 @@ Hooks by phase:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 import torch
 
+from ..config import MAX_POOL
 from ..events import Cause, EventKind
 
 if TYPE_CHECKING:
@@ -39,16 +42,37 @@ if TYPE_CHECKING:
 
 
 class TreeComponent:
-    name = ""
+    name = ""  # the registry name (components/__init__.py)
     uses_lru = False  # keeps a per-component LRU list in the tree core
     kv_peer = False  # allocated and freed along with Full KV slots (SWA)
     leaf_priority = 0
     internal_priority = 0
+    # Capabilities the flows and the other components ask for instead of names:
+    has_window_lock = False  # a lock part release_window lets go early (SWA's window)
+    sets_checkpoints = False  # caching stops at this component's own boundaries (Mamba states)
+    prompt_split_ok = True  # a finished request's leaf may be split at its prompt's end
+    # This component's own [config] fields -> default (None: required), positive ints,
+    # named "<component>_<field>"; CacheConfig keeps them in ``extra``.
+    config_fields: ClassVar[dict[str, Optional[int]]] = {}
 
     def __init__(self, cache: UnifiedRadixCache, index: int) -> None:
         self.cache = cache  # for pool I/O in the controller-side hooks only
         self.index = index
         self.tree: UnifiedTreeCore = None  # set by the tree core
+        if not self.uses_lru:  # the default LRU refreshes need a list: without one, no refresh
+            self.on_walkdown = self.on_match_end = None
+
+    def config_value(self, field: str) -> int:
+        """One of ``config_fields`` from the cache's config: given, or its default."""
+        default = self.config_fields[field]
+        value = self.cache.config.extra.get(field, default)
+        if value is None:
+            raise ValueError(f"{field} (a positive int) is required when {self.name!r} is a component")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{field} must be a positive int (got {value!r})")
+        if value > MAX_POOL:
+            raise ValueError(f"{field} {value} is larger than this workbench supports ({MAX_POOL})")
+        return value
 
     # ---- inspection -------------------------------------------------------
     def node_has_component_data(self, node: TreeNode) -> bool:
@@ -118,6 +142,10 @@ class TreeComponent:
     on_insert_end = None  # a hook set to None is skipped by the tree core (no call per node)
 
     # ---- insert -----------------------------------------------------------
+    def check_insert_params(self, params: InsertParams) -> None:
+        """Refuse (InvalidValueError) before the walk what this component cannot insert,
+        so a bad value never leaves half an insert."""
+
     def on_insert_overlap(
         self,
         node: TreeNode,
@@ -139,7 +167,8 @@ class TreeComponent:
 
     # ---- split ------------------------------------------------------------
     def redistribute_on_split(self, new_parent: TreeNode, child: TreeNode) -> None:
-        raise NotImplementedError
+        """Share ``child``'s data with the new upper node ``new_parent`` (which starts
+        empty: no value, no lock). By default everything stays on the deeper node."""
 
     # ---- eviction ---------------------------------------------------------
     def eviction_priority(self, is_leaf: bool) -> int:
@@ -167,7 +196,7 @@ class TreeComponent:
 
     # ---- locks ------------------------------------------------------------
     def acquire_lock(self, node: TreeNode, receipt: IncLockRefResult) -> None:
-        raise NotImplementedError
+        """Take this component's share of a lock anchored on ``node`` (default: none)."""
 
     def locked_nodes(self, node: TreeNode, receipt) -> list:
         """The nodes a held receipt keeps locked for this component (for the checker)."""
@@ -178,7 +207,7 @@ class TreeComponent:
         return None
 
     def release_lock(self, node: TreeNode, receipt: DecLockRefParams) -> None:
-        raise NotImplementedError
+        """Undo exactly what ``acquire_lock`` took for this receipt."""
 
     # ---- request caching (controller side) --------------------------------
     def prepare_for_caching_req(self, req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
@@ -187,6 +216,11 @@ class TreeComponent:
 
     def free_out_of_window_slots(self, req, pre_len: int, params: InsertParams) -> None:
         """Before caching an unfinished request: drop what it no longer needs."""
+
+    def slide_window(self, req, pre_len: int) -> int:
+        """Decode moved on: free what the request no longer needs before ``pre_len``
+        (units freed)."""
+        return 0
 
     def cleanup_after_caching_req(self, req, finished: bool, result: Optional[InsertResult], params=None) -> None:
         pass
@@ -213,6 +247,10 @@ class TreeComponent:
         return []
 
     # ---- pools (controller side) ------------------------------------------
+    def pool_views(self) -> dict:
+        """name -> PoolView of this component's own pool (none by default)."""
+        return {}
+
     def free_device_values(self, values: list[torch.Tensor], cause: Cause, node: Optional[int]) -> None:
         raise NotImplementedError
 

@@ -39,6 +39,8 @@ class MambaComponent(LRUEvictionMixin, TreeComponent):
     uses_lru = True
     leaf_priority = 0
     internal_priority = 0
+    sets_checkpoints = True  # a request is cached up to its last tracked state
+    prompt_split_ok = False  # a split leaves the upper part without a state
 
     def __init__(self, cache, index: int) -> None:
         super().__init__(cache, index)
@@ -113,6 +115,9 @@ class MambaComponent(LRUEvictionMixin, TreeComponent):
             self.tree.lru[self.name].promote(node)  # only the state a match uses
 
     # ---- insert -----------------------------------------------------------
+    def check_insert_params(self, params: InsertParams) -> None:
+        self.check_insert_value(params.mamba_value)
+
     def check_insert_value(self, value: Optional[torch.Tensor]) -> None:
         """Called before the walk: a bad mamba_value must not leave a half insert."""
         if value is None:

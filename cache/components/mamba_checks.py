@@ -93,18 +93,20 @@ def probe_mamba(mamba: MambaComponent, nodes: list) -> bool:
 
 
 def _check_lock_order(mamba: MambaComponent) -> list[tuple[str, str]]:
-    """On a locked anchor: Full lock >= SWA lock >= Mamba lock."""
+    """On a locked anchor, locks never grow down the eviction ranks: Full's >= SWA's
+    >= ... >= Mamba's (each component ranked above Mamba by internal priority)."""
     tree, out = mamba.tree, []
-    swa = tree.by_name.get("swa")
+    floor = mamba.eviction_priority(False)
+    ranked = sorted((c for c in tree.components if c.eviction_priority(False) > floor),
+                    key=lambda c: -c.eviction_priority(False)) + [mamba]
     for receipt in tree.live_receipts.values():
         node = tree.nodes.get(receipt.node_id)
-        if node is None or node is tree.root:
+        if node is None or node is tree.root or receipt.skipped_lock_components:
             continue
-        full = node.data[0].lock_ref
-        middle = node.data[swa.index].lock_ref if swa is not None else full
-        m = node.data[mamba.index].lock_ref
-        if not full >= middle >= m and not receipt.skipped_lock_components:
-            out.append(("lock.order", f"node {node.id}: full {full}, swa {middle}, mamba {m} locks out of order"))
+        locks = [node.data[c.index].lock_ref for c in ranked]
+        if any(upper < lower for upper, lower in zip(locks, locks[1:])):
+            said = ", ".join(f"{c.name} {lock}" for c, lock in zip(ranked, locks))
+            out.append(("lock.order", f"node {node.id}: {said} locks out of order"))
     return out
 
 

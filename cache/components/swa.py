@@ -32,6 +32,8 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
     kv_peer = True
     leaf_priority = 0
     internal_priority = 1
+    has_window_lock = True
+    prompt_split_ok = False  # a leaf is capped to one live window; a split would cut it
 
     def __init__(self, cache, index: int) -> None:
         super().__init__(cache, index)
@@ -285,14 +287,18 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
     def prepare_for_caching_req(self, req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
         """Forward the request's window floor; and when its match found Full KV past
         the last live window, stop this checkpoint at that branch point so the tree
-        gets a node boundary where a window can be rebuilt (not with Mamba: its
-        checkpoints decide the length)."""
+        gets a node boundary where a window can be rebuilt (not when another
+        component's checkpoints decide the length, e.g. Mamba's)."""
         params.swa_evicted_seqlen = req.swa_evicted_seqlen
         branch = req.swa_branching_seqlen
-        if "mamba" in self.tree.by_name or branch is None or branch <= req.cache_protected_len or branch > length:
+        if branch is None or branch <= req.cache_protected_len or branch > length or self._others_set_checkpoints:
             return None
         params.swa_branching_seqlen = branch
         return branch
+
+    @property
+    def _others_set_checkpoints(self) -> bool:
+        return any(c.sets_checkpoints for c in self.tree.components if c is not self)
 
     def cleanup_after_caching_req(self, req, finished: bool, result, params=None) -> None:
         if result is None or not result.swa_branch_inserted:

@@ -141,7 +141,7 @@ class Runner:
         state = TimelineState(store.shape, store.current, store.globals[-1])  # a view of now, not a copy
         out: dict[str, Any] = {}
         for key, want in fields.items():
-            if key in NAMED_FIELDS:
+            if key in NAMED_FIELDS or key.endswith("_lock_ref"):
                 component = key.removesuffix("_lock_ref")
                 out[key] = {m: self._lock_ref(state, m, component) for m in want}
             elif key in result:

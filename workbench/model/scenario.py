@@ -80,6 +80,17 @@ CONFIG_FIELDS = {
     "auto_evict": bool,
 }
 SCENARIO_FIELDS = {"name": str, "description": str, "source": str}
+# Any other listed component gets the same per-component fields: "<component>_<suffix>"
+COMPONENT_COUNTERS = ("evictable", "protected", "available", "held", "total", "tombstones")
+
+
+def component_field(key: str, components) -> Optional[tuple[str, str]]:
+    """(component, suffix) when ``key`` is a per-component field of a listed component
+    other than Full ("sidecar_evictable", "sidecar_lru", "sidecar_lock_ref"), else None."""
+    for component in components:
+        if component != "full" and key.startswith(f"{component}_"):
+            return component, key[len(component) + 1 :]
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +132,7 @@ def cache_config(scenario: Scenario, device: Optional[str] = None):
     if device is not None:
         cfg["device"] = device
     try:
-        return CacheConfig(**cfg)
+        return CacheConfig.of(**cfg)
     except (ValueError, TypeError) as exc:
         raise ScenarioError(f"config cannot be built: {exc}", scenario.path, scenario.config_line) from None
 
@@ -265,9 +276,13 @@ def _build(meta, config, steps: list, name: str, section_line, step_line) -> Sce
 def _check_config(config, name: str, section_line) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise ScenarioError("a [config] table is required", name, section_line("config"))
+    comps = config.get("components")
+    listed = comps if isinstance(comps, list) else []
     for key, value in config.items():
         want = CONFIG_FIELDS.get(key)
         line = section_line("config", key)
+        if want is None and component_field(key, listed) is not None:
+            continue  # a component's own field: its component checks it when the cache is built
         if want is None:
             raise ScenarioError(f"unknown [config] field {key!r}", name, line, key)
         if not isinstance(value, want) or (want is int and isinstance(value, bool)):
@@ -447,7 +462,18 @@ def _check_expect(op: str, results: tuple, key: str, value, name: str, line: Opt
             raise ScenarioError("expected value must be a list of node ids (most recent first)", name, line,
                                 f"expect.{key}")
         return
-    if key in NAMED_FIELDS:
+    own = component_field(key, names.components)
+    if own is not None and key not in ORDER_FIELDS + NAMED_FIELDS:
+        if own[1] in COMPONENT_COUNTERS:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
+            return
+        if own[1] == "lru":
+            if not isinstance(value, list) or not all(type(v) is int for v in value):
+                raise ScenarioError("expected value must be a list of node ids (most recent first)", name, line,
+                                    f"expect.{key}")
+            return
+    if key in NAMED_FIELDS or (own is not None and own[1] == "lock_ref"):
         if not isinstance(value, dict) or not value:
             raise ScenarioError("must be a table {match_name = lock_ref}", name, line, f"expect.{key}")
         for match, ref in value.items():
