@@ -418,7 +418,7 @@ def _why(args) -> int:
     return EXIT_OK
 
 
-TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml")
+TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml")
 
 
 def _tui(args) -> int:
