@@ -318,3 +318,36 @@ class LRUEvictionMixin:
 
     def evict_end(self) -> None:
         self._cursor = None
+
+
+class AnchorLockMixin:
+    """A lock on one node only, the match's anchor (Mamba's state, the sidecar's entry):
+    unlike Full's path lock no ancestor is touched, and the root is never locked."""
+
+    def acquire_lock(self, node: TreeNode, receipt) -> None:
+        if node is self.tree.root:
+            return
+        cd = node.data[self.index]
+        if cd.lock_ref == 0 and cd.value is not None:
+            self._move_to_protected(node)
+        cd.lock_ref += 1
+        self._emit(EventKind.LOCK, node, Cause.REQUEST, self.value_len(node), f"lock_ref={cd.lock_ref}")
+
+    def locked_nodes(self, node: TreeNode, receipt) -> list:
+        return [] if node is self.tree.root else [node]
+
+    def check_release(self, node: TreeNode, receipt) -> Optional[str]:
+        if node is not self.tree.root and node.data[self.index].lock_ref <= 0:
+            return f"{self.name} release hit lock_ref=0 on node {node.id}"
+        return None
+
+    def release_lock(self, node: TreeNode, receipt) -> None:
+        if node is self.tree.root:
+            return
+        cd = node.data[self.index]
+        if cd.lock_ref == 1 and cd.value is not None:
+            self._move_to_evictable(node)
+        cd.lock_ref -= 1
+        self._emit(EventKind.UNLOCK, node, Cause.REQUEST, self.value_len(node), f"lock_ref={cd.lock_ref}")
+        if cd.lock_ref == 0:
+            self.tree.update_leaf_state(node)

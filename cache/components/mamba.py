@@ -23,7 +23,7 @@ from ..match_verdicts import node_ids_text
 from ..params import EvictParams
 from ..pools.kv_buffer import prefix_fingerprints
 from ..pools.mamba_pool import MambaStatePool
-from .base import LRUEvictionMixin, TreeComponent
+from .base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
 
 if TYPE_CHECKING:
     from ..eviction import EvictionBatch
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 CHUNK_SIZE = 64  # the model's SSM chunk: checkpoints sit on lcm(chunk, page) boundaries
 
 
-class MambaComponent(LRUEvictionMixin, TreeComponent):
+class MambaComponent(AnchorLockMixin, LRUEvictionMixin, TreeComponent):
     name = "mamba"
     uses_lru = True
     leaf_priority = 0
@@ -152,34 +152,7 @@ class MambaComponent(LRUEvictionMixin, TreeComponent):
         self.tree.evictable[self.index] -= 1
         return 1
 
-    # ---- locks: this node's state only -----------------------------------
-    def acquire_lock(self, node: TreeNode, receipt) -> None:
-        if node is self.tree.root:
-            return
-        cd = node.data[self.index]
-        if cd.lock_ref == 0 and cd.value is not None:
-            self._move_to_protected(node)
-        cd.lock_ref += 1
-        self._emit(EventKind.LOCK, node, Cause.REQUEST, 1, f"lock_ref={cd.lock_ref}")
-
-    def locked_nodes(self, node: TreeNode, receipt) -> list:
-        return [] if node is self.tree.root else [node]
-
-    def check_release(self, node: TreeNode, receipt) -> Optional[str]:
-        if node is not self.tree.root and node.data[self.index].lock_ref <= 0:
-            return f"mamba release hit lock_ref=0 on node {node.id}"
-        return None
-
-    def release_lock(self, node: TreeNode, receipt) -> None:
-        if node is self.tree.root:
-            return
-        cd = node.data[self.index]
-        if cd.lock_ref == 1 and cd.value is not None:
-            self._move_to_evictable(node)
-        cd.lock_ref -= 1
-        self._emit(EventKind.UNLOCK, node, Cause.REQUEST, 1, f"lock_ref={cd.lock_ref}")
-        if cd.lock_ref == 0:
-            self.tree.update_leaf_state(node)
+    # locks: AnchorLockMixin (this node only, never the root)
 
     # ---- requests ---------------------------------------------------------
     def slots_for_request(self) -> int:

@@ -28,7 +28,7 @@ from ..keys import unpack_tokens
 from ..params import EvictParams
 from ..pools.allocator import PagedAllocator
 from ..pools.kv_buffer import prefix_fingerprints
-from .base import LRUEvictionMixin, TreeComponent
+from .base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
 
 if TYPE_CHECKING:
     from ..eviction import EvictionBatch
@@ -96,7 +96,7 @@ def strides_ending_in(start: int, length: int, stride: int) -> int:
     return (start + length) // stride - start // stride
 
 
-class SidecarComponent(LRUEvictionMixin, TreeComponent):
+class SidecarComponent(AnchorLockMixin, LRUEvictionMixin, TreeComponent):
     name = "sidecar"
     uses_lru = True
     leaf_priority = 0
@@ -248,34 +248,7 @@ class SidecarComponent(LRUEvictionMixin, TreeComponent):
         self.tree.evictable[self.index] -= n
         return n
 
-    # ---- locks: the entries of the node a match ended on --------------------
-    def acquire_lock(self, node: TreeNode, receipt) -> None:
-        if node is self.tree.root:
-            return
-        cd = node.data[self.index]
-        if cd.lock_ref == 0 and cd.value is not None:
-            self._move_to_protected(node)
-        cd.lock_ref += 1
-        self._emit(EventKind.LOCK, node, Cause.REQUEST, self.value_len(node), f"lock_ref={cd.lock_ref}")
-
-    def locked_nodes(self, node: TreeNode, receipt) -> list:
-        return [] if node is self.tree.root else [node]
-
-    def check_release(self, node: TreeNode, receipt) -> Optional[str]:
-        if node is not self.tree.root and node.data[self.index].lock_ref <= 0:
-            return f"sidecar release hit lock_ref=0 on node {node.id}"
-        return None
-
-    def release_lock(self, node: TreeNode, receipt) -> None:
-        if node is self.tree.root:
-            return
-        cd = node.data[self.index]
-        if cd.lock_ref == 1 and cd.value is not None:
-            self._move_to_evictable(node)
-        cd.lock_ref -= 1
-        self._emit(EventKind.UNLOCK, node, Cause.REQUEST, self.value_len(node), f"lock_ref={cd.lock_ref}")
-        if cd.lock_ref == 0:
-            self.tree.update_leaf_state(node)
+    # locks: AnchorLockMixin (this node only, never the root)
 
     # ---- requests ---------------------------------------------------------
     def prepare_for_caching_req(self, req, params, length: int, finished: bool) -> Optional[int]:
