@@ -26,7 +26,7 @@ from ..actions import ComponentAction
 from ..events import Cause, EventKind
 from ..keys import unpack_tokens
 from ..params import EvictParams
-from ..pools.allocator import PagedAllocator
+from ..pools.slot_pool import FingerprintedSlotPool
 from ..pools.kv_buffer import prefix_fingerprints
 from .base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
 
@@ -38,32 +38,13 @@ if TYPE_CHECKING:
 ENTRY_WIDTH = 8  # floats per compressed entry: small, but a real tensor on the device
 
 
-class SidecarPool:
+class SidecarPool(FingerprintedSlotPool):
     """Entry slots, each holding a compressed entry and the fingerprint of the prefix
     it stands for (so an entry filed under the wrong boundary shows)."""
 
     def __init__(self, size: int, device: torch.device) -> None:
-        self.allocator = PagedAllocator(size, 1, device, "sidecar")
-        self.device = device
+        super().__init__(size, device, "sidecar")
         self.entries = torch.zeros((size, ENTRY_WIDTH), dtype=torch.float32, device=device)
-        self.fingerprint = torch.full((size,), -1, dtype=torch.int64, device=device)
-
-    @property
-    def size(self) -> int:
-        return self.allocator.size
-
-    def clear(self) -> None:
-        self.allocator.clear()
-        self.fingerprint.fill_(-1)
-
-    def available_size(self) -> int:
-        return self.allocator.available_size()
-
-    def alloc(self, n: int) -> torch.Tensor:
-        return self.allocator.alloc(n)
-
-    def free(self, slots: torch.Tensor) -> int:
-        return self.allocator.free(slots)
 
     def write(self, slots: torch.Tensor, fingerprints: torch.Tensor) -> None:
         """Store the entries for prefixes with these fingerprints (a stand-in for

@@ -10,36 +10,17 @@ from __future__ import annotations
 
 import torch
 
-from .allocator import PagedAllocator
+from .slot_pool import FingerprintedSlotPool
 
 CONV_SHAPE = (4, 8)  # small, but real tensors moved on the device
 SSM_SHAPE = (2, 8, 8)
 
 
-class MambaStatePool:
+class MambaStatePool(FingerprintedSlotPool):
     def __init__(self, size: int, device: torch.device) -> None:
-        self.allocator = PagedAllocator(size, 1, device, "mamba")
-        self.device = device
+        super().__init__(size, device, "mamba")
         self.conv = torch.zeros((size, *CONV_SHAPE), dtype=torch.float32, device=device)
         self.ssm = torch.zeros((size, *SSM_SHAPE), dtype=torch.float32, device=device)
-        self.fingerprint = torch.full((size,), -1, dtype=torch.int64, device=device)
-
-    @property
-    def size(self) -> int:
-        return self.allocator.size
-
-    def clear(self) -> None:
-        self.allocator.clear()
-        self.fingerprint.fill_(-1)
-
-    def available_size(self) -> int:
-        return self.allocator.available_size()
-
-    def alloc(self, n: int = 1) -> torch.Tensor:
-        return self.allocator.alloc(n)
-
-    def free(self, slots: torch.Tensor) -> int:
-        return self.allocator.free(slots)
 
     def write(self, slot: torch.Tensor, fingerprint: int) -> None:
         """Store the state reached after a prefix whose fingerprint is given (a stand-in
