@@ -20,6 +20,7 @@ from .runner import Runner, settle
 from .scenario import Scenario, ScenarioError, StepAppender
 from .states import TimelineState
 from .timeline import StepRecord, Timeline
+from .why import node_steps
 
 
 @dataclasses.dataclass
@@ -27,7 +28,6 @@ class Chapter:
     runner: Runner
     loaded: bool = False
     appender: Optional[StepAppender] = None  # checks steps added at the end, made on first use
-    touched_by: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # node id -> steps whose events name it
 
     @property
     def scenario(self) -> Scenario:
@@ -52,8 +52,6 @@ class TimelineCursor:
         self.step = 0
         self.lock = threading.RLock()
         self.breakpoints: list[Condition] = []  # the user's; empty: stop at any failure (DEFAULT_BREAKPOINTS)
-        for chapter in self.chapters:
-            chapter.timeline.on_step(lambda record, chapter=chapter: self._index_events(chapter, record))
 
     # ---- loading ---------------------------------------------------------------------------------
     def load(self, chapter: int, progress: Optional[Callable[[int, int], None]] = None,
@@ -107,11 +105,6 @@ class TimelineCursor:
         if chapter.appender is None:
             chapter.appender = StepAppender(chapter.scenario)
         return chapter.appender.names
-
-    @staticmethod
-    def _index_events(chapter: Chapter, record: StepRecord) -> None:
-        for node in {e.node for e in record.events if e.node is not None}:
-            chapter.touched_by.setdefault(node, []).append(record.index)
 
     # ---- position ----------------------------------------------------------------------------------
     @property
@@ -178,7 +171,10 @@ class TimelineCursor:
             return self.timeline.diff(self.step - 1, self.step)
 
     def steps_touching(self, node_id: int) -> list[int]:
-        return list(self.chapter.touched_by.get(node_id, ()))
+        """Steps whose events name the node: the index ``why`` answers from (one per
+        timeline, extended as steps arrive)."""
+        with self.lock:
+            return list(node_steps(self.timeline)(node_id))
 
     def focus_node(self) -> Optional[int]:
         """The node the current step is about: the first node its events name that is
