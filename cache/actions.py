@@ -1,8 +1,9 @@
 """Deferred actions: the tree decides, the controller executes.
 
 The tree core never touches a pool. Insert returns these records (and eviction
-returns an ``EvictionBatch``); ``UnifiedRadixCache`` applies them to the pools. One
-frozen class per kind, so a handler reads named fields and dispatches on the type.
+returns an ``EvictionBatch``); ``UnifiedRadixCache`` applies them to the pools and, when
+observed, reports each as an ``action`` event before its effects. One frozen class per
+kind, so a handler reads named fields and dispatches on the type.
 
 ``deferrable`` says whether the insert may hold the action back to its end. An action
 that is not (every ``ComponentAction``) is a barrier: the insert applies everything
@@ -23,10 +24,6 @@ def _slots(values: list[torch.Tensor]) -> int:
     return sum(int(v.shape[0]) for v in values)
 
 
-def _at(node: Optional[int], cause: Cause) -> str:
-    return f"({cause.value}, node #{node})" if node is not None else f"({cause.value})"
-
-
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class FreeDeviceKV:
     """Return incoming KV slots (all components mapped from them) to the pools."""
@@ -35,9 +32,14 @@ class FreeDeviceKV:
     node: Optional[int] = None
     cause: Cause = Cause.DUPLICATE
     deferrable: ClassVar[bool] = True
+    component: ClassVar[str] = "full"
+
+    @property
+    def tokens(self) -> int:
+        return _slots(self.values)
 
     def describe(self) -> str:
-        return f"free {_slots(self.values)} Full slot(s) and their peers' {_at(self.node, self.cause)}"
+        return f"FreeDeviceKV: free {self.tokens} Full slot(s) and their peers'"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -48,18 +50,30 @@ class FreeDeviceKVFullOnly:
     node: Optional[int] = None
     cause: Cause = Cause.DUPLICATE
     deferrable: ClassVar[bool] = True
+    component: ClassVar[str] = "full"
+
+    @property
+    def tokens(self) -> int:
+        return _slots(self.values)
 
     def describe(self) -> str:
-        return f"free {_slots(self.values)} Full slot(s) only {_at(self.node, self.cause)}"
+        return f"FreeDeviceKVFullOnly: free {self.tokens} Full slot(s), not their peers"
 
 
 class ComponentAction:
     """An action the controller routes to the ``apply_action`` of the component named
-    by the subclass's ``component``."""
+    by the subclass's ``component``. Subclasses have a ``node`` field: the node their
+    event names."""
 
     __slots__ = ()
     component: ClassVar[str] = ""
+    cause: ClassVar[Cause] = Cause.REQUEST
     deferrable: ClassVar[bool] = False
+
+    @property
+    def tokens(self) -> int:
+        """How many slots (or tokens) the action moves, for its event."""
+        return 0
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -72,9 +86,14 @@ class RebuildSWA(ComponentAction):
     node: int
     source: torch.Tensor
     component: ClassVar[str] = "swa"
+    cause: ClassVar[Cause] = Cause.WINDOW
+
+    @property
+    def tokens(self) -> int:
+        return int(self.source.shape[0])
 
     def describe(self) -> str:
-        return f"swa: node #{self.node} takes the SWA slots of its {int(self.source.shape[0])} Full slot(s)"
+        return f"RebuildSWA: the node takes the SWA slots of its {self.tokens} Full slot(s)"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -86,10 +105,14 @@ class RecoverLockedSWA(ComponentAction):
     kept: torch.Tensor
     incoming: torch.Tensor
     component: ClassVar[str] = "swa"
+    cause: ClassVar[Cause] = Cause.WINDOW
+
+    @property
+    def tokens(self) -> int:
+        return int(self.incoming.shape[0])
 
     def describe(self) -> str:
-        n = int(self.incoming.shape[0])
-        return f"swa: node #{self.node} keeps its locked Full slots and takes {n} incoming SWA slot(s)"
+        return f"RecoverLockedSWA: the node keeps its locked Full slots and takes {self.tokens} incoming SWA slot(s)"
 
 
 Action = FreeDeviceKV | FreeDeviceKVFullOnly | RebuildSWA | RecoverLockedSWA

@@ -88,7 +88,10 @@ class UnifiedRadixCache(RequestFlows):
             return self.tree.insert(params, self._apply_actions)
 
     def _apply_actions(self, actions: list) -> None:
+        bus = self.events
         for action in actions:
+            if bus.enabled:
+                bus.emit(EventKind.ACTION, action.component, action.node, action.cause, action.tokens, action.describe())
             if isinstance(action, FreeDeviceKV):
                 self.free_kv(action.values, action.cause, action.node)
             elif isinstance(action, FreeDeviceKVFullOnly):

@@ -30,6 +30,7 @@ class EventKind(str, enum.Enum):
     COW = "cow"  # copy-on-write of a state slot
     SET = "set"  # a component value was attached to a node
     VERDICT = "verdict"  # where one component would end a match, and why (observed matches only)
+    ACTION = "action"  # the tree handed the controller a deferred action (``detail``: which, and what)
 
 
 class Cause(str, enum.Enum):

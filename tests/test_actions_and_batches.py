@@ -82,3 +82,44 @@ def test_an_eviction_result_is_its_batch_counts():
     result = cache.evict(EvictParams(num_tokens=8))
     assert (result.num_tokens_evicted, result.swa_num_tokens_evicted) == (8, 8)
     assert cache.available_size("full") == free + 8
+
+
+def test_an_observed_insert_reports_each_action_before_its_effects():
+    from cache import EventKind, EventLog
+    cache = _swa_cache()
+    _insert(cache, list(range(1, 9)))
+    log = EventLog(cache.events)
+    _insert(cache, list(range(1, 9)))  # all duplicates: one FreeDeviceKV per node (the window cap split it)
+    kinds = [(e.kind, e.component, e.node, e.tokens) for e in log.events if e.kind in (EventKind.ACTION, EventKind.FREE)]
+    assert kinds == [(EventKind.ACTION, "full", 2, 4), (EventKind.FREE, "swa", None, 4), (EventKind.FREE, "full", 2, 4),
+                     (EventKind.ACTION, "full", 1, 4), (EventKind.FREE, "swa", None, 4), (EventKind.FREE, "full", 1, 4)]
+    action = next(e for e in log.events if e.kind is EventKind.ACTION)
+    assert action.detail.startswith("FreeDeviceKV:") and action.cause is Cause.DUPLICATE
+
+
+def test_a_swa_rebuild_is_an_action_event_and_unobserved_caches_emit_none():
+    from cache import EventKind, EventLog
+    cache = _swa_cache()
+    log = EventLog(cache.events)
+    _insert(cache, list(range(1, 9)))
+    rebuilds = [e for e in log.events if e.kind is EventKind.ACTION]
+    assert [(e.component, e.cause, e.tokens) for e in rebuilds] == [("swa", Cause.WINDOW, 4)] * 2
+    assert all(e.detail.startswith("RebuildSWA:") for e in rebuilds)
+    log.close()
+    seen = len(log.events)
+    _insert(cache, list(range(20, 24)))
+    assert not cache.events.enabled and len(log.events) == seen
+
+
+def test_why_an_action_names_the_tree_decision_and_its_first_effect():
+    from workbench.model.runner import Runner
+    from workbench.model.scenario import scenario_from_records
+    from workbench.model.why import why_event
+    header = {"schema": 1, "scenario": {"name": "t"}, "config": {"components": ["full"], "kv_size": 32}}
+    steps = [{"op": "insert", "key": [1, 2, 3, 4]}, {"op": "insert", "key": [1, 2, 3, 4]}]
+    timeline = Runner(scenario_from_records(header, steps)).run()
+    events = timeline.records[1].events
+    k = next(i for i, e in enumerate(events) if e.kind.value == "action")
+    answer = why_event(timeline, 2, k)
+    assert "decided this during insert" in answer.text() and "FreeDeviceKV" in answer.text()
+    assert any(x.startswith("its first effect: ") and "free full" in x for x in answer.lines)

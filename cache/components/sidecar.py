@@ -60,16 +60,16 @@ class SidecarPool(FingerprintedSlotPool):
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class AttachSidecarEntries(ComponentAction):
-    """Give ``nodes`` (top-down, on the path to ``anchor``, where an insert ended) the
+    """Give ``nodes`` (top-down, on the path to ``node``, where an insert ended) the
     entries of the strides ending in their spans; the pool is the controller's."""
 
-    anchor: int
+    node: int
     nodes: tuple[int, ...]
     component: ClassVar[str] = "sidecar"
 
     def describe(self) -> str:
         ids = ", ".join(f"#{n}" for n in self.nodes)
-        return f"sidecar: node(s) {ids} take the entries of their whole strides"
+        return f"AttachSidecarEntries: node(s) {ids} take the entries of their whole strides"
 
 
 def strides_ending_in(start: int, length: int, stride: int) -> int:
@@ -161,7 +161,7 @@ class SidecarComponent(AnchorLockMixin, LRUEvictionMixin, TreeComponent):
         if not isinstance(action, AttachSidecarEntries):
             return super().apply_action(action)
         tree, stride = self.tree, self.stride
-        anchor = tree.nodes.get(action.anchor)
+        anchor = tree.nodes.get(action.node)
         if anchor is None:
             return
         path = self._path(anchor)

@@ -426,6 +426,12 @@ def why_event(timeline: Timeline, step: int, event_index: int) -> Explanation:
     if event.kind is EventKind.VERDICT:
         lines.append(f"{_name(event.component)}'s match verdict: it accepts {plural(event.tokens, 'token')}, "
                      f"up to node #{event.node}: {event.detail}")
+    elif event.kind is EventKind.ACTION:
+        lines.append(f"the tree core decided this during {event.op} and handed it to the controller, "
+                     f"which applied it to the pools: {event.detail}")
+        effect = next((e for e in events[event_index + 1:] if e.kind is not EventKind.ACTION), None)
+        if effect is not None:
+            lines.append(f"its first effect: {event_text(effect)}")
     elif event.cause is Cause.CASCADE:
         source = _cascade_source(event)
         trigger = next(((k, e) for k, e in _same_node(record, event.node) if e.component == source
