@@ -1,9 +1,9 @@
-"""Which components take part in each controller-side hook, decided once per cache.
+"""Which components take part in each hook, decided once per cache, one way.
 
-A component overrides only the hooks it cares about (see components/base.py). The
-controller and the request flows ask this table, built from what each component
-class overrides, instead of each keeping its own list or skipping Full by position;
-a component left out of a hook would only have run TreeComponent's no-op default.
+A component overrides only the hooks it cares about (see components/base.py). A hook
+runs for exactly the components whose class replaces TreeComponent's no-op default
+(``overriding``): the controller and the request flows ask the ``HookTable`` built
+from that, and the tree core builds its per-node hook lists with the same function.
 """
 
 from __future__ import annotations

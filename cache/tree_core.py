@@ -17,6 +17,7 @@ from .actions import FreeDeviceKV, FreeDeviceKVFullOnly
 from .components.base import TreeComponent
 from .errors import InvalidValueError, UnknownNodeError
 from .events import Cause, EventBus, EventKind
+from .hooks import overriding
 from .keys import TOKEN_BYTES, RadixKey, child_key, unpack_tokens
 from .leaf_set import EvictableLeafSet
 from .lru import LRUList
@@ -33,10 +34,6 @@ def _child_order(node: TreeNode):
     return (node.extra_key or "", unpack_tokens(page))
 
 
-def _overrides(component: TreeComponent, hook: str) -> bool:
-    return getattr(type(component), hook) is not getattr(TreeComponent, hook)
-
-
 class UnifiedTreeCore(TreeLocks, TreeEviction):
     def __init__(self, components: list[TreeComponent], page_size: int, device: torch.device, events: EventBus):
         if not components or components[0].name != "full":
@@ -49,15 +46,15 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
         self.events = events
         for component in components:
             component.tree = self
-        aux = components[1:]  # Full orders eviction by access time, not an LRU list
-        self._walkdown_hooks = [c.on_walkdown for c in aux if c.on_walkdown is not None]
-        self._match_end_hooks = [c.on_match_end for c in aux if c.on_match_end is not None]
-        self._insert_end_hooks = [c.on_insert_end for c in aux if c.on_insert_end is not None]
-        self._overlap_hooks = [c for c in components if _overrides(c, "on_insert_overlap")]
-        self._commit_hooks = [c for c in components if _overrides(c, "commit_insert")]
-        self._finalizers = [c for c in components if _overrides(c, "finalize_match_result")]
+        # each hook list holds only the components whose class overrides it (hooks.py)
+        self._walkdown_hooks = [c.on_walkdown for c in overriding(components, "on_walkdown")]
+        self._match_end_hooks = [c.on_match_end for c in overriding(components, "on_match_end")]
+        self._insert_end_hooks = [c.on_insert_end for c in overriding(components, "on_insert_end")]
+        self._overlap_hooks = overriding(components, "on_insert_overlap")
+        self._commit_hooks = overriding(components, "commit_insert")
+        self._finalizers = overriding(components, "finalize_match_result")
         self._release_order = list(reversed(components))  # auxiliaries first, Full last
-        self._checked_releases = [c for c in components if _overrides(c, "check_release")]
+        self._checked_releases = overriding(components, "check_release")
         self._empty = torch.empty(0, dtype=torch.int64, device=device)
         self._touched: Optional[set[int]] = None  # recording for take_touched (off until asked)
         self.reset()

@@ -59,8 +59,6 @@ class TreeComponent:
         self.cache = cache  # for pool I/O in the controller-side hooks only
         self.index = index
         self.tree: UnifiedTreeCore = None  # set by the tree core
-        if not self.uses_lru:  # the default LRU refreshes need a list: without one, no refresh
-            self.on_walkdown = self.on_match_end = None
 
     def config_value(self, field: str) -> int:
         """One of ``config_fields`` from the cache's config: given, or its default."""
@@ -129,17 +127,15 @@ class TreeComponent:
     def finalize_match_in_cache(self, params, result: MatchResult) -> MatchResult:
         return result
 
-    # ---- LRU refresh ------------------------------------------------------
+    # ---- LRU refresh (LRUEvictionMixin has the usual ones) ------------------
     def on_walkdown(self, node: TreeNode) -> None:
-        lru = self.tree.lru[self.name]
-        if node.data[self.index].value is not None and node in lru:
-            lru.promote(node)
+        """A walk passed ``node``. Run only for components that override it."""
 
     def on_match_end(self, node: TreeNode) -> None:
-        i = self.index
-        self.tree.lru[self.name].promote_path(node, self.tree.root, lambda n: n.data[i].value is not None)
+        """A match ended at ``node``."""
 
-    on_insert_end = None  # a hook set to None is skipped by the tree core (no call per node)
+    def on_insert_end(self, node: TreeNode) -> None:
+        """An insert ended at ``node``."""
 
     # ---- insert -----------------------------------------------------------
     def check_insert_params(self, params: InsertParams) -> None:
@@ -294,10 +290,21 @@ class TreeComponent:
 
 
 class LRUEvictionMixin:
-    """Eviction from a component's own LRU list, least recent unlocked first: an
+    """A component's own LRU list (``uses_lru``): walks and matches refresh the nodes
+    holding its data, and eviction takes the least recent unlocked first: an
     evictable leaf is handed to the controller to delete whole (every component's
     data goes), anything else is tombstoned in place with the cascade. One mutation
-    per step, so allocation-driven eviction can re-check the pools between steps."""
+    per step, so allocation-driven eviction can re-check the pools between steps. A
+    component whose walks must not refresh sets ``on_walkdown = TreeComponent.on_walkdown``."""
+
+    def on_walkdown(self, node: TreeNode) -> None:
+        lru = self.tree.lru[self.name]
+        if node.data[self.index].value is not None and node in lru:
+            lru.promote(node)
+
+    def on_match_end(self, node: TreeNode) -> None:
+        i = self.index
+        self.tree.lru[self.name].promote_path(node, self.tree.root, lambda n: n.data[i].value is not None)
 
     def evict_start(self, request: int) -> None:
         self._evict_request = request

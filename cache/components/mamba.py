@@ -108,7 +108,7 @@ class MambaComponent(AnchorLockMixin, LRUEvictionMixin, TreeComponent):
         self._emit(EventKind.COW, self.tree.nodes[result.best_match_node], Cause.REQUEST, 1, f"slot {int(src[0])} -> {int(req.mamba_pool_idx[0])}")
         return result
 
-    on_walkdown = None  # new states enter the LRU at commit; walking refreshes nothing
+    on_walkdown = TreeComponent.on_walkdown  # new states enter the LRU at commit; walking refreshes nothing
 
     def on_match_end(self, node: TreeNode) -> None:
         if node.data[self.index].value is not None:

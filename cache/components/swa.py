@@ -117,7 +117,7 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
         branching = aligned if aligned > result.device_prefix_len else None
         return result._replace(swa_branching_seqlen=branching)
 
-    on_walkdown = None  # walking through old ancestors must not keep them hot
+    on_walkdown = TreeComponent.on_walkdown  # walking through old ancestors must not keep them hot
 
     def on_match_end(self, node: TreeNode) -> None:
         self._refresh_window(node)
