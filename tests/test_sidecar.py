@@ -337,3 +337,24 @@ def test_the_sidecar_tour_passes():
     kinds = {(e.kind, e.component, e.cause) for r in timeline.records for e in r.events}
     assert (EventKind.CASCADE, "sidecar", Cause.CASCADE) in kinds
     assert (EventKind.EVICT, "sidecar", Cause.CAPACITY) in kinds
+
+
+def test_a_scenario_evicts_sidecar_entries_by_name_and_expects_how_many_went():
+    from workbench.model.live import complete, parse_command
+    from workbench.model.runner import Runner
+    from workbench.model.scenario import ScenarioError, StepAppender, scenario_from_records
+
+    config = {"components": ["full", "sidecar"], "page_size": 1, "kv_size": 64, "sidecar_stride": 4, "sidecar_size": 8}
+    header = {"schema": 1, "scenario": {"name": "evict-entries"}, "config": config}
+    steps = [{"op": "insert", "key": list(range(1, 13)), "expect": {"sidecar_evictable": 3}},
+             {"op": "insert", "key": [1, 2, 3, 4, 50, 51, 52, 53], "expect": {"sidecar_evictable": 4}},
+             parse_command("evict sidecar=1 expect sidecar_evicted=1 full_evicted=0")]
+    timeline = Runner(scenario_from_records(header, steps), full_checks=True).run()
+    assert timeline.passed, [(r.index, r.error, r.failures) for r in timeline.records if not r.passed]
+    assert timeline.records[-1].state.pools["sidecar"].evictable == 3
+    assert "sidecar=" in complete("evict ", {}, ["full", "sidecar"])
+    appender = StepAppender(scenario_from_records({**header, "config": {"components": ["full"], "kv_size": 64}}, []))
+    with pytest.raises(ScenarioError, match="unknown field 'sidecar' for op 'evict'"):
+        appender.append({"op": "evict", "sidecar": 1})
+    with pytest.raises(ScenarioError, match="non-negative int"):
+        StepAppender(scenario_from_records(header, [])).append({"op": "evict", "sidecar": -1})

@@ -29,7 +29,7 @@ OP_HELP: dict[str, str] = {
     "lock": "lock MATCH as NAME",
     "unlock": "unlock LOCK",
     "release_window": "release_window LOCK",
-    "evict": "evict [full=N] [swa=N] [mamba=N]",
+    "evict": "evict [full=N] [swa=N] [mamba=N] [COMPONENT=N]",
     "req_prefill": "req_prefill REQ TOKENS…",
     "req_decode": "req_decode REQ TOKENS… [slide]",
     "req_chunk": "req_chunk REQ",
@@ -422,7 +422,7 @@ def _candidates(op: str, args: list[str], names: dict[str, list[str]], component
         return ["as"]
     if op == "evict":
         given = {a.split("=")[0] for a in args}
-        return [c + "=" for c in ("full", "swa", "mamba") if c in components and c not in given]
+        return [c + "=" for c in components if c not in given]
     if op == "req_decode" and len(positional) >= 2 and "slide" not in positional[1:] and "swa" in components:
         return ["slide"]
     if op == "req_finish" and "noinsert" not in positional[1:]:

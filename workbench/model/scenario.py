@@ -387,6 +387,9 @@ def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: _Nam
     if not isinstance(op, str) or op not in OPS:
         raise ScenarioError(f"unknown op {op!r}; known: {', '.join(OPS)}", name, line_of("op"), "op")
     required, optional, results = OPS[op]
+    if op == "evict":  # any other configured component (e.g. sidecar=2, sidecar_evicted)
+        others = tuple(c for c in config.get("components", []) if isinstance(c, str) and c not in optional)
+        optional, results = optional + others, results + tuple(f"{c}_evicted" for c in others)
     for key in raw:
         if key not in required and key not in optional and key not in COMMON_FIELDS:
             raise ScenarioError(f"unknown field {key!r} for op {op!r}", name, line_of(key), key)
@@ -426,7 +429,7 @@ def _check_field(op: str, key: str, value, name: str, line: Optional[int]) -> No
     elif key in ("as", "match", "lock", "req", "extra_key"):
         if not isinstance(value, str) or not value:
             raise ScenarioError("must be a non-empty string (a name)", name, line, key)
-    elif key in ("full", "swa", "mamba", "swa_evicted_seqlen"):
+    elif key in ("full", "swa", "mamba", "swa_evicted_seqlen") or op == "evict":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ScenarioError("must be a non-negative int", name, line, key)
     elif key in ("slide_window", "insert"):

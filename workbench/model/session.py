@@ -148,11 +148,12 @@ class Session:
         release(handle.node, handle.receipt)
 
     def evict(self, f: dict) -> dict:
-        result = self.cache.evict(EvictParams(f.get("full", 0), f.get("swa", 0), f.get("mamba", 0)))
+        result = self.cache.evict(EvictParams.of(f))
         return {
             "full_evicted": result.num_tokens_evicted,
             "swa_evicted": result.swa_num_tokens_evicted,
             "mamba_evicted": result.mamba_num_evicted,
+            **{f"{c}_evicted": n for c, n in result.by_component.items() if c not in ("full", "swa", "mamba")},
         }
 
     # ---- request ops ---------------------------------------------------------------
