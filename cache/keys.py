@@ -8,6 +8,7 @@ over tokens.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Iterable
 
@@ -15,27 +16,76 @@ from .errors import InvalidKeyError
 
 TOKEN_BYTES = 4  # int32 per token
 MAX_TOKEN_ID = 2**31 - 1
+_TOP_BYTE = slice(3, None, 4) if sys.byteorder == "little" else slice(0, None, 4)  # each token's high byte
+_LOW_BYTE = slice(0, None, 4) if sys.byteorder == "little" else slice(3, None, 4)  # True and False: 1, 0
+_INT_CODES = frozenset("bBhHiIlLqQ")
 
 
 def pack_tokens(token_ids: Iterable[int]) -> bytes:
-    """Validate token ids (non-negative ints below 2**31) and pack them to bytes."""
+    """Validate token ids (non-negative ints below 2**31) and pack them to bytes.
+
+    A list or tuple packs in one C pass (``array('I')`` refuses negatives, floats and
+    strings by itself); a token's high bit then means >= 2**31, and only the tokens
+    whose low byte is 0 or 1 are looked at again, for a bool. Arrays, tensors and numpy
+    arrays are converted without a per-token Python step."""
+    kind = type(token_ids)
+    if kind is list or kind is tuple:
+        try:
+            data = array("I", token_ids).tobytes()
+        except (TypeError, OverflowError):
+            raise _bad_tokens(token_ids) from None
+        if not data[_TOP_BYTE].isascii() or _holds_a_bool(token_ids, data):
+            raise _bad_tokens(token_ids)
+        return data
     if isinstance(token_ids, (bytes, bytearray, str)):
         raise InvalidKeyError("token ids must be a sequence of ints, not a string or bytes")
-    try:
-        packed = array("i", token_ids)
-    except (TypeError, OverflowError) as exc:
-        bad = _first_bad_token(token_ids)
-        raise InvalidKeyError(f"token ids must be non-negative ints below 2**31 (got {bad!r})") from exc
-    if packed and min(packed) < 0:
-        raise InvalidKeyError(f"token ids must be non-negative (got {min(packed)})")
-    return packed.tobytes()
+    if isinstance(token_ids, array):
+        if token_ids.typecode not in _INT_CODES:
+            raise InvalidKeyError(f"token ids must be ints (got an array of type {token_ids.typecode!r})")
+        packed = token_ids if token_ids.typecode in "iI" and token_ids.itemsize == TOKEN_BYTES else None
+        data = packed.tobytes() if packed is not None else pack_tokens(token_ids.tolist())
+        if not data[_TOP_BYTE].isascii():  # as 'i', a negative id has its high bit set too
+            raise _bad_tokens(token_ids.tolist())
+        return data
+    if hasattr(token_ids, "dtype") and hasattr(token_ids, "tolist"):  # a torch tensor or numpy array
+        return _pack_tensor(token_ids)
+    return pack_tokens(list(token_ids))  # a range, a generator, any other iterable
 
 
-def _first_bad_token(token_ids) -> object:
+def _pack_tensor(values) -> bytes:
+    """A 1-D integer torch tensor or numpy array, checked and narrowed in bulk."""
+    dtype = str(values.dtype)
+    if "int" not in dtype or getattr(values, "ndim", 1) != 1:
+        raise InvalidKeyError(f"token ids must be a 1-D integer tensor or array (got {dtype}, "
+                              f"{getattr(values, 'ndim', '?')}-D)")
+    if hasattr(values, "detach"):  # torch
+        values = values.detach().cpu().numpy()
+    if len(values) and (int(values.min()) < 0 or int(values.max()) > MAX_TOKEN_ID):
+        raise _bad_tokens(values.tolist())
+    return values.astype("=u4", copy=False).tobytes()
+
+
+def _holds_a_bool(token_ids, data: bytes) -> bool:
+    """Whether a token was True or False: only the tokens whose low byte is 0 or 1 (a
+    C-speed byte search, a few in a thousand) are looked at."""
+    low_bytes = data[_LOW_BYTE]
+    for byte in (b"\x00", b"\x01"):
+        at = low_bytes.find(byte)
+        while at >= 0:
+            if type(token_ids[at]) is bool:
+                return True
+            at = low_bytes.find(byte, at + 1)
+    return False
+
+
+def _bad_tokens(token_ids) -> InvalidKeyError:
+    """The error naming the first bad id (the slow path: only when one is bad)."""
     for tok in token_ids:
         if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok <= MAX_TOKEN_ID:
-            return tok
-    return None
+            if isinstance(tok, int) and not isinstance(tok, bool) and tok < 0:
+                return InvalidKeyError(f"token ids must be non-negative (got {tok})")
+            return InvalidKeyError(f"token ids must be non-negative ints below 2**31 (got {tok!r})")
+    return InvalidKeyError("token ids must be non-negative ints below 2**31")
 
 
 def unpack_tokens(data: bytes) -> list[int]:
