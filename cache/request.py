@@ -38,6 +38,8 @@ class Req:
     mamba_keep_idx: Optional[int] = None  # the ping-pong slot a finished request hands to the tree
     mamba_cow_src: Optional[torch.Tensor] = None  # the tree slot its running state was copied from
     released: bool = False
+    # fill_ids packed as a key's bytes, grown with each decode: caching never re-packs
+    token_bytes: bytearray = dataclasses.field(default_factory=bytearray)
     # per component name: that component's own state for this request (a new component
     # keeps it here rather than adding fields; SWA and Mamba predate it)
     component_state: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -17,7 +17,7 @@ import torch
 
 from .errors import CacheError
 from .events import Cause
-from .keys import RadixKey, as_key
+from .keys import TOKEN_BYTES, RadixKey, as_key
 from .params import InsertParams, MatchPrefixParams
 from .request import Req
 
@@ -58,7 +58,8 @@ class RequestFlows:
         rid = rid if rid is not None else f"req{next(self._rids)}"
         if rid in self.requests:
             raise CacheError(f"request {rid!r} is already running")
-        req = Req(rid, list(tokens), self.tree._empty, self.tree.root.id, None, extra_key=extra_key)
+        req = Req(rid, list(tokens), self.tree._empty, self.tree.root.id, None, extra_key=extra_key,
+                  token_bytes=bytearray(key.data))
         with self.events.op("new_request", request=rid):
             path = self.tree.peek_match(key)
             need = len(tokens) - sum(n for _, n in path)
@@ -113,7 +114,7 @@ class RequestFlows:
         allocation comes before any change."""
         with self.events.for_request(req.rid):  # on the events of its allocation and slide
             self._check_live(req)
-            as_key(tokens)  # validates the ids
+            packed = as_key(tokens).data  # validates the ids
             if slide and not self.hooks.slide_window:
                 raise CacheError("slide_window needs the swa component")
             start = req.kv_len
@@ -131,6 +132,7 @@ class RequestFlows:
             if fresh is not None:
                 parts.append(fresh)
             req.output_ids.extend(tokens)
+            req.token_bytes += packed
             if parts:
                 new = torch.cat(parts)
                 self.write_kv(new, req.fill_ids, start)
@@ -184,7 +186,6 @@ class RequestFlows:
         cached) and move its lock onto the node the insert ended on."""
         hooks = self.hooks
         kv_len = req.kv_len
-        tokens = req.fill_ids[:kv_len]
         params = InsertParams(
             key=None, prev_prefix_len=req.cache_protected_len, chunked=chunked, priority=req.priority,
             swa_evicted_seqlen=req.swa_evicted_seqlen, inserted_len=req.cache_inserted_len,
@@ -198,7 +199,7 @@ class RequestFlows:
             for component in hooks.cleanup_after_caching_req:
                 component.cleanup_after_caching_req(req, finished, None, params)
             return
-        key = RadixKey(tokens[:cache_len], req.extra_key)
+        key = RadixKey.from_bytes(bytes(req.token_bytes[: cache_len * TOKEN_BYTES]), req.extra_key)
         if not finished:
             for component in hooks.free_out_of_window_slots:
                 component.free_out_of_window_slots(req, len(key) - 1, params)

@@ -84,3 +84,16 @@ def test_the_cache_calls_accept_any_container_and_refuse_bad_ids_unchanged():
     with pytest.raises(InvalidKeyError):
         cache.match_prefix([1, 2, True])
     assert cache.snapshot() == before
+
+
+def test_a_request_keeps_one_key_that_grows_with_its_tokens():
+    cache = UnifiedRadixCache(components=("full",), kv_size=64, device="cpu")
+    req = cache.new_request([5, 6, 7, 8], rid="r1")
+    cache.extend_request(req, [9, 10])
+    cache.extend_request(req, np.array([11]))
+    assert bytes(req.token_bytes) == RadixKey(req.fill_ids).data
+    with pytest.raises(InvalidKeyError):
+        cache.extend_request(req, [12, -1])
+    assert bytes(req.token_bytes) == RadixKey([5, 6, 7, 8, 9, 10, 11]).data  # a refused decode adds nothing
+    cache.cache_finished_req(req)
+    assert cache.match_prefix([5, 6, 7, 8, 9, 10, 11]).prefix_len == 7
