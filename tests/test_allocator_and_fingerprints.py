@@ -15,6 +15,29 @@ P_MOD = 2**31 - 1
 BASE = 1_000_003
 
 
+@pytest.fixture(autouse=True, params=["numpy", "torch"])
+def allocator_path(request, monkeypatch):
+    """Every test on both paths: numpy views (the CPU's) and torch ops (a GPU's, run here)."""
+    if request.param == "torch":
+        real_init = PagedAllocator.__init__
+
+        def torch_only(self, *args, **kwargs):
+            real_init(self, *args, **kwargs)
+            self.on_host = False
+
+        monkeypatch.setattr(PagedAllocator, "__init__", torch_only)
+    return request.param
+
+
+def test_the_cpu_works_through_numpy_views_of_the_same_tensors(allocator_path):
+    pool = PagedAllocator(16, 1, CPU)
+    assert pool.on_host is (allocator_path == "numpy")
+    slots = pool.alloc(3)
+    assert slots.tolist() == [0, 1, 2] and pool.owned_mask()[:4].tolist() == [1, 1, 1, 0]
+    pool.free(slots[1:2])
+    assert pool.free_pages_list()[-1] == 1 and pool.owned_mask()[:4].tolist() == [1, 0, 1, 0]
+
+
 @pytest.fixture(params=[1, 4], ids=lambda ps: f"ps{ps}")
 def ps(request) -> int:
     return request.param

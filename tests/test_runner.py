@@ -352,9 +352,24 @@ def test_bench_trace_counts_each_op(capsys):
     assert rc == 0, err
     ops = json.loads(out)["ops"]
     assert {op: s["n"] for op, s in ops.items()} == {"insert": 3, "match": 2, "evict": 1}
-    for s in ops.values():
-        assert set(s) == {"n", "mean_us", "p50_us", "p99_us"}
+    for op, s in ops.items():
+        assert set(s) == {"n", "mean_us", "p50_us", "p99_us", "call_mean_us"}
         assert 0 < s["p50_us"] <= s["p99_us"] and s["mean_us"] > 0
+        # the caller's path adds building the key from the step's list to the call
+        assert s["mean_us"] >= s["call_mean_us"] if op in ("insert", "match") else s["mean_us"] == s["call_mean_us"]
+
+
+def test_bench_trace_counts_the_evictions_allocation_makes_as_evict(capsys, tmp_path):
+    header = {"schema": 1, "scenario": {"name": "t"}, "config": {"components": ["full"], "kv_size": 8, "auto_evict": True}}
+    steps = [{"op": "insert", "key": [1, 2, 3, 4, 5, 6]}, {"op": "insert", "key": [7, 8, 9, 10, 11, 12]},
+             {"op": "match", "key": [7, 8], "as": "m"}, {"op": "lock", "match": "m", "as": "L"},
+             {"op": "unlock", "lock": "L"}]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps(r) for r in [header, *steps]) + "\n")
+    rc, out, err = urc(capsys, "bench", "--trace", str(trace), "--json")
+    assert rc == 0, err
+    ops = json.loads(out)["ops"]  # the second insert's allocation evicted the first key
+    assert {op: s["n"] for op, s in ops.items()} == {"insert": 2, "match": 1, "evict": 1, "lock": 1, "unlock": 1}
 
 
 def test_bench_trace_on_a_recording(capsys, smoke):

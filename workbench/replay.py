@@ -1,38 +1,116 @@
-"""Replay a scenario or trace timing only the cache calls (``urc bench --trace``).
+"""Replay a scenario or trace timing the caller's path (``urc bench --trace``).
 
-Checks and fingerprint verification are off; each step's cache work is timed and
-attributed to the step's op.
+Each public cache call a step makes is timed where it is made, outermost call only,
+under ``../shared/oracle/trace_timer.py``'s op names (match, insert, evict, lock,
+unlock; ``evict`` counts every eviction, the ones allocation triggers included), so
+the two reports divide op by op. A match or insert step's caller also builds the
+key from the step's token list: the caller's path is that plus the call
+(``mean_us``/``p50_us``/``p99_us``); ``call_mean_us`` is the call alone. Allocation,
+KV writes, checks and fingerprints are timed by neither.
+
+A JSONL trace is read one line at a time, each step parsed just before it runs, as
+trace_timer.py does: both sides then build from a freshly parsed token list (a list
+parsed long before is cold in the CPU caches and costs twice as much to read).
 """
 
 from __future__ import annotations
 
+import gc
+import json
+import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from cache import CacheError
+from cache import CacheError, RadixKey
 
 from .bench import stats
 from .model.runner import build_cache
-from .model.scenario import Scenario, load_scenario
+from .model.scenario import COMMON_FIELDS, Scenario, load_scenario
 from .model.session import Session
+
+# cache method -> the op name trace_timer.py reports it under
+TIMED_CALLS = {"match_prefix": "match", "insert": "insert", "evict": "evict", "evict_for_alloc": "evict",
+               "inc_lock_ref": "lock", "dec_lock_ref": "unlock"}
+KEYED_STEPS = {"match": "match", "insert": "insert"}  # step op -> the call its key is built for
+
+
+class CallTimer:
+    """Times the outermost public calls on one cache instance (nested ones, e.g. the
+    eviction inside an allocation inside an insert, belong to their caller)."""
+
+    def __init__(self, cache) -> None:
+        self.samples: dict[str, list[int]] = {}
+        self._depth = 0
+        for method, op in TIMED_CALLS.items():
+            setattr(cache, method, self._timed(getattr(cache, method), op))
+
+    def _timed(self, call, op: str):
+        clock = time.perf_counter_ns
+        samples = self.samples.setdefault(op, [])
+
+        def timed(*args, **kwargs):
+            self._depth += 1
+            start = clock()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                elapsed = clock() - start
+                self._depth -= 1
+                if self._depth == 0:
+                    samples.append(elapsed)
+
+        return timed
 
 
 def replay_timed(scenario: Scenario | str | Path, device: str | None = None) -> dict:
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
+    gc.collect()
+    gc.freeze()  # what was loaded before the replay is never the cyclic GC's work in it
     cache = build_cache(scenario, device if device != "cpu" else None)
     cache.fingerprints = False  # time the cache, not the stand-in for the model's KV writes
+    timer = CallTimer(cache)
     session = Session(cache)
-    samples: dict[str, list[int]] = {}
+    keys: dict[str, dict[int, int]] = {}  # op -> sample index -> ns spent building its key
     errors = 0
-    pc = time.perf_counter_ns
-    for step in scenario.steps:
-        if step.op == "check":
+    clock = time.perf_counter_ns
+    for op, fields in _steps(scenario):
+        if op == "check":
             continue
-        t0 = pc()
+        keyed = KEYED_STEPS.get(op)
+        if keyed is not None:  # what the caller does first: a key from its token list
+            start = clock()
+            RadixKey(fields["key"], fields.get("extra_key"))
+            key_ns = clock() - start
+            before = len(timer.samples.get(keyed, ()))
         try:
-            session.run(step.op, step.fields)
+            session.run(op, fields)
         except CacheError:
             errors += 1
-        samples.setdefault(step.op, []).append(pc() - t0)
-    return {"file": scenario.path, "steps": len(scenario.steps), "errors": errors, "ops": {op: stats(v) for op, v in samples.items()}}
+        if keyed is not None and len(timer.samples[keyed]) > before:
+            keys.setdefault(keyed, {})[before] = key_ns
+    ops = {}
+    for op, calls in timer.samples.items():
+        if not calls:
+            continue
+        built = keys.get(op, {})
+        caller = [ns + built.get(i, 0) for i, ns in enumerate(calls)]
+        ops[op] = {**stats(caller), "call_mean_us": round(statistics.fmean(calls) / 1000, 2)}
+    gc.unfreeze()
+    return {"file": scenario.path, "steps": len(scenario.steps), "errors": errors, "ops": ops}
+
+
+def _steps(scenario: Scenario) -> Iterator[tuple[str, dict]]:
+    """Each step's op and fields; for a JSONL file (checked whole when it was loaded),
+    parsed from its line as it comes and not kept, as trace_timer.py does."""
+    path = Path(scenario.path)
+    if path.suffix != ".jsonl" or not path.is_file():
+        yield from ((step.op, step.fields) for step in scenario.steps)
+        return
+    with path.open(encoding="utf-8") as lines:
+        next(lines)  # the header
+        for line in lines:
+            if line.strip():
+                raw = json.loads(line)
+                yield raw["op"], {k: v for k, v in raw.items() if k not in COMMON_FIELDS}

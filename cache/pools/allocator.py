@@ -4,10 +4,16 @@ Slots are token positions in a KV pool; pages are ``page_size`` consecutive slot
 are what is really handed out and taken back. The free list is a stack in a
 preallocated tensor, and a per-page ownership count catches double frees (across or
 within one call) before anything changes.
+
+On the CPU the same tensors are worked through numpy views of their memory: a
+thousand-index free is then a few numpy calls (about 1 µs each) instead of torch
+calls (about 4 µs each), and a free is the cache's most frequent pool call. Both
+paths keep the same state in the same tensors and report the same errors.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..errors import DoubleFreeError, ForeignIndexError, PoolError, PoolExhaustedError
@@ -24,6 +30,7 @@ class PagedAllocator:
         self.device = device
         self._offsets = torch.arange(page_size, dtype=torch.int64, device=device)
         self._ones = torch.ones(self.num_pages, dtype=torch.int32, device=device)
+        self.on_host = torch.device(device).type == "cpu"  # work through numpy views
         self.clear()
 
     def clear(self) -> None:
@@ -31,6 +38,10 @@ class PagedAllocator:
         self._stack = torch.arange(self.num_pages - 1, -1, -1, dtype=torch.int64, device=self.device)
         self._top = self.num_pages  # stack[:top] are free pages; pops come from the top
         self._owned = torch.zeros(self.num_pages, dtype=torch.int32, device=self.device)
+        if self.on_host:  # views of the same memory, not copies
+            self._stack_np, self._owned_np = self._stack.numpy(), self._owned.numpy()
+            self._order_np = np.arange(self.num_pages, dtype=np.int64)
+            self._stamp_np = np.zeros(self.num_pages, dtype=np.int64)
 
     def available_size(self) -> int:
         """Free slots (whole pages)."""
@@ -48,9 +59,15 @@ class PagedAllocator:
             raise PoolExhaustedError(
                 f"{self.name} pool exhausted: need {need * self.page_size} slots, {self.available_size()} free"
             )
-        pages = self._stack[self._top - need : self._top].flip(0)
-        self._top -= need
-        self._owned.index_fill_(0, pages, 1)
+        top = self._top
+        if self.on_host:
+            taken = self._stack_np[top - need : top][::-1].copy()
+            self._owned_np[taken] = 1
+            pages = torch.from_numpy(taken)
+        else:
+            pages = self._stack[top - need : top].flip(0)
+            self._owned.index_fill_(0, pages, 1)
+        self._top = top - need
         if self.page_size == 1:
             return pages
         return (pages[:, None] * self.page_size + self._offsets).reshape(-1)[:num_slots]
@@ -69,6 +86,8 @@ class PagedAllocator:
             return 0
         if not trusted:
             self._check_foreign(indices)
+        if self.on_host:
+            return self._free_on_host(indices)
         pages = self.page_ids(indices)
         k = pages.shape[0]
         ones = self._ones[:k]
@@ -79,6 +98,24 @@ class PagedAllocator:
             raise DoubleFreeError(f"{self.name} pool: double free of slot(s) {self._already_free(indices)}")
         top = self._top
         self._stack[top : top + k] = pages
+        self._top = top + k
+        return k * self.page_size
+
+    def _free_on_host(self, indices: torch.Tensor) -> int:
+        """``free`` through numpy: every page must be owned (none already free) and
+        named once (a later duplicate overwrites its stamp), checked before any change."""
+        pages = indices.numpy()
+        if self.page_size > 1:
+            pages = np.unique(pages // self.page_size)
+        k = pages.shape[0]
+        owned = self._owned_np
+        order = self._order_np[:k]
+        self._stamp_np[pages] = order
+        if owned[pages].min() < 1 or not np.array_equal(self._stamp_np[pages], order):
+            raise DoubleFreeError(f"{self.name} pool: double free of slot(s) {self._already_free(indices)}")
+        owned[pages] = 0
+        top = self._top
+        self._stack_np[top : top + k] = pages
         self._top = top + k
         return k * self.page_size
 
