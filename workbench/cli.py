@@ -536,8 +536,13 @@ def _bench(args) -> int:
         if args.json:
             print(json.dumps(report, indent=1))
         else:
+            print("caller's path (key from the step's list + the call), µs:")
             for op, s in report["ops"].items():
-                print(f"{op:14s} n={s['n']:6d}  mean {s.get('mean_us')} µs  p50 {s.get('p50_us')}  p99 {s.get('p99_us')}")
+                print(f"  {op:8s} n={s['n']:6d}  mean {s['mean_us']:8.2f}  p50 {s['p50_us']:8.2f}  "
+                      f"p99 {s['p99_us']:8.2f}  (call alone: mean {s['call_mean_us']:.2f})")
+            print("bare-tree floor (a dict-of-children tree over packed keys: no components, no torch), µs:")
+            for op, s in report["floor"].items():
+                print(f"  {op:8s} n={s['n']:6d}  mean {s['mean_us']:8.2f}  p50 {s['p50_us']:8.2f}  p99 {s['p99_us']:8.2f}")
         return EXIT_OK
     from .bench import BenchConfig, full_report, print_report
 

@@ -6,7 +6,8 @@ unlock; ``evict`` counts every eviction, the ones allocation triggers included),
 the two reports divide op by op. A match or insert step's caller also builds the
 key from the step's token list: the caller's path is that plus the call
 (``mean_us``/``p50_us``/``p99_us``); ``call_mean_us`` is the call alone. Allocation,
-KV writes, checks and fingerprints are timed by neither.
+KV writes, checks and fingerprints are timed by neither. ``floor`` is the same
+trace's match and insert steps on the bare-tree floor (bench_floor.py).
 
 A JSONL trace is read one line at a time, each step parsed just before it runs, as
 trace_timer.py does: both sides then build from a freshly parsed token list (a list
@@ -25,6 +26,7 @@ from pathlib import Path
 from cache import CacheError, RadixKey
 
 from .bench import stats
+from .bench_floor import floor_timed
 from .model.runner import build_cache
 from .model.scenario import COMMON_FIELDS, Scenario, load_scenario
 from .model.session import Session
@@ -97,8 +99,9 @@ def replay_timed(scenario: Scenario | str | Path, device: str | None = None) -> 
         built = keys.get(op, {})
         caller = [ns + built.get(i, 0) for i, ns in enumerate(calls)]
         ops[op] = {**stats(caller), "call_mean_us": round(statistics.fmean(calls) / 1000, 2)}
+    floor = floor_timed(_steps(scenario))
     gc.unfreeze()
-    return {"file": scenario.path, "steps": len(scenario.steps), "errors": errors, "ops": ops}
+    return {"file": scenario.path, "steps": len(scenario.steps), "errors": errors, "ops": ops, "floor": floor}
 
 
 def _steps(scenario: Scenario) -> Iterator[tuple[str, dict]]:
