@@ -151,9 +151,9 @@ def test_report_shows_violations(capsys, monkeypatch):
 
     calls = []
 
-    def fake_verify(cache, tokens, result):
-        calls.append(list(tokens))
-        return [Violation("fingerprint.kv", f"bad kv for {list(tokens)}")]
+    def fake_verify(cache, key, result):
+        calls.append(key.token_ids)
+        return [Violation("fingerprint.kv", f"bad kv for {key.token_ids}")]
 
     monkeypatch.setattr(runner, "verify_match", fake_verify)
     f = toml("flow.toml", flow_text())

@@ -100,7 +100,7 @@ class Runner:
             violations = check_invariants(cache) if full else check_invariants(cache, touched=touched)
         match = self.session.last_match
         if self.checks and match is not None:
-            violations.extend(verify_match(cache, match.tokens, match.result))
+            violations.extend(verify_match(cache, match.key, match.result))
         unchanged = not delta and _same_globals(globals_, store.globals[-1])
         store.append(delta, globals_)
         if self.checks and full:

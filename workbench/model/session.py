@@ -24,7 +24,7 @@ class RunError(CacheError):
 class MatchHandle:
     node: int
     prefix_len: int
-    tokens: list[int]
+    key: RadixKey  # packed bytes, not a list of ints: held handles add no work to the GC
     result: MatchResult
 
 
@@ -110,9 +110,9 @@ class Session:
         return {"prefix_len": result.prefix_len}
 
     def match(self, f: dict) -> dict:
-        tokens = f["key"]
-        result = self.cache.match_prefix(MatchPrefixParams(RadixKey(tokens, f.get("extra_key"))))
-        handle = MatchHandle(result.last_device_node, result.prefix_len, tokens, result)
+        key = RadixKey(f["key"], f.get("extra_key"))
+        result = self.cache.match_prefix(MatchPrefixParams(key))
+        handle = MatchHandle(result.last_device_node, result.prefix_len, key, result)
         self.last_match = handle
         if "as" in f:
             self.matches[f["as"]] = handle
