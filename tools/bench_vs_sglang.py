@@ -7,8 +7,8 @@ only: needs ../shared/oracle and its ~/.venv-sgl).
 Per config: writes the benchmark trace (make_bench_trace.py), then in each round runs
 `urc bench --trace --json` (ours, the caller's path), trace_timer.py --backend rust and
 --backend python back to back; prints the median over rounds of each mean and the ratio
-SGLang / ours (> 1: ours is faster), as a Markdown table, and the raw reports as JSON
-on stderr.
+SGLang / ours (> 1: ours is faster) and ours against the bare-tree floor of the same
+run, as a Markdown table, and the raw reports as JSON on stderr.
 """
 
 from __future__ import annotations
@@ -39,17 +39,19 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     urc = [sys.executable, "-m", "workbench", "bench"]
-    print("| config | op | ours caller µs | ours call µs | Rust µs | Python µs | × Rust | × Python |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| config | op | ours caller µs | ours call µs | Rust µs | Python µs | × Rust | × Python | floor µs | ours / floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for config in args.components.split(","):
             trace = Path(tmp) / f"{config}.jsonl"
             with trace.open("w") as out:
                 subprocess.run([sys.executable, str(ORACLE / "make_bench_trace.py"), "--components",
                                 config.replace("+", ","), "--requests", str(args.requests)], stdout=out, check=True)
-            runs: dict[str, list[dict]] = {"ours": [], "rust": [], "python": []}
+            runs: dict[str, list[dict]] = {"ours": [], "floor": [], "rust": [], "python": []}
             for _ in range(args.rounds):
-                runs["ours"].append(run_json([*urc, "--trace", str(trace), "--json"])["ops"])
+                report = run_json([*urc, "--trace", str(trace), "--json"])
+                runs["ours"].append(report["ops"])
+                runs["floor"].append(report["floor"])
                 for backend in ("rust", "python"):
                     cmd = [str(SGL_PY), str(ORACLE / "trace_timer.py"), str(trace), "--backend", backend]
                     runs[backend].append(run_json(cmd)["ops"])
@@ -61,9 +63,10 @@ def main() -> int:
 
             for op in OPS:
                 ours, call = median("ours", op), median("ours", op, "call_mean_us")
-                rust, python = median("rust", op), median("python", op)
+                rust, python, floor = median("rust", op), median("python", op), median("floor", op)
+                floor_cells = f"{floor:.1f} | {ours / floor:.1f}" if floor == floor else "– | –"  # nan: no floor
                 print(f"| {config} | {op} | {ours:.1f} | {call:.1f} | {rust:.1f} | {python:.1f} | "
-                      f"{rust / ours:.2f} | {python / ours:.2f} |", flush=True)
+                      f"{rust / ours:.2f} | {python / ours:.2f} | {floor_cells} |", flush=True)
     return 0
 
 
