@@ -84,10 +84,10 @@ class PagedAllocator:
         range/dtype checks are skipped; the double-free check always runs."""
         if indices.shape[0] == 0:
             return 0
+        if self.on_host:
+            return self._free_on_host(indices, trusted)
         if not trusted:
             self._check_foreign(indices)
-        if self.on_host:
-            return self._free_on_host(indices)
         pages = self.page_ids(indices)
         k = pages.shape[0]
         ones = self._ones[:k]
@@ -101,10 +101,14 @@ class PagedAllocator:
         self._top = top + k
         return k * self.page_size
 
-    def _free_on_host(self, indices: torch.Tensor) -> int:
+    def _free_on_host(self, indices: torch.Tensor, trusted: bool) -> int:
         """``free`` through numpy: every page must be owned (none already free) and
         named once (a later duplicate overwrites its stamp), checked before any change."""
+        if not trusted:
+            self._check_form(indices)
         pages = indices.numpy()
+        if not trusted:
+            self._check_range(int(pages.min()), int(pages.max()))
         if self.page_size > 1:
             pages = np.unique(pages // self.page_size)
         k = pages.shape[0]
@@ -120,12 +124,17 @@ class PagedAllocator:
         return k * self.page_size
 
     def _check_foreign(self, indices: torch.Tensor) -> None:
+        self._check_form(indices)
+        lo, hi = indices.aminmax()
+        self._check_range(int(lo), int(hi))
+
+    def _check_form(self, indices: torch.Tensor) -> None:
         if indices.dtype is not torch.int64 or indices.dim() != 1:
             raise ForeignIndexError(f"{self.name} pool: indices must be a 1-D int64 tensor")
         if indices.device != self.device:
             raise ForeignIndexError(f"{self.name} pool: indices on {indices.device}, pool on {self.device}")
-        lo, hi = indices.aminmax()
-        lo, hi = int(lo), int(hi)
+
+    def _check_range(self, lo: int, hi: int) -> None:
         if lo < 0 or hi >= self.size:
             raise ForeignIndexError(f"{self.name} pool: index out of range [0, {self.size}): {lo}..{hi}")
 
