@@ -33,6 +33,7 @@ class FreeDeviceKV:
     cause: Cause = Cause.DUPLICATE
     deferrable: ClassVar[bool] = True
     component: ClassVar[str] = "full"
+    full_only: ClassVar[bool] = False  # leave the peers' (SWA's) slots alone
 
     @property
     def tokens(self) -> int:
@@ -43,18 +44,10 @@ class FreeDeviceKV:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
-class FreeDeviceKVFullOnly:
+class FreeDeviceKVFullOnly(FreeDeviceKV):
     """Return only the Full side: the SWA peers were already freed by the request."""
 
-    values: list[torch.Tensor]
-    node: Optional[int] = None
-    cause: Cause = Cause.DUPLICATE
-    deferrable: ClassVar[bool] = True
-    component: ClassVar[str] = "full"
-
-    @property
-    def tokens(self) -> int:
-        return _slots(self.values)
+    full_only: ClassVar[bool] = True
 
     def describe(self) -> str:
         return f"FreeDeviceKVFullOnly: free {self.tokens} Full slot(s), not their peers"
@@ -115,4 +108,4 @@ class RecoverLockedSWA(ComponentAction):
         return f"RecoverLockedSWA: the node keeps its locked Full slots and takes {self.tokens} incoming SWA slot(s)"
 
 
-Action = FreeDeviceKV | FreeDeviceKVFullOnly | RebuildSWA | RecoverLockedSWA
+Action = FreeDeviceKV | RebuildSWA | RecoverLockedSWA  # FreeDeviceKVFullOnly is a FreeDeviceKV

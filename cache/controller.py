@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from .actions import ComponentAction, FreeDeviceKV, FreeDeviceKVFullOnly
+from .actions import ComponentAction, FreeDeviceKV
 from .components import COMPONENT_REGISTRY
 from .config import CacheConfig
 from .device import resolve_device
@@ -92,10 +92,8 @@ class UnifiedRadixCache(RequestFlows):
         for action in actions:
             if bus.enabled:
                 bus.emit(EventKind.ACTION, action.component, action.node, action.cause, action.tokens, action.describe())
-            if isinstance(action, FreeDeviceKV):
-                self.free_kv(action.values, action.cause, action.node)
-            elif isinstance(action, FreeDeviceKVFullOnly):
-                self.free_kv(action.values, action.cause, action.node, full_only=True)
+            if isinstance(action, FreeDeviceKV):  # FreeDeviceKVFullOnly too
+                self.free_kv(action.values, action.cause, action.node, full_only=action.full_only)
             elif isinstance(action, ComponentAction):
                 self.by_name[action.component].apply_action(action)
             else:
