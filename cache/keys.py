@@ -42,8 +42,9 @@ def pack_tokens(token_ids: Iterable[int]) -> bytes:
     if isinstance(token_ids, array):
         if token_ids.typecode not in _INT_CODES:
             raise InvalidKeyError(f"token ids must be ints (got an array of type {token_ids.typecode!r})")
-        packed = token_ids if token_ids.typecode in "iI" and token_ids.itemsize == TOKEN_BYTES else None
-        data = packed.tobytes() if packed is not None else pack_tokens(token_ids.tolist())
+        if token_ids.typecode not in "iI" or token_ids.itemsize != TOKEN_BYTES:
+            return pack_tokens(token_ids.tolist())  # another width: the list path checks it
+        data = token_ids.tobytes()
         if not data[_TOP_BYTE].isascii():  # as 'i', a negative id has its high bit set too
             raise _bad_tokens(token_ids.tolist())
         return data
