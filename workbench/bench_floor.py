@@ -5,7 +5,8 @@ first token's 4 bytes, edges as bytes compared with ``startswith`` — with no
 components, values, locks, LRU, events, checks or torch. Replaying a trace's match
 and insert steps on it (the caller's path: the key packed from the step's list, then
 the call) shows what any Python radix tree over packed keys must pay, so the real
-cache's figures can be read against it (``urc bench --trace`` reports both).
+cache's figures can be read against it (``urc bench --trace`` reports both). It
+shares only the split-point search over packed bytes with the cache (cache.keys).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import time
 from array import array
 from collections.abc import Iterable
 
-from .bench import stats
+from cache.keys import TOKEN_BYTES, common_prefix_tokens
 
-TOKEN = 4  # bytes per packed token
+from .bench import stats
 
 
 class BareNode:
@@ -25,17 +26,6 @@ class BareNode:
     def __init__(self, key: bytes) -> None:
         self.children: dict[bytes, BareNode] = {}
         self.key = key
-
-
-def _common_tokens(data: bytes, off: int, edge: bytes) -> int:
-    lo, hi = 0, min(len(data) - off, len(edge)) // TOKEN
-    while hi - lo > 1:  # the first lo tokens match, the first hi do not
-        mid = (lo + hi) // 2
-        if data.startswith(edge[: mid * TOKEN], off):
-            lo = mid
-        else:
-            hi = mid
-    return hi if data.startswith(edge[: hi * TOKEN], off) else lo
 
 
 class BareTree:
@@ -47,29 +37,29 @@ class BareTree:
         deepest node and the bytes matched."""
         node, off, end = self.root, 0, len(data)
         while off < end:
-            child = node.children.get(data[off : off + TOKEN])
+            child = node.children.get(data[off : off + TOKEN_BYTES])
             if child is None:
                 break
             edge = child.key
             if data.startswith(edge, off):
                 node, off = child, off + len(edge)
                 continue
-            cut = _common_tokens(data, off, edge) * TOKEN
+            cut = common_prefix_tokens(data, off, edge) * TOKEN_BYTES
             upper = BareNode(edge[:cut])
             child.key = edge[cut:]
-            upper.children[child.key[:TOKEN]] = child
-            node.children[edge[:TOKEN]] = upper
+            upper.children[child.key[:TOKEN_BYTES]] = child
+            node.children[edge[:TOKEN_BYTES]] = upper
             return upper, off + cut
         return node, off
 
     def match(self, data: bytes) -> int:
-        return self._walk(data)[1] // TOKEN
+        return self._walk(data)[1] // TOKEN_BYTES
 
     def insert(self, data: bytes) -> int:
         node, off = self._walk(data)
         if off < len(data):
-            node.children[data[off : off + TOKEN]] = BareNode(data[off:])
-        return off // TOKEN
+            node.children[data[off : off + TOKEN_BYTES]] = BareNode(data[off:])
+        return off // TOKEN_BYTES
 
 
 def floor_timed(steps: Iterable[tuple[str, dict]]) -> dict:
