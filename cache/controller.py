@@ -107,7 +107,10 @@ class UnifiedRadixCache(RequestFlows):
         """Return Full KV slots (and, unless ``full_only``, every peer pool's slots
         mapped from them) to their pools."""
         indices = values[0] if len(values) == 1 else torch.cat(values)
-        if not full_only:
+        if not full_only and self.hooks.kv_peers:
+            if not trusted:  # the peers translate through tables indexed by these
+                self.kv_pool.check_foreign(indices)
+                trusted = True
             for component in self.hooks.kv_peers:
                 component.peer_free(indices, cause, node)
         freed = self.kv_pool.free(indices, trusted)

@@ -309,6 +309,19 @@ def test_foreign_index(full):
     assert issubclass(ForeignIndexError, PoolError) and issubclass(PoolError, CacheError)
 
 
+def test_foreign_index_through_a_peer_pool(page_size):
+    """free_kv translates Full slots through SWA's table before the Full free: a
+    foreign index must be refused before that lookup (a -1 would wrap to the last slot)."""
+    hybrid = Checked(page_size=page_size, kv_size=256, components=("full", "swa"), sliding_window=8)
+    populated(hybrid)
+    cache = hybrid.cache
+    for bad in (torch.tensor([-1], dtype=torch.int64), torch.tensor([0, cache.total_size()], dtype=torch.int64)):
+        with unchanged(cache, ForeignIndexError, "out of range"):
+            cache.free_kv([bad])
+    with unchanged(cache, ForeignIndexError, "1-D int64"):
+        cache.free_kv([torch.tensor([0], dtype=torch.int32)])
+
+
 # ---- token ids --------------------------------------------------------------------------
 
 

@@ -87,7 +87,7 @@ class PagedAllocator:
         if self.on_host:
             return self._free_on_host(indices, trusted)
         if not trusted:
-            self._check_foreign(indices)
+            self.check_foreign(indices)
         pages = self.page_ids(indices)
         k = pages.shape[0]
         ones = self._ones[:k]
@@ -105,10 +105,8 @@ class PagedAllocator:
         """``free`` through numpy: every page must be owned (none already free) and
         named once (a later duplicate overwrites its stamp), checked before any change."""
         if not trusted:
-            self._check_form(indices)
+            self.check_foreign(indices)
         pages = indices.numpy()
-        if not trusted:
-            self._check_range(int(pages.min()), int(pages.max()))
         if self.page_size > 1:
             pages = np.unique(pages // self.page_size)
         k = pages.shape[0]
@@ -123,10 +121,15 @@ class PagedAllocator:
         self._top = top + k
         return k * self.page_size
 
-    def _check_foreign(self, indices: torch.Tensor) -> None:
+    def check_foreign(self, indices: torch.Tensor) -> None:
+        """Refuse indices this pool cannot have handed out (dtype, shape, device, range)."""
         self._check_form(indices)
-        lo, hi = indices.aminmax()
-        self._check_range(int(lo), int(hi))
+        if self.on_host:
+            values = indices.numpy()
+            self._check_range(int(values.min()), int(values.max()))
+        else:
+            lo, hi = indices.aminmax()
+            self._check_range(int(lo), int(hi))
 
     def _check_form(self, indices: torch.Tensor) -> None:
         if indices.dtype is not torch.int64 or indices.dim() != 1:

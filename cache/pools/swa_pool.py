@@ -5,6 +5,10 @@ Every Full slot that has live sliding-window KV maps to one SWA slot; -1 means n
 (never allocated, or freed because it slid out of the window). Allocating and freeing
 go through the table, so the tree and the requests only ever hold Full indices and
 the SWA side follows them.
+
+On the CPU the table is read and written through a numpy view of the same tensor
+(as the allocator does): the translation is on every Full free, and a torch gather,
+mask and scatter on a small index set cost several times more than numpy's.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ class SWAPool:
         self.full_size = full_size
         self.device = device
         self.mapping = torch.full((full_size,), UNMAPPED, dtype=torch.int64, device=device)
+        self._mapping_np = self.mapping.numpy() if self.allocator.on_host else None  # same memory
 
     @property
     def size(self) -> int:
@@ -39,10 +44,15 @@ class SWAPool:
     def alloc_for(self, full_slots: torch.Tensor) -> torch.Tensor:
         """Give each Full slot a fresh SWA slot (positionally, so pages pair up)."""
         swa = self.allocator.alloc(int(full_slots.shape[0]))
-        self.mapping[full_slots] = swa
+        if self._mapping_np is not None:
+            self._mapping_np[full_slots.numpy()] = swa.numpy()
+        else:
+            self.mapping[full_slots] = swa
         return swa
 
     def translate(self, full_slots: torch.Tensor) -> torch.Tensor:
+        if self._mapping_np is not None:
+            return torch.from_numpy(self._mapping_np[full_slots.numpy()])
         return self.mapping[full_slots]
 
     def free_for(self, full_slots: torch.Tensor) -> int:
@@ -50,10 +60,20 @@ class SWAPool:
         and clear their mapping. Returns SWA slots freed."""
         if full_slots.shape[0] == 0:
             return 0
-        swa = self.mapping[full_slots]
-        live = swa[swa >= 0]
-        freed = self.allocator.free(live) if live.shape[0] else 0
-        self.mapping[full_slots] = UNMAPPED
+        mapping = self._mapping_np
+        if mapping is not None:
+            full = full_slots.numpy()
+            swa = mapping[full]
+            live = torch.from_numpy(swa[swa >= 0])
+        else:
+            swa = self.mapping[full_slots]
+            live = swa[swa >= 0]
+        # the table only ever holds slots this pool handed out: no range check
+        freed = self.allocator.free(live, trusted=True) if live.shape[0] else 0
+        if mapping is not None:
+            mapping[full] = UNMAPPED
+        else:
+            self.mapping[full_slots] = UNMAPPED
         return freed
 
     def move_mapping(self, kept_full: torch.Tensor, incoming_full: torch.Tensor) -> torch.Tensor:
