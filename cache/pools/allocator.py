@@ -102,18 +102,24 @@ class PagedAllocator:
         return k * self.page_size
 
     def _free_on_host(self, indices: torch.Tensor, trusted: bool) -> int:
-        """``free`` through numpy: every page must be owned (none already free) and
-        named once (a later duplicate overwrites its stamp), checked before any change."""
+        """``free`` through numpy: every page must be owned (none already free) and, at
+        page 1, named once (a later duplicate overwrites its stamp; above page 1 the
+        pages are deduplicated anyway), checked before any change."""
         if not trusted:
             self.check_foreign(indices)
         pages = indices.numpy()
+        k = pages.shape[0]
+        duplicated = False
         if self.page_size > 1:
             pages = np.unique(pages // self.page_size)
-        k = pages.shape[0]
+            k = pages.shape[0]
+        else:
+            order = self._order_np[:k]
+            stamp = self._stamp_np
+            stamp[pages] = order
+            duplicated = bool((stamp[pages] != order).any())
         owned = self._owned_np
-        order = self._order_np[:k]
-        self._stamp_np[pages] = order
-        if owned[pages].min() < 1 or not np.array_equal(self._stamp_np[pages], order):
+        if duplicated or owned[pages].min() < 1:
             raise DoubleFreeError(f"{self.name} pool: double free of slot(s) {self._already_free(indices)}")
         owned[pages] = 0
         top = self._top
@@ -123,19 +129,21 @@ class PagedAllocator:
 
     def check_foreign(self, indices: torch.Tensor) -> None:
         """Refuse indices this pool cannot have handed out (dtype, shape, device, range)."""
-        self._check_form(indices)
-        if self.on_host:
-            values = indices.numpy()
-            self._check_range(int(values.min()), int(values.max()))
-        else:
-            lo, hi = indices.aminmax()
-            self._check_range(int(lo), int(hi))
-
-    def _check_form(self, indices: torch.Tensor) -> None:
         if indices.dtype is not torch.int64 or indices.dim() != 1:
             raise ForeignIndexError(f"{self.name} pool: indices must be a 1-D int64 tensor")
-        if indices.device != self.device:
-            raise ForeignIndexError(f"{self.name} pool: indices on {indices.device}, pool on {self.device}")
+        if self.on_host:
+            if not indices.is_cpu:
+                raise ForeignIndexError(f"{self.name} pool: indices on {indices.device}, pool on {self.device}")
+            values = indices.numpy()
+            # one pass for both bounds: a negative id read as unsigned lies beyond any size
+            if values.shape[0] and values.view(np.uint64).max() >= self.size:
+                self._check_range(int(values.min()), int(values.max()))
+        else:
+            if indices.device != self.device:
+                raise ForeignIndexError(f"{self.name} pool: indices on {indices.device}, pool on {self.device}")
+            if indices.shape[0]:
+                lo, hi = indices.aminmax()
+                self._check_range(int(lo), int(hi))
 
     def _check_range(self, lo: int, hi: int) -> None:
         if lo < 0 or hi >= self.size:
