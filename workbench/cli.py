@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Optional
 
+from .cli_bridge import add_against_options, check_against_use
 from .model.scenario import STDIN, ScenarioError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -24,8 +25,6 @@ exit codes:
   2    bad input: an invalid scenario file, option or output path
   3    an internal error in urc (run again with --debug for the traceback)
   130  interrupted (Ctrl-C)"""
-DEVICES = ("cpu", "cuda", "auto")
-COMPONENT_SETS = ("full", "full,swa", "full,mamba", "full,swa,mamba")
 
 
 def version() -> str:
@@ -76,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "holds); repeat for any of several. COND is space-separated terms that must all hold, e.g. "
                           "'event=cascade component=swa', 'violation', 'failed', 'node=7', 'swa_available<4', "
                           "'op=req_prefill req=r3' (the full list: the TUI's breakpoint editor, b)")
+    add_against_options(run, run=True)
 
     diff = command("diff", "what changed between two steps of a scenario",
                    "Nodes added, removed and split, values and tombstones, lock deltas, LRU moves and pool deltas "
@@ -124,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     tui.add_argument("--follow", metavar="TRACE.jsonl",
                      help="tail a JSONL trace while it is written (urc run --record, a fuzzer, a live recorder): "
                           "its steps are added as they arrive; waits for the file and its header line")
+    add_against_options(tui)
 
     from .cli_fuzz import add_parser as add_fuzz
 
@@ -132,36 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     command("demo", "run a small built-in sequence and print the tree after each step",
             "A tiny built-in sequence on the Full component; needs no file.")
 
-    bench = command("bench", "time the cache calls (the seeded workload, or a scenario/trace)",
-                    "Time only the cache calls of the seeded shared-prompt workload, or of a scenario/trace.")
-    bench.add_argument("--trace", metavar="FILE", help="replay this scenario or JSONL trace instead of the workload")
-    bench.add_argument("--requests", type=int, default=5000, metavar="N",
-                       help="requests in the seeded workload (default 5000)")
-    bench.add_argument("--seed", type=int, default=0, metavar="S", help="workload seed (default 0)")
-    bench.add_argument("--device", default="cpu", choices=DEVICES,
-                       help="where the pools live: cpu (default), cuda, or auto (cuda when present)")
-    bench.add_argument("--components", default="full", choices=COMPONENT_SETS, metavar="LIST",
-                       help="the cache's components: " + " | ".join(COMPONENT_SETS)
-                       + " (default full; SWA window 128, 256 Mamba slots)")
-    bench.add_argument("--tree-sizes", default="1000,100000", metavar="N,N",
-                       help="node counts for the per-op scaling run, comma-separated (Full only; default 1000,100000)")
-    bench.add_argument("--json", action="store_true", help="print the report as JSON")
-    bench.add_argument("--timeline", action="store_true",
-                       help="measure the timeline instead: a 2,000-request trace run with every check, a 20,000-step "
-                            "random trace, reads of a 10,000-node tree (about a minute)")
-    bench.add_argument("--tui", action="store_true",
-                       help="measure the TUI instead: first paint, load and key-to-repaint times on the 2,000-request "
-                            "trace and a 10,000-node tree (a few minutes)")
-    bench.add_argument("--svg", action="store_true",
-                       help="measure SVG export instead: a 2,000-node tree whole, a 10,000-node one with --max-nodes 500")
-    bench.add_argument("--fuzz", action="store_true",
-                       help="fuzz the unfaulted cache at scale instead: --ops per scale config (default 1,000,000: "
-                            "hours), every step checked; ops/s and any failure per config")
-    bench.add_argument("--ops", type=int, default=1_000_000, metavar="N", help="with --fuzz: ops per config")
-    bench.add_argument("--write-trace", metavar="OUT.jsonl",
-                       help="write the workload (--requests, --seed, --components) as a schema-1 trace and stop; "
-                            "- writes to stdout")
-    bench.add_argument("--force", action="store_true", help="let --write-trace overwrite an existing file")
+    from .cli_bench import add_parser as add_bench
+
+    add_bench(command)
     return parser
 
 
@@ -221,6 +195,12 @@ def _load_all(files: list[str]):
 
 
 def _run(args) -> int:
+    check_against_use(args, {"--record": bool(args.record), "--states": args.states, "--until": bool(args.until),
+                             "--full-checks": args.full_checks})
+    if args.against:
+        from .cli_bridge import run_against
+
+        return run_against(args, _load_all(args.files))
     if args.record and len(args.files) != 1:
         raise ScenarioError("--record takes exactly one scenario file")
     if args.states and not args.json:
@@ -441,6 +421,12 @@ def _tui(args) -> int:
             keymap = load_keymap(Path(args.keymap))
         except KeymapError as exc:
             raise ScenarioError(str(exc)) from None
+    check_against_use(args, {"--follow": bool(args.follow)})
+    diverged = {}
+    if args.against:
+        from .cli_bridge import divergences
+
+        diverged = divergences(args, scenarios)
     if not sys.stdout.isatty():
         from .render.report import make_console
 
@@ -450,7 +436,7 @@ def _tui(args) -> int:
         return code
     from .tui.app import WorkbenchApp
 
-    WorkbenchApp(scenarios, keymap, follower=follower).run()
+    WorkbenchApp(scenarios, keymap, follower=follower, divergences=diverged).run()
     return EXIT_OK
 
 
@@ -484,98 +470,9 @@ def _demo(args) -> int:
 
 
 def _bench(args) -> int:
-    if args.requests <= 0:
-        raise ScenarioError("--requests must be a positive int")
-    try:
-        sizes = tuple(int(x) for x in args.tree_sizes.split(",") if x.strip())
-    except ValueError:
-        raise ScenarioError(f"--tree-sizes must be comma-separated ints (got {args.tree_sizes})") from None
-    if any(n <= 0 for n in sizes):
-        raise ScenarioError("--tree-sizes must be positive")
-    components = tuple(args.components.split(","))
-    if args.write_trace:
-        from .model.outputs import open_output
-        from .model.workload import write_trace
+    from .cli_bench import run
 
-        with open_output(args.write_trace, (), args.force, "--write-trace") as stream:
-            steps = write_trace(stream, args.requests, args.seed, components)
-        if args.write_trace != "-":
-            _say(f"wrote {steps:,} steps ({args.requests:,} requests) to {args.write_trace}")
-        return EXIT_OK
-    if args.force:
-        raise ScenarioError("--force only applies with --write-trace")
-    if args.fuzz:
-        from .bench_fuzz import fuzz_report
-
-        if args.ops <= 0:
-            raise ScenarioError("--ops must be a positive int")
-        rows = fuzz_report(args.ops, args.seed, emit=lambda row: None if args.json else print(_fuzz_line(row), flush=True))
-        if args.json:
-            print(json.dumps(rows, indent=1))
-        return EXIT_OK if all(r.get("finding") is None and "error" not in r for r in rows) else EXIT_CHECK_FAILED
-    if args.tui:
-        from .bench_tui import tui_report
-
-        report = tui_report()
-        print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
-        return EXIT_OK
-    if args.timeline or args.svg:
-        from .bench_timeline import PARTS, SVG_PARTS, timeline_report
-
-        report = timeline_report(args.requests if args.requests != 5000 else 2000, SVG_PARTS if args.svg else PARTS)
-        print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
-        return EXIT_OK
-    trace = _load_all([args.trace])[0] if args.trace else None
-    _check_device(args.device)
-    from .render.report import make_console
-
-    if trace is not None:
-        from .replay import replay_timed
-
-        report = replay_timed(trace, device=args.device)
-        if args.json:
-            print(json.dumps(report, indent=1))
-        else:
-            print("caller's path (key from the step's list + the call), µs:")
-            for op, s in report["ops"].items():
-                print(f"  {op:8s} n={s['n']:6d}  mean {s['mean_us']:8.2f}  p50 {s['p50_us']:8.2f}  "
-                      f"p99 {s['p99_us']:8.2f}  (call alone: mean {s['call_mean_us']:.2f})")
-            print("bare-tree floor (a dict-of-children tree over packed keys: no components, no torch), µs:")
-            for op, s in report["floor"].items():
-                print(f"  {op:8s} n={s['n']:6d}  mean {s['mean_us']:8.2f}  p50 {s['p50_us']:8.2f}  p99 {s['p99_us']:8.2f}")
-        return EXIT_OK
-    from .bench import BenchConfig, full_report, print_report
-
-    config = BenchConfig(requests=args.requests, seed=args.seed, device=args.device, components=components)
-    report = full_report(config, sizes if components == ("full",) else ())
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_report(report, make_console())
-    return EXIT_OK
-
-
-def _fuzz_line(row: dict) -> str:
-    if "error" in row:
-        return f"{row['config']:22s} error: {row['error']}"
-    found = row["finding"] or "no failure"
-    return f"{row['config']:22s} {row['ops']:>9,} ops  {row['ops_per_second']:>6,} ops/s  {found}"
-
-
-def _timeline_text(report: dict) -> str:
-    lines = []
-    for part, figures in report.items():
-        shown = ", ".join(f"{k} {v}" for k, v in figures.items())
-        lines.append(f"{part:24s} {shown}")
-    return "\n".join(lines)
-
-
-def _check_device(device: str) -> None:
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ScenarioError("--device cuda: no CUDA device is available here (use cpu or auto)")
+    return run(args)
 
 
 def _fuzz(args) -> int:

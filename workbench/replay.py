@@ -41,10 +41,10 @@ class CallTimer:
     """Times the outermost public calls on one cache instance (nested ones, e.g. the
     eviction inside an allocation inside an insert, belong to their caller)."""
 
-    def __init__(self, cache) -> None:
+    def __init__(self, cache, calls: dict[str, str] = TIMED_CALLS) -> None:
         self.samples: dict[str, list[int]] = {}
         self._depth = 0
-        for method, op in TIMED_CALLS.items():
+        for method, op in calls.items():
             setattr(cache, method, self._timed(getattr(cache, method), op))
 
     def _timed(self, call, op: str):

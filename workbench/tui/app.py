@@ -27,6 +27,7 @@ from .screens.help import HelpScreen
 from .screens.prompt import PromptScreen
 from .screens.why import WhyScreen
 from .widgets.banner import Banner
+from .widgets.divergence_banner import DivergenceBanner
 from .widgets.command_bar import CommandBar
 from .widgets.events_panel import EventsPanel
 from .widgets.inspector import Inspector
@@ -46,8 +47,9 @@ class WorkbenchApp(App[None]):
     FOLLOW_EVERY = 0.5  # seconds between looks at a followed trace
 
     def __init__(self, scenarios: list[Scenario], keymap: Optional[dict[str, str]] = None,
-                 background: bool = True, follower=None) -> None:
+                 background: bool = True, follower=None, divergences: Optional[dict] = None) -> None:
         super().__init__()
+        self.divergences = divergences or {}  # file -> (step, text): urc tui --against sglang
         self.cursor = TimelineCursor(scenarios)
         self.follower = follower  # a model.follow.TraceFollower on the first chapter's file, or None
         self.command_table: tuple[Command, ...] = commands(keymap)
@@ -60,6 +62,7 @@ class WorkbenchApp(App[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Banner(id="banner")
+        yield DivergenceBanner(id="divergence")
         with Horizontal(id="main"):
             yield StepList(id="steps")
             with Vertical(id="middle"):
@@ -145,6 +148,7 @@ class WorkbenchApp(App[None]):
         focus = cursor.focus_node() if follow else self.selected
         self.query_one(StepPanel).show_cursor(cursor)
         self.query_one(Banner).show_cursor(cursor)
+        self.query_one(DivergenceBanner).show_divergence(self.divergences.get(cursor.chapter.scenario.path), cursor.step)
         self.query_one(TreePanel).show(state, diff, focus)
         self.query_one(EventsPanel).show_step(cursor.record)
         self.query_one(PoolsPanel).show_state(state, cursor.previous_state, cursor.record)

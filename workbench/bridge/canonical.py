@@ -1,0 +1,119 @@
+"""One comparable form for both caches' state, and the first difference between two.
+
+Node ids differ between the two implementations, so a node is named by what it
+holds: its namespace and every token from the root to its end. Per node and
+component: value length (None: a tombstone) and lock_ref; the evictable leaves; the
+LRU order of every component that keeps a list (MRU first; SGLang keeps none for
+Full: a heap over access times, so Full's order is not compared); per pool
+(available, evictable, protected). ``nodes`` is None where a side cannot show its
+nodes (SGLang's Rust tree core): then only the pools are compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+Ident = tuple  # (extra_key, path tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeState:
+    tokens: int  # the node's own edge length
+    id: int  # that side's node id (for the report only, never compared)
+    components: dict[str, tuple[Optional[int], int]]  # name -> (value length or None, lock_ref)
+
+
+@dataclasses.dataclass(frozen=True)
+class CanonicalState:
+    nodes: Optional[dict[Ident, NodeState]]
+    evictable_leaves: Optional[frozenset]
+    lru: dict[str, tuple[Ident, ...]]
+    pools: dict[str, tuple[int, int, int]]  # name -> (available, evictable, protected)
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    field: str  # e.g. "pools.swa.available", "node.swa.lock_ref", "lru.mamba"
+    ours: Any
+    theirs: Any
+    where: str = ""  # the node it concerns, in words
+
+    def as_dict(self) -> dict:
+        return {"field": self.field, "ours": _plain(self.ours), "sglang": _plain(self.theirs), "where": self.where}
+
+
+POOL_FIELDS = ("available", "evictable", "protected")
+
+
+def from_snapshot(snapshot, components: list[str]) -> CanonicalState:
+    """Our cache's state, read from its inspection snapshot."""
+    nodes: dict[Ident, NodeState] = {}
+    ident_of: dict[int, Ident] = {}
+    for view in snapshot.nodes[1:]:
+        ident = (view.extra_key, view.path)
+        ident_of[view.id] = ident
+        comps = {name: (view.components[name].value_len, view.components[name].lock_ref) for name in components}
+        nodes[ident] = NodeState(len(view.key), view.id, comps)
+    leaves = frozenset(ident_of[i] for i in snapshot.evictable_leaves)
+    lru = {name: tuple(ident_of[i] for i in snapshot.lru[name]) for name in components if name != "full"}
+    pools = {name: (p.available, p.evictable, p.protected) for name, p in snapshot.pools.items() if name in components}
+    return CanonicalState(nodes, leaves, lru, pools)
+
+
+def describe(ident: Ident) -> str:
+    """A node in words: where its path ends and its last tokens."""
+    extra, path = ident
+    tail = ", ".join(map(str, path[-4:]))
+    space = f" in namespace {extra!r}" if extra is not None else ""
+    return f"the node ending at token {len(path)} (…{tail}){space}"
+
+
+def first_difference(ours: CanonicalState, theirs: CanonicalState) -> Optional[Difference]:
+    """The first field where the two states differ (pools, then nodes, leaves, LRU
+    lists), or None. Nodes are compared only when both sides show them."""
+    for name in sorted(set(ours.pools) | set(theirs.pools)):
+        a, b = ours.pools.get(name), theirs.pools.get(name)
+        if a is None or b is None:
+            return Difference(f"pools.{name}", a, b)
+        for field, x, y in zip(POOL_FIELDS, a, b):
+            if x != y:
+                return Difference(f"pools.{name}.{field}", x, y)
+    if ours.nodes is None or theirs.nodes is None:
+        return None
+    only_ours = [i for i in ours.nodes if i not in theirs.nodes]
+    only_theirs = [i for i in theirs.nodes if i not in ours.nodes]
+    if only_ours or only_theirs:
+        first = min(only_ours + only_theirs, key=lambda i: (len(i[1]), i[1]))
+        side = "ours" if first in ours.nodes else "SGLang"
+        return Difference("nodes", len(ours.nodes), len(theirs.nodes), f"{describe(first)} exists only in {side}")
+    for ident in sorted(ours.nodes, key=lambda i: (len(i[1]), i[1])):
+        a, b = ours.nodes[ident], theirs.nodes[ident]
+        for name in a.components:
+            (len_a, lock_a), (len_b, lock_b) = a.components[name], b.components.get(name, (None, 0))
+            where = f"{describe(ident)} (ours #{a.id}, SGLang #{b.id})"
+            if len_a != len_b:
+                return Difference(f"node.{name}.value_len", len_a, len_b, where)
+            if lock_a != lock_b:
+                return Difference(f"node.{name}.lock_ref", lock_a, lock_b, where)
+    if ours.evictable_leaves != theirs.evictable_leaves:
+        extra = sorted(ours.evictable_leaves ^ theirs.evictable_leaves, key=lambda i: (len(i[1]), i[1]))[0]
+        side = "ours" if extra in ours.evictable_leaves else "SGLang"
+        return Difference("evictable_leaves", len(ours.evictable_leaves), len(theirs.evictable_leaves),
+                          f"{describe(extra)} is an evictable leaf only in {side}")
+    for name in sorted(set(ours.lru) | set(theirs.lru)):
+        a, b = ours.lru.get(name, ()), theirs.lru.get(name, ())
+        if a != b:
+            k = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            where = f"position {k} (0 = most recent)"
+            return Difference(f"lru.{name}", [_short(i, ours) for i in a], [_short(i, theirs) for i in b], where)
+    return None
+
+
+def _short(ident: Ident, state: CanonicalState) -> str:
+    node = state.nodes.get(ident) if state.nodes else None
+    return f"@{len(ident[1])}" + (f"#{node.id}" if node else "")
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value

@@ -1,0 +1,212 @@
+"""``urc run --against sglang``: a scenario on our cache and on SGLang's, in lockstep.
+
+After every step both sides' op results (or the fact that each refused) and their
+states (``canonical.py``) are compared; the first difference stops the run and is
+reported with both sides. What cannot be compared by design is listed once with the
+reason and never counted: a component SGLang does not have, the fault catalogue
+(ours puts back upstream bugs SGLang 0.5.23 has fixed), input ours refuses before
+any cache call (SGLang does not check it), and, with the Rust tree core, the nodes.
+The scenario's own ``expect`` fields are not checked here: SGLang is the reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+from cache import CacheError
+from cache.errors import ForeignIndexError, InvalidKeyError, InvalidValueError, LockError, UnknownNodeError
+
+from ..model.runner import build_cache
+from ..model.scenario import Scenario
+from ..model.session import RunError, Session
+from .canonical import Difference, first_difference, from_snapshot
+from .sglang_env import BridgeError, check_version
+from .sglang_side import COMPONENTS, SGLangSide
+
+# what ours refuses that SGLang 0.5.23 does not check (sent to it, it would go on and
+# change its state): error class -> why the step is not sent
+REFUSED_BY_DESIGN = {
+    (InvalidKeyError, InvalidValueError, ForeignIndexError, UnknownNodeError, RunError):
+        "ours checks input before any cache call and changes nothing; SGLang does not check it",
+    (LockError,): "ours checks every lock receipt (released twice, or on another node); SGLang does not,"
+                  " and would release another holder's lock",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Divergence:
+    step: int
+    line: int
+    op: str
+    difference: Difference
+
+    def as_dict(self) -> dict:
+        return {"step": self.step, "line": self.line, "op": self.op, **self.difference.as_dict()}
+
+
+@dataclasses.dataclass(frozen=True)
+class ByDesign:
+    what: str
+    reason: str
+    steps: tuple[int, ...] = ()  # the steps it concerns (none: the whole run)
+
+    def as_dict(self) -> dict:
+        return {"what": self.what, "reason": self.reason, "steps": list(self.steps)}
+
+
+@dataclasses.dataclass
+class DifferentialReport:
+    path: str
+    sglang_version: str
+    core: str
+    steps: int  # steps in the scenario
+    run: int = 0  # steps run on both sides
+    states_compared: int = 0
+    nodes_compared: bool = True
+    divergence: Optional[Divergence] = None
+    by_design: list[ByDesign] = dataclasses.field(default_factory=list)
+    skipped: Optional[str] = None  # the whole scenario cannot run on SGLang, and why
+
+    @property
+    def agrees(self) -> bool:
+        return self.divergence is None
+
+    def as_dict(self) -> dict:
+        return {
+            "file": self.path, "against": f"sglang {self.sglang_version}", "core": self.core, "steps": self.steps,
+            "run": self.run, "states_compared": self.states_compared, "nodes_compared": self.nodes_compared,
+            "agrees": self.agrees, "divergence": self.divergence.as_dict() if self.divergence else None,
+            "by_design": [note.as_dict() for note in self.by_design], "skipped": self.skipped,
+        }
+
+
+def run_against(scenario: Scenario, core: str = "python", allow_version: bool = False, every: int = 1,
+                perturb=None) -> DifferentialReport:
+    """Run ``scenario`` on both caches and stop at the first divergence. States are
+    compared after every ``every`` steps and after the last. ``perturb(ours_session,
+    step_index)``, for tests: tamper with our side to prove a divergence is caught."""
+    version = check_version(allow_version)
+    report = DifferentialReport(scenario.path, version, core, len(scenario.steps))
+    missing = [c for c in scenario.config["components"] if c not in COMPONENTS]
+    if missing:
+        report.skipped = f"SGLang's unified cache has no {missing[0]!r} component"
+        return report
+    config = dict(scenario.config)
+    if config.pop("faults", None):
+        report.by_design.append(ByDesign(
+            f"faults {', '.join(scenario.config['faults'])} left out",
+            "each puts back an upstream bug SGLang 0.5.23 has fixed; ours runs the fixed code"))
+    config.pop("device", None)  # SGLang's side runs on the CPU, and so does ours here
+    ours = Session(build_cache(dataclasses.replace(scenario, config=config), "cpu"))
+    max_requests, max_context = _request_sizes(scenario)
+    theirs = SGLangSide(config, core, max_requests, max_context, allow_version)
+    report.nodes_compared = theirs.inspectable
+    if not theirs.inspectable:
+        report.by_design.append(ByDesign("nodes, evictable leaves and LRU lists not compared",
+                                         "SGLang's Rust tree core has no node inspection; op results and pools are"))
+    components = list(config["components"])
+    refused: dict[str, list[int]] = {}
+    for step in scenario.steps:
+        mine, my_error = _attempt(ours.run, step.op, step.fields)
+        why = next((why for kinds, why in REFUSED_BY_DESIGN.items() if isinstance(my_error, kinds)), None)
+        if why is not None:
+            refused.setdefault(why, []).append(step.index)
+            continue
+        if perturb is not None:
+            perturb(ours, step.index)
+        theirs_result, their_error = _attempt(theirs.run, step.op, step.fields)
+        if isinstance(their_error, BridgeError):
+            raise their_error
+        report.run += 1
+        difference = _compare_results(mine, my_error, theirs_result, their_error)
+        if difference is None and (step.index % every == 0 or step.index == len(scenario.steps)):
+            report.states_compared += 1
+            difference = first_difference(from_snapshot(ours.cache.snapshot(), components), theirs.state())
+        if difference is not None:
+            report.divergence = Divergence(step.index, step.line, step.op, difference)
+            break
+    for why, steps in refused.items():
+        report.by_design.append(ByDesign("steps ours refuses were not sent to SGLang", why, tuple(steps)))
+    return report
+
+
+def _attempt(run, op: str, fields: dict) -> tuple[Optional[dict], Optional[BaseException]]:
+    try:
+        return run(op, fields), None
+    except BridgeError:
+        raise
+    except (CacheError, Exception) as exc:  # SGLang's refusals are asserts and ValueErrors
+        return None, exc
+
+
+def _compare_results(mine: Optional[dict], my_error, theirs: Optional[dict], their_error) -> Optional[Difference]:
+    if (my_error is None) != (their_error is None):
+        return Difference("refused", _error_text(my_error), _error_text(their_error),
+                          "one side refused the step, the other ran it")
+    if my_error is not None:
+        return None  # both refused: messages differ by design, the fact agrees
+    mine, theirs = mine or {}, theirs or {}
+    for key in sorted(set(mine) | set(theirs)):
+        if mine.get(key) != theirs.get(key):
+            return Difference(f"result.{key}", mine.get(key), theirs.get(key))
+    return None
+
+
+def _error_text(error: Optional[BaseException]) -> str:
+    if error is None:
+        return "ran"
+    first = (str(error).splitlines() or [""])[0][:200]
+    return f"refused: {type(error).__name__}: {first}"
+
+
+def _request_sizes(scenario: Scenario) -> tuple[int, int]:
+    """Request rows and the longest context SGLang's req_to_token pool must hold."""
+    live: dict[str, int] = {}
+    most_live, longest = 1, 0
+    for step in scenario.steps:
+        name = step.fields.get("req")
+        if step.op == "req_prefill":
+            live[name] = len(step.fields["tokens"])
+        elif step.op == "req_decode" and name in live:
+            live[name] += len(step.fields["tokens"])
+        elif step.op == "req_finish":
+            live.pop(name, None)
+        most_live = max(most_live, len(live))
+        longest = max([longest, *live.values()])
+    page = scenario.config.get("page_size", 1)
+    return most_live + 2, max(512, longest + 2 * page)
+
+
+def summary_line(report: DifferentialReport) -> str:
+    side = f"SGLang {report.sglang_version} ({report.core} tree core)"
+    if report.skipped:
+        return f"{report.path}: not run against {side}: {report.skipped}"
+    if report.divergence is None:
+        return (f"{report.path}: agrees with {side}: {report.run} step(s) run on both, "
+                f"{report.states_compared} state(s) compared")
+    d = report.divergence
+    return f"{report.path}:{d.line}: step {d.step} ({d.op}) diverges from {side}: {d.difference.field}"
+
+
+def detail_lines(report: DifferentialReport) -> list[str]:
+    lines = []
+    if report.divergence is not None:
+        diff = report.divergence.difference
+        if diff.where:
+            lines.append(f"  at      {diff.where}")
+        lines.append(f"  ours    {_value(diff.ours)}")
+        lines.append(f"  SGLang  {_value(diff.theirs)}")
+    for note in report.by_design:
+        steps = f" (steps {_ranges(note.steps)})" if note.steps else ""
+        lines.append(f"  by design: {note.what}{steps}: {note.reason}")
+    return lines
+
+
+def _value(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _ranges(steps: tuple[int, ...]) -> str:
+    return ", ".join(map(str, steps[:12])) + (f", … ({len(steps)} in all)" if len(steps) > 12 else "")

@@ -1,0 +1,96 @@
+"""Finding SGLang: the bridge's only way in, so a missing or different SGLang is one
+clear line (exit 2), never an ImportError from deep inside a run."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from importlib import metadata
+from types import SimpleNamespace
+from typing import Callable, Optional
+
+from ..model.scenario import ScenarioError
+
+SGLANG_VERSION = "0.5.23"  # the version our cache follows
+INSTALL = f"pip install 'unified-cache-workbench[sglang]' (or: pip install sglang=={SGLANG_VERSION})"
+
+
+class BridgeError(ScenarioError):
+    """SGLang is missing, of another version, cannot be imported, or cannot express a
+    scenario's config (exit code 2, like any bad input)."""
+
+
+def installed_version() -> Optional[str]:
+    """SGLang's installed version, read without importing it (None: not installed)."""
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_version(allow_version: bool = False, warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> str:
+    """The installed SGLang version, refused unless it is the one we follow (or
+    ``allow_version``, which only warns)."""
+    found = installed_version()
+    if found is None:
+        raise BridgeError(f"needs SGLang {SGLANG_VERSION}: {INSTALL}")
+    if found != SGLANG_VERSION:
+        if not allow_version:
+            raise BridgeError(
+                f"found SGLang {found}, but the bridge follows SGLang {SGLANG_VERSION}: "
+                f"pip install sglang=={SGLANG_VERSION}, or pass --allow-version to run against {found} anyway"
+            )
+        warn(f"warning: running against SGLang {found}; the bridge follows {SGLANG_VERSION}, so differences may be version changes")
+    return found
+
+
+_API: Optional[SimpleNamespace] = None
+
+
+def sglang_api(allow_version: bool = False) -> SimpleNamespace:
+    """The SGLang names the bridge uses, imported once (SGLang's import takes seconds)."""
+    global _API
+    if _API is not None:
+        return _API
+    version = check_version(allow_version)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SGLang's import-time notices about GPU-only kernels
+            _API = _import(version)
+    except Exception as exc:  # a broken install: say so in one line
+        raise BridgeError(f"SGLang {version} is installed but cannot be imported: {type(exc).__name__}: {exc}") from None
+    return _API
+
+
+# name -> where SGLang keeps it
+NAMES = {
+    "torch": "torch",
+    "Mamba2CacheParams": "sglang.srt.configs.mamba_utils", "Mamba2StateShape": "sglang.srt.configs.mamba_utils",
+    "envs": "sglang.srt.environ",
+    "FINISH_LENGTH": "sglang.srt.managers.schedule_batch", "Req": "sglang.srt.managers.schedule_batch",
+    "TokenToKVPoolAllocator": "sglang.srt.mem_cache.allocator",
+    "PagedTokenToKVPoolAllocator": "sglang.srt.mem_cache.allocator.paged",
+    "SWATokenToKVPoolAllocator": "sglang.srt.mem_cache.allocator.swa",
+    "EvictParams": "sglang.srt.mem_cache.base_prefix_cache", "InsertParams": "sglang.srt.mem_cache.base_prefix_cache",
+    "MatchPrefixParams": "sglang.srt.mem_cache.base_prefix_cache", "TreeLock": "sglang.srt.mem_cache.base_prefix_cache",
+    "CacheInitParams": "sglang.srt.mem_cache.cache_init_params",
+    "match_kv_cache": "sglang.srt.mem_cache.common", "release_kv_cache": "sglang.srt.mem_cache.common",
+    "HybridLinearKVPool": "sglang.srt.mem_cache.memory_pool", "HybridReqToTokenPool": "sglang.srt.mem_cache.memory_pool",
+    "MHATokenToKVPool": "sglang.srt.mem_cache.memory_pool", "ReqToTokenPool": "sglang.srt.mem_cache.memory_pool",
+    "RadixKey": "sglang.srt.mem_cache.radix_cache",
+    "SWAKVPool": "sglang.srt.mem_cache.swa_memory_pool",
+    "ComponentType": "sglang.srt.mem_cache.unified_cache.component_type",
+    "UnifiedRadixCache": "sglang.srt.mem_cache.unified_radix_cache",
+    "SamplingParams": "sglang.srt.sampling.sampling_params",
+    "ServerArgs": "sglang.srt.server_args", "set_global_server_args_for_scheduler": "sglang.srt.server_args",
+}
+
+
+def _import(version: str) -> SimpleNamespace:
+    import importlib
+
+    api = SimpleNamespace(version=version)
+    for name, module in NAMES.items():
+        loaded = importlib.import_module(module)
+        setattr(api, name, loaded if name == module else getattr(loaded, name))
+    return api

@@ -1,0 +1,385 @@
+"""SGLang 0.5.23's own cache driven by our scenario ops: the bridge's other side.
+
+Each op makes the calls our ``Session`` makes on ours (those a scheduler makes),
+through SGLang's API: its allocators hand out the slots, its ``Req`` and
+req_to_token rows carry requests, its ``UnifiedRadixCache`` decides. Built on the CPU
+with the smallest model shapes its pools accept: the bridge compares bookkeeping
+(tree, locks, LRU lists, pool counts), not KV bytes. ``state()`` reads it back in the
+canonical form (``canonical.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import Any, Optional
+
+from .canonical import CanonicalState, NodeState
+from .sglang_env import BridgeError, sglang_api
+
+COMPONENTS = ("full", "swa", "mamba")  # what SGLang 0.5.23's unified cache has
+SHAPE = dict(layers=2, full_layers=(1,), heads=1, head_dim=8)  # one Full and one SWA/Mamba layer
+MAMBA_SHAPE = dict(intermediate_size=32, n_groups=1, num_heads=2, head_dim=16, state_size=16, conv_kernel=4)
+MAMBA_CHUNK = 64  # SGLang's FLA chunk; the Mamba grid is max(chunk, page)
+
+
+class SGLangOpError(Exception):
+    """SGLang refused an op (out of slots, a lock it does not hold, its own assert)."""
+
+
+class SGLangSide:
+    """One SGLang cache with the pools and allocators a scheduler builds for it."""
+
+    def __init__(self, config: dict, core: str = "python", max_requests: int = 16, max_context: int = 4096,
+                 allow_version: bool = False) -> None:
+        unsupported = [c for c in config["components"] if c not in COMPONENTS]
+        if unsupported:
+            raise BridgeError(f"SGLang's unified cache has no {unsupported[0]!r} component")
+        self.sg = sg = sglang_api(allow_version)
+        self.names = list(config["components"])
+        self.types = {name: getattr(sg.ComponentType, name.upper()) for name in self.names}
+        self.ps = config.get("page_size", 1)
+        self.kv_size = config["kv_size"]
+        self.swa_size = config.get("swa_kv_size") or self.kv_size
+        self.has_swa, self.has_mamba = "swa" in self.names, "mamba" in self.names
+        self.auto_evict = config.get("auto_evict", True)
+        self.core_name = core
+        self._build(config, core, max_requests, max_context)
+        self.matches: dict[str, Any] = {}  # name -> node handle
+        self.locks: dict[str, Any] = {}  # name -> TreeLock (released ones kept: a second unlock reaches SGLang)
+        self.reqs: dict[str, dict] = {}  # name -> {"req": Req, "spare": slots past the committed length}
+        self._rid = 0
+
+    # ---- build -------------------------------------------------------------------
+    def _build(self, config: dict, core: str, max_requests: int, max_context: int) -> None:
+        sg, ps = self.sg, self.ps
+        torch = sg.torch
+        server_args = sg.ServerArgs(model_path="dummy", page_size=ps)
+        server_args._mamba_cache_chunk_size = max(MAMBA_CHUNK, ps)  # else it reads the model's HF config
+        sg.set_global_server_args_for_scheduler(server_args)
+        full_ids = list(SHAPE["full_layers"])
+        other_ids = [i for i in range(SHAPE["layers"]) if i not in full_ids]
+        dtype, heads, dim = torch.bfloat16, SHAPE["heads"], SHAPE["head_dim"]
+        extra_buffer = self.has_mamba and ps > 1  # SGLang's Mamba needs it above page 1
+        rows = dict(size=max_requests, max_context_len=max_context, device="cpu", enable_memory_saver=False)
+        if self.has_mamba:
+            with sg.envs.SGLANG_MAMBA_SSM_DTYPE.override("bfloat16"):
+                shape = sg.Mamba2StateShape.create(tp_world_size=1, **MAMBA_SHAPE)
+                params = sg.Mamba2CacheParams(shape=shape, layers=other_ids)
+            self.r2t = sg.HybridReqToTokenPool(
+                **rows, mamba_size=config["mamba_size"], mamba_spec_state_size=max_requests, cache_params=params,
+                mamba_layer_ids=other_ids, enable_mamba_extra_buffer=extra_buffer, speculative_num_draft_tokens=3,
+            )
+        else:
+            self.r2t = sg.ReqToTokenPool(**rows)
+        kv = dict(page_size=ps, dtype=dtype, head_num=heads, head_dim=dim, device="cpu")
+        if self.has_swa:
+            pool = sg.SWAKVPool(size=self.kv_size, size_swa=self.swa_size, swa_attention_layer_ids=other_ids,
+                                full_attention_layer_ids=full_ids, **kv)
+            self.alloc = sg.SWATokenToKVPoolAllocator(size=self.kv_size, size_swa=self.swa_size, page_size=ps,
+                                                      dtype=dtype, device="cpu", kvcache=pool, need_sort=False)
+        else:
+            if self.has_mamba:
+                pool = sg.HybridLinearKVPool(size=self.kv_size, full_attention_layer_ids=full_ids,
+                                             enable_memory_saver=False, mamba_pool=self.r2t.mamba_pool, **kv)
+            else:
+                pool = sg.MHATokenToKVPool(size=self.kv_size, layer_num=SHAPE["layers"], enable_memory_saver=False, **kv)
+            # as production configures it: the token allocator at page 1, the paged one above
+            if ps == 1:
+                self.alloc = sg.TokenToKVPoolAllocator(size=self.kv_size, dtype=dtype, device="cpu", kvcache=pool,
+                                                       need_sort=False)
+            else:
+                self.alloc = sg.PagedTokenToKVPoolAllocator(size=self.kv_size, page_size=ps, dtype=dtype,
+                                                            device="cpu", kvcache=pool, need_sort=False)
+        params = sg.CacheInitParams(
+            req_to_token_pool=self.r2t, token_to_kv_pool_allocator=self.alloc, page_size=ps, disable=False,
+            sliding_window_size=config.get("sliding_window") if self.has_swa else None,
+            tree_components=tuple(self.types.values()), enable_mamba_extra_buffer=extra_buffer,
+            eviction_policy="lru", tree_core_backend=core,
+        )
+        self.cache = sg.UnifiedRadixCache(params=params)
+        self.core = self.cache.tree_core
+        self.inspectable = type(self.core).__name__ != "RustUnifiedTreeCore"
+
+    # ---- ops -----------------------------------------------------------------------
+    def run(self, op: str, fields: dict) -> Optional[dict]:
+        handler = getattr(self, f"op_{op}", None)
+        if handler is None:
+            raise BridgeError(f"the bridge cannot run op {op!r} on SGLang")
+        return handler(fields)
+
+    def op_check(self, f: dict) -> None:
+        return None
+
+    def op_insert(self, f: dict) -> dict:
+        sg, torch = self.sg, self.sg.torch
+        tokens = f["key"]
+        n = len(tokens)
+        aligned = n - n % self.ps
+        floor = f.get("swa_evicted_seqlen", 0)
+        self._check_capacity(n, 1 if self.has_mamba else 0)
+        slots, extra = self._alloc_kv(n)
+        state = None
+        try:
+            if floor:  # the request's window slid: its SWA slots below the floor are gone already
+                self.alloc.free_swa_segment(slots[: min(floor, aligned)], start_pos=0)
+            if self.has_mamba:
+                state = self._alloc_mamba()
+            params = sg.InsertParams(key=self._key(tokens, f.get("extra_key")), value=slots, mamba_value=state)
+            if floor:
+                params.component_evicted_seqlens[sg.ComponentType.SWA] = floor
+            result = self.cache.insert(params)
+        except BaseException:
+            self.alloc.free(torch.cat([slots, extra]))
+            if state is not None:
+                self.r2t.mamba_allocator.free(state)
+            raise
+        tail = torch.cat([slots[aligned:], extra])
+        if tail.numel():
+            self.alloc.free_segment(tail, start_pos=aligned)
+        if state is not None and result.mamba_exist:
+            self.r2t.mamba_allocator.free(state)  # the tree kept its own state
+        if "as" in f:
+            self.matches[f["as"]] = result.last_device_node
+        return {"prefix_len": int(result.prefix_len)}
+
+    def op_match(self, f: dict) -> dict:
+        result = self.cache.match_prefix(self.sg.MatchPrefixParams(key=self._key(f["key"], f.get("extra_key"))))
+        if "as" in f:
+            self.matches[f["as"]] = result.last_device_node
+        out = {"prefix_len": int(result.device_prefix_len), "host_hit_length": int(result.host_hit_length)}
+        if self.has_mamba:
+            out["mamba_branching_seqlen"] = result.mamba_branching_seqlen
+        return out
+
+    def op_lock(self, f: dict) -> None:
+        node = self.matches.get(f["match"])
+        if node is None:
+            raise SGLangOpError(f"unknown match name {f['match']!r}")
+        receipt = self.cache.inc_lock_ref(node)
+        self.locks[f["as"]] = self.sg.TreeLock(node, receipt.to_dec_params())
+
+    def _lock(self, name: str):
+        lock = self.locks.get(name)
+        if lock is None:
+            raise SGLangOpError(f"unknown lock name {name!r}")
+        return lock
+
+    def op_unlock(self, f: dict) -> None:
+        self.cache.unlock(self._lock(f["lock"]))
+
+    def op_release_window(self, f: dict) -> None:
+        self.cache.release_swa(self._lock(f["lock"]))
+
+    def op_evict(self, f: dict) -> dict:
+        params = self.sg.EvictParams(num_tokens=f.get("full", 0), swa_num_tokens=f.get("swa", 0),
+                                     mamba_num=f.get("mamba", 0))
+        result = self.cache.evict(params)
+        return {"full_evicted": int(result.num_tokens_evicted), "swa_evicted": int(result.swa_num_tokens_evicted),
+                "mamba_evicted": int(result.mamba_num_evicted)}
+
+    # ---- request ops (the scheduler's calls, as SGLang's own scheduler makes them) ----
+    def op_req_prefill(self, f: dict) -> dict:
+        sg, torch = self.sg, self.sg.torch
+        name, tokens = f["req"], f["tokens"]
+        if name in self.reqs:
+            raise SGLangOpError(f"request {name!r} is already running")
+        self._rid += 1
+        req = sg.Req(rid=f"bridge-{self._rid}", origin_input_text="", origin_input_ids=array("q", tokens),
+                     sampling_params=sg.SamplingParams(temperature=0, max_new_tokens=1 << 20))
+        sg.match_kv_cache(req, self.cache, cow_mamba=self.has_mamba)
+        entry = {"req": req, "spare": torch.empty((0,), dtype=torch.int64)}
+        try:
+            if self.has_mamba and not req.kv.holds_mamba and self.r2t.mamba_allocator.available_size() < 1:
+                self._evict_short(mamba=1)
+            if self.r2t.alloc([req]) is None:
+                raise SGLangOpError("no free req_to_token row")
+            req.lock = self.cache.lock(req.last_node)
+            prefix = self.cache.prefix_device_indices(req).to(torch.int64)
+            fresh = self._take_slots(entry, len(tokens) - prefix.numel())
+        except BaseException:
+            self._abandon(req)  # what the scheduler gives back when it cannot admit (sglang#16067's fix)
+            raise
+        row = req.kv.req_pool_idx
+        self.r2t.write((row, slice(0, prefix.numel())), prefix.to(torch.int32))
+        self.r2t.write((row, slice(prefix.numel(), len(tokens))), fresh.to(torch.int32))
+        req.kv.cache_protected_len = prefix.numel()
+        req.kv.kv_allocated_len = req.kv.kv_committed_len = len(tokens)
+        req.refresh_fill_ids()
+        self._track_checkpoint(req)
+        self.reqs[name] = entry
+        return {"prefix_len": int(req.kv.cache_protected_len)}
+
+    def _abandon(self, req) -> None:
+        if req.lock is not None:
+            self.cache.unlock(req.lock)
+            req.lock = None
+        if req.kv.holds_kv:
+            self.r2t.free(req)
+        if self.has_mamba and req.kv.holds_mamba:  # the copy-on-write slot the match handed out
+            self.r2t.mamba_allocator.free(req.kv.mamba_pool_idx.unsqueeze(-1))
+            req.kv.mamba_pool_idx = None
+
+    def _track_checkpoint(self, req) -> None:
+        """What the model's forward does with the extra buffer: track the state at the
+        last grid boundary the request's tokens passed, in the other ping-pong slot
+        (ours does the same in MambaComponent.advance_request)."""
+        if not (self.has_mamba and self.ps > 1):
+            return
+        chunk = max(MAMBA_CHUNK, self.ps)
+        grid = chunk * self.ps // math.gcd(chunk, self.ps)
+        kv = req.kv
+        tracked = kv.kv_committed_len - kv.kv_committed_len % grid
+        if tracked and tracked > (kv.mamba_last_track_seqlen or 0):
+            track_idx = kv.mamba_next_track_idx
+            kv.mamba_prev_track_seqlen, kv.mamba_last_track_seqlen = kv.mamba_last_track_seqlen, tracked
+            kv.mamba_last_track_idx = track_idx
+            kv.mamba_next_track_idx = self.r2t.get_mamba_ping_pong_other_idx(track_idx)
+
+    def op_req_decode(self, f: dict) -> None:
+        torch = self.sg.torch
+        entry = self._req(f["req"])
+        req, tokens = entry["req"], f["tokens"]
+        start = req.kv.kv_committed_len
+        slots = self._take_slots(entry, len(tokens))
+        self.r2t.write((req.kv.req_pool_idx, slice(start, start + len(tokens))), slots.to(torch.int32))
+        req.output_ids.extend(tokens)
+        req.kv.kv_committed_len += len(tokens)
+        req.kv.kv_allocated_len += len(tokens)
+        req.refresh_fill_ids()
+        self._track_checkpoint(req)
+        if f.get("slide_window"):
+            self.cache.evict_sliding_windows(req, req.kv.kv_committed_len - 1)
+
+    def op_req_chunk(self, f: dict) -> None:
+        req = self._req(f["req"])["req"]
+        self.cache.checkpoint(req, up_to=req.kv.kv_committed_len)
+
+    def op_req_finish(self, f: dict) -> None:
+        req = self._req(f["req"])["req"]
+        req.finished_reason = self.sg.FINISH_LENGTH(length=len(req.output_ids))
+        self.sg.release_kv_cache(req, self.cache, checkpoint=f.get("insert", True))
+        del self.reqs[f["req"]]
+
+    def _req(self, name: str) -> dict:
+        entry = self.reqs.get(name)
+        if entry is None:
+            raise SGLangOpError(f"unknown or finished request {name!r}")
+        return entry
+
+    # ---- slots ---------------------------------------------------------------------
+    def _key(self, tokens: list[int], extra_key: Optional[str]):
+        return self.sg.RadixKey(array("q", tokens), extra_key=extra_key)
+
+    def available(self) -> dict[str, int]:
+        if self.has_swa:
+            out = {"full": int(self.alloc.full_available_size()), "swa": int(self.alloc.swa_available_size())}
+        else:
+            out = {"full": int(self.alloc.available_size())}
+        if self.has_mamba:
+            out["mamba"] = int(self.r2t.mamba_allocator.available_size())
+        return out
+
+    def _shortfalls(self, n: int, states: int = 0) -> dict[str, int]:
+        need = -(-n // self.ps) * self.ps
+        available = self.available()
+        short = {name: need - available[name] for name in ("full", "swa") if name in available}
+        if states:
+            short["mamba"] = states - available["mamba"]
+        return short
+
+    def _check_capacity(self, n: int, states: int = 0) -> None:
+        """Refuse before anything changes what eviction cannot cover (our check_capacity:
+        SGLang's scheduler checks the same before it admits)."""
+        for name, short in self._shortfalls(n, states).items():
+            reclaimable = int(self.core.component_evictable_size(self.types[name])) if self.auto_evict else 0
+            if short > reclaimable:
+                raise SGLangOpError(f"{name} pool exhausted: {short} more slot(s) needed, {reclaimable} evictable")
+
+    def _evict_short(self, full: int = 0, swa: int = 0, mamba: int = 0) -> None:
+        if not self.auto_evict:
+            raise SGLangOpError(f"out of slots (available {self.available()}) and auto_evict is off")
+        self.cache.evict_for_alloc(self.sg.EvictParams(num_tokens=full, swa_num_tokens=swa, mamba_num=mamba))
+
+    def _alloc_kv(self, n: int):
+        """``n`` fresh slots on whole pages (evicting the shortfall first, as our
+        alloc_kv does), and the page-rounding slots past them."""
+        need = -(-n // self.ps) * self.ps
+        short = self._shortfalls(n)
+        if any(value > 0 for value in short.values()):
+            self._check_capacity(n)
+            self._evict_short(full=max(0, short["full"]), swa=max(0, short.get("swa", 0)))
+            if any(value > 0 for value in self._shortfalls(n).values()):
+                raise SGLangOpError(f"out of slots after eviction: need {need}, available {self.available()}")
+        if self.has_swa and self.ps > 1:  # its alloc() is page-1 only: pair whole pages by hand
+            full = self.alloc.full_attn_allocator.alloc(need)
+            swa = self.alloc.swa_attn_allocator.alloc(need)
+            self.alloc.set_full_to_swa_mapping(full, swa)
+            slots = full
+        else:
+            slots = self.alloc.alloc(need)
+        if slots is None:
+            raise SGLangOpError(f"SGLang's allocator returned None for {need} slots")
+        slots = slots.to(self.sg.torch.int64)
+        return slots[:n], slots[n:]
+
+    def _alloc_mamba(self):
+        if self.r2t.mamba_allocator.available_size() < 1:
+            self._evict_short(mamba=1)
+        slot = self.r2t.mamba_allocator.alloc(1)
+        if slot is None:
+            raise SGLangOpError("out of Mamba slots after eviction")
+        return slot
+
+    def _take_slots(self, entry: dict, n: int):
+        """A request's next ``n`` slots: the rest of its last page first."""
+        torch = self.sg.torch
+        spare = entry["spare"]
+        used, entry["spare"] = spare[:n], spare[n:]
+        if used.numel() == n:
+            return used
+        fresh, extra = self._alloc_kv(n - used.numel())
+        entry["spare"] = torch.cat([entry["spare"], extra])
+        return torch.cat([used, fresh])
+
+    # ---- state ---------------------------------------------------------------------
+    def state(self) -> CanonicalState:
+        """The cache's state in the canonical form; with the Rust tree core (no node
+        inspection in its binding) only the pools."""
+        core = self.core
+        pools = {}
+        available = self.available()
+        for name, kind in self.types.items():
+            pools[name] = (available[name], int(core.component_evictable_size(kind)), int(core.component_protected_size(kind)))
+        if not self.inspectable:
+            return CanonicalState(None, None, {}, pools)
+        nodes: dict[tuple, NodeState] = {}
+        ident_of: dict[int, tuple] = {}
+        root = core.root_node
+        stack = [(root, ())]
+        while stack:
+            node, path = stack.pop()
+            if node is not root:
+                key = node.key
+                path = path + tuple(key.raw_token_ids())
+                ident = (key.extra_key, path)
+                ident_of[id(node)] = ident
+                comps = {}
+                for name, kind in self.types.items():
+                    data = node.component_data[kind]
+                    comps[name] = (None if data.value is None else int(len(data.value)), int(data.lock_ref))
+                nodes[ident] = NodeState(len(key.raw_token_ids()), node.id, comps)
+            stack.extend((child, path) for child in node.children.values())
+        leaves = frozenset(ident_of[id(n)] for n in core.evictable_device_leaves if id(n) in ident_of)
+        lru = {}
+        for name, kind in self.types.items():
+            if name == "full":
+                continue  # SGLang keeps no Full list: a heap over access times
+            lst = core.lru_lists[kind]
+            pt, order, x = lst._pt, [], lst.head.lru_next[lst._pt]
+            while x is not None and x is not lst.tail:
+                if x is not lst.mid and x is not lst.cursor:
+                    order.append(ident_of.get(id(x), ("unreachable", x.id)))
+                x = x.lru_next[pt]
+            lru[name] = tuple(order)
+        return CanonicalState(nodes, leaves, lru, pools)

@@ -1,0 +1,152 @@
+"""``urc bench``: its options and what each mode prints (kept out of cli.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .cli_bridge import add_against_options, check_against_use
+from .model.scenario import ScenarioError
+
+EXIT_OK, EXIT_CHECK_FAILED = 0, 1
+DEVICES = ("cpu", "cuda", "auto")
+COMPONENT_SETS = ("full", "full,swa", "full,mamba", "full,swa,mamba")
+
+
+def add_parser(command) -> None:
+    bench = command("bench", "time the cache calls (the seeded workload, or a scenario/trace)",
+                    "Time only the cache calls of the seeded shared-prompt workload, or of a scenario/trace.")
+    bench.add_argument("--trace", metavar="FILE", help="replay this scenario or JSONL trace instead of the workload")
+    bench.add_argument("--requests", type=int, default=5000, metavar="N",
+                       help="requests in the seeded workload (default 5000)")
+    bench.add_argument("--seed", type=int, default=0, metavar="S", help="workload seed (default 0)")
+    bench.add_argument("--device", default="cpu", choices=DEVICES,
+                       help="where the pools live: cpu (default), cuda, or auto (cuda when present)")
+    bench.add_argument("--components", default="full", choices=COMPONENT_SETS, metavar="LIST",
+                       help="the cache's components: " + " | ".join(COMPONENT_SETS)
+                       + " (default full; SWA window 128, 256 Mamba slots)")
+    bench.add_argument("--tree-sizes", default="1000,100000", metavar="N,N",
+                       help="node counts for the per-op scaling run, comma-separated (Full only; default 1000,100000)")
+    bench.add_argument("--json", action="store_true", help="print the report as JSON")
+    bench.add_argument("--timeline", action="store_true",
+                       help="measure the timeline instead: a 2,000-request trace run with every check, a 20,000-step "
+                            "random trace, reads of a 10,000-node tree (about a minute)")
+    bench.add_argument("--tui", action="store_true",
+                       help="measure the TUI instead: first paint, load and key-to-repaint times on the 2,000-request "
+                            "trace and a 10,000-node tree (a few minutes)")
+    bench.add_argument("--svg", action="store_true",
+                       help="measure SVG export instead: a 2,000-node tree whole, a 10,000-node one with --max-nodes 500")
+    bench.add_argument("--fuzz", action="store_true",
+                       help="fuzz the unfaulted cache at scale instead: --ops per scale config (default 1,000,000: "
+                            "hours), every step checked; ops/s and any failure per config")
+    bench.add_argument("--ops", type=int, default=1_000_000, metavar="N", help="with --fuzz: ops per config")
+    bench.add_argument("--write-trace", metavar="OUT.jsonl",
+                       help="write the workload (--requests, --seed, --components) as a schema-1 trace and stop; "
+                            "- writes to stdout")
+    bench.add_argument("--force", action="store_true", help="let --write-trace overwrite an existing file")
+    add_against_options(bench)
+
+
+def run(args) -> int:
+    check_against_use(args, {"--timeline": args.timeline, "--tui": args.tui, "--svg": args.svg, "--fuzz": args.fuzz,
+                             "--write-trace": bool(args.write_trace)})
+    if args.requests <= 0:
+        raise ScenarioError("--requests must be a positive int")
+    try:
+        sizes = tuple(int(x) for x in args.tree_sizes.split(",") if x.strip())
+    except ValueError:
+        raise ScenarioError(f"--tree-sizes must be comma-separated ints (got {args.tree_sizes})") from None
+    if any(n <= 0 for n in sizes):
+        raise ScenarioError("--tree-sizes must be positive")
+    components = tuple(args.components.split(","))
+    if args.write_trace:
+        from .model.outputs import open_output
+        from .model.workload import write_trace
+
+        with open_output(args.write_trace, (), args.force, "--write-trace") as stream:
+            steps = write_trace(stream, args.requests, args.seed, components)
+        if args.write_trace != "-":
+            print(f"wrote {steps:,} steps ({args.requests:,} requests) to {args.write_trace}", file=sys.stderr)
+        return EXIT_OK
+    if args.force:
+        raise ScenarioError("--force only applies with --write-trace")
+    if args.fuzz:
+        from .bench_fuzz import fuzz_report
+
+        if args.ops <= 0:
+            raise ScenarioError("--ops must be a positive int")
+        rows = fuzz_report(args.ops, args.seed, emit=lambda row: None if args.json else print(_fuzz_line(row), flush=True))
+        if args.json:
+            print(json.dumps(rows, indent=1))
+        return EXIT_OK if all(r.get("finding") is None and "error" not in r for r in rows) else EXIT_CHECK_FAILED
+    if args.tui:
+        from .bench_tui import tui_report
+
+        report = tui_report()
+        print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
+        return EXIT_OK
+    if args.timeline or args.svg:
+        from .bench_timeline import PARTS, SVG_PARTS, timeline_report
+
+        report = timeline_report(args.requests if args.requests != 5000 else 2000, SVG_PARTS if args.svg else PARTS)
+        print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
+        return EXIT_OK
+    from .cli import _load_all
+
+    trace = _load_all([args.trace])[0] if args.trace else None
+    if args.against:
+        from .cli_bridge import bench_against
+
+        return bench_against(args, trace)
+    _check_device(args.device)
+    from .render.report import make_console
+
+    if trace is not None:
+        from .replay import replay_timed
+
+        report = replay_timed(trace, device=args.device)
+        if args.json:
+            print(json.dumps(report, indent=1))
+        else:
+            print("caller's path (key from the step's list + the call), µs:")
+            for op, s in report["ops"].items():
+                print(f"  {op:8s} n={s['n']:6d}  mean {s['mean_us']:8.2f}  p50 {s['p50_us']:8.2f}  "
+                      f"p99 {s['p99_us']:8.2f}  (call alone: mean {s['call_mean_us']:.2f})")
+            print("bare-tree floor (a dict-of-children tree over packed keys: no components, no torch), µs:")
+            for op, s in report["floor"].items():
+                print(f"  {op:8s} n={s['n']:6d}  mean {s['mean_us']:8.2f}  p50 {s['p50_us']:8.2f}  p99 {s['p99_us']:8.2f}")
+        return EXIT_OK
+    from .bench import BenchConfig, full_report, print_report
+
+    config = BenchConfig(requests=args.requests, seed=args.seed, device=args.device, components=components)
+    report = full_report(config, sizes if components == ("full",) else ())
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(report, make_console())
+    return EXIT_OK
+
+
+def _fuzz_line(row: dict) -> str:
+    if "error" in row:
+        return f"{row['config']:22s} error: {row['error']}"
+    found = row["finding"] or "no failure"
+    return f"{row['config']:22s} {row['ops']:>9,} ops  {row['ops_per_second']:>6,} ops/s  {found}"
+
+
+def _timeline_text(report: dict) -> str:
+    lines = []
+    for part, figures in report.items():
+        shown = ", ".join(f"{k} {v}" for k, v in figures.items())
+        lines.append(f"{part:24s} {shown}")
+    return "\n".join(lines)
+
+
+def _check_device(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ScenarioError("--device cuda: no CUDA device is available here (use cpu or auto)")
+
+

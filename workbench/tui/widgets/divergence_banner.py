@@ -1,0 +1,21 @@
+"""A banner saying where the chapter's scenario first diverged from SGLang's own
+cache (``urc tui --against sglang``): from that step on, with both sides."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.text import Text
+from textual.widgets import Static
+
+
+class DivergenceBanner(Static):
+    """Hidden before the divergence, and in chapters that agree."""
+
+    def show_divergence(self, at: Optional[tuple[int, str]], step: int) -> None:
+        if at is None or step < at[0]:
+            self.display = False
+            return
+        where = "this step" if step == at[0] else f"step {at[0]}"
+        self.update(Text(f"≠ SGLang diverges at {where}: {at[1]}", style="bold"))
+        self.display = True
