@@ -29,8 +29,8 @@ from .sglang_side import COMPONENTS, SGLangSide
 REFUSED_BY_DESIGN = {
     (InvalidKeyError, InvalidValueError, ForeignIndexError, UnknownNodeError, RunError):
         "ours checks input before any cache call and changes nothing; SGLang does not check it",
-    (LockError,): "ours checks every lock receipt (released twice, or on another node); SGLang does not,"
-                  " and would release another holder's lock",
+    (LockError,): "ours checks every lock receipt (released twice, or on another node); SGLang checks only that"
+                  " lock counts stay >= 0, so while another lock holds the node it would release that one",
 }
 
 

@@ -40,7 +40,7 @@ class ScenarioError(Exception):
 
 # op -> (required fields, optional fields, result fields)
 OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
-    "insert": (("key",), ("swa_evicted_seqlen", "extra_key"), ("prefix_len",)),
+    "insert": (("key",), ("as", "swa_evicted_seqlen", "extra_key"), ("prefix_len",)),
     "match": (("key",), ("as", "extra_key"), ("prefix_len", "host_hit_length", "mamba_branching_seqlen")),
     "lock": (("match", "as"), (), ()),
     "unlock": (("lock",), (), ()),
@@ -211,7 +211,7 @@ def _load_jsonl(text: str, name: str) -> Scenario:
     records: list[tuple[int, Any]] = []
     notices: list[str] = []
     for lineno, raw in enumerate(raw_lines, 1):
-        if not raw.strip():
+        if not raw.strip() or raw.lstrip().startswith("#"):  # blank, or a comment (a recorder's note)
             continue
         try:
             records.append((lineno, json.loads(raw)))
@@ -504,7 +504,7 @@ def _track_names(op: str, fields: dict, names: _Names, expects_error: bool, name
     purpose (to show the cache's own error), so those skip the checks. A name is
     defined once while it is live: re-using a held lock's name would orphan its lock."""
     here = line_of() or 0
-    if op == "match" and "as" in fields:
+    if op in ("match", "insert") and "as" in fields:  # an insert's name is the node it ended on
         _define(names.matches, fields["as"], here, name, line_of("as"), "as",
                 "match name {!r} is already taken (line {}); give each match its own name")
     elif op == "lock":

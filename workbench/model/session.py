@@ -25,7 +25,7 @@ class MatchHandle:
     node: int
     prefix_len: int
     key: RadixKey  # packed bytes, not a list of ints: held handles add no work to the GC
-    result: MatchResult
+    result: Optional[MatchResult]  # None for a named insert
 
 
 @dataclasses.dataclass
@@ -107,6 +107,8 @@ class Session:
             cache.free_kv([slots[aligned:]])
         if state is not None and result.mamba_exist:
             cache.free_mamba_state(state)  # the tree kept its own state
+        if "as" in f:  # a name for the node the insert ended on, for a later lock
+            self.matches[f["as"]] = MatchHandle(result.last_device_node, result.prefix_len, key, None)
         return {"prefix_len": result.prefix_len}
 
     def match(self, f: dict) -> dict:

@@ -1,0 +1,198 @@
+"""The live recorder: wraps one SGLang ``UnifiedRadixCache``'s public calls.
+
+Each call runs unchanged; when it returns, its line is written and flushed, so an
+interrupted process leaves a trace that ends on a whole line (a torn last line is
+dropped with a notice when loaded). Only the outermost recorded call is written:
+a call made inside another (an eviction inside a match's copy-on-write) is part of
+it, and is noted as a comment. A call that raised is a comment too: it changed
+nothing a replay could reproduce. Request-level calls (``checkpoint``,
+``evict_sliding_windows``, ``release_swa_prefix_lock``) are noted by name; the tree
+calls they make are recorded as they happen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from ..bridge.sglang_env import installed_version
+from .mapping import Line, TraceMapper, state_expect
+
+RECORDED = ("match_prefix", "insert", "evict", "evict_for_alloc", "inc_lock_ref", "dec_lock_ref", "release_swa")
+NOTED = ("checkpoint", "evict_sliding_windows", "release_swa_prefix_lock")
+STATE_OPS = ("insert", "evict", "lock", "unlock", "release_window")  # steps that may change the sizes
+
+
+def cache_config(cache) -> dict:
+    """Our [config] for the cache, read from the cache and its pools."""
+    names = [_component_name(c) for c in cache._components_tuple]
+    allocator = cache.token_to_kv_pool_allocator
+    config: dict[str, Any] = {"components": names, "page_size": int(cache.page_size),
+                              "kv_size": int(getattr(allocator, "size_full", None) or allocator.size)}
+    if "swa" in names:
+        config["sliding_window"] = int(cache.sliding_window_size)
+        config["swa_kv_size"] = int(allocator.size_swa)
+    if "mamba" in names:
+        config["mamba_size"] = int(cache.req_to_token_pool.mamba_pool.size)
+    return config
+
+
+def _component_name(component) -> str:
+    kind = getattr(component, "component_type", None)
+    if kind is not None:
+        return kind.name.lower()
+    return type(component).__name__.removesuffix("Component").lower()
+
+
+class Recorder:
+    def __init__(self, cache, path: str | Path, force: bool = False, state_every: int = 1) -> None:
+        self.cache = cache
+        self.path = Path(path)
+        self.config = cache_config(cache)
+        self.mapper = TraceMapper(self.config["components"])
+        self.state_every = state_every
+        self.written = 0  # steps written
+        self._depth = 0
+        self._nested: list[str] = []
+        self._originals: dict[str, Any] = {}
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except FileExistsError:
+            raise FileExistsError(f"{self.path} exists: pick another name, or force=True to overwrite it") from None
+        self._stream = os.fdopen(fd, "w", encoding="utf-8")
+        version = installed_version() or "?"
+        header = {"schema": 1, "scenario": {"name": self.path.stem, "source": f"workbench.record of SGLang {version}"},
+                  "config": {**self.config, "auto_evict": True}}
+        self._write(header)
+        for name in RECORDED + NOTED:
+            if hasattr(cache, name):
+                self._originals[name] = getattr(cache, name)
+                setattr(cache, name, self._wrap(name, self._originals[name]))
+
+    # ---- wrapping ------------------------------------------------------------------
+    def _wrap(self, name: str, call):
+        noted = name in NOTED
+
+        def recorded(*args, **kwargs):
+            if noted:
+                self._comment(f"{name}({_describe_args(args, kwargs)}): its tree calls follow")
+                return call(*args, **kwargs)
+            self._depth += 1
+            try:
+                result = call(*args, **kwargs)
+            except BaseException as exc:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._comment(f"{name} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+                raise
+            self._depth -= 1
+            if self._depth > 0:
+                self._nested.append(name)
+                return result
+            nested, self._nested = self._nested, []
+            try:
+                line = self._map(name, args, kwargs, result)
+            except Exception as exc:  # never break the live cache over a line we cannot write
+                line = f"{name}: not recorded ({type(exc).__name__}: {exc})"
+            self._emit(line, nested)
+            return result
+
+        return recorded
+
+    def detach(self) -> None:
+        for name, call in self._originals.items():
+            setattr(self.cache, name, call)
+        self._originals.clear()
+        if not self._stream.closed:
+            self._stream.close()
+
+    # ---- lines ---------------------------------------------------------------------
+    def _emit(self, line: Line, nested: list[str]) -> None:
+        if nested:
+            self._comment(f"the next call made {', '.join(nested)} inside it: part of it, not replayed apart")
+        if isinstance(line, str):
+            self._comment(line)
+            return
+        self.written += 1
+        if line["op"] in STATE_OPS and self.written % self.state_every == 0:
+            line.setdefault("expect", {}).update(state_expect(self._sizes()))
+        self._write(line)
+
+    def _comment(self, text: str) -> None:
+        self._stream.write("# " + " ".join(text.split()) + "\n")
+        self._stream.flush()
+
+    def _write(self, record: dict) -> None:
+        self._stream.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._stream.flush()
+
+    def _sizes(self) -> dict[str, tuple[int, int]]:
+        c = self.cache
+        sizes = {"full": (c.full_evictable_size(), c.full_protected_size())}
+        if "swa" in self.config["components"]:
+            sizes["swa"] = (c.swa_evictable_size(), c.swa_protected_size())
+        if "mamba" in self.config["components"]:
+            sizes["mamba"] = (c.mamba_evictable_size(), c.mamba_protected_size())
+        return {k: (int(a), int(b)) for k, (a, b) in sizes.items()}
+
+    # ---- SGLang's objects to plain values ------------------------------------------------
+    def _map(self, name: str, args: tuple, kwargs: dict, result) -> Line:
+        m = self.mapper
+        if name == "match_prefix":
+            params = _arg(args, kwargs, 0, "params")
+            return m.match(_tokens(params.key), params.key.extra_key, result.last_device_node,
+                           int(result.device_prefix_len), result.mamba_branching_seqlen, bool(params.cow_mamba))
+        if name == "insert":
+            params = _arg(args, kwargs, 0, "params")
+            floor = next((int(v) for k, v in params.component_evicted_seqlens.items() if k.name == "SWA"), 0)
+            return m.insert(_tokens(params.key), params.key.extra_key, floor, result.last_device_node,
+                            int(result.prefix_len), self.config["page_size"])
+        if name in ("evict", "evict_for_alloc"):
+            params = _arg(args, kwargs, 0, "params")
+            asked = {"full": params.num_tokens, "swa": params.swa_num_tokens, "mamba": params.mamba_num}
+            evicted = {"full": result.num_tokens_evicted, "swa": result.swa_num_tokens_evicted,
+                       "mamba": result.mamba_num_evicted}
+            return m.evict(asked, evicted, name == "evict_for_alloc")
+        if name == "inc_lock_ref":
+            node = _arg(args, kwargs, 0, "node_id")
+            skipped = tuple(k.name.lower() for k in _arg(args, kwargs, 1, "skip_lock_components", ()))
+            return m.lock(node, _hashable(result.to_dec_params()), skipped, self._is_root(node))
+        if name == "dec_lock_ref":
+            node = _arg(args, kwargs, 0, "node_id")
+            return m.unlock(node, _hashable(_arg(args, kwargs, 1, "params")), self._is_root(node))
+        if name == "release_swa":
+            lock = _arg(args, kwargs, 0, "lock")
+            if lock is None:
+                return "release_swa(None): nothing to release"
+            return m.release_window(lock.node, _hashable(lock.receipt), self._is_root(lock.node))
+        raise AssertionError(name)
+
+    def _is_root(self, node) -> bool:
+        try:
+            return bool(self.cache.is_root(node))
+        except Exception:
+            return False
+
+
+def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Optional[Any] = None):
+    if len(args) > index:
+        return args[index]
+    return kwargs.get(name, default)
+
+
+def _tokens(key) -> list[int]:
+    return [int(t) for t in key.raw_token_ids()]
+
+
+def _hashable(receipt) -> Any:
+    """A receipt's content, comparable after the caller rebuilt the object."""
+    return repr(receipt)
+
+
+def _describe_args(args: tuple, kwargs: dict) -> str:
+    parts = [f"req {getattr(a, 'rid', '?')}" if hasattr(a, "rid") else type(a).__name__ for a in args]
+    parts += [f"{k}={v}" for k, v in kwargs.items() if isinstance(v, (int, bool, str))]
+    return ", ".join(parts)
