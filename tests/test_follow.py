@@ -60,6 +60,8 @@ def test_lines_appended_in_chunks_come_back_once_with_their_line_numbers(trace):
     assert follower.poll() == []
     append(trace, b"\n" + line(step(30)))  # a blank line counts but is skipped, like the loader
     assert follower.poll() == [(step(30), 6)]
+    append(trace, b"# a recorder's comment\n" + line(step(40)))  # so is a comment
+    assert follower.poll() == [(step(40), 8)]
 
 
 def test_a_line_split_across_two_writes_waits_for_its_newline(trace):

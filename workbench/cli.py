@@ -404,6 +404,8 @@ TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml")
 def _tui(args) -> int:
     from pathlib import Path
 
+    check_against_use(args, {"--follow": bool(args.follow)})
+
     follower = None
     if args.follow:
         if args.files:
@@ -421,7 +423,6 @@ def _tui(args) -> int:
             keymap = load_keymap(Path(args.keymap))
         except KeymapError as exc:
             raise ScenarioError(str(exc)) from None
-    check_against_use(args, {"--follow": bool(args.follow)})
     diverged = {}
     if args.against:
         from .cli_bridge import divergences

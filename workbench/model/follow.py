@@ -138,8 +138,8 @@ class TraceFollower:
         steps: list[tuple[dict[str, Any], int]] = []
         for raw in pieces:
             self.lines += 1
-            if not raw.strip():
-                continue  # the loader skips blank lines too
+            if not raw.strip() or raw.lstrip().startswith(b"#"):
+                continue  # the loader skips blank and comment lines too
             try:
                 steps.append((self._step(raw), self.lines))
             except FollowError as exc:

@@ -1,0 +1,267 @@
+"""The SGLang bridge's parts that need no SGLang: the version gate and its one-line
+errors, the recorder's op mapping (a mapped trace replays on our cache), the canonical
+state comparison, the launcher's usage checks, and the scenario features the
+recorder relies on (named inserts, JSONL comments)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from urc_util import JSONL_HEADER, jsonl, toml, urc
+from workbench.bridge import sglang_env
+from workbench.bridge.canonical import CanonicalState, NodeState, first_difference
+from workbench.bridge.sglang_env import BridgeError, check_version
+from workbench.model.runner import run_scenario
+from workbench.model.scenario import ScenarioError, load_scenario, scenario_from_records
+from workbench.record.hook import next_free
+from workbench.record.mapping import TraceMapper, state_expect
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = str(ROOT / "scenarios" / "smoke.toml")
+
+
+# ---- the version gate ---------------------------------------------------------------------
+def _installed(monkeypatch, version):
+    def fake(name):
+        if version is None:
+            raise metadata.PackageNotFoundError(name)
+        return version
+
+    monkeypatch.setattr(sglang_env.metadata, "version", fake)
+
+
+def test_missing_sglang_is_one_line_exit_2(capsys, monkeypatch):
+    _installed(monkeypatch, None)
+    for argv in (("run", "--against", "sglang", SMOKE), ("bench", "--against", "sglang", "--trace", SMOKE)):
+        rc, out, err = urc(capsys, *argv)
+        assert rc == 2 and out == ""
+        assert err.strip() == f"urc {argv[0]}: needs SGLang 0.5.23: {sglang_env.INSTALL}"
+
+
+def test_another_sglang_version_is_refused_with_both_named(monkeypatch):
+    _installed(monkeypatch, "0.6.1")
+    with pytest.raises(BridgeError, match=r"found SGLang 0\.6\.1, but the bridge follows SGLang 0\.5\.23.*--allow-version"):
+        check_version()
+    warned = []
+    assert check_version(allow_version=True, warn=warned.append) == "0.6.1"
+    assert len(warned) == 1 and "0.6.1" in warned[0] and "0.5.23" in warned[0]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (("run", "--sglang-core", "rust", SMOKE), "--sglang-core only applies with --against sglang"),
+    (("run", "--allow-version", SMOKE), "--allow-version only applies with --against sglang"),
+    (("run", "--compare-every", "5", SMOKE), "--compare-every only applies with --against sglang"),
+    (("run", "--against", "sglang", "--record", "x.jsonl", SMOKE), "--against does not go with --record"),
+    (("run", "--against", "sglang", "--until", "violation", SMOKE), "--against does not go with --until"),
+    (("bench", "--against", "sglang", "--fuzz"), "--against does not go with --fuzz"),
+    (("tui", "--against", "sglang", "--follow", "t.jsonl"), "--against does not go with --follow"),
+])
+def test_bridge_options_misused(capsys, tmp_path, monkeypatch, argv, says):
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = urc(capsys, *argv)
+    assert rc == 2 and out == "" and "Traceback" not in err
+    assert err.strip().endswith(says), err
+    assert not Path("x.jsonl").exists()
+
+
+# ---- the recorder's mapping ------------------------------------------------------------------
+def test_every_match_and_insert_is_named_and_a_lock_names_the_latest_on_its_node():
+    m = TraceMapper(["full"])
+    assert m.insert([1, 2, 3], None, 0, node=7, prefix_len=0, page_size=1) == {
+        "op": "insert", "key": [1, 2, 3], "as": "i1", "expect": {"prefix_len": 0}}
+    assert m.match([1, 2, 3], None, node=7, prefix_len=3)["as"] == "m2"
+    assert m.lock(7, receipt="r")["match"] == "m2"  # the latest name ending on node 7
+    assert m.lock(99, receipt="r") == "inc_lock_ref(node 99): no recorded match or insert ended on that node"
+    assert m.lock(0, receipt="r", is_root=True).startswith("inc_lock_ref on the root")
+    assert "skipping swa" in m.lock(7, receipt="r", skipped=("swa",))
+
+
+def test_an_unlock_finds_its_own_lock_by_receipt_and_a_window_release_keeps_it_open():
+    m = TraceMapper(["full", "swa"])
+    m.match([1, 2], None, node=5, prefix_len=2)
+    first = m.lock(5, receipt="uuid-a")["as"]
+    second = m.lock(5, receipt="uuid-b")["as"]
+    assert m.release_window(5, "uuid-a") == {"op": "release_window", "lock": first}
+    assert m.unlock(5, "uuid-a") == {"op": "unlock", "lock": first}  # not the latest: the one with this receipt
+    assert m.unlock(5, "uuid-zzz") == {"op": "unlock", "lock": second}  # no exact receipt: the latest open one
+    assert m.unlock(5, "uuid-b").startswith("dec_lock_ref(node 5): no recorded lock is open")
+
+
+def test_evictions_and_inserts_the_format_cannot_express():
+    m = TraceMapper(["full", "swa"])
+    assert m.evict({"full": 4, "swa": 0, "mamba": 0}, {"full": 6, "swa": 6, "mamba": 0}, for_alloc=False) == {
+        "op": "evict", "full": 4, "expect": {"full_evicted": 6, "swa_evicted": 6}}
+    step = m.evict({"full": 4, "swa": 2, "mamba": 0}, {"full": 6, "swa": 9, "mamba": 0}, for_alloc=True)
+    assert (step["full"], step["swa"]) == (6, 9) and step["description"].startswith("evict_for_alloc(full=4, swa=2)")
+    assert "not a multiple of page_size 4" in m.insert([1] * 8, None, 6, node=1, prefix_len=0, page_size=4)
+    assert state_expect({"full": (5, 3)}) == {"full_evictable": 5, "full_protected": 3}
+
+
+def test_a_mapped_trace_with_comments_replays_on_our_cache(tmp_path):
+    """What the recorder writes for a short session loads (comments skipped) and every
+    recorded result holds on our cache."""
+    m = TraceMapper(["full"])
+    lines = [m.insert([1, 2, 3, 4], None, 0, node=11, prefix_len=0, page_size=1),
+             "checkpoint(req r1, up_to=4): its tree calls follow",
+             m.match([1, 2, 3, 4, 9], None, node=11, prefix_len=4),
+             m.lock(11, receipt="a"),
+             m.evict({"full": 8, "swa": 0, "mamba": 0}, {"full": 0, "swa": 0, "mamba": 0}, for_alloc=False),
+             m.unlock(11, "a"),
+             m.evict({"full": 0, "swa": 0, "mamba": 0}, {"full": 4, "swa": 0, "mamba": 0}, for_alloc=True)]
+    lines[3]["expect"] = state_expect({"full": (0, 4)})
+    path = tmp_path / "rec.jsonl"
+    text = [json.dumps(JSONL_HEADER)] + [("# " + x) if isinstance(x, str) else json.dumps(x) for x in lines]
+    path.write_text("\n".join(text) + "\n")
+    scenario = load_scenario(path)
+    assert [s.op for s in scenario.steps] == ["insert", "match", "lock", "evict", "unlock", "evict"]
+    assert [s.line for s in scenario.steps] == [2, 4, 5, 6, 7, 8]  # file lines, comments counted
+    timeline = run_scenario(scenario)
+    assert timeline.passed, [r.failures for r in timeline.records]
+
+
+def test_a_recorded_expectation_that_fails_is_reported(tmp_path):
+    m = TraceMapper(["full"])
+    step = m.insert([1, 2, 3, 4], None, 0, node=1, prefix_len=0, page_size=1)
+    step["expect"]["full_evictable"] = 3  # the real cache would have said 4
+    timeline = run_scenario(scenario_from_records(JSONL_HEADER, [step]))
+    assert not timeline.passed and "full_evictable" in str(timeline.records[0].failures[0])
+
+
+# ---- scenario features the recorder relies on ------------------------------------------------
+def test_an_insert_may_name_its_node_for_a_lock(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    toml("s.toml", """
+        [[step]]
+        op = "insert"
+        key = [1, 2, 3]
+        as = "a"
+
+        [[step]]
+        op = "lock"
+        match = "a"
+        as = "L"
+        expect = { full_protected = 3, full_evictable = 0 }
+    """)
+    rc, out, err = urc(capsys, "run", "s.toml")
+    assert rc == 0, out + err
+    toml("dup.toml", """
+        [[step]]
+        op = "insert"
+        key = [1]
+        as = "a"
+
+        [[step]]
+        op = "match"
+        key = [1]
+        as = "a"
+    """)
+    with pytest.raises(ScenarioError, match=r"dup.toml:18: match name 'a' is already taken \(line 10\)"):
+        load_scenario("dup.toml")
+
+
+def test_a_jsonl_comment_line_is_skipped_and_errors_keep_their_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    jsonl("c.jsonl", {"op": "insert", "key": [1]}, raw_lines=("# a note", "  # indented note", '{"op": "bogus"}'))
+    with pytest.raises(ScenarioError, match=r"c.jsonl:5: unknown op 'bogus'"):
+        load_scenario("c.jsonl")
+
+
+# ---- canonical state -----------------------------------------------------------------------
+def _state(nodes=None, leaves=(), lru=None, pools=None) -> CanonicalState:
+    nodes = nodes if nodes is not None else {(None, (1, 2)): NodeState(2, 1, {"full": (2, 0), "swa": (2, 0)})}
+    return CanonicalState(nodes, frozenset(leaves), lru or {"swa": tuple(nodes)}, pools or {"full": (10, 2, 0)})
+
+
+def test_first_difference_names_the_field_and_the_node():
+    a = _state()
+    assert first_difference(a, _state()) is None
+    d = first_difference(a, _state(pools={"full": (9, 2, 0)}))
+    assert (d.field, d.ours, d.theirs) == ("pools.full.available", 10, 9)
+    locked = {(None, (1, 2)): NodeState(2, 8, {"full": (2, 1), "swa": (2, 0)})}
+    d = first_difference(a, _state(nodes=locked))
+    assert (d.field, d.ours, d.theirs) == ("node.full.lock_ref", 0, 1)
+    assert "the node ending at token 2 (…1, 2)" in d.where and "ours #1, SGLang #8" in d.where
+    tomb = {(None, (1, 2)): NodeState(2, 1, {"full": (2, 0), "swa": (None, 0)})}
+    assert first_difference(a, _state(nodes=tomb)).field == "node.swa.value_len"
+    extra = {**a.nodes, (None, (1, 2, 3)): NodeState(1, 2, {"full": (1, 0), "swa": (1, 0)})}
+    d = first_difference(a, _state(nodes=extra, lru={"swa": tuple(a.nodes)}))
+    assert d.field == "nodes" and "ending at token 3" in d.where and "only in SGLang" in d.where
+    assert first_difference(a, _state(leaves=[(None, (1, 2))])).field == "evictable_leaves"
+    other = {**a.nodes, (None, (5,)): NodeState(1, 3, {"full": (1, 0), "swa": (1, 0)})}
+    d = first_difference(_state(nodes=other, lru={"swa": ((None, (5,)), (None, (1, 2)))}),
+                         _state(nodes=other, lru={"swa": ((None, (1, 2)), (None, (5,)))}))
+    assert d.field == "lru.swa" and d.where == "position 0 (0 = most recent)"
+
+
+def test_without_nodes_only_the_pools_are_compared():
+    rust = CanonicalState(None, None, {}, {"full": (10, 2, 0)})
+    assert first_difference(_state(), rust) is None
+    assert first_difference(_state(), CanonicalState(None, None, {}, {"full": (10, 3, 0)})).field == "pools.full.evictable"
+
+
+# ---- the launcher ------------------------------------------------------------------------
+def _launch(*argv, cwd):
+    return subprocess.run([sys.executable, "-m", "workbench.record", *argv], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+def test_the_launcher_refuses_bad_usage_and_never_overwrites(tmp_path):
+    assert _launch("-o", "t.jsonl", cwd=tmp_path).returncode == 2  # no "--"
+    assert _launch("-o", "t.jsonl", "--", cwd=tmp_path).returncode == 2  # no command
+    assert "traces end in .jsonl" in _launch("-o", "t.txt", "--", "true", cwd=tmp_path).stderr
+    (tmp_path / "t.jsonl").write_text("keep me\n")
+    proc = _launch("-o", "t.jsonl", "--", "true", cwd=tmp_path)
+    assert proc.returncode == 2 and "exists" in proc.stderr and (tmp_path / "t.jsonl").read_text() == "keep me\n"
+    proc = _launch("-o", "t.jsonl", "--force", "--", sys.executable, "-c", "import os; print(os.environ['URC_RECORD'])",
+                   cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == str(tmp_path / "t.jsonl")
+    assert not (tmp_path / "t.jsonl").exists()  # replaced: nothing recorded it again
+    assert _launch("-o", "t.jsonl", "--", sys.executable, "-c", "raise SystemExit(7)", cwd=tmp_path).returncode == 7
+
+
+def test_each_recorded_cache_claims_its_own_file(tmp_path):
+    base = tmp_path / "trace.jsonl"
+    assert [next_free(base).name for _ in range(3)] == ["trace.jsonl", "trace.2.jsonl", "trace.3.jsonl"]
+
+
+def test_attach_refuses_an_existing_file_without_force(tmp_path):
+    from workbench.record import attach
+
+    fake = SimpleNamespace(_components_tuple=[SimpleNamespace(component_type=SimpleNamespace(name="FULL"))],
+                           page_size=1, token_to_kv_pool_allocator=SimpleNamespace(size=64, size_full=None))
+    (tmp_path / "t.jsonl").write_text("keep\n")
+    with pytest.raises(FileExistsError, match="exists"):
+        attach(fake, tmp_path / "t.jsonl")
+    assert (tmp_path / "t.jsonl").read_text() == "keep\n"
+
+
+# ---- the TUI's divergence banner -------------------------------------------------------------
+@pytest.mark.asyncio
+async def test_the_tui_shows_where_sglang_diverged_from_that_step_on():
+    import io
+
+    from rich.console import Console
+
+    from workbench.tui.app import WorkbenchApp
+    from workbench.tui.widgets.divergence_banner import DivergenceBanner
+
+    tour = load_scenario(ROOT / "scenarios" / "tour.toml")
+    text = "step 3 (lock) diverges from SGLang 0.5.23: node.full.lock_ref ours 1 SGLang 2"
+    app = WorkbenchApp([tour], background=False, divergences={tour.path: (3, text)})
+    async with app.run_test(size=(160, 50)) as pilot:
+        banner = app.query_one(DivergenceBanner)
+        seen = []
+        for _ in range(4):
+            console = Console(width=300, file=io.StringIO(), record=True)
+            console.print(banner.content)
+            seen.append((app.cursor.step, banner.display, console.export_text().strip()))
+            await pilot.press("n")
+    assert [(step, shown) for step, shown, _ in seen] == [(0, False), (1, False), (2, False), (3, True)]
+    assert seen[3][2] == f"≠ SGLang diverges at this step: {text}"
