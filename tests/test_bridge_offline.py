@@ -89,9 +89,12 @@ def test_an_unlock_finds_its_own_lock_by_receipt_and_a_window_release_keeps_it_o
     first = m.lock(5, receipt="uuid-a")["as"]
     second = m.lock(5, receipt="uuid-b")["as"]
     assert m.release_window(5, "uuid-a") == {"op": "release_window", "lock": first}
+    assert "already released: SGLang does nothing" in m.release_window(5, "uuid-a", already=True)
     assert m.unlock(5, "uuid-a") == {"op": "unlock", "lock": first}  # not the latest: the one with this receipt
-    assert m.unlock(5, "uuid-zzz") == {"op": "unlock", "lock": second}  # no exact receipt: the latest open one
-    assert m.unlock(5, "uuid-b").startswith("dec_lock_ref(node 5): no recorded lock is open")
+    # a receipt the trace never saw (a lock taken before recording) must not release another lock
+    assert "a lock the trace does not hold" in m.unlock(5, "uuid-zzz")
+    assert m.unlock(5, "uuid-b") == {"op": "unlock", "lock": second}
+    assert "a lock the trace does not hold" in m.unlock(5, "uuid-b")
 
 
 def test_evictions_and_inserts_the_format_cannot_express():
@@ -214,6 +217,7 @@ def _launch(*argv, cwd):
 
 def test_the_launcher_refuses_bad_usage_and_never_overwrites(tmp_path):
     assert _launch("-o", "t.jsonl", cwd=tmp_path).returncode == 2  # no "--"
+    assert "no such directory" in _launch("-o", "nodir/t.jsonl", "--", "true", cwd=tmp_path).stderr
     assert _launch("-o", "t.jsonl", "--", cwd=tmp_path).returncode == 2  # no command
     assert "traces end in .jsonl" in _launch("-o", "t.txt", "--", "true", cwd=tmp_path).stderr
     (tmp_path / "t.jsonl").write_text("keep me\n")
@@ -265,3 +269,45 @@ async def test_the_tui_shows_where_sglang_diverged_from_that_step_on():
             await pilot.press("n")
     assert [(step, shown) for step, shown, _ in seen] == [(0, False), (1, False), (2, False), (3, True)]
     assert seen[3][2] == f"≠ SGLang diverges at this step: {text}"
+
+
+def test_a_recording_that_cannot_start_never_stops_the_program(tmp_path, monkeypatch, capsys):
+    """The start-up hook's attach fails (here: the trace's folder is gone): the cache is
+    built and works, unrecorded, with one line saying so."""
+    import types
+
+    from workbench.record import hook
+
+    class UnifiedRadixCache:
+        def __init__(self, size):
+            self.size = size
+
+    module = types.SimpleNamespace(UnifiedRadixCache=UnifiedRadixCache)
+    monkeypatch.setenv(hook.ENV, str(tmp_path / "gone" / "t.jsonl"))
+    hook.patch(module)
+    cache = UnifiedRadixCache(8)
+    assert cache.size == 8 and getattr(cache, "_urc_recorder", None) is None
+    assert "not recording this cache (FileNotFoundError" in capsys.readouterr().err
+
+
+def test_a_divergence_exits_1_with_both_sides(capsys, monkeypatch):
+    """What urc run --against prints and returns when a file diverges (the comparison
+    itself is stood in for: it needs SGLang; tests/test_bridge_sglang.py runs it)."""
+    from workbench.bridge import differential
+    from workbench.bridge.canonical import Difference
+
+    def diverging(scenario, core, allow_version, every):
+        report = differential.DifferentialReport(scenario.path, "0.5.23", core, len(scenario.steps), run=3)
+        report.divergence = differential.Divergence(3, 21, "lock", Difference("node.full.lock_ref", 1, 2, "the node"))
+        return report
+
+    monkeypatch.setattr(differential, "run_against", diverging)
+    rc, out, err = urc(capsys, "run", "--against", "sglang", SMOKE)
+    assert rc == 1, err
+    assert out.splitlines() == [f"{SMOKE}:21: step 3 (lock) diverges from SGLang 0.5.23 (python tree core): "
+                                "node.full.lock_ref", "  at      the node", "  ours    1", "  SGLang  2"]
+    rc, out, err = urc(capsys, "run", "--against", "sglang", "--json", SMOKE)
+    report = json.loads(out)[0]
+    assert rc == 1 and not report["agrees"]
+    assert report["divergence"] == {"step": 3, "line": 21, "op": "lock", "field": "node.full.lock_ref", "ours": 1,
+                                    "sglang": 2, "where": "the node"}

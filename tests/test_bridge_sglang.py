@@ -138,8 +138,8 @@ def test_the_recorder_detaches_cleanly_and_writes_whole_lines(tmp_path):
     with pytest.raises(RuntimeError, match="already being recorded"):
         attach(side.cache, tmp_path / "u.jsonl")
     side.run("insert", {"key": [1, 2, 3]})
-    with pytest.raises(Exception):
-        side.cache.dec_lock_ref(side.cache.root_node_handle(), None)  # SGLang refuses: noted as a comment
+    with pytest.raises(AttributeError):  # SGLang refuses a receipt-less release: a comment, not a step
+        side.cache.dec_lock_ref(side.cache.root_node_handle(), None)
     detach(side.cache)
     assert side.cache.match_prefix == before and recorder.written == 1
     lines = (tmp_path / "t.jsonl").read_text().splitlines()
@@ -187,3 +187,36 @@ def test_bench_against_sglang_reports_every_op_for_both_cores():
         assert set(report["cores"][core]) >= {"insert", "match", "lock", "unlock", "evict"}
         assert report["cores"][core]["insert"]["n"] == 10
         assert all(ratio is not None and ratio > 0 for ratio in report["ratio"][core].values())
+
+
+def test_a_refused_decode_keeps_the_request_page_tail_on_both_sides():
+    """Page 4, a full pool: a decode that cannot get a page is refused on both sides and
+    must leave the request's part-used last page for the next decode."""
+    steps = [{"op": "req_prefill", "req": "a", "tokens": list(range(1, 7))},
+             {"op": "req_prefill", "req": "b", "tokens": list(range(100, 108))},
+             {"op": "req_decode", "req": "a", "tokens": list(range(50, 58))},
+             {"op": "req_decode", "req": "a", "tokens": [60]},
+             {"op": "req_decode", "req": "a", "tokens": [61]},
+             {"op": "req_finish", "req": "a"}, {"op": "req_finish", "req": "b"}]
+    scenario = scenario_from_records({"schema": 1, "scenario": {"name": "tail"},
+                                      "config": {"components": ["full"], "page_size": 4, "kv_size": 16}}, steps)
+    report = run_against(scenario)
+    assert report.agrees, report.divergence.as_dict()
+    assert report.run == len(steps)
+
+
+def test_a_second_window_release_is_recorded_as_a_comment(tmp_path):
+    side = SGLangSide({"components": ["full", "swa"], "kv_size": 64, "sliding_window": 4})
+    attach(side.cache, tmp_path / "t.jsonl")
+    side.run("insert", {"key": list(range(1, 13))})
+    side.run("match", {"key": list(range(1, 13)), "as": "m"})
+    side.run("lock", {"match": "m", "as": "L"})
+    side.run("release_window", {"lock": "L"})
+    side.run("release_window", {"lock": "L"})  # SGLang does nothing the second time
+    side.run("unlock", {"lock": "L"})
+    detach(side.cache)
+    recorded = load_scenario(tmp_path / "t.jsonl")
+    assert [s.op for s in recorded.steps] == ["insert", "match", "lock", "release_window", "unlock"]
+    assert "already released: SGLang does nothing" in (tmp_path / "t.jsonl").read_text()
+    assert run_scenario(recorded).passed
+    assert run_against(recorded).agrees

@@ -196,7 +196,7 @@ def _load_all(files: list[str]):
 
 def _run(args) -> int:
     check_against_use(args, {"--record": bool(args.record), "--states": args.states, "--until": bool(args.until),
-                             "--full-checks": args.full_checks})
+                             "--full-checks": args.full_checks, "--force": args.force})
     if args.against:
         from .cli_bridge import run_against
 

@@ -49,7 +49,8 @@ def add_parser(command) -> None:
 
 def run(args) -> int:
     check_against_use(args, {"--timeline": args.timeline, "--tui": args.tui, "--svg": args.svg, "--fuzz": args.fuzz,
-                             "--write-trace": bool(args.write_trace)})
+                             "--write-trace": bool(args.write_trace), "--device": args.device != "cpu",
+                             "--tree-sizes": args.tree_sizes != "1000,100000"})
     if args.requests <= 0:
         raise ScenarioError("--requests must be a positive int")
     try:

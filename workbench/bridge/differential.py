@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from cache import CacheError
 from cache.errors import ForeignIndexError, InvalidKeyError, InvalidValueError, LockError, UnknownNodeError
 
 from ..model.runner import build_cache
@@ -107,6 +106,7 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
                                          "SGLang's Rust tree core has no node inspection; op results and pools are"))
     components = list(config["components"])
     refused: dict[str, list[int]] = {}
+    compared_last = True
     for step in scenario.steps:
         mine, my_error = _attempt(ours.run, step.op, step.fields)
         why = next((why for kinds, why in REFUSED_BY_DESIGN.items() if isinstance(my_error, kinds)), None)
@@ -120,15 +120,26 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
             raise their_error
         report.run += 1
         difference = _compare_results(mine, my_error, theirs_result, their_error)
+        compared_last = False
         if difference is None and (step.index % every == 0 or step.index == len(scenario.steps)):
-            report.states_compared += 1
-            difference = first_difference(from_snapshot(ours.cache.snapshot(), components), theirs.state())
+            difference, compared_last = _compare_states(ours, theirs, components, report), True
         if difference is not None:
             report.divergence = Divergence(step.index, step.line, step.op, difference)
             break
+    else:
+        if not compared_last:  # the last steps were refused by design: the final state still counts
+            difference = _compare_states(ours, theirs, components, report)
+            if difference is not None:
+                last = scenario.steps[-1]
+                report.divergence = Divergence(last.index, last.line, last.op, difference)
     for why, steps in refused.items():
         report.by_design.append(ByDesign("steps ours refuses were not sent to SGLang", why, tuple(steps)))
     return report
+
+
+def _compare_states(ours: Session, theirs: SGLangSide, components: list[str], report: DifferentialReport):
+    report.states_compared += 1
+    return first_difference(from_snapshot(ours.cache.snapshot(), components), theirs.state())
 
 
 def _attempt(run, op: str, fields: dict) -> tuple[Optional[dict], Optional[BaseException]]:
@@ -136,7 +147,7 @@ def _attempt(run, op: str, fields: dict) -> tuple[Optional[dict], Optional[BaseE
         return run(op, fields), None
     except BridgeError:
         raise
-    except (CacheError, Exception) as exc:  # SGLang's refusals are asserts and ValueErrors
+    except Exception as exc:  # ours: CacheError; SGLang's refusals are asserts and ValueErrors
         return None, exc
 
 

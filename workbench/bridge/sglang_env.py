@@ -52,7 +52,7 @@ def sglang_api(allow_version: bool = False) -> SimpleNamespace:
     global _API
     if _API is not None:
         return _API
-    version = check_version(allow_version)
+    version = check_version(allow_version, warn=lambda line: None)  # the command has warned already
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SGLang's import-time notices about GPU-only kernels

@@ -333,14 +333,13 @@ class SGLangSide:
 
     def _take_slots(self, entry: dict, n: int):
         """A request's next ``n`` slots: the rest of its last page first."""
-        torch = self.sg.torch
         spare = entry["spare"]
-        used, entry["spare"] = spare[:n], spare[n:]
-        if used.numel() == n:
-            return used
-        fresh, extra = self._alloc_kv(n - used.numel())
-        entry["spare"] = torch.cat([entry["spare"], extra])
-        return torch.cat([used, fresh])
+        if spare.numel() >= n:
+            entry["spare"] = spare[n:]
+            return spare[:n]
+        fresh, extra = self._alloc_kv(n - spare.numel())  # a refusal leaves the tail as it was
+        entry["spare"] = extra
+        return self.sg.torch.cat([spare, fresh])
 
     # ---- state ---------------------------------------------------------------------
     def state(self) -> CanonicalState:

@@ -23,7 +23,8 @@ __all__ = ["Recorder", "attach", "detach"]
 
 def attach(cache, path: str | Path, force: bool = False, state_every: int = 1) -> Recorder:
     """Start recording ``cache``'s public calls to ``path`` (a new file unless
-    ``force``); ``state_every``: add the tree's sizes to every n-th changing step."""
+    ``force``); ``state_every``: add the tree's sizes to every n-th written step
+    (when that step can change them)."""
     if getattr(cache, "_urc_recorder", None) is not None:
         raise RuntimeError(f"this cache is already being recorded to {cache._urc_recorder.path}")
     recorder = Recorder(cache, path, force, state_every)

@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     if out.suffix != ".jsonl":
         print(f"workbench.record: {out}: traces end in .jsonl", file=sys.stderr)
         return 2
+    if not out.resolve().parent.is_dir():
+        print(f"workbench.record: {out}: no such directory {out.resolve().parent}", file=sys.stderr)
+        return 2
     if out.exists():
         if not args.force:
             print(f"workbench.record: {out} exists: pick another name, or --force to replace it", file=sys.stderr)
@@ -43,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         out.unlink()
     env = dict(os.environ)
     env["URC_RECORD"] = str(out.resolve())
-    package_root = str(Path(workbench.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT), package_root, env.get("PYTHONPATH", "")) if p)
+    # only the start-up hook goes first; the hook adds this package last, if the program lacks it
+    env["URC_RECORD_PACKAGE"] = str(Path(workbench.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT), env.get("PYTHONPATH", "")) if p)
     try:
         return subprocess.call(command, env=env)
     except FileNotFoundError:

@@ -37,10 +37,14 @@ def patch(module) -> None:
 
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        from . import attach
+        try:
+            from . import attach
 
-        path = next_free(base)
-        attach(self, path, force=True)  # the empty file was claimed for this cache just now
+            path = next_free(base)
+            attach(self, path, force=True)  # the empty file was claimed for this cache just now
+        except Exception as exc:  # the recorded program runs on, unrecorded, and says so
+            print(f"workbench.record: not recording this cache ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return
         print(f"workbench.record: recording this cache to {path}", file=sys.stderr)
 
     cls.__init__ = __init__

@@ -79,29 +79,30 @@ class TraceMapper:
         return {"op": "lock", "match": target, "as": name}
 
     def _find_lock(self, node: Any, receipt: Hashable, keep: bool) -> Optional[str]:
-        """The open lock on ``node`` with this receipt (the latest such), else the
-        latest open lock on the node."""
-        on_node = [k for k, lock in enumerate(self._open) if lock.node == node]
-        exact = [k for k in on_node if self._open[k].receipt == receipt]
-        chosen = (exact or on_node or [None])[-1]
-        if chosen is None:
+        """The open lock on ``node`` with exactly this receipt (the latest such). No
+        guessing: a lock taken before recording, or one whose lock op could not be
+        written, must not release another lock on replay."""
+        exact = [k for k, lock in enumerate(self._open) if lock.node == node and lock.receipt == receipt]
+        if not exact:
             return None
-        return self._open[chosen].name if keep else self._open.pop(chosen).name
+        return self._open[exact[-1]].name if keep else self._open.pop(exact[-1]).name
 
     def unlock(self, node: Any, receipt: Hashable, is_root: bool = False) -> Line:
         if is_root:
             return "dec_lock_ref on the root: nothing to unlock"
         name = self._find_lock(node, receipt, keep=False)
         if name is None:
-            return f"dec_lock_ref(node {node}): no recorded lock is open on that node"
+            return f"dec_lock_ref(node {node}): releases a lock the trace does not hold (taken before recording, or not recordable)"
         return {"op": "unlock", "lock": name}
 
-    def release_window(self, node: Any, receipt: Hashable, is_root: bool = False) -> Line:
+    def release_window(self, node: Any, receipt: Hashable, is_root: bool = False, already: bool = False) -> Line:
         if is_root:
             return "release_swa on the root: nothing to release"
+        if already:
+            return f"release_swa(node {node}) on a lock whose window part is already released: SGLang does nothing"
         name = self._find_lock(node, receipt, keep=True)
         if name is None:
-            return f"release_swa(node {node}): no recorded lock is open on that node"
+            return f"release_swa(node {node}): a lock the trace does not hold (taken before recording, or not recordable)"
         return {"op": "release_window", "lock": name}
 
     def evict(self, asked: dict[str, int], evicted: dict[str, int], for_alloc: bool) -> dict:

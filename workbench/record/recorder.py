@@ -4,8 +4,9 @@ Each call runs unchanged; when it returns, its line is written and flushed, so a
 interrupted process leaves a trace that ends on a whole line (a torn last line is
 dropped with a notice when loaded). Only the outermost recorded call is written:
 a call made inside another (an eviction inside a match's copy-on-write) is part of
-it, and is noted as a comment. A call that raised is a comment too: it changed
-nothing a replay could reproduce. Request-level calls (``checkpoint``,
+it: evictions made inside a call are written as their own steps right after it,
+anything else is noted. A call that raised is a comment (evictions it made first are
+still written). Request-level calls (``checkpoint``,
 ``evict_sliding_windows``, ``release_swa_prefix_lock``) are noted by name; the tree
 calls they make are recorded as they happen.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,6 +25,7 @@ from .mapping import Line, TraceMapper, state_expect
 RECORDED = ("match_prefix", "insert", "evict", "evict_for_alloc", "inc_lock_ref", "dec_lock_ref", "release_swa")
 NOTED = ("checkpoint", "evict_sliding_windows", "release_swa_prefix_lock")
 STATE_OPS = ("insert", "evict", "lock", "unlock", "release_window")  # steps that may change the sizes
+# state_every counts written steps of every op; the sizes go on those of STATE_OPS
 
 
 def cache_config(cache) -> dict:
@@ -48,6 +51,8 @@ def _component_name(component) -> str:
 
 class Recorder:
     def __init__(self, cache, path: str | Path, force: bool = False, state_every: int = 1) -> None:
+        if type(state_every) is not int or state_every < 1:
+            raise ValueError(f"state_every must be a positive int (got {state_every!r})")
         self.cache = cache
         self.path = Path(path)
         self.config = cache_config(cache)
@@ -67,6 +72,12 @@ class Recorder:
         header = {"schema": 1, "scenario": {"name": self.path.stem, "source": f"workbench.record of SGLang {version}"},
                   "config": {**self.config, "auto_evict": True}}
         self._write(header)
+        held = self._sizes()
+        if any(evictable or protected for evictable, protected in held.values()):
+            note = (f"attached to a cache already holding data ({held}): the trace replays from an empty cache, "
+                    "so its first results may differ")
+            self._comment(note)
+            print(f"workbench.record: {note}", file=sys.stderr)
         for name in RECORDED + NOTED:
             if hasattr(cache, name):
                 self._originals[name] = getattr(cache, name)
@@ -78,26 +89,28 @@ class Recorder:
 
         def recorded(*args, **kwargs):
             if noted:
-                self._comment(f"{name}({_describe_args(args, kwargs)}): its tree calls follow")
+                self._safely(self._comment, f"{name}({_describe_args(args, kwargs)}): its tree calls follow")
                 return call(*args, **kwargs)
+            # read before the call what the call changes (a lock's window flag)
+            already = name == "release_swa" and bool(getattr(_arg(args, kwargs, 0, "lock"), "swa_released", False))
             self._depth += 1
             try:
                 result = call(*args, **kwargs)
             except BaseException as exc:
                 self._depth -= 1
                 if self._depth == 0:
-                    self._comment(f"{name} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+                    first = (str(exc).splitlines() or [""])[0][:200]
+                    self._safely(self._finish, f"{name} raised {type(exc).__name__}: {first}")
                 raise
             self._depth -= 1
-            if self._depth > 0:
-                self._nested.append(name)
+            if self._depth > 0:  # part of the outer call; evictions are written after it
+                self._nested.append((name, args, kwargs, result))
                 return result
-            nested, self._nested = self._nested, []
             try:
-                line = self._map(name, args, kwargs, result)
-            except Exception as exc:  # never break the live cache over a line we cannot write
+                line = self._map(name, args, kwargs, result, already)
+            except Exception as exc:  # never break the live cache over a line we cannot map
                 line = f"{name}: not recorded ({type(exc).__name__}: {exc})"
-            self._emit(line, nested)
+            self._safely(self._finish, line)
             return result
 
         return recorded
@@ -109,10 +122,34 @@ class Recorder:
         if not self._stream.closed:
             self._stream.close()
 
+    def _safely(self, write, *args) -> None:
+        """A failed write (disk full, the file closed under a kept method reference)
+        stops the recording with one line on stderr; the cache call it follows has
+        already happened and its result goes back to the caller."""
+        if self._stream.closed:
+            return
+        try:
+            write(*args)
+        except (OSError, ValueError) as exc:
+            print(f"workbench.record: stopped recording to {self.path}: {exc}", file=sys.stderr)
+            self.detach()
+
     # ---- lines ---------------------------------------------------------------------
-    def _emit(self, line: Line, nested: list[str]) -> None:
-        if nested:
-            self._comment(f"the next call made {', '.join(nested)} inside it: part of it, not replayed apart")
+    def _finish(self, line: Line) -> None:
+        """The outer call's line, then the evictions made inside it as their own steps
+        (they changed the tree after the outer call's own changes: a match's walk comes
+        before its copy-on-write eviction); other nested calls are noted."""
+        nested, self._nested = self._nested, []
+        self._emit(line)
+        for name, args, kwargs, result in nested:
+            if name in ("evict", "evict_for_alloc"):
+                step = self._map(name, args, kwargs, result)
+                step["description"] = (step.get("description", "") + " (made inside the call above)").strip()
+                self._emit(step)
+            else:
+                self._comment(f"{name} was called inside the call above: part of it, not replayed apart")
+
+    def _emit(self, line: Line) -> None:
         if isinstance(line, str):
             self._comment(line)
             return
@@ -139,7 +176,7 @@ class Recorder:
         return {k: (int(a), int(b)) for k, (a, b) in sizes.items()}
 
     # ---- SGLang's objects to plain values ------------------------------------------------
-    def _map(self, name: str, args: tuple, kwargs: dict, result) -> Line:
+    def _map(self, name: str, args: tuple, kwargs: dict, result, already: bool = False) -> Line:
         m = self.mapper
         if name == "match_prefix":
             params = _arg(args, kwargs, 0, "params")
@@ -167,7 +204,7 @@ class Recorder:
             lock = _arg(args, kwargs, 0, "lock")
             if lock is None:
                 return "release_swa(None): nothing to release"
-            return m.release_window(lock.node, _hashable(lock.receipt), self._is_root(lock.node))
+            return m.release_window(lock.node, _hashable(lock.receipt), self._is_root(lock.node), already)
         raise AssertionError(name)
 
     def _is_root(self, node) -> bool:
