@@ -1,0 +1,88 @@
+"""The host tier's pools (HiCache): Full KV and Mamba states kept in CPU memory.
+
+A host pool is the device pool's twin on the CPU — page-granular slots for KV, single
+slots for states — holding the same fingerprints, so a copy back to the device is
+verified like a match. Its tensors are pinned when CUDA is present (the copies are
+then true asynchronous DMA in SGLang; here every copy completes when made). The pool
+only stores and copies: which node is backed up, and when, is the tree's decision.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .allocator import PagedAllocator
+from .kv_buffer import KVFingerprintBuffer
+from .mamba_pool import MambaStatePool
+
+HOST = torch.device("cpu")
+
+
+def _pinned(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.pin_memory() if torch.cuda.is_available() else tensor
+
+
+class HostKVPool:
+    """Full KV slots in host memory: ``backup`` copies device slots in, ``load`` copies
+    host slots back out to device slots the caller allocated."""
+
+    def __init__(self, size: int, page_size: int) -> None:
+        self.allocator = PagedAllocator(size, page_size, HOST, "full_host")
+        self.buffer = KVFingerprintBuffer(size, HOST)
+        self.buffer.data = _pinned(self.buffer.data)
+
+    @property
+    def size(self) -> int:
+        return self.allocator.size
+
+    @property
+    def pinned(self) -> bool:
+        return self.buffer.data.is_pinned()
+
+    def available_size(self) -> int:
+        return self.allocator.available_size()
+
+    def clear(self) -> None:
+        self.allocator.clear()
+        self.buffer.data.fill_(-1)
+
+    def backup(self, device: KVFingerprintBuffer, slots: torch.Tensor) -> torch.Tensor:
+        """Host slots holding a copy of the device ``slots`` (refused whole, before any
+        change, when the host pool is short: PoolExhaustedError)."""
+        host = self.allocator.alloc(int(slots.shape[0]))
+        self.buffer.data[host] = device.data[slots].to(HOST)
+        return host
+
+    def load(self, device: KVFingerprintBuffer, host: torch.Tensor, slots: torch.Tensor) -> None:
+        """Copy host slots back into the device ``slots``."""
+        if host.shape != slots.shape:
+            raise ValueError(f"load of {host.shape[0]} host slot(s) into {slots.shape[0]} device slot(s)")
+        device.data[slots] = self.buffer.data[host].to(device.data.device)
+
+    def free(self, host: torch.Tensor) -> int:
+        return self.allocator.free(host, trusted=True)  # only ever slots this pool handed out
+
+
+class HostMambaPool(MambaStatePool):
+    """Mamba states in host memory, one slot each, copied whole to and from the device pool."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size, HOST)
+        self.allocator.name = "mamba_host"
+        self.conv, self.ssm = _pinned(self.conv), _pinned(self.ssm)
+        self.fingerprint = _pinned(self.fingerprint)
+
+    def backup(self, device: MambaStatePool, slot: torch.Tensor) -> torch.Tensor:
+        host = self.allocator.alloc(1)
+        self._copy(device, slot, self, host)
+        return host
+
+    def load(self, device: MambaStatePool, host: torch.Tensor, slot: torch.Tensor) -> None:
+        self._copy(self, host, device, slot)
+
+    @staticmethod
+    def _copy(src: MambaStatePool, src_slot: torch.Tensor, dst: MambaStatePool, dst_slot: torch.Tensor) -> None:
+        target = dst.conv.device
+        dst.conv[dst_slot] = src.conv[src_slot].to(target)
+        dst.ssm[dst_slot] = src.ssm[src_slot].to(target)
+        dst.fingerprint[dst_slot] = src.fingerprint[src_slot].to(target)
