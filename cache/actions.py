@@ -44,6 +44,26 @@ class FreeDeviceKV:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class BackupKV:
+    """Copy these nodes' Full KV to the host tier, root side first (write-through: an
+    insert's hit made ``node`` due; its ancestors without a copy come first)."""
+
+    nodes: tuple
+    node: Optional[int] = None
+    cause: Cause = Cause.REQUEST
+    deferrable: ClassVar[bool] = True
+    component: ClassVar[str] = "full"
+
+    @property
+    def tokens(self) -> int:
+        return sum(n.length for n in self.nodes)
+
+    def describe(self) -> str:
+        ids = ", ".join(f"#{n.id}" for n in self.nodes)
+        return f"BackupKV: copy {self.tokens} token(s) of node(s) {ids} to the host"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class FreeDeviceKVFullOnly(FreeDeviceKV):
     """Return only the Full side: the SWA peers were already freed by the request."""
 

@@ -8,8 +8,6 @@ from typing import Any, Optional
 
 
 MAX_POOL = 2**30  # slot ids fit int32 tokens' tensors comfortably; far above any scenario
-
-
 @dataclasses.dataclass(frozen=True)
 class CacheConfig:
     components: tuple[str, ...] = ("full",)
@@ -21,6 +19,7 @@ class CacheConfig:
     device: str = "auto"
     auto_evict: bool = True  # allocations evict their shortfall first
     faults: tuple[str, ...] = ()  # upstream bugs to re-introduce (cache/faults); none by default
+    hicache: Optional[Mapping[str, Any]] = None  # the host tier: HiCacheConfig's fields (None: no host tier)
     # Fields a component declares itself (``config_fields``), named "<component>_<field>":
     # checked here for their owner only (no import), by the component when the cache is built.
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
@@ -68,6 +67,15 @@ class CacheConfig:
             from .faults import check_fault_names
 
             check_fault_names(self.faults, comps)
+        if self.hicache is not None:
+            from .host_config import HiCacheConfig
+
+            if not isinstance(self.hicache, (Mapping, HiCacheConfig)):
+                raise ValueError("hicache must be a table of write_policy, host_kv_size, load_back_threshold")
+            if comps != ("full",):
+                raise ValueError("hicache is built for Full-only caches so far (SWA and Mamba host data come next)")
+            if not isinstance(self.hicache, HiCacheConfig):
+                object.__setattr__(self, "hicache", HiCacheConfig.of(self.hicache, self.kv_size, self.page_size))
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda (got {self.device!r})")
 

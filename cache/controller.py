@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from .actions import ComponentAction, FreeDeviceKV
+from .actions import BackupKV, ComponentAction, FreeDeviceKV
 from .components import COMPONENT_REGISTRY
 from .config import CacheConfig
 from .device import resolve_device
@@ -32,13 +32,14 @@ from .params import (
     MatchPrefixParams,
     MatchResult,
 )
+from .host_tier import HostCalls, HostTier
 from .pools import KVFingerprintBuffer, PagedAllocator, prefix_fingerprints
 from .request import Req
 from .request_flows import RequestFlows
 from .tree_core import UnifiedTreeCore
 
 
-class UnifiedRadixCache(RequestFlows):
+class UnifiedRadixCache(RequestFlows, HostCalls):
     def __init__(self, config: Optional[CacheConfig] = None, **kwargs) -> None:
         self.config = config if config is not None else CacheConfig.of(**kwargs)
         cfg = self.config
@@ -52,6 +53,7 @@ class UnifiedRadixCache(RequestFlows):
         self.by_name = {c.name: c for c in self.components}
         _check_component_fields(self.components, cfg.extra)
         self.tree = UnifiedTreeCore(self.components, cfg.page_size, self.device, self.events)
+        self.host = HostTier(self, cfg.hicache) if cfg.hicache is not None else None  # HiCache's host tier
         self.hooks = HookTable.of(self.components)  # which components each hook runs on
         self.requests: dict[str, Req] = {}
         self._rids = itertools.count(1)
@@ -94,6 +96,8 @@ class UnifiedRadixCache(RequestFlows):
                 bus.emit(EventKind.ACTION, action.component, action.node, action.cause, action.tokens, action.describe())
             if isinstance(action, FreeDeviceKV):  # FreeDeviceKVFullOnly too
                 self.free_kv(action.values, action.cause, action.node, full_only=action.full_only)
+            elif isinstance(action, BackupKV):
+                self.host.backup(action.nodes)
             elif isinstance(action, ComponentAction):
                 self.by_name[action.component].apply_action(action)
             else:
@@ -269,6 +273,8 @@ class UnifiedRadixCache(RequestFlows):
                 while True:
                     node, progress = component.evict_next(batch)
                     if node is not None:
+                        if self.host is not None:
+                            self.host.before_device_eviction(node)
                         tree.delete_leaf(node, batch)
                     elif not progress:
                         break
@@ -337,6 +343,8 @@ class UnifiedRadixCache(RequestFlows):
         """Empty tree, every pool free, no running request."""
         self.tree.reset()
         self.kv_pool.clear()
+        if self.host is not None:
+            self.host.reset()
         for component in self.hooks.own_pools:
             component.reset_pool()
         self.requests.clear()

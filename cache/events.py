@@ -31,6 +31,10 @@ class EventKind(str, enum.Enum):
     SET = "set"  # a component value was attached to a node
     VERDICT = "verdict"  # where one component would end a match, and why (observed matches only)
     ACTION = "action"  # the tree handed the controller a deferred action (``detail``: which, and what)
+    BACKUP = "backup"  # a node's Full KV was copied to the host tier
+    DEMOTE = "demote"  # device eviction kept a backed-up node as host-only
+    LOAD = "load"  # a host-only node got device KV again (load-back, or an insert over it)
+    HOST_EVICT = "host_evict"  # a host-only node's host copy was evicted (the node goes)
 
 
 class Cause(str, enum.Enum):

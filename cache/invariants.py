@@ -51,7 +51,8 @@ def check_invariants(cache: UnifiedRadixCache, touched: Optional[Iterable[int]] 
         if touched is not None:
             touched = set(touched)
         # probing costs about twice the sweep per node: with half the tree touched, sweep
-        if touched is not None and 2 * len(touched) < len(cache.tree.nodes):
+        # (the host tier has no probes yet: it is always swept)
+        if touched is not None and 2 * len(touched) < len(cache.tree.nodes) and cache.host is None:
             from .invariants_incremental import probe
 
             try:
@@ -90,6 +91,10 @@ def _sweep(cache: UnifiedRadixCache) -> list[Violation]:
         check_full_pool(cache, cols, out)
         _check_receipts(cache, out)
         _check_lock_counts(cache, cols, out)
+        if cache.host is not None:
+            from .invariants_host import check_host_tier
+
+            check_host_tier(cache, cols, out)
         # the components read every registered node: share the columns when that is the same set
         shared = cols if cols.registered else None
         for component in cache.components:
@@ -186,7 +191,8 @@ def _check_node_shape(node, ps: int, names: list[str], out: list[Violation]) -> 
         out.append(Violation("key.page_aligned", f"node {node.id} key length {length} (page {ps})"))
     fcd = node.data[0]
     if fcd.value is None:
-        out.append(Violation("full.present", f"node {node.id} has no Full KV (no host tier here)"))
+        if fcd.host_value is None:
+            out.append(Violation("full.present", f"node {node.id} has no Full KV, on the device or the host"))
     elif fcd.value.shape[0] != length:
         out.append(Violation("full.value_len", f"node {node.id} Full value {fcd.value.shape[0]} != key {length}"))
     for i, name in enumerate(names):

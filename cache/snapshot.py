@@ -21,6 +21,12 @@ class ComponentView:
     lock_ref: int
     lru_rank: Optional[int]  # 0 = most recently used; None when not ranked
     extras: Mapping[str, object] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    host_len: Optional[int] = None  # the host tier's copy (HiCache), when there is one
+
+    @property
+    def host_only(self) -> bool:
+        """Device data evicted, the host copy kept (a load-back can bring it back)."""
+        return self.value_len is None and self.host_len is not None
 
     @property
     def tombstone(self) -> bool:
@@ -100,6 +106,7 @@ class ComponentRecord:
     lru_label: Optional[int]  # place in the component's LRU list (higher = more recent); None: not listed
     extras: tuple[tuple[str, object], ...] = ()
     value_ends: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # first and last few slot ids of the value
+    host_len: Optional[int] = None  # the host tier's copy, when there is one
 
 
 VALUE_END = 3  # slot ids kept from each end of a value, for inspectors
@@ -158,6 +165,7 @@ def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
             node.lru_label[i],
             tuple(extras.items()) if extras else (),
             _value_ends(cd.value),
+            None if cd.host_value is None else int(cd.host_value.shape[0]),
         ))
     return NodeRecord(
         node.id, node.parent.id if node.parent is not None else None, node.key, node.extra_key,
@@ -201,6 +209,7 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
                 cd.lock_ref,
                 ranks.get(component.name, {}).get(node.id),
                 MappingProxyType(dict(component.node_extras(node))),
+                None if cd.host_value is None else int(cd.host_value.shape[0]),
             )
         views.append(
             NodeView(
@@ -252,4 +261,7 @@ def pool_views(cache: UnifiedRadixCache) -> dict[str, PoolView]:
     }
     for component in cache.components[1:]:
         views.update(component.pool_views())
+    if cache.host is not None:  # the host tier: what the tree keeps there is its "evictable"
+        host = cache.host.kv
+        views["full_host"] = PoolView("full_host", host.size, host.available_size(), cache.tree.host_held, 0, 0)
     return views

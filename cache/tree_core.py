@@ -24,6 +24,7 @@ from .lru import LRUList
 from .match_verdicts import emit_verdicts
 from .params import IncLockRefResult, InsertParams, InsertResult, MatchResult
 from .tree_core_evict import TreeEviction
+from .tree_core_host import TreeHostTier
 from .tree_core_locks import TreeLocks
 from .tree_node import TreeNode
 from .tree_walk import walk_key
@@ -34,7 +35,7 @@ def _child_order(node: TreeNode):
     return (node.extra_key or "", unpack_tokens(page))
 
 
-class UnifiedTreeCore(TreeLocks, TreeEviction):
+class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
     def __init__(self, components: list[TreeComponent], page_size: int, device: torch.device, events: EventBus):
         if not components or components[0].name != "full":
             raise ValueError("the first component must be 'full'")
@@ -78,6 +79,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
         self.leaves = EvictableLeafSet()
         self.lru = {c.name: LRUList(c.index, n) for c in self.components if c.uses_lru}
         self.live_receipts: dict[int, IncLockRefResult] = {}  # receipt id -> receipt
+        if self.host_policy is not None:
+            self.reset_host_tier()
         if self._touched is not None:
             self._touched.clear()
 
@@ -174,6 +177,11 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
             split_child = path[-1]
             path[-1] = self._split_node(split_child, cut)
         node = path[-1] if path else root
+        if self.host_policy is not None:  # Full only so far: every walked node is accepted
+            result = self.host_match(path, node)
+            if self.events.enabled:
+                emit_verdicts(self, key, node, split_child)
+            return result
         chunks: list[torch.Tensor] = []
         walked = 0
         if validators:
@@ -304,6 +312,9 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
             if priority > child.priority:
                 child.priority = priority
             consumed = plen
+            if child.data[0].value is None:  # host-only (host tier): the key's slots bring it back
+                self.unevict(child, value[done : done + plen])
+                consumed = 0
             for component in overlap_hooks:
                 taken = component.on_insert_overlap(child, plen, done, value, params, result, pending)
                 if taken < consumed:
@@ -313,6 +324,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
                 self._free_duplicates(value, done + dup_start, done + consumed, params, child, pending)
             if done + plen > inserted_len:
                 child.hit_count += 1
+                if self.host_policy is not None:
+                    self.queue_backup(child, params.chunked, pending)
             if len(pending) > deferred:
                 if not all(a.deferrable for a in pending[deferred:]):
                     apply_actions(pending)  # a barrier: later steps read what these actions set
@@ -335,6 +348,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
         # the upper parts a split carved off keep no hit, as in v0.5.23
         if is_new_leaf and done + target.length > params.inserted_len:
             target.hit_count += 1
+            if self.host_policy is not None:
+                self.queue_backup(target, params.chunked, pending)
         if target is not root:
             for hook in self._insert_end_hooks:
                 hook(target)
@@ -397,6 +412,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction):
         child.parent = new
         for component in self.components:
             component.redistribute_on_split(new, child)
+        if self.host_policy is not None:
+            self.track_duplicate(new)
         parent.children[new.child_key] = new
         # the suffix keeps its recency; the new prefix goes right behind it
         for component in self.components[1:]:

@@ -36,6 +36,9 @@ class TreeEviction:
         ancestors that were only kept alive by it. The batch's ``trigger`` names the
         component whose eviction chose the leaf; the rest cascade from it."""
         assert node.in_leaf_set, f"node {node.id} is not an evictable leaf"
+        if self.host_policy is not None and self.backed_up(node):
+            self.demote(node, batch)  # the host copy keeps the node
+            return
         events = self.events.enabled
         data = node.data
         present = [c for c in self.components if data[c.index].value is not None] if len(data) > 1 else self.components
@@ -88,7 +91,7 @@ class TreeEviction:
         (with whatever aux data it still had); Full decides who survives. The first
         ancestor with Full KV stops the walk (its leaf state was already refreshed)."""
         root = self.root
-        while cur is not root and not cur.children and cur.data[0].value is None:
+        while cur is not root and not cur.children and cur.data[0].value is None and cur.data[0].host_value is None:
             for cd in cur.data:
                 if cd.lock_ref > 0:
                     return

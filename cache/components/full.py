@@ -36,12 +36,15 @@ class FullComponent(TreeComponent):
     def redistribute_on_split(self, new_parent: TreeNode, child: TreeNode) -> None:
         i = self.index
         upper, lower = new_parent.data[i], child.data[i]
-        upper.lock_ref = lower.lock_ref
+        upper.lock_ref, upper.host_lock_ref = lower.lock_ref, lower.host_lock_ref
+        cut = new_parent.length
         if lower.value is not None:
-            cut = new_parent.length
             value = lower.value
             upper.value = value[:cut]
             lower.value = value[cut:]
+        if lower.host_value is not None:  # a backed-up (or host-only) node keeps its copy on both parts
+            host = lower.host_value
+            upper.host_value, lower.host_value = host[:cut], host[cut:]
 
     def evict_component(self, node: TreeNode, batch: EvictionBatch) -> int:
         cd = node.data[self.index]

@@ -24,7 +24,7 @@ from typing import Any, NoReturn, Optional
 from .scenario import MAX_KEY_TOKENS, MAX_TOKEN, OPS, ORDER_FIELDS, STATE_FIELDS, ScenarioError
 
 OP_HELP: dict[str, str] = {
-    "insert": "insert TOKENS… [extra_key=NS] [swa_evicted_seqlen=N]",
+    "insert": "insert TOKENS… [as NAME] [extra_key=NS] [swa_evicted_seqlen=N]",
     "match": "match TOKENS… [as NAME] [extra_key=NS]",
     "lock": "lock MATCH as NAME",
     "unlock": "unlock LOCK",
@@ -35,11 +35,14 @@ OP_HELP: dict[str, str] = {
     "req_chunk": "req_chunk REQ",
     "req_finish": "req_finish REQ [noinsert]",
     "check": "check",
+    "load_back": "load_back TOKENS… [extra_key=NS]",
+    "evict_host": "evict_host [full=N]",
+    "flush": "flush",
 }
 # Clauses any op may end with; TOKENS are ids and inclusive ranges FIRST..LAST.
 CLAUSE_HELP = "[expect FIELD=N … FIELD.MATCH=N … swa_lru=[3,1,2]] [expect_error TEXT] [description TEXT]"
 
-_TOKEN_FIELD = {"insert": "key", "match": "key", "req_prefill": "tokens", "req_decode": "tokens"}
+_TOKEN_FIELD = {"insert": "key", "match": "key", "req_prefill": "tokens", "req_decode": "tokens", "load_back": "key"}
 _NAME_SLOT = {  # the op's first positional word names this field
     "lock": "match", "unlock": "lock", "release_window": "lock",
     "req_prefill": "req", "req_decode": "req", "req_chunk": "req", "req_finish": "req",

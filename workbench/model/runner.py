@@ -230,6 +230,12 @@ def state_field(state: TimelineState, key: str):
         return len(state.evictable_leaves)
     if key == "requests":
         return len(state.requests)
+    if key == "host_nodes":
+        return sum(1 for r in state.records.values() if r is not None and r.parent is not None
+                   and r.components[0].value_len is None and r.components[0].host_len is not None)
+    if key.startswith("full_host_"):
+        pool = state.pools.get("full_host")
+        return getattr(pool, key.removeprefix("full_host_")) if pool is not None else 0
     if key.endswith("_tombstones"):
         component = key.removesuffix("_tombstones")
         return state.tombstones(component) if component in state.components else 0

@@ -51,7 +51,14 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "req_chunk": (("req",), (), ()),
     "req_finish": (("req",), ("insert",), ()),
     "check": ((), (), ()),
+    # the host tier ([config] hicache)
+    "load_back": (("key",), ("extra_key",), ("loaded", "host_hit_length")),
+    "evict_host": ((), ("full",), ("full_host_evicted",)),
+    "flush": ((), (), ()),
 }
+HOST_OPS = ("load_back", "evict_host", "flush")
+# State fields of the host tier (only with [config] hicache): its pool, and host-only nodes
+HOST_FIELDS = ("full_host_available", "full_host_total", "full_host_evictable", "host_nodes")
 COMMON_FIELDS = ("op", "expect", "expect_error", "description")
 
 # State fields any step may expect (all ints). Per-name tables come after.
@@ -78,6 +85,7 @@ CONFIG_FIELDS = {
     "device": str,
     "faults": list,
     "auto_evict": bool,
+    "hicache": dict,
 }
 SCENARIO_FIELDS = {"name": str, "description": str, "source": str}
 # Any other listed component gets the same per-component fields: "<component>_<suffix>"
@@ -263,7 +271,7 @@ def _build(meta, config, steps: list, name: str, section_line, step_line) -> Sce
         raise ScenarioError("[scenario] needs a name", name, section_line("scenario"), "name")
     config = _check_config(config, name, section_line)
     checked = []
-    names = _Names(config["components"])
+    names = _Names(config["components"], bool(config.get("hicache")))
     for i, raw in enumerate(steps):
         checked.append(_check_step(i, raw, name, lambda field=None, i=i: step_line(i, field), config, names))
     notices = () if checked else (f"{name}: the scenario has no steps",)
@@ -314,15 +322,16 @@ class _Names:
     """Match, lock and request names defined so far (name -> the line that defined it),
     to catch bad references and re-used live names at load time."""
 
-    def __init__(self, components: list[str]) -> None:
+    def __init__(self, components: list[str], host: bool = False) -> None:
         self.components = components
+        self.host = host  # the config has a host tier
         self.matches: dict[str, int] = {}
         self.locks: dict[str, int] = {}  # held
         self.released: set[str] = set()
         self.live_reqs: dict[str, int] = {}
 
     def copy(self) -> "_Names":
-        other = _Names(self.components)
+        other = _Names(self.components, self.host)
         other.matches, other.locks = dict(self.matches), dict(self.locks)
         other.released, other.live_reqs = set(self.released), dict(self.live_reqs)
         return other
@@ -338,7 +347,7 @@ class StepAppender:
     def __init__(self, scenario: Scenario) -> None:
         self._scenario = scenario
         self._pending: list[Step] = []
-        self._names = _Names(scenario.config["components"])
+        self._names = _Names(scenario.config["components"], bool(scenario.config.get("hicache")))
         for step in scenario.steps:  # replay the names, O(steps) once
             _track_names(step.op, step.fields, self._names, step.expect_error is not None, scenario.path,
                          lambda field=None, step=step: step.line or None)
@@ -454,7 +463,9 @@ def _check_expect(op: str, results: tuple, key: str, value, name: str, line: Opt
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
         return
-    if key in STATE_FIELDS:
+    if key in HOST_FIELDS and not names.host:
+        raise ScenarioError(f"{key} needs the host tier ([config] hicache)", name, line, f"expect.{key}")
+    if key in STATE_FIELDS or key in HOST_FIELDS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
         return
@@ -497,6 +508,9 @@ def _check_components(op: str, fields: dict, config: dict, name: str, line_of) -
         raise ScenarioError(f"op {op!r} as written needs the swa component", name, line_of(), "op")
     if "mamba" in fields and "mamba" not in comps:
         raise ScenarioError("evicting mamba needs the mamba component", name, line_of("mamba"), "mamba")
+    if op in HOST_OPS and not config.get("hicache"):
+        raise ScenarioError(f"op {op!r} needs the host tier ([config] hicache = {{ write_policy = … }})", name,
+                            line_of(), "op")
 
 
 def _track_names(op: str, fields: dict, names: _Names, expects_error: bool, name: str, line_of) -> None:

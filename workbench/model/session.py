@@ -55,6 +55,9 @@ class Session:
             "req_chunk": self.req_chunk,
             "req_finish": self.req_finish,
             "check": lambda f: None,
+            "load_back": self.load_back,
+            "evict_host": lambda f: {"full_host_evicted": self.cache.evict_host(f.get("full", 0))},
+            "flush": lambda f: None,  # transfers complete when made: nothing is ever in flight
         }
 
     def run(self, op: str, fields: dict[str, Any]) -> Optional[dict[str, Any]]:
@@ -122,6 +125,10 @@ class Session:
         if "mamba" in self.cache.by_name:
             out["mamba_branching_seqlen"] = result.mamba_branching_seqlen
         return out
+
+    def load_back(self, f: dict) -> dict:
+        result = self.cache.load_back(RadixKey(f["key"], f.get("extra_key")))
+        return {"loaded": result.loaded, "host_hit_length": result.host_hit_length}
 
     def lock(self, f: dict) -> None:
         match = self.matches.get(f["match"])

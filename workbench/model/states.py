@@ -296,7 +296,8 @@ class TimelineState:
 
     def _view(self, record: NodeRecord) -> NodeView:
         comps = {
-            name: ComponentView(c.value_len, c.lock_ref, self._rank(name, record), MappingProxyType(dict(c.extras)))
+            name: ComponentView(c.value_len, c.lock_ref, self._rank(name, record), MappingProxyType(dict(c.extras)),
+                                c.host_len)
             for name, c in zip(self.components, record.components)
         }
         return NodeView(

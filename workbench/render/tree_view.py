@@ -24,7 +24,7 @@ def abbreviate(tokens: tuple[int, ...]) -> str:
 
 
 def node_label(node: NodeView, snapshot: CacheSnapshot) -> Text:
-    comps = ((name, v.value_len, v.lock_ref, v.lru_rank, tuple(v.extras.items()))
+    comps = ((name, v.value_len, v.lock_ref, v.lru_rank, tuple(v.extras.items()), v.host_len)
              for name, v in ((name, node.components[name]) for name in snapshot.components))
     return badge_line(node.id, node.key, node.extra_key, comps, node.evictable_leaf)
 
@@ -32,7 +32,9 @@ def node_label(node: NodeView, snapshot: CacheSnapshot) -> Text:
 def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable[tuple], evictable_leaf: bool,
                chain: int = 0) -> Text:
     """``#7 [1 2 3] 3t  full:3 🔒1 r0  swa:✝  leaf``: one node with a badge per component
-    (name, value length or None, lock_ref, LRU rank or None, extras) — every view's line."""
+    (name, value length or None, lock_ref, LRU rank or None, extras[, host copy length])
+    — every view's line. With a host tier a copy shows as ``+host``, and a host-only
+    node (device data evicted, host copy kept) as a reversed ``full:HOST 3`` badge."""
     text = Text()
     text.append(f"#{node_id} ", style="bold")
     if chain:
@@ -41,13 +43,18 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
     text.append(f" {len(key)}t", style="dim")
     if extra_key is not None:
         text.append(f" ns={extra_key}", style="yellow")
-    for name, value_len, lock_ref, rank, extras in components:
+    for name, value_len, lock_ref, rank, extras, *host in components:
         style = COMPONENT_STYLE.get(name, "white")
+        host_len = host[0] if host else None
         text.append("  ")
-        if value_len is None:
+        if value_len is None and host_len is not None:
+            text.append(f"{name}:HOST {host_len}", style="bold white on blue")
+        elif value_len is None:
             text.append(f"{name}:✝", style=f"{style} strike")
         else:
             text.append(f"{name}:{value_len}", style=style)
+            if host_len is not None:
+                text.append(" +host", style="blue")
         if lock_ref:
             text.append(f" 🔒{lock_ref}", style="bold red")
         if rank is not None:

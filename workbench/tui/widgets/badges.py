@@ -28,7 +28,8 @@ CHANGE_LEGEND = {
 def node_label(record: NodeRecord, components: tuple[str, ...], ranks: dict[str, int | None],
                changes: frozenset[str] = frozenset(), chain: int = 0) -> Text:
     """The tree view's line for a record, styled by the strongest change the step made."""
-    comps = ((name, c.value_len, c.lock_ref, ranks.get(name), c.extras) for name, c in zip(components, record.components))
+    comps = ((name, c.value_len, c.lock_ref, ranks.get(name), c.extras, c.host_len)
+             for name, c in zip(components, record.components))
     text = badge_line(record.id, unpack_tokens(record.key), record.extra_key, comps, record.evictable_leaf, chain)
     style = next((CHANGE_STYLE[k] for k in CHANGE_STYLE if k in changes), None)
     if style:

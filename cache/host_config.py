@@ -1,0 +1,47 @@
+"""The host tier's configuration (SGLang's HiCache), checked with the cache's."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from .config import MAX_POOL
+
+WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
+
+
+@dataclasses.dataclass(frozen=True)
+class HiCacheConfig:
+    """The host tier (SGLang's HiCache). ``write_through``: a new leaf is backed up on
+    its first hit (insert); ``write_through_selective``: on its second; ``write_back``:
+    when device eviction would drop it. ``host_kv_size`` (tokens) defaults to SGLang's
+    size for hicache_ratio 2: twice the device pool plus one page; a match whose host part is shorter than
+    ``load_back_threshold`` tokens is not loaded back (SGLang's default 10)."""
+
+    write_policy: str = "write_through"
+    host_kv_size: Optional[int] = None
+    load_back_threshold: int = 10
+
+    @property
+    def write_through_threshold(self) -> Optional[int]:
+        """Hits before an insert backs a node up (None: only eviction does)."""
+        return {"write_through": 1, "write_through_selective": 2}.get(self.write_policy)
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any], kv_size: int, page_size: int) -> HiCacheConfig:
+        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown hicache field {sorted(unknown)[0]!r}; known: write_policy, host_kv_size, "
+                             "load_back_threshold")
+        config = cls(**fields)
+        if config.write_policy not in WRITE_POLICIES:
+            raise ValueError(f"hicache write_policy must be one of {', '.join(WRITE_POLICIES)} (got {config.write_policy!r})")
+        # SGLang sizes the host pool from hicache_ratio (default 2) plus one page
+        size = config.host_kv_size if config.host_kv_size is not None else (2 * kv_size // page_size + 1) * page_size
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0 or size % page_size or size > MAX_POOL:
+            raise ValueError(f"hicache host_kv_size must be a positive multiple of page_size {page_size} (got {size!r})")
+        threshold = config.load_back_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
+            raise ValueError(f"hicache load_back_threshold must be a non-negative int (got {threshold!r})")
+        return dataclasses.replace(config, host_kv_size=size)

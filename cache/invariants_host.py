@@ -1,0 +1,47 @@
+"""Invariants of the host tier (HiCache): host copies are whole and disjoint, the host
+pool hands out exactly the slots the nodes hold, device nodes sit above host-only ones,
+and the host-leaf set is exactly the host-only, unlocked, childless nodes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from .controller import UnifiedRadixCache
+    from .invariants import NodeColumns, Violation
+
+
+def check_host_tier(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Violation]) -> None:
+    from .invariants import Violation
+
+    tree, host = cache.tree, cache.host
+    ps = cache.page_size
+    copies, pages = [], 0
+    for node in cols.nodes:
+        cd = node.data[0]
+        if cd.host_value is not None:
+            if cd.host_value.shape[0] != node.length:
+                out.append(Violation("host.value_len", f"node {node.id} host copy {cd.host_value.shape[0]} != key {node.length}"))
+            copies.append(cd.host_value)
+            pages += -(-node.length // ps)
+        parent = node.parent
+        if cd.value is not None and parent is not tree.root and parent.data[0].value is None:
+            out.append(Violation("host.device_above", f"node {node.id} has device KV under host-only node {parent.id}"))
+        if cd.value is None and cd.lock_ref > 0:
+            out.append(Violation("host.locked_host_only", f"host-only node {node.id} holds a device lock"))
+    held = sum(node.length for node in cols.nodes if node.data[0].host_value is not None)
+    if tree.host_held != held:
+        out.append(Violation("host.counter", f"host tokens held {tree.host_held} != recomputed {held}"))
+    used = host.kv.size - host.kv.available_size()
+    if used != pages * ps:
+        out.append(Violation("host.pool_balance", f"host pool hands out {used} slots, the nodes hold {pages * ps}"))
+    if copies:
+        slots = torch.cat(copies) if len(copies) > 1 else copies[0]
+        if torch.unique(slots).shape[0] != slots.shape[0]:
+            out.append(Violation("host.shared_slots", "two host copies share a host slot"))
+    expected = {n.id for n in cols.nodes if tree.is_host_leaf(n)}
+    actual = {n.id for n in tree.host_leaves}
+    if expected != actual:
+        out.append(Violation("host.leaf_set", f"extra {sorted(actual - expected)[:5]}, missing {sorted(expected - actual)[:5]}"))

@@ -1,0 +1,261 @@
+"""The host tier (HiCache) for Full KV: backups under each write policy, demotion to
+host-only on device eviction, host hits, load-back, host eviction, inserts over
+host-only nodes, and the invariants that watch it all. Literal expectations marked
+"oracle" come from SGLang 0.5.23's real host tier on the CPU
+(../shared/oracle/hicache_oracle.py, examples-hicache/pressure2.jsonl and
+wb_pressure.jsonl)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
+from cache.errors import CacheError, PoolExhaustedError
+
+
+def make(policy="write_through", kv_size=64, page_size=1, **host) -> UnifiedRadixCache:
+    return UnifiedRadixCache(kv_size=kv_size, page_size=page_size, device="cpu",
+                             hicache={"write_policy": policy, **host})
+
+
+def insert(cache, tokens):
+    slots = cache.alloc_kv(len(tokens))
+    cache.write_kv(slots, tokens)
+    result = cache.insert(InsertParams(RadixKey(tokens), slots))
+    assert check_invariants(cache) == []
+    return result
+
+
+def node_of(cache, first_token):
+    return next(n for n in cache.tree.nodes.values() if n is not cache.tree.root and n.token_ids[0] == first_token)
+
+
+def states(cache) -> list[tuple]:
+    """(first token, length, device length or None, host length or None) per node."""
+    out = []
+    for n in cache.tree.nodes.values():
+        if n is not cache.tree.root:
+            d = n.data[0]
+            out.append((n.token_ids[0], n.length, None if d.value is None else d.value.shape[0],
+                        None if d.host_value is None else d.host_value.shape[0]))
+    return sorted(out)
+
+
+A, B, C = list(range(1, 17)), list(range(21, 37)), list(range(41, 57))
+
+
+def test_write_through_backs_up_a_new_leaf_with_the_device_fingerprints():
+    cache = make()
+    insert(cache, A)
+    node = node_of(cache, 1)
+    assert cache.host.kv.size == 129  # SGLang's size for hicache_ratio 2: twice the device, plus a page
+    assert cache.tree.backed_up(node) and cache.host_available_size() == 129 - 16
+    assert torch.equal(cache.host.kv.buffer.data[node.data[0].host_value], cache.kv_buffer.data[node.data[0].value])
+
+
+def test_write_through_selective_waits_for_the_second_hit_and_write_back_for_eviction():
+    cache = make("write_through_selective")
+    insert(cache, A)
+    assert not cache.tree.backed_up(node_of(cache, 1))
+    insert(cache, A)  # the second hit
+    assert cache.tree.backed_up(node_of(cache, 1))
+    lazy = make("write_back")
+    insert(lazy, A), insert(lazy, A)
+    assert not lazy.tree.backed_up(node_of(lazy, 1))
+
+
+def test_device_eviction_demotes_a_backed_up_leaf_and_a_match_reports_the_host_hit():
+    cache = make()
+    insert(cache, A)
+    node = node_of(cache, 1)
+    assert cache.evict(EvictParams(num_tokens=16)).num_tokens_evicted == 16
+    assert node.data[0].value is None and node in cache.tree.host_leaves and node not in cache.tree.leaves
+    assert cache.available_size() == 64 and cache.evictable_size() == 0
+    m = cache.match_prefix(RadixKey(A))
+    assert (m.prefix_len, m.host_hit_length, m.full_kv_hit_length) == (0, 16, 16)
+    assert m.last_device_node == cache.tree.root.id and m.best_match_node == m.last_host_node == node.id
+    assert check_invariants(cache) == []
+
+
+def test_load_back_brings_the_host_part_to_fresh_device_slots_that_verify():
+    cache = make(load_back_threshold=0)
+    insert(cache, A)
+    cache.evict(EvictParams(num_tokens=16))
+    result = cache.load_back(RadixKey(A))
+    assert (result.loaded, result.host_hit_length) == (16, 16)
+    m = cache.match_prefix(RadixKey(A))
+    assert (m.prefix_len, m.host_hit_length) == (16, 0) and verify_match(cache, A, m) == []
+    assert cache.tree.backed_up(node_of(cache, 1))  # the host copy stays
+    assert check_invariants(cache) == []
+
+
+def test_oracle_pressure_sequence_under_write_through():
+    """examples-hicache/pressure2.jsonl: device 64, host 32, write-through."""
+    cache = make(host_kv_size=32)
+    insert(cache, A), insert(cache, B)
+    assert cache.host_available_size() == 0  # oracle reports 1: its host pool keeps a padding slot
+    assert cache.evict(EvictParams(num_tokens=32)).num_tokens_evicted == 32  # oracle: full 32
+    assert cache.match_prefix(RadixKey(A)).host_hit_length == 16  # oracle: host_hit 16, device 0
+    insert(cache, C)  # its backup evicts the least recent host leaf: B (A was just matched)
+    assert cache.match_prefix(RadixKey(A)).host_hit_length == 16  # oracle
+    mb = cache.match_prefix(RadixKey(B))
+    assert (mb.host_hit_length, mb.full_kv_hit_length) == (0, 0)  # oracle: B is gone
+    assert states(cache) == [(1, 16, None, 16), (41, 16, 16, 16)]  # oracle host_dump
+    below = cache.load_back(RadixKey(A[:8]))
+    assert (below.host_hit_length, below.loaded) == (8, 0) and cache.available_size() == 48  # oracle: threshold 10
+    assert states(cache) == [(1, 8, None, 8), (9, 8, None, 8), (41, 16, 16, 16)]  # oracle: the match split A
+    loaded = cache.load_back(RadixKey(A))
+    assert (loaded.host_hit_length, loaded.loaded, cache.available_size()) == (16, 16, 32)  # oracle
+    assert states(cache) == [(1, 8, 8, 8), (9, 8, 8, 8), (41, 16, 16, 16)]  # oracle
+    assert cache.evict(EvictParams(num_tokens=64)).num_tokens_evicted == 32  # oracle: full 32
+    assert states(cache) == [(1, 8, None, 8), (9, 8, None, 8), (41, 16, None, 16)]  # oracle
+    assert len(cache.tree.host_leaves) == 2 and check_invariants(cache) == []  # oracle: host_leaves 2
+
+
+def test_oracle_pressure_sequence_under_write_back():
+    """examples-hicache/wb_pressure.jsonl: device 64, host 32, write-back."""
+    cache = make("write_back", host_kv_size=32)
+    insert(cache, A), insert(cache, B), insert(cache, C)
+    assert states(cache) == [(1, 16, 16, None), (21, 16, 16, None), (41, 16, 16, None)]  # oracle
+    assert cache.evict(EvictParams(num_tokens=16)).num_tokens_evicted == 16  # oracle
+    assert states(cache) == [(1, 16, None, 16), (21, 16, 16, None), (41, 16, 16, None)]  # oracle
+    assert cache.evict(EvictParams(num_tokens=48)).num_tokens_evicted == 32  # oracle: full 32
+    assert states(cache) == [(21, 16, None, 16), (41, 16, None, 16)]  # oracle: A's copy made room for C's
+    m = cache.match_prefix(RadixKey(C))
+    assert (m.prefix_len, m.host_hit_length) == (0, 16)  # oracle
+    assert check_invariants(cache) == []
+
+
+def test_write_back_drops_a_leaf_the_host_cannot_take():
+    cache = make("write_back", host_kv_size=8)
+    insert(cache, A)
+    assert cache.evict(EvictParams(num_tokens=16)).num_tokens_evicted == 16
+    assert states(cache) == [] and cache.host_available_size() == 8 and check_invariants(cache) == []
+
+
+def test_a_partial_match_splits_a_host_only_node_keeping_its_copy_on_both_parts():
+    """The spec's partial_match_splits_evicted_backed_up_node (page 4)."""
+    cache = make(page_size=4, kv_size=64)
+    insert(cache, list(range(1, 17)))  # 4 pages
+    cache.evict(EvictParams(num_tokens=16))
+    m = cache.match_prefix(RadixKey(list(range(1, 9)) + [99, 98, 97, 96]))
+    upper = cache.tree.node_by_id(m.last_host_node)
+    assert (m.prefix_len, m.host_hit_length, m.last_device_node) == (0, 8, cache.tree.root.id)
+    assert upper.length == 8 and upper.data[0].value is None and upper.data[0].host_value.shape[0] == 8
+    (lower,) = upper.children.values()
+    assert lower.data[0].value is None and lower.data[0].host_value.shape[0] == 8 and lower in cache.tree.host_leaves
+    assert check_invariants(cache) == []
+
+
+def test_the_host_match_keeps_the_device_anchor():
+    """The spec's host-best-match case: a chain of three one-page nodes whose leaf was
+    backed up and evicted: best = leaf, device up to its parent, host hit = the leaf."""
+    cache = make(kv_size=16)
+    insert(cache, [1]), insert(cache, [1, 2]), insert(cache, [1, 2, 3])
+    cache.evict(EvictParams(num_tokens=1))
+    leaf = node_of(cache, 3)
+    m = cache.match_prefix(RadixKey([1, 2, 3]))
+    assert (m.best_match_node, m.last_device_node, m.prefix_len, m.host_hit_length) == (
+        leaf.id, node_of(cache, 2).id, 2, 1)
+
+
+def test_an_insert_over_a_host_only_node_brings_it_back_without_freeing_duplicates():
+    cache = make()
+    insert(cache, A)
+    cache.evict(EvictParams(num_tokens=16))
+    free_before = cache.available_size()
+    result = insert(cache, A + [77, 78])
+    assert result.prefix_len == 16
+    node = node_of(cache, 1)
+    assert node.data[0].value is not None and node not in cache.tree.host_leaves
+    assert cache.available_size() == free_before - 18  # all 18 incoming slots stay in the tree
+    assert verify_match(cache, A, cache.match_prefix(RadixKey(A))) == []
+
+
+def test_host_eviction_takes_least_recent_host_leaves_and_then_their_host_only_parents():
+    cache = make()
+    insert(cache, A), insert(cache, A + [90, 91, 92, 93])
+    cache.evict(EvictParams(num_tokens=64))
+    assert states(cache) == [(1, 16, None, 16), (90, 4, None, 4)]
+    assert cache.evict_host(1) == 4 and states(cache) == [(1, 16, None, 16)]  # the leaf first
+    assert cache.evict_host(100) == 16 and states(cache) == [] and cache.host_available_size() == 129
+    assert check_invariants(cache) == []
+
+
+def test_load_back_refused_when_the_device_cannot_cover_it_changes_no_host_data():
+    cache = make(kv_size=16, load_back_threshold=0)
+    insert(cache, A)
+    cache.evict(EvictParams(num_tokens=16))
+    hold = cache.alloc_kv(8)  # a running request holds half the device pool
+    with pytest.raises(PoolExhaustedError):
+        cache.load_back(RadixKey(A))
+    assert states(cache) == [(1, 16, None, 16)] and cache.available_size() == 8
+    cache.free_kv([hold])  # (held outside any request, the checker would call it a leak)
+    assert check_invariants(cache) == []
+    assert cache.load_back(RadixKey(A)).loaded == 16
+
+
+def test_host_calls_need_the_host_tier_and_hicache_is_full_only_for_now():
+    with pytest.raises(CacheError, match="needs the host tier"):
+        UnifiedRadixCache(kv_size=16, device="cpu").evict_host(1)
+    with pytest.raises(ValueError, match="Full-only caches so far"):
+        UnifiedRadixCache(kv_size=16, components=("full", "swa"), sliding_window=4, device="cpu", hicache={})
+    with pytest.raises(ValueError, match="write_policy must be one of"):
+        make("write_sometimes")
+
+
+def test_the_checker_names_a_broken_host_tier():
+    cache = make()
+    insert(cache, A)
+    cache.evict(EvictParams(num_tokens=16))
+    node = node_of(cache, 1)
+    cache.host.kv.allocator.free(node.data[0].host_value)  # the pool forgets a copy the tree holds
+    assert [v.name for v in check_invariants(cache)] == ["host.pool_balance"]
+    cache.host.kv.allocator.alloc(16)
+    cache.tree.host_leaves.discard(node)
+    assert [v.name for v in check_invariants(cache)] == ["host.leaf_set"]
+    cache.tree.host_leaves.add(node)
+    node.data[0].host_value = None
+    assert "full.present" in [v.name for v in check_invariants(cache)]
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_through_selective", "write_back"])
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_random_operations_keep_every_invariant(policy, page_size):
+    """Seeded random inserts, matches, locks, evictions, host evictions and load-backs on
+    a small device and a smaller host: every invariant after every op, every match's
+    slots verified by fingerprint."""
+    import random
+
+    rng = random.Random(f"{policy}-{page_size}")
+    cache = make(policy, kv_size=64, page_size=page_size, host_kv_size=48, load_back_threshold=page_size)
+    prompts = [[rng.randrange(1, 6) for _ in range(rng.randrange(1, 5) * page_size)] for _ in range(6)]
+    locks = []
+    for step in range(300):
+        tokens = rng.choice(prompts) + [rng.randrange(1, 6) for _ in range(rng.randrange(0, 3) * page_size)]
+        op = rng.choice(["insert", "insert", "match", "lock", "unlock", "evict", "evict_host", "load_back"])
+        try:
+            if op == "insert":
+                slots = cache.alloc_kv(len(tokens))
+                cache.write_kv(slots, tokens)
+                cache.insert(InsertParams(RadixKey(tokens), slots))
+            elif op == "match":
+                m = cache.match_prefix(RadixKey(tokens))
+                assert verify_match(cache, tokens, m) == [], step
+            elif op == "lock":
+                m = cache.match_prefix(RadixKey(tokens))
+                locks.append((m.last_device_node, cache.inc_lock_ref(m.last_device_node)))
+            elif op == "unlock" and locks:
+                cache.dec_lock_ref(*locks.pop(rng.randrange(len(locks))))
+            elif op == "evict":
+                cache.evict(EvictParams(num_tokens=rng.randrange(1, 24)))
+            elif op == "evict_host":
+                cache.evict_host(rng.randrange(1, 24))
+            elif op == "load_back":
+                cache.load_back(RadixKey(tokens))
+        except PoolExhaustedError:
+            pass  # a full device with everything locked: refused, nothing changed
+        violations = check_invariants(cache)
+        assert violations == [], (step, op, [str(v) for v in violations])
+    assert cache.tree.host_held > 0 or policy == "write_back"
