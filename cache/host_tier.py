@@ -92,8 +92,9 @@ class HostTier:
     def load_back(self, key: RadixKey) -> LoadBackResult:
         """Match ``key``; when its host part reaches ``load_back_threshold``, copy the
         host-only nodes back to fresh device slots (evicting device KV for them, with
-        the matched device prefix locked meanwhile). Refused whole when the device pool
-        cannot cover it."""
+        the matched device prefix and the path's host copies locked meanwhile). When the
+        device pool cannot cover it, nothing is loaded; the match's own effects (access
+        times, a split) stay, as they do for any match."""
         cache, tree = self.cache, self.cache.tree
         match = cache.match_prefix(MatchPrefixParams(key))
         hit = match.host_hit_length
@@ -102,6 +103,7 @@ class HostTier:
         path = tree.host_path(tree.node_by_id(match.best_match_node))
         anchor = match.last_device_node
         receipt = tree.inc_lock_ref(anchor)  # eviction for the load must not take the prefix
+        tree.hold_host(path, +1)  # nor (write-back: backups evict host data) the path itself
         try:
             cache.check_capacity(hit)
             slots = cache.alloc_kv(hit)
@@ -114,6 +116,7 @@ class HostTier:
             for node in reversed(path):  # as SGLang's load ack does: from the deepest up
                 tree.track_duplicate(node)
         finally:
+            tree.hold_host(path, -1)
             tree.dec_lock_ref(anchor, receipt)
         return LoadBackResult(hit, hit, path[-1].id)
 

@@ -8,6 +8,7 @@ slots to free come back as deferred actions (insert) or per-component free lists
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Optional
 
@@ -220,6 +221,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         path = [(node, node.length) for node in nodes]
         if cut is not None:
             path[-1] = (nodes[-1], cut)
+        if self.host_policy is not None:  # the device prefix ends at the first host-only node
+            path = list(itertools.takewhile(lambda step: step[0].data[0].value is not None, path))
         if not validators:
             return path
         best = 0
@@ -323,7 +326,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
             if dup_start < consumed:
                 self._free_duplicates(value, done + dup_start, done + consumed, params, child, pending)
             if done + plen > inserted_len:
-                child.hit_count += 1
+                child.hit_count += self.hit_step
                 if self.host_policy is not None:
                     self.queue_backup(child, params.chunked, pending)
             if len(pending) > deferred:
@@ -347,7 +350,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         # a new leaf counts its hit after the commit hooks (which may have split it):
         # the upper parts a split carved off keep no hit, as in v0.5.23
         if is_new_leaf and done + target.length > params.inserted_len:
-            target.hit_count += 1
+            target.hit_count += self.hit_step
             if self.host_policy is not None:
                 self.queue_backup(target, params.chunked, pending)
         if target is not root:

@@ -34,10 +34,12 @@ class TreeHostTier:
     write_through_threshold: Optional[int] = None
 
     host_held = 0  # tokens with a host copy (the host pool's share the tree holds)
+    hit_step = 1  # an insert's hit count step: 0 under write-back (v0.5.23 counts no hits there)
 
     def enable_host_tier(self, policy: str, write_through_threshold: Optional[int]) -> None:
         self.host_policy = policy
         self.write_through_threshold = write_through_threshold
+        self.hit_step = 0 if policy == "write_back" else 1
         self.reset_host_tier()
 
     def reset_host_tier(self) -> None:
@@ -213,6 +215,13 @@ class TreeHostTier:
         become its device KV again (not duplicates)."""
         self.restore_device(node, value, "insert brought device KV")
         self.track_duplicate(node)
+
+    def hold_host(self, nodes: list[TreeNode], delta: int) -> None:
+        """Host-lock ``nodes`` (+1) or release them (-1): a load-back's path must not
+        be host-evicted by the device eviction that makes room for it."""
+        for node in nodes:
+            node.data[0].host_lock_ref += delta
+            self.update_host_leaf_state(node)
 
     def host_path(self, node: TreeNode) -> list[TreeNode]:
         """The host-only nodes from below the last device ancestor down to ``node``."""

@@ -25,6 +25,8 @@ class TreeLocks:
         node = self.nodes.get(node_id)
         if node is None:
             raise UnknownNodeError(f"node {node_id} is not in the tree (evicted or never existed)")
+        if node.data[0].value is None:  # the host tier's host-only nodes: nothing on the device to lock
+            raise LockError(f"node {node_id} is host-only: lock the match's last_device_node, or load it back first")
         if skip:
             unknown = [name for name in skip if name not in self.by_name or name == "full"]
             if unknown:

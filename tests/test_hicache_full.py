@@ -259,3 +259,39 @@ def test_random_operations_keep_every_invariant(policy, page_size):
         violations = check_invariants(cache)
         assert violations == [], (step, op, [str(v) for v in violations])
     assert cache.tree.host_held > 0 or policy == "write_back"
+
+
+def test_a_host_only_node_cannot_be_locked_and_a_request_admits_on_its_device_prefix():
+    from cache.errors import LockError
+
+    cache = make()
+    insert(cache, A)
+    cache.evict(EvictParams(num_tokens=16))
+    m = cache.match_prefix(RadixKey(A))
+    with pytest.raises(LockError, match="host-only"):
+        cache.inc_lock_ref(m.best_match_node)
+    req = cache.new_request(A + [99])  # its prefix is host-only: it computes every token
+    assert req.cache_protected_len == 0 and check_invariants(cache) == []
+    cache.cache_finished_req(req)
+    assert check_invariants(cache) == []
+
+
+def test_write_back_counts_no_insert_hits_as_in_v0_5_23():
+    cache = make("write_back")
+    insert(cache, A), insert(cache, A)
+    assert node_of(cache, 1).hit_count == 0
+    through = make()
+    insert(through, A), insert(through, A)
+    assert node_of(through, 1).hit_count == 2
+
+
+def test_a_write_back_load_keeps_its_own_path_from_host_eviction():
+    """Device 32, host 17, write-back: making room for the load backs up a device leaf,
+    which must evict host data — but not the copies being loaded."""
+    cache = make("write_back", kv_size=32, host_kv_size=17, load_back_threshold=0)
+    insert(cache, A)
+    cache.evict(EvictParams(num_tokens=16))  # A: host-only, 16 of the 17 host slots
+    insert(cache, B), insert(cache, C[:16])  # the device is full again
+    result = cache.load_back(RadixKey(A))
+    assert result.loaded == 16 and check_invariants(cache) == []
+    assert verify_match(cache, A, cache.match_prefix(RadixKey(A))) == []
