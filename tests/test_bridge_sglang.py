@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(not _sglang_importable(),
                                 reason=f"needs SGLang {SGLANG_VERSION} importable (pip install '.[sglang]')")
 
 from urc_util import urc  # noqa: E402
-from workbench.bridge.differential import _request_sizes, run_against  # noqa: E402
+from workbench.bridge.differential import run_against  # noqa: E402
 from workbench.bridge.side_by_side import bench_against  # noqa: E402
 from workbench.bridge.sglang_side import SGLangSide  # noqa: E402
 from workbench.model.runner import run_scenario  # noqa: E402
@@ -89,8 +89,7 @@ def test_a_perturbed_side_is_caught_at_that_step():
 def _record(scenario, path) -> int:
     """Drive a real SGLang cache through a scenario's calls (requests, evictions,
     locks) with the recorder attached; returns the steps SGLang refused."""
-    config = {k: v for k, v in scenario.config.items() if k not in ("faults", "device")}
-    side = SGLangSide(config, "python", *_request_sizes(scenario))
+    side = SGLangSide.for_scenario(scenario)
     attach(side.cache, path)
     refused = 0
     try:

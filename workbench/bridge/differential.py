@@ -101,8 +101,7 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
             "each puts back an upstream bug SGLang 0.5.23 has fixed; ours runs the fixed code"))
     config.pop("device", None)  # SGLang's side runs on the CPU, and so does ours here
     ours = Session(build_cache(dataclasses.replace(scenario, config=config), "cpu"))
-    max_requests, max_context = _request_sizes(scenario)
-    theirs = SGLangSide(config, core, max_requests, max_context, allow_version)
+    theirs = SGLangSide.for_scenario(scenario, core, allow_version)
     report.nodes_compared = theirs.inspectable
     if not theirs.inspectable:
         report.by_design.append(ByDesign("nodes, evictable leaves and LRU lists not compared",
@@ -172,24 +171,6 @@ def _error_text(error: Optional[BaseException]) -> str:
         return "ran"
     first = (str(error).splitlines() or [""])[0][:200]
     return f"refused: {type(error).__name__}: {first}"
-
-
-def _request_sizes(scenario: Scenario) -> tuple[int, int]:
-    """Request rows and the longest context SGLang's req_to_token pool must hold."""
-    live: dict[str, int] = {}
-    most_live, longest = 1, 0
-    for step in scenario.steps:
-        name = step.fields.get("req")
-        if step.op == "req_prefill":
-            live[name] = len(step.fields["tokens"])
-        elif step.op == "req_decode" and name in live:
-            live[name] += len(step.fields["tokens"])
-        elif step.op == "req_finish":
-            live.pop(name, None)
-        most_live = max(most_live, len(live))
-        longest = max([longest, *live.values()])
-    page = scenario.config.get("page_size", 1)
-    return most_live + 2, max(512, longest + 2 * page)
 
 
 def summary_line(report: DifferentialReport) -> str:

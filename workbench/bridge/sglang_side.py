@@ -50,6 +50,14 @@ class SGLangSide:
         self.reqs: dict[str, dict] = {}  # name -> {"req": Req, "spare": slots past the committed length}
         self._rid = 0
 
+    @classmethod
+    def for_scenario(cls, scenario, core: str = "python", allow_version: bool = False) -> SGLangSide:
+        """The SGLang cache a scenario's [config] describes (its faults and device left
+        out: SGLang runs its own code on the CPU), with request rows and context room
+        for the scenario's requests."""
+        config = {k: v for k, v in scenario.config.items() if k not in ("faults", "device")}
+        return cls(config, core, *request_sizes(scenario), allow_version)
+
     # ---- build -------------------------------------------------------------------
     def _build(self, config: dict, core: str, max_requests: int, max_context: int) -> None:
         sg, ps = self.sg, self.ps
@@ -382,3 +390,21 @@ class SGLangSide:
                 x = x.lru_next[pt]
             lru[name] = tuple(order)
         return CanonicalState(nodes, leaves, lru, pools)
+
+
+def request_sizes(scenario) -> tuple[int, int]:
+    """Request rows and the longest context SGLang's req_to_token pool must hold."""
+    live: dict[str, int] = {}
+    most_live, longest = 1, 0
+    for step in scenario.steps:
+        name = step.fields.get("req")
+        if step.op == "req_prefill":
+            live[name] = len(step.fields["tokens"])
+        elif step.op == "req_decode" and name in live:
+            live[name] += len(step.fields["tokens"])
+        elif step.op == "req_finish":
+            live.pop(name, None)
+        most_live = max(most_live, len(live))
+        longest = max([longest, *live.values()])
+    page = scenario.config.get("page_size", 1)
+    return most_live + 2, max(512, longest + 2 * page)

@@ -17,7 +17,6 @@ from typing import Optional
 from ..bench import stats
 from ..model.scenario import Scenario
 from ..replay import TIMED_CALLS, CallTimer, _steps, replay_timed
-from .differential import _request_sizes
 from .sglang_env import check_version
 from .sglang_side import SGLangSide
 
@@ -27,9 +26,7 @@ CORES = ("python", "rust")
 
 def sglang_timed(scenario: Scenario, core: str, allow_version: bool = False) -> dict:
     """Per op: n, mean/p50/p99 µs of SGLang's calls on this trace."""
-    config = {k: v for k, v in scenario.config.items() if k not in ("faults", "device")}
-    max_requests, max_context = _request_sizes(scenario)
-    side = SGLangSide(config, core, max_requests, max_context, allow_version)
+    side = SGLangSide.for_scenario(scenario, core, allow_version)
     timer = CallTimer(side.cache, SGLANG_CALLS)
     errors = 0
     gc.collect()
