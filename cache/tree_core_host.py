@@ -13,6 +13,7 @@ host-only, unlocked on the host, childless. The tree decides; the controller's
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING, Optional
 
 import torch
@@ -127,8 +128,11 @@ class TreeHostTier:
         freed = 0
         if self.host_policy == "write_back":
             freed = self._reclaim_duplicates(num_tokens, frees)
-        while freed < num_tokens and self.host_leaves:
-            node = min(self.host_leaves, key=lambda n: (n.last_access_time, n.id))
+        # one heap per call (not a scan per victim); a parent that becomes a host leaf joins it
+        heap = [(n.last_access_time, n.id, n) for n in self.host_leaves] if freed < num_tokens else []
+        heapq.heapify(heap)
+        while freed < num_tokens and heap:
+            node = heapq.heappop(heap)[2]
             self.host_leaves.discard(node)
             cd = node.data[0]
             frees.append(cd.host_value)
@@ -141,6 +145,8 @@ class TreeHostTier:
             parent = node.parent
             self._remove_from_parent(node, Cause.CAPACITY, "host copy evicted")
             self.update_host_leaf_state(parent)
+            if parent in self.host_leaves:
+                heapq.heappush(heap, (parent.last_access_time, parent.id, parent))
         return frees, freed
 
     def _reclaim_duplicates(self, num_tokens: int, frees: list[torch.Tensor]) -> int:
