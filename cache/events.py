@@ -35,6 +35,7 @@ class EventKind(str, enum.Enum):
     DEMOTE = "demote"  # device eviction kept a backed-up node as host-only
     LOAD = "load"  # a host-only node got device KV again (load-back, or an insert over it)
     HOST_EVICT = "host_evict"  # a host-only node's host copy was evicted (the node goes)
+    TRANSFER = "transfer"  # a held host-tier copy was queued or completed (``detail``: which)
 
 
 class Cause(str, enum.Enum):

@@ -9,6 +9,7 @@ from typing import Any, Optional
 from .config import MAX_POOL
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
+TRANSFER_MODES = ("immediate", "held")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,11 +18,15 @@ class HiCacheConfig:
     its first hit (insert); ``write_through_selective``: on its second; ``write_back``:
     when device eviction would drop it. ``host_kv_size`` (tokens) defaults to SGLang's
     size for hicache_ratio 2: twice the device pool plus one page; a match whose host part is shorter than
-    ``load_back_threshold`` tokens is not loaded back (SGLang's default 10)."""
+    ``load_back_threshold`` tokens is not loaded back (SGLang's default 10). ``transfers``: ``immediate``
+    completes every copy within its op (SGLang on the CPU, polled every step); ``held``
+    keeps each write-through backup and each load-back in flight — its node locked —
+    until a ``flush`` (SGLang's ``check_hicache_events``), as a GPU stream would."""
 
     write_policy: str = "write_through"
     host_kv_size: Optional[int] = None
     load_back_threshold: int = 10
+    transfers: str = "immediate"
 
     @property
     def write_through_threshold(self) -> Optional[int]:
@@ -33,10 +38,12 @@ class HiCacheConfig:
         unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"unknown hicache field {sorted(unknown)[0]!r}; known: write_policy, host_kv_size, "
-                             "load_back_threshold")
+                             "load_back_threshold, transfers")
         config = cls(**fields)
         if config.write_policy not in WRITE_POLICIES:
             raise ValueError(f"hicache write_policy must be one of {', '.join(WRITE_POLICIES)} (got {config.write_policy!r})")
+        if config.transfers not in TRANSFER_MODES:
+            raise ValueError(f"hicache transfers must be one of {', '.join(TRANSFER_MODES)} (got {config.transfers!r})")
         # SGLang sizes the host pool from hicache_ratio (default 2) plus one page
         size = config.host_kv_size if config.host_kv_size is not None else (2 * kv_size // page_size + 1) * page_size
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0 or size % page_size or size > MAX_POOL:

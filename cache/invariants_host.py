@@ -1,6 +1,7 @@
 """Invariants of the host tier (HiCache): host copies are whole and disjoint, the host
 pool hands out exactly the slots the nodes hold, device nodes sit above host-only ones,
-and the host-leaf set is exactly the host-only, unlocked, childless nodes."""
+the host-leaf set is exactly the host-only, unlocked, childless nodes, and every node
+in a transfer held in flight is locked for it (device; a load's also on the host)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,25 @@ def check_host_tier(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Viola
         slots = torch.cat(copies) if len(copies) > 1 else copies[0]
         if torch.unique(slots).shape[0] != slots.shape[0]:
             out.append(Violation("host.shared_slots", "two host copies share a host slot"))
+    _check_transfers(cache, cols, out, Violation)
     expected = {n.id for n in cols.nodes if tree.is_host_leaf(n)}
     actual = {n.id for n in tree.host_leaves}
     if expected != actual:
         out.append(Violation("host.leaf_set", f"extra {sorted(actual - expected)[:5]}, missing {sorted(expected - actual)[:5]}"))
+
+
+def _check_transfers(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Violation) -> None:
+    open_marks = {t.mark: t for t in cache.host.in_flight}
+    for transfer in cache.host.in_flight:
+        if cache.tree.nodes.get(transfer.node.id) is not transfer.node:
+            out.append(Violation("host.transfer", f"{transfer.kind} {transfer.ack} in flight on node "
+                                 f"{transfer.node.id}, which left the tree"))
+    for node in cols.nodes:
+        cd = node.data[0]
+        mark = cd.metadata.get("transfer")
+        if mark is None:
+            continue
+        if mark not in open_marks:
+            out.append(Violation("host.transfer", f"node {node.id} is marked in a {mark[0]} that is no longer in flight"))
+        elif cd.lock_ref == 0 or (mark[0] == "load" and cd.host_lock_ref == 0):
+            out.append(Violation("host.transfer", f"node {node.id} is in a {mark[0]} in flight but not locked for it"))

@@ -105,6 +105,27 @@ class TreeHostTier:
         if self.events.enabled:
             self.events.emit(EventKind.BACKUP, "full", node.id, Cause.REQUEST, node.length, "device -> host")
 
+    # ---- transfers in flight ---------------------------------------------------------
+    def mark_transfer(self, nodes: list[TreeNode], mark: tuple[str, int]) -> None:
+        """``nodes`` are in the copy in flight ``mark`` (kind, ack id); a split passes
+        the mark to the upper part, as it passes the locks."""
+        for node in nodes:
+            node.data[0].metadata["transfer"] = mark
+            if self._touched is not None:
+                self._touched.add(node.id)
+
+    def clear_transfer(self, node: TreeNode, mark: tuple[str, int]) -> list[TreeNode]:
+        """The ack of ``mark``: clear it from ``node`` and the nodes above that carry it
+        (the path of a load, and the upper parts of splits). Returns them."""
+        cleared = []
+        while node is not self.root and node.data[0].metadata.get("transfer") == mark:
+            del node.data[0].metadata["transfer"]
+            cleared.append(node)
+            if self._touched is not None:
+                self._touched.add(node.id)
+            node = node.parent
+        return cleared
+
     # ---- device eviction -----------------------------------------------------------
     def demote(self, node: TreeNode, batch: EvictionBatch) -> None:
         """Device eviction of a backed-up leaf: its device KV goes, the node stays

@@ -398,7 +398,7 @@ def _why(args) -> int:
     return EXIT_OK
 
 
-TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml")
+TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml", "tour_hicache.toml")
 
 
 def _tui(args) -> int:

@@ -13,6 +13,7 @@ import torch
 
 from ..events import Cause, EventKind
 from .base import TreeComponent
+from .full_host import FullHostMixin
 
 if TYPE_CHECKING:
     from ..eviction import EvictionBatch
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from ..tree_node import TreeNode
 
 
-class FullComponent(TreeComponent):
+class FullComponent(FullHostMixin, TreeComponent):
     name = "full"
     leaf_priority = 0
     internal_priority = 2
@@ -42,9 +43,7 @@ class FullComponent(TreeComponent):
             value = lower.value
             upper.value = value[:cut]
             lower.value = value[cut:]
-        if lower.host_value is not None:  # a backed-up (or host-only) node keeps its copy on both parts
-            host = lower.host_value
-            upper.host_value, lower.host_value = host[:cut], host[cut:]
+        self.split_host_data(upper, lower, cut)
 
     def evict_component(self, node: TreeNode, batch: EvictionBatch) -> int:
         cd = node.data[self.index]

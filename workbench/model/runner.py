@@ -233,6 +233,9 @@ def state_field(state: TimelineState, key: str):
     if key == "host_nodes":
         return sum(1 for r in state.records.values() if r is not None and r.parent is not None
                    and r.components[0].value_len is None and r.components[0].host_len is not None)
+    if key == "in_flight_nodes":
+        return sum(1 for r in state.records.values() if r is not None and r.parent is not None
+                   and any(k == "transfer" for k, _ in r.components[0].extras))
     if key.startswith("full_host_"):
         pool = state.pools.get("full_host")
         return getattr(pool, key.removeprefix("full_host_")) if pool is not None else 0

@@ -54,11 +54,12 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     # the host tier ([config] hicache)
     "load_back": (("key",), ("extra_key",), ("loaded", "host_hit_length")),
     "evict_host": ((), ("full",), ("full_host_evicted",)),
-    "flush": ((), (), ()),
+    "flush": ((), (), ("completed",)),
 }
 HOST_OPS = ("load_back", "evict_host", "flush")
-# State fields of the host tier (only with [config] hicache): its pool, and host-only nodes
-HOST_FIELDS = ("full_host_available", "full_host_total", "full_host_evictable", "host_nodes")
+# State fields of the host tier (only with [config] hicache): its pool, host-only nodes,
+# and nodes in a copy held in flight (transfers = "held") until a flush
+HOST_FIELDS = ("full_host_available", "full_host_total", "full_host_evictable", "host_nodes", "in_flight_nodes")
 COMMON_FIELDS = ("op", "expect", "expect_error", "description")
 
 # State fields any step may expect (all ints). Per-name tables come after.

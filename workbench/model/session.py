@@ -57,7 +57,7 @@ class Session:
             "check": lambda f: None,
             "load_back": self.load_back,
             "evict_host": lambda f: {"full_host_evicted": self.cache.evict_host(f.get("full", 0))},
-            "flush": lambda f: None,  # transfers complete when made: nothing is ever in flight
+            "flush": lambda f: {"completed": self.cache.check_hicache_events()},
         }
 
     def run(self, op: str, fields: dict[str, Any]) -> Optional[dict[str, Any]]:

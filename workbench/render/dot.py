@@ -24,6 +24,7 @@ CHANGE_FILL = {  # what the step did, strongest first
     "lock": "#fde2c8", "removed": "#f2f2f2", "value": "#f5f5dc", "lru": "#ffffff",
 }
 COMPONENT_COLOR = {"full": "#1f6fb2", "swa": "#8e3b9e", "mamba": "#2e7d32"}
+HOST_FILL = "#1565c0"  # a host-only value: white on blue, as in the tree view
 LEGEND = [  # (label, fill, border, style): identical on every picture
     ("added", CHANGE_FILL["added"], "black", "solid"),
     ("split", CHANGE_FILL["split"], "black", "solid"),
@@ -73,10 +74,20 @@ def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, .
     for comp in components:
         facts = data["components"][comp]
         color = COMPONENT_COLOR.get(comp, "black")
+        host = facts.get("host")
         value = "✝" if facts["len"] is None else str(facts["len"])
+        cell = "<TD>"
+        if facts["len"] is None and host is not None:  # host-only: unmistakable, white on blue
+            value, cell = f"<B>HOST {host}</B>", f'<TD BGCOLOR="{HOST_FILL}"><FONT COLOR="white">'
+        elif host is not None:
+            value += f' <FONT COLOR="{HOST_FILL}">+host</FONT>'
+        transfer = facts["extras"].get("transfer")
+        if transfer is not None:
+            value += f' <FONT COLOR="#8e24aa">{"⇡" if transfer == "backup" else "⇣"}{transfer}</FONT>'
+        close = "</FONT></TD>" if cell != "<TD>" else "</TD>"
         lock = f"lock {facts['lock_ref']}" if facts["lock_ref"] else ""
         rank = f"r{facts['rank']}" if facts["rank"] is not None else ""
-        rows.append(f'<TR><TD ALIGN="LEFT"><FONT COLOR="{color}">{comp}</FONT></TD><TD>{value}</TD>'
+        rows.append(f'<TR><TD ALIGN="LEFT"><FONT COLOR="{color}">{comp}</FONT></TD>{cell}{value}{close}'
                     f"<TD>{lock}</TD><TD>{rank}</TD></TR>")
     style = ' STYLE="DASHED"' if ghost else ""
     width = "2" if locked else "1"
@@ -93,6 +104,8 @@ def _head(data: dict) -> str:
 def _classes(data: dict, locked: bool) -> str:
     classes = ["ghost" if data["kind"] == "ghost" else "tree-node"]
     classes += [f"tombstone-{c}" for c, f in sorted(data["components"].items()) if f["len"] is None]
+    classes += [f"host-only-{c}" for c, f in sorted(data["components"].items())
+                if f["len"] is None and f.get("host") is not None]
     if locked:
         classes.append("locked")
     if data["evictable_leaf"]:
@@ -115,6 +128,8 @@ def _tooltip(data: dict, components: tuple[str, ...]) -> str:
     for comp in components:
         f = data["components"][comp]
         value = "tombstone" if f["len"] is None else f"value {f['len']}"
+        if f.get("host") is not None:
+            value += f", host copy {f['host']}" + (" (host-only)" if f["len"] is None else "")
         extras = "".join(f", {k}={v}" for k, v in sorted(f["extras"].items()))
         rank = f", LRU rank {f['rank']}" if f["rank"] is not None else ""
         lines.append(f"{comp}: {value}, lock_ref {f['lock_ref']}{rank}{extras}")

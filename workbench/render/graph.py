@@ -57,6 +57,7 @@ def _facts(state: TimelineState, record, diff: Optional[StateDiff], ranked: bool
             "lock_ref": comp.lock_ref,
             "rank": state.rank(name, record) if ranked else None,
             "extras": dict(comp.extras),
+            "host": comp.host_len,  # the host tier's copy (None: none)
         }
     return {
         "kind": "node",
@@ -104,6 +105,8 @@ def collapse_chains(graph: nx.DiGraph) -> int:
             for comp, facts in top["components"].items():
                 if facts["len"] is not None:
                     facts["len"] += below["components"][comp]["len"]
+                if facts["host"] is not None:
+                    facts["host"] += below["components"][comp]["host"]
             for grandchild in list(graph.successors(child)):
                 graph.add_edge(name, grandchild)
             graph.remove_node(child)
@@ -117,6 +120,8 @@ def _agree(a: dict, b: dict) -> bool:
     for name, facts in a["components"].items():
         other = b["components"][name]
         if (facts["len"] is None) != (other["len"] is None) or facts["lock_ref"] != other["lock_ref"]:
+            return False
+        if (facts["host"] is None) != (other["host"] is None):
             return False
         if facts["extras"] or other["extras"]:
             return False

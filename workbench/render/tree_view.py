@@ -60,7 +60,10 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
         if rank is not None:
             text.append(f" r{rank}", style="dim")
         for k, value in extras:
-            text.append(f" {k}={value}", style="yellow")
+            if k == "transfer":  # a host-tier copy in flight until a flush
+                text.append(f" {'⇡' if value == 'backup' else '⇣'}{value}", style="bold magenta")
+            else:
+                text.append(f" {k}={value}", style="yellow")
     if evictable_leaf:
         text.append("  leaf", style="dim green")
     return text

@@ -1,0 +1,27 @@
+"""Full KV's part in the host tier (HiCache): its host copy across a split, and the
+mark of a copy in flight."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..tree_node import ComponentData, TreeNode
+
+
+class FullHostMixin:
+    index: int
+
+    @staticmethod
+    def split_host_data(upper: ComponentData, lower: ComponentData, cut: int) -> None:
+        """A backed-up (or host-only) node keeps its copy on both parts; both parts are
+        in a copy in flight."""
+        if lower.host_value is not None:
+            host = lower.host_value
+            upper.host_value, lower.host_value = host[:cut], host[cut:]
+        if "transfer" in lower.metadata:
+            upper.metadata["transfer"] = lower.metadata["transfer"]
+
+    def node_extras(self, node: TreeNode) -> dict:
+        transfer = node.data[self.index].metadata.get("transfer")
+        return {"transfer": transfer[0]} if transfer is not None else {}
