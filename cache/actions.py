@@ -51,7 +51,7 @@ class BackupKV:
     nodes: tuple
     node: Optional[int] = None
     cause: Cause = Cause.REQUEST
-    deferrable: ClassVar[bool] = True
+    deferrable: ClassVar[bool] = False  # a barrier, as in v0.5.23: copied before the insert commits
     component: ClassVar[str] = "full"
 
     @property

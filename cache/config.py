@@ -72,10 +72,11 @@ class CacheConfig:
 
             if not isinstance(self.hicache, (Mapping, HiCacheConfig)):
                 raise ValueError("hicache must be a table of write_policy, host_kv_size, load_back_threshold")
-            if comps != ("full",):
-                raise ValueError("hicache is built for Full-only caches so far (SWA and Mamba host data come next)")
+            if comps not in (("full",), ("full", "mamba")):
+                raise ValueError("hicache is built for Full and Full+Mamba caches so far (SWA host data comes next)")
             if not isinstance(self.hicache, HiCacheConfig):
-                object.__setattr__(self, "hicache", HiCacheConfig.of(self.hicache, self.kv_size, self.page_size))
+                object.__setattr__(self, "hicache", HiCacheConfig.of(self.hicache, self.kv_size, self.page_size,
+                                                                     self.mamba_size if "mamba" in comps else None))
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda (got {self.device!r})")
 

@@ -87,7 +87,11 @@ class UnifiedRadixCache(RequestFlows, HostCalls):
         for component in self.hooks.check_insert_params:
             component.check_insert_params(params)
         with self.events.op("insert"):
-            return self.tree.insert(params, self._apply_actions)
+            try:
+                return self.tree.insert(params, self._apply_actions)
+            finally:
+                if self.host is not None:
+                    self.host.end_of_op()
 
     def _apply_actions(self, actions: list) -> None:
         bus = self.events
@@ -292,6 +296,8 @@ class UnifiedRadixCache(RequestFlows, HostCalls):
             values = batch.take_frees(component.name)
             if values:
                 component.free_device_values(values, Cause.CAPACITY, None)
+        if self.host is not None:  # host copies that went with deleted nodes
+            self.host.drain()
 
     # ---- locks ----------------------------------------------------------------
     def inc_lock_ref(self, node_id: int, skip_lock_components: tuple[str, ...] = ()) -> IncLockRefResult:

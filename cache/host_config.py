@@ -25,6 +25,7 @@ class HiCacheConfig:
 
     write_policy: str = "write_through"
     host_kv_size: Optional[int] = None
+    host_mamba_size: Optional[int] = None  # states; default twice the device pool plus one (SGLang's)
     load_back_threshold: int = 10
     transfers: str = "immediate"
 
@@ -34,11 +35,11 @@ class HiCacheConfig:
         return {"write_through": 1, "write_through_selective": 2}.get(self.write_policy)
 
     @classmethod
-    def of(cls, fields: Mapping[str, Any], kv_size: int, page_size: int) -> HiCacheConfig:
+    def of(cls, fields: Mapping[str, Any], kv_size: int, page_size: int, mamba_size: Optional[int] = None) -> HiCacheConfig:
         unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"unknown hicache field {sorted(unknown)[0]!r}; known: write_policy, host_kv_size, "
-                             "load_back_threshold, transfers")
+                             "host_mamba_size, load_back_threshold, transfers")
         config = cls(**fields)
         if config.write_policy not in WRITE_POLICIES:
             raise ValueError(f"hicache write_policy must be one of {', '.join(WRITE_POLICIES)} (got {config.write_policy!r})")
@@ -48,7 +49,15 @@ class HiCacheConfig:
         size = config.host_kv_size if config.host_kv_size is not None else (2 * kv_size // page_size + 1) * page_size
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0 or size % page_size or size > MAX_POOL:
             raise ValueError(f"hicache host_kv_size must be a positive multiple of page_size {page_size} (got {size!r})")
+        states = config.host_mamba_size
+        if mamba_size is None:
+            if states is not None:
+                raise ValueError("hicache host_mamba_size needs the mamba component")
+        else:
+            states = 2 * mamba_size + 1 if states is None else states  # SGLang: the ratio's share plus one slot
+            if isinstance(states, bool) or not isinstance(states, int) or not 0 < states <= MAX_POOL:
+                raise ValueError(f"hicache host_mamba_size must be a positive int (got {states!r})")
         threshold = config.load_back_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
             raise ValueError(f"hicache load_back_threshold must be a non-negative int (got {threshold!r})")
-        return dataclasses.replace(config, host_kv_size=size)
+        return dataclasses.replace(config, host_kv_size=size, host_mamba_size=states)

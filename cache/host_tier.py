@@ -21,7 +21,7 @@ from .errors import CacheError
 from .events import Cause, EventBus, EventKind
 from .keys import as_key
 from .params import MatchPrefixParams
-from .pools.host_pool import HostKVPool
+from .pools.host_pool import HostKVPool, HostMambaPool
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
@@ -43,7 +43,7 @@ class Transfer(NamedTuple):
     ack: int  # its id; the nodes in it carry (kind, ack) until the ack
     node: TreeNode  # the node the ack names (a split keeps it as the lower part)
     tokens: int
-    receipt: IncLockRefResult  # the device lock held until the ack
+    receipt: Optional[IncLockRefResult]  # the device lock held until the ack (held transfers)
     host_held: bool  # a load: every marked node is host-locked until the ack
 
     @property
@@ -57,34 +57,76 @@ class HostTier:
         self.config = config
         self.held = config.transfers == "held"
         self.kv = HostKVPool(config.host_kv_size, cache.page_size)
+        # the auxiliary components' host pools, by component name ("mamba" before "swa", as SGLang allocates)
+        self.aux: dict[str, HostMambaPool] = {}
+        if "mamba" in cache.by_name:
+            self.aux["mamba"] = HostMambaPool(config.host_mamba_size)
         self.in_flight: list[Transfer] = []
         self.acks = 0  # transfer ids handed out
         cache.tree.enable_host_tier(config.write_policy, config.write_through_threshold)
+        cache.tree.backup_before_tombstone = self._backup_before_tombstone
 
     def reset(self) -> None:
         self.kv.clear()
+        for pool in self.aux.values():
+            pool.clear()
         self.in_flight.clear()
+
+    def pool(self, name: str):
+        return self.kv if name == "full" else self.aux[name]
 
     # ---- backups -------------------------------------------------------------------
     def backup(self, nodes) -> bool:
-        """Copy each node's Full KV to the host, root side first, taking host slots at
-        once (host eviction covers a shortfall). False when the host cannot make room:
-        the rest of the chain stays device-only."""
-        tree = self.cache.tree
+        """Copy each node's data to the host, root side first: Full KV (unless it has a
+        copy) and each auxiliary component's device data without one. Host slots are
+        taken at once (Full: host eviction covers the shortfall; an auxiliary pool
+        gets one host eviction of its whole need); when any pool cannot make room the
+        node is backed up not at all and the rest of the chain stays as it is."""
+        tree, cache = self.cache.tree, self.cache
+        written = True
         for node in nodes:
-            if tree.backed_up(node) or node.data[0].value is None or tree.nodes.get(node.id) is not node:
+            if tree.nodes.get(node.id) is not node or node.data[0].value is None:
                 continue
-            need = self.kv.allocator.pages_for(node.length) * self.cache.page_size
+            full = None if tree.backed_up(node) else node.data[0].value
+            aux = [(c, v) for c in tree.host_components if (v := c.backup_value(node)) is not None]
+            if full is None and not aux:
+                continue
+            taken = self._take_host_slots(full, aux)
+            if taken is None:
+                written = False
+                break
+            if full is not None:
+                self.kv.copy_in(cache.kv_buffer, full, taken["full"])
+                tree.set_host_value(node, cache.components[0], taken["full"])
+            for component, value in aux:
+                self.aux[component.name].copy_in(component.pool, value, taken[component.name])
+                tree.set_host_value(node, component, taken[component.name])
+            for name, slots in taken.items():
+                self._emit(EventKind.ALLOC, name, node.id, Cause.REQUEST, int(slots.shape[0]))
+            if self.config.write_policy != "write_back":  # write-back drains its own ack
+                self._hold("backup", node, node.length, tree.inc_lock_ref(node.id) if self.held else None, [node])
+        self.drain()
+        return written
+
+    def _take_host_slots(self, full, aux) -> Optional[dict]:
+        taken = {}
+        if full is not None:
+            need = self.kv.allocator.pages_for(int(full.shape[0])) * self.cache.page_size
             if need > self.kv.available_size():
                 self.evict_host(need - self.kv.available_size())
                 if need > self.kv.available_size():
-                    return False
-            host = self.kv.backup(self.cache.kv_buffer, node.data[0].value)
-            tree.set_host_value(node, host)
-            self._emit(EventKind.ALLOC, node.id, Cause.REQUEST, node.length)
-            if self.held and self.config.write_policy != "write_back":  # write-back drains its own ack
-                self._hold("backup", node, node.length, tree.inc_lock_ref(node.id), [node])
-        return True
+                    return None
+            taken["full"] = self.kv.allocator.alloc(int(full.shape[0]))
+        for component, value in sorted(aux, key=lambda cv: cv[0].name):
+            pool, need = self.aux[component.name], int(value.shape[0])
+            if pool.available_size() < need:
+                self.evict_host(need, component.name)  # SGLang asks for the whole need, once
+            if pool.available_size() < need:
+                for name, slots in taken.items():  # refused whole: give back what this node took
+                    self.pool(name).allocator.free(slots, trusted=True)
+                return None
+            taken[component.name] = pool.allocator.alloc(need)
+        return taken
 
     # ---- transfers in flight -----------------------------------------------------------
     def _hold(self, kind: str, node: TreeNode, tokens: int, receipt: IncLockRefResult, marked: list[TreeNode]) -> None:
@@ -92,7 +134,15 @@ class HostTier:
         transfer = Transfer(kind, self.acks, node, tokens, receipt, kind == "load")
         self.in_flight.append(transfer)
         self.cache.tree.mark_transfer(marked, transfer.mark)
-        self._emit_transfer(transfer, "queued")
+        if self.held:
+            self._emit_transfer(transfer, "queued")
+
+    def end_of_op(self) -> None:
+        """Immediate transfers are acknowledged when the op that made them ends (as the
+        scheduler polls after each step): until then a node copied by this op counts
+        as in flight, e.g. it takes no second, incremental backup."""
+        if not self.held and self.in_flight:
+            self.check_hicache_events()
 
     def check_hicache_events(self) -> int:
         """Acknowledge every transfer in flight, oldest first: release its locks (a
@@ -102,10 +152,12 @@ class HostTier:
         done, self.in_flight = self.in_flight, []
         for transfer in done:
             marked = tree.clear_transfer(transfer.node, transfer.mark)  # deepest first
-            self._emit_transfer(transfer, "completed")
-            tree.dec_lock_ref(transfer.node.id, transfer.receipt)
+            if self.held:
+                self._emit_transfer(transfer, "completed")
+            if transfer.receipt is not None:
+                tree.dec_lock_ref(transfer.node.id, transfer.receipt)
             if transfer.host_held:
-                tree.hold_host(marked, -1)
+                tree.hold_host(marked, -1, transfer.node)
                 for node in marked:
                     tree.track_duplicate(node)
         return len(done)
@@ -123,70 +175,108 @@ class HostTier:
         tree = self.cache.tree
         if self.config.write_policy != "write_back" or tree.backed_up(node):
             return
-        if not self.backup([node]):
-            for host in tree.drop_host_subtree(node):
-                self._free(host, None, Cause.CASCADE)
+        if self.backup([node]):
+            tree.track_duplicate(node)  # its ack: on both tiers until the demotion right after
+        else:
+            tree.drop_host_subtree(node)
+            self.drain()
+
+    def _backup_before_tombstone(self, node: TreeNode, component) -> None:
+        """Write-back: back ``node`` up before it loses ``component``'s device data."""
+        if self.aux[component.name].available_size() < 1:
+            self.evict_host(1, component.name)
+        if self.backup([node]):
+            self.cache.tree.track_duplicate(node)
 
     # ---- host eviction ---------------------------------------------------------------
-    def evict_host(self, num_tokens: int) -> int:
-        """Free host copies of host-only leaves, least recently used first, until
-        ``num_tokens`` host tokens are free; returns the tokens freed."""
-        if type(num_tokens) is not int or num_tokens < 0:
-            raise CacheError(f"evict_host: num_tokens must be a non-negative int (got {num_tokens!r})")
-        frees, freed = self.cache.tree.evict_host(num_tokens)
-        for host in frees:
-            self._free(host, None, Cause.CAPACITY)
+    def evict_host(self, num: int, component: str = "full") -> int:
+        """Free host copies until ``num`` units of ``component`` are free (Full:
+        tokens; write-back takes redundant copies first); returns the units freed."""
+        if type(num) is not int or num < 0:
+            raise CacheError(f"evict_host: the amount must be a non-negative int (got {num!r})")
+        if component != "full" and component not in self.aux:
+            raise CacheError(f"evict_host: no host copies of {component!r} (host tier components: "
+                             f"{', '.join(['full', *self.aux])})")
+        freed = self.cache.tree.evict_host(num, component)
+        self.drain()
         return freed
 
-    def _free(self, host, node, cause: Cause) -> None:
-        n = self.kv.free(host)
-        self._emit(EventKind.FREE, node, cause, n)
+    def drain(self) -> None:
+        """Return the host slots the tree let go of to their pools."""
+        frees = self.cache.tree.host_frees
+        while frees:
+            name, slots = frees.pop()
+            n = self.pool(name).allocator.free(slots, trusted=True)  # only ever slots these pools handed out
+            self._emit(EventKind.FREE, name, None, Cause.CAPACITY, n)
 
-    def _emit(self, kind: EventKind, node, cause: Cause, n: int) -> None:
+    def _emit(self, kind: EventKind, name: str, node, cause: Cause, n: int) -> None:
         if self.cache.events.enabled:
-            self.cache.events.emit(kind, "full", node, cause, n, "pool=full_host")
+            self.cache.events.emit(kind, name, node, cause, n, f"pool={name}_host")
 
     # ---- load-back -------------------------------------------------------------------
     def load_back(self, key: RadixKey) -> LoadBackResult:
-        """Match ``key``; when its host part reaches ``load_back_threshold``, copy the
-        host-only nodes back to fresh device slots (evicting device KV for them, with
-        the matched device prefix and the path's host copies locked meanwhile). When the
-        device pool cannot cover it, nothing is loaded; the match's own effects (access
-        times, a split) stay, as they do for any match."""
+        """Match ``key`` and bring its host part back to the device: the host-only Full
+        nodes down to the best match and, when the best match's auxiliary data is on
+        the host only, that (a Mamba state). A Full part below ``load_back_threshold``
+        is not loaded unless auxiliary data comes too. Device room is made by eviction,
+        with the match's device path locked and its host copies host-locked meanwhile.
+        When the device cannot cover it nothing is loaded; the match's own effects
+        (access times, a split) stay, as they do for any match. ``loaded`` counts every
+        token below the old device prefix, as SGLang's does."""
         cache, tree = self.cache, self.cache.tree
         match = cache.match_prefix(MatchPrefixParams(key))
+        best = tree.node_by_id(match.best_match_node)
+        path = tree.host_path(best)
+        aux = [(c, n) for c in tree.host_components if (n := c.load_back_node(best)) is not None]
         hit = match.host_hit_length
-        if hit == 0 or hit < self.config.load_back_threshold:
+        kv_tokens = sum(node.length for node in path)
+        if (kv_tokens < max(1, self.config.load_back_threshold) and not aux) or (kv_tokens == 0 and not aux):
             return LoadBackResult(0, hit, match.last_device_node)
-        path = tree.host_path(tree.node_by_id(match.best_match_node))
-        anchor = match.last_device_node
-        receipt = tree.inc_lock_ref(anchor)  # eviction for the load must not take the prefix
-        tree.hold_host(path, +1)  # nor (write-back: backups evict host data) the path itself
+        anchor = path[0].parent if path else best  # the deepest node with device KV
+        receipt = tree.inc_lock_ref(anchor.id)  # eviction for the load must not take the prefix
+        tree.hold_host(path, +1, best)  # nor (write-back: backups evict host data) the path itself
+        slots, states = None, []
         try:
-            cache.check_capacity(hit)
-            slots = cache.alloc_kv(hit)
-            start = 0
-            for node in path:
-                part = slots[start : start + node.length]
-                self.kv.load(cache.kv_buffer, node.data[0].host_value, part)
-                tree.restore_device(node, part)
-                start += node.length
+            cache.check_capacity(kv_tokens, mamba_states=len(aux))  # refused whole, before any eviction
+            if kv_tokens:
+                slots = cache.alloc_kv(kv_tokens)
+            for component, _ in aux:
+                states.append(component.alloc_slot())
         except BaseException:
-            tree.hold_host(path, -1)
-            tree.dec_lock_ref(anchor, receipt)
+            if slots is not None:
+                cache.free_kv([slots])
+            for (component, _), state in zip(aux, states):
+                component.pool.free(state)
+            tree.hold_host(path, -1, best)
+            tree.dec_lock_ref(anchor.id, receipt)
             raise
-        tree.dec_lock_ref(anchor, receipt)
+        start = 0
+        for node in path:
+            part = slots[start : start + node.length]
+            self.kv.load(cache.kv_buffer, node.data[0].host_value, part)
+            tree.restore_device(node, part)
+            start += node.length
+        for (component, node), state in zip(aux, states):
+            self.aux[component.name].load(component.pool, node.data[component.index].host_value, state)
+            tree.set_component_value(node.id, component.name, state)
+        tree.dec_lock_ref(anchor.id, receipt)
+        loaded = 0
+        node, top = best, tree.node_by_id(match.last_device_node)
+        while node is not top and node is not tree.root:
+            loaded += node.length
+            node = node.parent
         if self.held:  # the loaded nodes stay locked on both tiers until the ack
-            self._hold("load", path[-1], hit, tree.inc_lock_ref(path[-1].id), path)
+            self._hold("load", best, loaded, tree.inc_lock_ref(best.id), path or [best])
         else:  # acknowledged at once: what check_hicache_events would release
-            tree.hold_host(path, -1)
+            tree.hold_host(path, -1, best)
             for node in reversed(path):  # as SGLang's load ack does: from the deepest up
                 tree.track_duplicate(node)
-        return LoadBackResult(hit, hit, path[-1].id)
+        self.drain()
+        return LoadBackResult(loaded, hit, best.id)
 
     # ---- sizes -----------------------------------------------------------------------
-    def available_size(self) -> int:
-        return self.kv.available_size()
+    def available_size(self, component: str = "full") -> int:
+        return self.pool(component).available_size()
 
 
 class HostCalls:
@@ -200,14 +290,15 @@ class HostCalls:
         with self.events.op("load_back"):
             return self._host("load_back").load_back(as_key(key))
 
-    def evict_host(self, num_tokens: int) -> int:
-        """Free ``num_tokens`` host tokens (write-back: redundant copies first, then
-        host-only leaves, least recent first)."""
+    def evict_host(self, num: int, component: str = "full") -> int:
+        """Free ``num`` host units of ``component`` (Full: tokens, write-back's
+        redundant copies first, then host-only leaves, least recent first; Mamba:
+        states, oldest host-only first)."""
         with self.events.op("evict_host"):
-            return self._host("evict_host").evict_host(num_tokens)
+            return self._host("evict_host").evict_host(num, component)
 
-    def host_available_size(self) -> int:
-        return self._host("host_available_size").available_size()
+    def host_available_size(self, component: str = "full") -> int:
+        return self._host("host_available_size").available_size(component)
 
     def check_hicache_events(self) -> int:
         """Complete the host tier's transfers in flight (SGLang's per-step poll);

@@ -43,6 +43,7 @@ def check_host_tier(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Viola
         if torch.unique(slots).shape[0] != slots.shape[0]:
             out.append(Violation("host.shared_slots", "two host copies share a host slot"))
     _check_transfers(cache, cols, out, Violation)
+    _check_aux_copies(cache, cols, out, Violation)
     expected = {n.id for n in cols.nodes if tree.is_host_leaf(n)}
     actual = {n.id for n in tree.host_leaves}
     if expected != actual:
@@ -62,5 +63,32 @@ def _check_transfers(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vio
             continue
         if mark not in open_marks:
             out.append(Violation("host.transfer", f"node {node.id} is marked in a {mark[0]} that is no longer in flight"))
-        elif cd.lock_ref == 0 or (mark[0] == "load" and cd.host_lock_ref == 0):
+        elif not cache.host.held:
+            out.append(Violation("host.transfer", f"node {node.id} is in an immediate {mark[0]} left unacknowledged"))
+        elif cd.lock_ref == 0 or (mark[0] == "load" and not any(d.host_lock_ref for d in node.data)):
             out.append(Violation("host.transfer", f"node {node.id} is in a {mark[0]} in flight but not locked for it"))
+
+
+def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Violation) -> None:
+    """Each auxiliary component's host copies: one unit each, exactly the pool's used
+    slots, and its host LRU exactly the host-only, not host-locked ones."""
+    tree = cache.tree
+    for component in tree.host_components:
+        i, name = component.index, component.name
+        copies = [node.data[i].host_value for node in cols.nodes if node.data[i].host_value is not None]
+        for node in cols.nodes:
+            value = node.data[i].host_value
+            if value is not None and value.shape[0] != 1:
+                out.append(Violation("host.value_len", f"node {node.id} {name} host copy has {value.shape[0]} slots"))
+        pool = cache.host.aux[name]
+        used = pool.size - pool.available_size()
+        if used != len(copies):
+            out.append(Violation("host.pool_balance", f"{name} host pool hands out {used} slots, the nodes hold {len(copies)}"))
+        if len(copies) > 1 and torch.unique(torch.cat(copies)).shape[0] != len(copies):
+            out.append(Violation("host.shared_slots", f"two {name} host copies share a host slot"))
+        expected = {n.id for n in cols.nodes if n.data[i].value is None and n.data[i].host_value is not None
+                    and n.data[i].host_lock_ref == 0}
+        actual = set(tree.host_lru[name])
+        if expected != actual:
+            out.append(Violation("host.lru", f"{name} host LRU: extra {sorted(actual - expected)[:5]}, "
+                                 f"missing {sorted(expected - actual)[:5]}"))

@@ -264,4 +264,7 @@ def pool_views(cache: UnifiedRadixCache) -> dict[str, PoolView]:
     if cache.host is not None:  # the host tier: what the tree keeps there is its "evictable"
         host = cache.host.kv
         views["full_host"] = PoolView("full_host", host.size, host.available_size(), cache.tree.host_held, 0, 0)
+        for name, pool in cache.host.aux.items():
+            views[f"{name}_host"] = PoolView(f"{name}_host", pool.size, pool.available_size(),
+                                             pool.size - pool.available_size(), 0, 0)
     return views

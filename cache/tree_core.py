@@ -178,7 +178,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
             split_child = path[-1]
             path[-1] = self._split_node(split_child, cut)
         node = path[-1] if path else root
-        if self.host_policy is not None:  # Full only so far: every walked node is accepted
+        if self.host_policy is not None:  # host copies count: tree_core_host.py
             result = self.host_match(path, node)
             if self.events.enabled:
                 emit_verdicts(self, key, node, split_child)
@@ -236,7 +236,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         del path[best:]
         return path
 
-    def _finish_match(self, best: TreeNode, chunks: list, walked: int, last_visited: TreeNode) -> MatchResult:
+    def _finish_match(self, best: TreeNode, chunks: list, walked: int, last_visited: TreeNode,
+                      device: Optional[TreeNode] = None, host_hit: int = 0) -> MatchResult:
         for hook in self._match_end_hooks:
             hook(best)
         if self._touched is not None:
@@ -259,9 +260,10 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         root_id = self.root.id
         result = MatchResult(
             indices,
+            best.id if device is None else device.id,
             best.id,
             best.id,
-            best.id,
+            host_hit,
             full_kv_hit_length=walked,
             last_visited_node_id=None if last_visited.id == root_id else last_visited.id,
         )
@@ -353,6 +355,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
             target.hit_count += self.hit_step
             if self.host_policy is not None:
                 self.queue_backup(target, params.chunked, pending)
+        elif self.host_policy is not None and target is not root:
+            self.queue_aux_backup(target, pending)
         if target is not root:
             for hook in self._insert_end_hooks:
                 hook(target)

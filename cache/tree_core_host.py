@@ -1,19 +1,24 @@
 """The tree core's host tier (HiCache): which nodes have a host copy, and what that
 changes in eviction, matching and inserting.
 
-A node is *backed up* when its Full KV has a host copy (``host_value``). Device
-eviction of a backed-up leaf *demotes* it: its device KV goes, the node stays as
-host-only (Full ``value`` None), and a later match counts it as a host hit that
-``load_back`` can bring back. Host-only nodes are always below the device ones (only
-device leaves are demoted, and a load or an insert brings a path back top-down), so a
-path is device nodes, then host-only ones. Host eviction takes *host leaves*:
-host-only, unlocked on the host, childless. The tree decides; the controller's
-``HostTier`` copies and frees (the tree core never touches a pool).
+A node is *backed up* when its Full KV has a host copy (``host_value``); an
+auxiliary component (Mamba) keeps its own host copy beside its device value. Device
+eviction of a backed-up leaf *demotes* it: its device data goes (every component's),
+the node stays as host-only (Full ``value`` None), and a later match counts it as a
+host hit that ``load_back`` can bring back. Host-only nodes are always below the
+device ones (only device leaves are demoted, and a load or an insert brings a path
+back top-down), so a path is device nodes, then host-only ones. Full host eviction
+takes *host leaves* (host-only, unlocked, childless) whole; an auxiliary component's
+host eviction walks its *host LRU* (nodes whose data is on the host only, in the
+order they got there). The tree decides; the controller's ``HostTier`` copies and
+frees the host slots this side queues in ``host_frees`` (the tree core never touches
+a pool).
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional
 
 import torch
@@ -29,19 +34,29 @@ if TYPE_CHECKING:
 
 class TreeHostTier:
     """Mixed into UnifiedTreeCore. ``host_policy`` None: no host tier (every method
-    here is then unused and every node keeps Full KV on the device)."""
+    here is then unused and every node keeps its data on the device)."""
 
     host_policy: Optional[str] = None
     write_through_threshold: Optional[int] = None
 
-    host_held = 0  # tokens with a host copy (the host pool's share the tree holds)
+    host_held = 0  # Full tokens with a host copy (the host pool's share the tree holds)
     hit_step = 1  # an insert's hit count step: 0 under write-back (v0.5.23 counts no hits there)
 
     def enable_host_tier(self, policy: str, write_through_threshold: Optional[int]) -> None:
         self.host_policy = policy
         self.write_through_threshold = write_through_threshold
         self.hit_step = 0 if policy == "write_back" else 1
+        self.host_components = [c for c in self.components[1:] if getattr(c, "keeps_host_copy", False)]
+        # host-aware versions of three tree steps, on this tree only: zero cost without a host tier
+        self._detach = self._detach_to_host
+        self._remove_from_parent = self._remove_with_host_copies
+        self.set_component_value = self._set_value_from_host
+        if policy == "write_back":
+            self.tombstone = self._tombstone_after_backup
         self.reset_host_tier()
+
+    # the controller's write-back backup of one node, set by the HostTier
+    backup_before_tombstone: Optional[Callable[[TreeNode, object], None]] = None
 
     def reset_host_tier(self) -> None:
         self.host_leaves: set[TreeNode] = set()
@@ -49,6 +64,9 @@ class TreeHostTier:
         # write-back: nodes whose Full KV came back to the device while keeping a host
         # copy, oldest first: host pressure reclaims these redundant copies first
         self.host_duplicates: dict[int, TreeNode] = {}
+        # per auxiliary component: node id -> node with its data on the host only, oldest first
+        self.host_lru: dict[str, dict[int, TreeNode]] = {c.name: {} for c in self.host_components}
+        self.host_frees: list[tuple[str, torch.Tensor]] = []  # (component, host slots) for the controller
 
     # ---- state -------------------------------------------------------------------
     @staticmethod
@@ -59,7 +77,7 @@ class TreeHostTier:
         """Host-only, unlocked on the host, no children: what host eviction may take."""
         if node is self.root or node.children or node.data[0].value is not None or node.data[0].host_value is None:
             return False
-        return all(cd.host_lock_ref == 0 for cd in node.data)
+        return all(cd.host_lock_ref == 0 and cd.lock_ref == 0 for cd in node.data)
 
     def update_host_leaf_state(self, node: TreeNode) -> None:
         if self.host_policy is None:
@@ -68,6 +86,65 @@ class TreeHostTier:
             self.host_leaves.add(node)
         else:
             self.host_leaves.discard(node)
+
+    def refresh_host_lru(self, node: TreeNode, component) -> None:
+        """An auxiliary component's host LRU holds its host-only data that is not
+        host-locked; a node joins at the MRU end, a member keeps its place."""
+        lru = self.host_lru.get(component.name)
+        if lru is None:
+            return
+        cd = node.data[component.index]
+        if cd.value is None and cd.host_value is not None and cd.host_lock_ref == 0 and node.id in self.nodes:
+            lru.setdefault(node.id, node)
+        else:
+            lru.pop(node.id, None)
+
+    # ---- the host-aware tree steps ---------------------------------------------------
+    def _detach_to_host(self, node: TreeNode, component) -> None:
+        type(self)._detach(self, node, component)
+        if component.index:
+            self.refresh_host_lru(node, component)
+
+    def _remove_with_host_copies(self, node: TreeNode, cause: Cause, detail: str = "") -> None:
+        """A node leaves the tree: whatever host copies it still has go with it."""
+        for component in self.components:
+            if node.data[component.index].host_value is not None:
+                self.drop_host_value(node, component, cause, "with its node")
+        self.host_leaves.discard(node)
+        self.host_duplicates.pop(node.id, None)
+        type(self)._remove_from_parent(self, node, cause, detail)
+
+    def _set_value_from_host(self, node_id: int, name: str, value: torch.Tensor, cause: Cause = Cause.REQUEST) -> None:
+        type(self).set_component_value(self, node_id, name, value, cause)
+        self.refresh_host_lru(self.nodes[node_id], self.by_name[name])  # on the device again: off the host LRU
+
+    def _tombstone_after_backup(self, node: TreeNode, component, batch: EvictionBatch, cascade: bool = True) -> None:
+        """Write-back: an internal node about to lose an auxiliary component's only
+        copy (and not backed up itself) is backed up first, Full KV with it, as
+        v0.5.23's InternalStateBackup does; it loses its device data even when the
+        host could not take it. A node the backup changed is left to the walk."""
+        cd = node.data[component.index]
+        if (component in self.host_components and cd.host_value is None and not self.backed_up(node)
+                and node.data[0].value is not None):
+            self.backup_before_tombstone(node, component)
+            if self.nodes.get(node.id) is not node or cd.value is None or node.in_leaf_set:
+                return
+        type(self).tombstone(self, node, component, batch, cascade)
+
+    def drop_host_value(self, node: TreeNode, component, cause: Cause, detail: str) -> int:
+        """Free one component's host copy on ``node`` (queued for the controller)."""
+        cd = node.data[component.index]
+        self.host_frees.append((component.name, cd.host_value))
+        n = node.length if component.index == 0 else component.value_len(node)
+        if component.index == 0:
+            self.host_held -= node.length
+        cd.host_value = None
+        if self._touched is not None:
+            self._touched.add(node.id)
+        self.refresh_host_lru(node, component)
+        if self.events.enabled:
+            self.events.emit(EventKind.HOST_EVICT, component.name, node.id, cause, n, detail)
+        return n
 
     # ---- backup ------------------------------------------------------------------
     def backup_chain(self, node: TreeNode) -> list[TreeNode]:
@@ -81,11 +158,18 @@ class TreeHostTier:
         return chain
 
     def track_duplicate(self, node: TreeNode) -> None:
-        """Write-back: a node with Full KV on both tiers joins the reclaimable copies
-        (where one is born: an unevict, a load, the upper part of a split)."""
+        """Write-back: a settled node with Full KV on both tiers joins the reclaimable
+        copies (where one is born: a backup's ack, an unevict, a load's ack, the upper
+        part of a split); an entry keeps its place, and one gone stale stays until
+        reclaim sweeps it, as in v0.5.23 (a node written back, demoted and loaded
+        again is reclaimed in its first turn)."""
         cd = node.data[0]
-        if self.host_policy == "write_back" and cd.value is not None and cd.host_value is not None:
+        if self.host_policy != "write_back":
+            return
+        if cd.value is not None and cd.host_value is not None and "transfer" not in cd.metadata:
             self.host_duplicates.setdefault(node.id, node)
+        else:
+            self.host_duplicates.pop(node.id, None)
 
     def queue_backup(self, node: TreeNode, chunked: bool, pending: list) -> None:
         """Write-through: when an insert's hit made ``node`` due for a host copy, queue
@@ -95,15 +179,26 @@ class TreeHostTier:
                 and not self.backed_up(node) and node.hit_count >= threshold):
             pending.append(BackupKV(tuple(self.backup_chain(node)), node.id))
 
-    def set_host_value(self, node: TreeNode, host: torch.Tensor) -> None:
-        """The controller copied ``node``'s Full KV to ``host`` slots."""
-        assert node.data[0].value is not None and not self.backed_up(node), f"node {node.id} cannot be backed up"
-        node.data[0].host_value = host
-        self.host_held += node.length
+    def queue_aux_backup(self, node: TreeNode, pending: list) -> None:
+        """Write-through: an insert ending on a backed-up node gave it auxiliary data
+        (a Mamba state) the host has no copy of: back that up, hit or not."""
+        if (self.write_through_threshold is not None and self.backed_up(node)
+                and "transfer" not in node.data[0].metadata
+                and any(c.backup_value(node) is not None for c in self.host_components)):
+            pending.append(BackupKV((node,), node.id))
+
+    def set_host_value(self, node: TreeNode, component, host: torch.Tensor) -> None:
+        """The controller copied ``node``'s data of ``component`` to ``host`` slots."""
+        cd = node.data[component.index]
+        assert cd.value is not None and cd.host_value is None, f"node {node.id} cannot back up {component.name}"
+        cd.host_value = host
+        n = node.length if component.index == 0 else component.value_len(node)
+        if component.index == 0:
+            self.host_held += n
         if self._touched is not None:
             self._touched.add(node.id)
         if self.events.enabled:
-            self.events.emit(EventKind.BACKUP, "full", node.id, Cause.REQUEST, node.length, "device -> host")
+            self.events.emit(EventKind.BACKUP, component.name, node.id, Cause.REQUEST, n, "device -> host")
 
     # ---- transfers in flight ---------------------------------------------------------
     def mark_transfer(self, nodes: list[TreeNode], mark: tuple[str, int]) -> None:
@@ -128,52 +223,76 @@ class TreeHostTier:
 
     # ---- device eviction -----------------------------------------------------------
     def demote(self, node: TreeNode, batch: EvictionBatch) -> None:
-        """Device eviction of a backed-up leaf: its device KV goes, the node stays
-        host-only."""
+        """Device eviction of a backed-up leaf: every component's device data goes,
+        the node stays host-only with its host copies (auxiliary ones join their host
+        LRU)."""
         assert node.in_leaf_set and self.backed_up(node), f"node {node.id} is not a backed-up device leaf"
-        full = self.components[0]
-        n = full.evict_component(node, batch)
-        if self.events.enabled:
-            self.events.emit(EventKind.DEMOTE, "full", node.id, batch.cause, n, "device KV freed, host copy kept")
-        self._detach(node, full)
+        present = [c for c in self.components if node.data[c.index].value is not None]
+        for component in present:  # all frees first: a peer's free may read the Full value
+            n = component.evict_component(node, batch)
+            if self.events.enabled:
+                kept = node.data[component.index].host_value is not None
+                kind = EventKind.DEMOTE if component.index == 0 else EventKind.CASCADE
+                self.events.emit(kind, component.name, node.id, batch.cause if kind is EventKind.DEMOTE else Cause.CASCADE,
+                                 n, "device data freed, host copy kept" if kept else "device data freed (no host copy)")
+        for component in present:
+            self._detach(node, component)
         self.leaves.discard(node)
         self.update_host_leaf_state(node)
         self.update_leaf_state(node.parent)
 
     # ---- host eviction -------------------------------------------------------------
-    def evict_host(self, num_tokens: int) -> tuple[list[torch.Tensor], int]:
-        """Remove host leaves, least recently used first, until ``num_tokens`` host
-        tokens are freed (or none is left); an ancestor left host-only and childless is
-        a host leaf in turn. Returns the host slots to free and the tokens freed."""
-        frees: list[torch.Tensor] = []
-        freed = 0
-        if self.host_policy == "write_back":
-            freed = self._reclaim_duplicates(num_tokens, frees)
+    def evict_host(self, num_tokens: int, component: str = "full") -> int:
+        """Free host copies until ``num_tokens`` units of ``component`` are freed (or
+        nothing more can go); the slots wait in ``host_frees``. Full: host leaves,
+        least recently used first, whole (an ancestor left host-only and childless is
+        a host leaf in turn); write-back first reclaims redundant copies. Auxiliary:
+        its host LRU, oldest first; a host leaf goes whole, anything else loses only
+        that component's host copy."""
+        if component != "full":
+            return self._evict_aux_host(num_tokens, self.by_name[component])
+        freed = self._reclaim_duplicates(num_tokens) if self.host_policy == "write_back" else 0
         # one heap per call (not a scan per victim); a parent that becomes a host leaf joins it
         heap = [(n.last_access_time, n.id, n) for n in self.host_leaves] if freed < num_tokens else []
         heapq.heapify(heap)
         while freed < num_tokens and heap:
             node = heapq.heappop(heap)[2]
-            self.host_leaves.discard(node)
-            cd = node.data[0]
-            frees.append(cd.host_value)
             freed += node.length
-            self.host_held -= node.length
-            cd.host_value = None
-            if self.events.enabled:
-                self.events.emit(EventKind.HOST_EVICT, "full", node.id, Cause.CAPACITY, node.length,
-                                 f"need {num_tokens}")
-            parent = node.parent
-            self._remove_from_parent(node, Cause.CAPACITY, "host copy evicted")
-            self.update_host_leaf_state(parent)
+            parent = self.evict_host_leaf(node, f"need {num_tokens}")
             if parent in self.host_leaves:
                 heapq.heappush(heap, (parent.last_access_time, parent.id, parent))
-        return frees, freed
+        return freed
 
-    def _reclaim_duplicates(self, num_tokens: int, frees: list[torch.Tensor]) -> int:
-        """Write-back under host pressure: drop the host copies of nodes back on the
-        device, oldest first — sparing device leaves (about to be demoted, they need
-        their copy) on a first pass, taking them on a second. The nodes stay."""
+    def evict_host_leaf(self, node: TreeNode, detail: str) -> TreeNode:
+        """Remove a host leaf with all its host copies; returns its parent."""
+        self.host_leaves.discard(node)
+        if self.events.enabled:
+            self.events.emit(EventKind.HOST_EVICT, "full", node.id, Cause.CAPACITY, node.length, detail)
+        node.data[0].host_value, host = None, node.data[0].host_value
+        self.host_frees.append(("full", host))
+        self.host_held -= node.length
+        parent = node.parent
+        self._remove_from_parent(node, Cause.CAPACITY, "host copy evicted")
+        self.update_host_leaf_state(parent)
+        return parent
+
+    def _evict_aux_host(self, num: int, component) -> int:
+        freed = 0
+        lru = self.host_lru[component.name]
+        while freed < num and lru:
+            node = next(iter(lru.values()))
+            freed += component.value_len(node)
+            if self.is_host_leaf(node):
+                self.evict_host_leaf(node, f"{component.name} host eviction, need {num}")
+            else:
+                self.drop_host_value(node, component, Cause.CAPACITY, f"need {num}")
+        return freed
+
+    def _reclaim_duplicates(self, num_tokens: int) -> int:
+        """Write-back under host pressure: drop the Full host copies of nodes back on
+        the device, oldest first — sparing device leaves (about to be demoted, they
+        need their copy) on a first pass, taking them on a second. The nodes stay, and
+        so do their auxiliary host copies (they may be the only ones)."""
         freed = 0
         for spare_leaves in (True, False):
             for node_id, node in list(self.host_duplicates.items()):
@@ -183,24 +302,16 @@ class TreeHostTier:
                 if self.nodes.get(node_id) is not node or cd.value is None or cd.host_value is None:
                     del self.host_duplicates[node_id]  # no longer a duplicate
                     continue
-                if (spare_leaves and node.in_leaf_set) or cd.host_lock_ref:
+                if (spare_leaves and node.in_leaf_set) or cd.host_lock_ref or "transfer" in cd.metadata:
                     continue
-                frees.append(cd.host_value)
-                cd.host_value = None
-                freed += node.length
-                self.host_held -= node.length
+                freed += self.drop_host_value(node, self.components[0], Cause.CAPACITY,
+                                              "redundant host copy (the device has it)")
                 del self.host_duplicates[node_id]
-                if self._touched is not None:
-                    self._touched.add(node_id)
-                if self.events.enabled:
-                    self.events.emit(EventKind.HOST_EVICT, "full", node_id, Cause.CAPACITY, node.length,
-                                     "redundant host copy (the device has it)")
         return freed
 
-    def drop_host_subtree(self, node: TreeNode) -> list[torch.Tensor]:
+    def drop_host_subtree(self, node: TreeNode) -> None:
         """Write-back could not back up a device leaf: before it is deleted, its
-        host-only descendants go (children first). Returns their host slots."""
-        frees = []
+        host-only descendants go (children first), with their host copies."""
         stack = list(node.children.values())
         order = []
         while stack:
@@ -209,33 +320,45 @@ class TreeHostTier:
             stack.extend(child.children.values())
         for child in reversed(order):  # deepest first: each is childless when it goes
             assert child.data[0].value is None and not any(cd.host_lock_ref for cd in child.data)
-            frees.append(child.data[0].host_value)
-            self.host_held -= child.length
-            child.data[0].host_value = None
             self.host_leaves.discard(child)
-            if self.events.enabled:
-                self.events.emit(EventKind.HOST_EVICT, "full", child.id, Cause.CASCADE, child.length,
-                                 f"under #{node.id}, dropped without a host copy")
-            self._remove_from_parent(child, Cause.CASCADE, "host copy dropped with its parent")
-        return frees
+            self._remove_from_parent(child, Cause.CASCADE, f"under #{node.id}, dropped without a host copy")
 
     # ---- match and insert ------------------------------------------------------------
-    def host_match(self, path: list[TreeNode], best: TreeNode) -> MatchResult:
-        """A match along ``path`` (ending on ``best``) with a host tier: the device
-        prefix ends at the deepest node with device KV; the host-only nodes below it
-        are the host hit."""
-        device, chunks, host_hit = self.root, [], 0
+    def host_match(self, path: list[TreeNode], last: TreeNode) -> MatchResult:
+        """A match along ``path`` with a host tier. The best node is the deepest where
+        every component accepts its data on either tier; the device prefix ends at the
+        deepest where every component has it on the device. The host hit is the Full
+        host copies between the two (device nodes with a copy count too, as in v0.5.23)."""
+        host_checks = [v for c in self.components[1:] if (v := c.create_host_match_validator()) is not None]
+        device_checks = [v for c in self.components[1:] if (v := c.create_match_validator()) is not None]
+        root = self.root
+        best = device = root
+        chunks, device_chunks, walked = [], 0, 0
         for node in path:
-            value = node.data[0].value
-            if value is not None:
-                device = node
-                chunks.append(value)
-            else:
+            walked += node.length
+            on_device = node.data[0].value is not None
+            if on_device:
+                chunks.append(node.data[0].value)
+            ok = on_device
+            for check in device_checks:  # every one sees every node: they keep state
+                if not check(node, node.length):
+                    ok = False
+            if ok:
+                device, device_chunks = node, len(chunks)
+            ok = True
+            for check in host_checks:
+                if not check(node, node.length):
+                    ok = False
+            if ok:
+                best = node
+        host_hit = 0
+        node = best
+        while node is not device and node is not root:
+            if node.data[0].host_value is not None:
                 host_hit += node.length
-        result = self._finish_match(best, chunks, sum(n.length for n in path), best)
-        if host_hit:
-            result = result._replace(last_device_node=device.id, host_hit_length=host_hit)
-        return result
+            node = node.parent
+        del chunks[device_chunks:]
+        return self._finish_match(best, chunks, walked, last, device, host_hit)
 
     def unevict(self, node: TreeNode, value: torch.Tensor) -> None:
         """An insert walked over a host-only node holding the key's slots for it: they
@@ -243,12 +366,19 @@ class TreeHostTier:
         self.restore_device(node, value, "insert brought device KV")
         self.track_duplicate(node)
 
-    def hold_host(self, nodes: list[TreeNode], delta: int) -> None:
-        """Host-lock ``nodes`` (+1) or release them (-1): a load-back's path must not
-        be host-evicted by the device eviction that makes room for it."""
+    def hold_host(self, nodes: list[TreeNode], delta: int, anchor: Optional[TreeNode] = None) -> None:
+        """Host-lock ``nodes``' Full copies (+1) or release them (-1), and the anchor's
+        auxiliary copies: a load-back's path must not be host-evicted meanwhile."""
         for node in nodes:
             node.data[0].host_lock_ref += delta
             self.update_host_leaf_state(node)
+        if anchor is not None:
+            for component in self.host_components:
+                cd = anchor.data[component.index]
+                if cd.host_value is not None:
+                    cd.host_lock_ref += delta
+                    self.refresh_host_lru(anchor, component)
+            self.update_host_leaf_state(anchor)
 
     def host_path(self, node: TreeNode) -> list[TreeNode]:
         """The host-only nodes from below the last device ancestor down to ``node``."""

@@ -73,10 +73,12 @@ def test_code_lines_counts_code_only(tmp_path):
 
 def test_the_cache_core_stays_within_its_line_budget():
     """Issue 14: the cache without its fault catalogue, the sidecar example and the host
-    tier stays at most 4,200 lines of code, so the three layers stay readable; the host
-    tier (issue 17: its own files, named host) has a budget of its own."""
+    tier stays at most 4,200 lines of code, so the three layers stay readable — plus 50
+    for the host tier's hooks in the core (issue 17: a match's two validator passes, the
+    insert's end-of-op ack, the pools' drain); the host tier (its own files, named host)
+    has a budget of its own."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 4200, core
+    assert 3000 < core <= 4250, core
     assert 200 < sum(code_lines(p) for p in host) <= 900

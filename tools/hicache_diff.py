@@ -3,13 +3,16 @@
 ../shared/oracle/hicache_oracle.py and its ~/.venv-sgl).
 
     .venv/bin/python tools/hicache_diff.py [--seeds 20] [--ops 200] [--policies write_through,write_back]
+                                           [--components full,mamba]
 
 Per seed and policy: a random sequence of inserts, matches, evictions, host evictions
-and load-backs over a few shared prompts (Full only, page 1, device 64 tokens, host
-33: SGLang's ratio 0.5 plus a page), run on the oracle and on ours; compared op by op — insert prefix_len; match
-prefix_len, host_hit_length, full_kv_hit_length; evict's tokens; load_back's loaded
-and host_hit_length; evict_host's tokens — and after every op each node's device and
-host lengths (a host_dump). Prints one line per run and the first difference.
+and load-backs over a few shared prompts (page 1, device 64 tokens, host 33: SGLang's
+ratio 0.5 plus a page; with Mamba 12 states, 7 on the host), run on the oracle and on
+ours; compared op by op — insert prefix_len; match prefix_len, host_hit_length,
+full_kv_hit_length (and the Mamba host hit and branching point); evict's units;
+load_back's loaded and host_hit_length; evict_host's units — and after every op each
+node's device and host lengths per component (a host_dump). Prints one line per run
+and the first difference.
 """
 
 from __future__ import annotations
@@ -30,17 +33,23 @@ PY = Path.home() / ".venv-sgl" / "bin" / "python"
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants  # noqa: E402
 
 
-def sequence(seed: int, n: int) -> list[dict]:
+def sequence(seed: int, n: int, components: list[str]) -> list[dict]:
     rng = random.Random(seed)
     prompts = [[rng.randrange(1, 5) for _ in range(rng.randrange(4, 17))] for _ in range(5)]
+    aux = [c for c in components if c != "full"]
     ops = []
     for _ in range(n):
         key = rng.choice(prompts) + [rng.randrange(1, 5) for _ in range(rng.randrange(0, 6))]
         kind = rng.choice(["insert", "insert", "match", "evict", "load_back", "evict_host"])
         if kind == "evict":
-            ops.append({"op": "evict", "full": rng.randrange(1, 24)})
+            op = {"op": "evict", "full": rng.randrange(1, 24)}
+            if aux and rng.random() < 0.5:
+                op = {"op": "evict", "full": 0, **{c: rng.randrange(1, 4) for c in aux}}
+            ops.append(op)
         elif kind == "evict_host":
-            ops.append({"op": "evict_host", "n": rng.randrange(1, 16), "component": "full"})
+            component = rng.choice(["full", *aux])
+            ops.append({"op": "evict_host", "n": rng.randrange(1, 16 if component == "full" else 4),
+                        "component": component})
         else:
             ops.append({"op": kind, "key": key})
         ops.append({"op": "events"})  # complete the transfers (ours completes them when made)
@@ -56,11 +65,15 @@ def run_oracle(config: dict, ops: list[dict]) -> list[dict]:
 
 
 def run_ours(config: dict, ops: list[dict]) -> list[dict]:
-    cache = UnifiedRadixCache(kv_size=config["kv_size"], device="cpu",
-                              hicache={"write_policy": config["write_policy"],
-                                       # SGLang's host size: the ratio's share plus one page (page 1 here)
-                                       "host_kv_size": int(config["kv_size"] * config["hicache_ratio"]) + 1,
-                                       "load_back_threshold": config["load_back_threshold"]})
+    mamba = "mamba" in config["components"]
+    host = {"write_policy": config["write_policy"],
+            # SGLang's host sizes: the ratio's share plus one page (page 1 here) / one state
+            "host_kv_size": int(config["kv_size"] * config["hicache_ratio"]) + 1,
+            "load_back_threshold": config["load_back_threshold"]}
+    if mamba:
+        host["host_mamba_size"] = int(config["mamba_size"] * config["hicache_ratio"]) + 1
+    cache = UnifiedRadixCache(kv_size=config["kv_size"], device="cpu", components=tuple(config["components"]),
+                              mamba_size=config.get("mamba_size"), hicache=host)
     out = []
     for op in ops:
         try:
@@ -77,19 +90,28 @@ def _apply(cache: UnifiedRadixCache, op: dict) -> dict:
     kind = op["op"]
     if kind == "insert":
         tokens = op["key"]
-        if cache.available_size() < len(tokens):
+        mamba = "mamba" in cache.by_name
+        if cache.available_size() < len(tokens) or (mamba and cache.available_size("mamba") < 1):
             raise RuntimeError("out of slots")  # the oracle's own refusal without auto_evict
         slots = cache.alloc_kv(len(tokens))
         cache.write_kv(slots, tokens)
-        return {"prefix_len": cache.insert(InsertParams(RadixKey(tokens), slots)).prefix_len}
+        state = cache.alloc_mamba_state(tokens) if mamba else None
+        result = cache.insert(InsertParams(RadixKey(tokens), slots, state))
+        if state is not None and result.mamba_exist:
+            cache.free_mamba_state(state)
+        return {"prefix_len": result.prefix_len}
     if kind == "match":
         m = cache.match_prefix(RadixKey(op["key"]))
-        return {"prefix_len": m.prefix_len, "host_hit_length": m.host_hit_length,
-                "full_kv_hit_length": m.full_kv_hit_length}
+        out = {"prefix_len": m.prefix_len, "host_hit_length": m.host_hit_length,
+               "full_kv_hit_length": m.full_kv_hit_length}
+        if "mamba" in cache.by_name:
+            out.update(mamba_host_hit_length=m.mamba_host_hit_length, mamba_branching_seqlen=m.mamba_branching_seqlen)
+        return out
     if kind == "evict":
-        return {"full": cache.evict(EvictParams(num_tokens=op["full"])).num_tokens_evicted}
+        r = cache.evict(EvictParams(num_tokens=op["full"], mamba_num=op.get("mamba", 0)))
+        return {"full": r.num_tokens_evicted, "mamba": r.mamba_num_evicted}
     if kind == "evict_host":
-        return {"evicted": cache.evict_host(op["n"])}
+        return {"evicted": cache.evict_host(op["n"], op["component"])}
     if kind == "load_back":
         r = cache.load_back(RadixKey(op["key"]))
         return {"host_hit_length": r.host_hit_length, "loaded": r.loaded}
@@ -109,9 +131,10 @@ def _dump(cache) -> list:
         while cur is not root:
             depth += cur.length
             cur = cur.parent
-        d = node.data[0]
-        rows.append((depth, node.length, node.token_ids[0], None if d.value is None else d.value.shape[0],
-                     None if d.host_value is None else d.host_value.shape[0]))
+        row = [depth, node.length, node.token_ids[0]]
+        for d in node.data:
+            row += [None if d.value is None else d.value.shape[0], None if d.host_value is None else d.host_value.shape[0]]
+        rows.append(tuple(row))
     return sorted(rows, key=_order)
 
 
@@ -119,11 +142,12 @@ def _order(row) -> tuple:
     return tuple(-1 if v is None else v for v in row)
 
 
-FIELDS = {"insert": ("prefix_len",), "match": ("prefix_len", "host_hit_length", "full_kv_hit_length"),
-          "evict": ("full",), "evict_host": ("evicted",), "load_back": ("host_hit_length", "loaded")}
+FIELDS = {"insert": ("prefix_len",), "match": ("prefix_len", "host_hit_length", "full_kv_hit_length",
+                                               "mamba_host_hit_length", "mamba_branching_seqlen"),
+          "evict": ("full", "mamba"), "evict_host": ("evicted",), "load_back": ("host_hit_length", "loaded")}
 
 
-def compare(ops, theirs, ours) -> str | None:
+def compare(ops, theirs, ours, components) -> str | None:
     for k, (op, t, o) in enumerate(zip(ops, theirs, ours)):
         if "violations" in o:
             return f"op {k} {op['op']}: our invariants: {o['violations'][:2]}"
@@ -134,11 +158,14 @@ def compare(ops, theirs, ours) -> str | None:
         if op["op"] == "events":
             continue
         if op["op"] == "host_dump":
-            rows = sorted(((r["depth"], r["len"], r["tok0"], *r["full"][:2]) for r in t["nodes"]), key=_order)
+            rows = sorted(((r["depth"], r["len"], r["tok0"], *[x for c in components for x in r[c][:2]])
+                           for r in t["nodes"]), key=_order)
             if rows != [tuple(r) for r in o["nodes"]]:
                 return f"op {k} host_dump: oracle {rows} ours {o['nodes']}"
             continue
         for field in FIELDS[op["op"]]:
+            if field not in o and op["op"] != "load_back":
+                continue  # a field only the other configs report
             if t.get(field) != o.get(field):
                 return f"op {k} {op['op']} {field}: oracle {t.get(field)} ours {o.get(field)} ({op})"
     return None
@@ -149,15 +176,19 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--ops", type=int, default=150)
     ap.add_argument("--policies", default="write_through,write_through_selective,write_back")
+    ap.add_argument("--components", default="full")
     args = ap.parse_args()
+    components = args.components.split(",")
     failed = 0
     for policy in args.policies.split(","):
         for seed in range(args.seeds):
-            config = {"components": ["full"], "kv_size": 64, "hicache_ratio": 0.5, "write_policy": policy,
+            config = {"components": components, "kv_size": 64, "hicache_ratio": 0.5, "write_policy": policy,
                       "load_back_threshold": 4}
-            ops = sequence(seed, args.ops)
-            diff = compare(ops, run_oracle(config, ops), run_ours({**config}, ops))
-            print(f"{policy:24s} seed {seed:3d}: {diff or 'agrees'}", flush=True)
+            if "mamba" in components:
+                config["mamba_size"] = 12
+            ops = sequence(seed, args.ops, components)
+            diff = compare(ops, run_oracle(config, ops), run_ours({**config}, ops), components)
+            print(f"{'+'.join(components)} {policy:24s} seed {seed:3d}: {diff or 'agrees'}", flush=True)
             failed += diff is not None
     return 1 if failed else 0
 

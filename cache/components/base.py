@@ -80,6 +80,11 @@ class TreeComponent:
         """Units this component counts for a node (tokens, or 1 for a state slot)."""
         return node.length
 
+    def create_host_match_validator(self):
+        """With a host tier: accepts a node whose data is on either tier (default: the
+        device validator, for a component that keeps no host copy)."""
+        return self.create_match_validator()
+
     def node_extras(self, node: TreeNode) -> dict:
         """Component-private facts the snapshot shows (e.g. a lock boundary)."""
         return {}

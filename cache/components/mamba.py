@@ -24,6 +24,7 @@ from ..params import EvictParams
 from ..pools.kv_buffer import prefix_fingerprints
 from ..pools.mamba_pool import MambaStatePool
 from .base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
+from .mamba_host import MambaHostMixin
 
 if TYPE_CHECKING:
     from ..eviction import EvictionBatch
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 CHUNK_SIZE = 64  # the model's SSM chunk: checkpoints sit on lcm(chunk, page) boundaries
 
 
-class MambaComponent(AnchorLockMixin, LRUEvictionMixin, TreeComponent):
+class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComponent):
     name = "mamba"
     uses_lru = True
     leaf_priority = 0
@@ -87,7 +88,10 @@ class MambaComponent(AnchorLockMixin, LRUEvictionMixin, TreeComponent):
 
     def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int) -> MatchResult:
         aligned = walked - walked % self.grid
-        return result._replace(mamba_branching_seqlen=aligned if aligned > result.device_prefix_len else None)
+        boundary = result.device_prefix_len + result.host_hit_length
+        if best.data[self.index].value is None and best.data[self.index].host_value is not None:
+            result = result._replace(mamba_host_hit_length=1)  # the state is on the host: load it back
+        return result._replace(mamba_branching_seqlen=aligned if aligned > boundary else None)
 
     def finalize_match_in_cache(self, params, result: MatchResult) -> MatchResult:
         """Copy-on-write: the request gets its own slot holding the matched state."""

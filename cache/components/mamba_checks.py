@@ -115,11 +115,12 @@ def verify_mamba_match(mamba: MambaComponent, tokens: list[int], result) -> list
     n = int(result.device_indices.shape[0])
     if n == 0:
         return []
-    node = mamba.tree.nodes.get(result.best_match_node)
+    end = result.last_device_node  # the device prefix's end (a host hit may go on below it)
+    node = mamba.tree.nodes.get(end)
     value = None if node is None else node.data[mamba.index].value
     if value is None:
-        return [Violation("match.mamba_state", f"match of {n} tokens ends on node {result.best_match_node} with no state")]
+        return [Violation("match.mamba_state", f"match of {n} tokens ends on node {end} with no state")]
     expected = int(prefix_fingerprints(tokens[:n], mamba.pool.device)[-1])
     if mamba.pool.fingerprint_of(value) != expected:
-        return [Violation("match.mamba_state", f"the state at node {result.best_match_node} is not the state after {n} tokens")]
+        return [Violation("match.mamba_state", f"the state at node {end} is not the state after {n} tokens")]
     return []

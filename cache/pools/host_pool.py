@@ -50,8 +50,12 @@ class HostKVPool:
         """Host slots holding a copy of the device ``slots`` (refused whole, before any
         change, when the host pool is short: PoolExhaustedError)."""
         host = self.allocator.alloc(int(slots.shape[0]))
-        self.buffer.data[host] = device.data[slots].to(HOST)
+        self.copy_in(device, slots, host)
         return host
+
+    def copy_in(self, device: KVFingerprintBuffer, slots: torch.Tensor, host: torch.Tensor) -> None:
+        """Copy the device ``slots`` into host slots the caller allocated."""
+        self.buffer.data[host] = device.data[slots].to(HOST)
 
     def load(self, device: KVFingerprintBuffer, host: torch.Tensor, slots: torch.Tensor) -> None:
         """Copy host slots back into the device ``slots``."""
@@ -74,8 +78,11 @@ class HostMambaPool(MambaStatePool):
 
     def backup(self, device: MambaStatePool, slot: torch.Tensor) -> torch.Tensor:
         host = self.allocator.alloc(1)
-        self._copy(device, slot, self, host)
+        self.copy_in(device, slot, host)
         return host
+
+    def copy_in(self, device: MambaStatePool, slot: torch.Tensor, host: torch.Tensor) -> None:
+        self._copy(device, slot, self, host)
 
     def load(self, device: MambaStatePool, host: torch.Tensor, slot: torch.Tensor) -> None:
         self._copy(self, host, device, slot)

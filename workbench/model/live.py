@@ -36,7 +36,7 @@ OP_HELP: dict[str, str] = {
     "req_finish": "req_finish REQ [noinsert]",
     "check": "check",
     "load_back": "load_back TOKENS… [extra_key=NS]",
-    "evict_host": "evict_host [full=N]",
+    "evict_host": "evict_host [full=N] [mamba=N]",
     "flush": "flush",
 }
 # Clauses any op may end with; TOKENS are ids and inclusive ranges FIRST..LAST.
@@ -441,4 +441,4 @@ def _expect_fields(op: str, components: list[str]) -> list[str]:
         owner = field.split("_")[0]
         return owner not in ("swa", "mamba") or owner in components
 
-    return [f for f in fields if present(f) and (f != "mamba_branching_seqlen" or "mamba" in components)]
+    return [f for f in fields if present(f)]

@@ -236,9 +236,10 @@ def state_field(state: TimelineState, key: str):
     if key == "in_flight_nodes":
         return sum(1 for r in state.records.values() if r is not None and r.parent is not None
                    and any(k == "transfer" for k, _ in r.components[0].extras))
-    if key.startswith("full_host_"):
-        pool = state.pools.get("full_host")
-        return getattr(pool, key.removeprefix("full_host_")) if pool is not None else 0
+    if "_host_" in key:  # full_host_available, mamba_host_evictable, ...
+        name, _, counter = key.partition("_host_")
+        pool = state.pools.get(f"{name}_host")
+        return getattr(pool, counter) if pool is not None else 0
     if key.endswith("_tombstones"):
         component = key.removesuffix("_tombstones")
         return state.tombstones(component) if component in state.components else 0

@@ -41,7 +41,8 @@ class ScenarioError(Exception):
 # op -> (required fields, optional fields, result fields)
 OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "insert": (("key",), ("as", "swa_evicted_seqlen", "extra_key"), ("prefix_len",)),
-    "match": (("key",), ("as", "extra_key"), ("prefix_len", "host_hit_length", "mamba_branching_seqlen")),
+    "match": (("key",), ("as", "extra_key"), ("prefix_len", "host_hit_length", "mamba_host_hit_length",
+                                              "mamba_branching_seqlen")),
     "lock": (("match", "as"), (), ()),
     "unlock": (("lock",), (), ()),
     "release_window": (("lock",), (), ()),
@@ -53,14 +54,17 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "check": ((), (), ()),
     # the host tier ([config] hicache)
     "load_back": (("key",), ("extra_key",), ("loaded", "host_hit_length")),
-    "evict_host": ((), ("full",), ("full_host_evicted",)),
+    "evict_host": ((), ("full", "mamba"), ("full_host_evicted", "mamba_host_evicted")),
     "flush": ((), (), ("completed",)),
 }
 HOST_OPS = ("load_back", "evict_host", "flush")
 # State fields of the host tier (only with [config] hicache): its pool, host-only nodes,
 # and nodes in a copy held in flight (transfers = "held") until a flush
-HOST_FIELDS = ("full_host_available", "full_host_total", "full_host_evictable", "host_nodes", "in_flight_nodes")
+HOST_FIELDS = tuple(f"{c}_host_{k}" for c in ("full", "mamba") for k in ("available", "total", "evictable")) + (
+    "host_nodes", "in_flight_nodes")
 COMMON_FIELDS = ("op", "expect", "expect_error", "description")
+MAMBA_ONLY_FIELDS = ("mamba_branching_seqlen", "mamba_host_hit_length", "mamba_host_evicted",
+                     *(f for f in HOST_FIELDS if f.startswith("mamba_")))
 
 # State fields any step may expect (all ints). Per-name tables come after.
 STATE_FIELDS = tuple(
@@ -458,8 +462,8 @@ def _check_tokens(value: list, name: str, line: Optional[int], key: str) -> None
 
 
 def _check_expect(op: str, results: tuple, key: str, value, name: str, line: Optional[int], names: _Names) -> None:
-    if key == "mamba_branching_seqlen" and "mamba" not in names.components:
-        raise ScenarioError("mamba_branching_seqlen is only reported with the mamba component", name, line, f"expect.{key}")
+    if key in MAMBA_ONLY_FIELDS and "mamba" not in names.components:
+        raise ScenarioError(f"{key} is only reported with the mamba component", name, line, f"expect.{key}")
     if key in results:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")

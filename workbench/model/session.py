@@ -56,7 +56,7 @@ class Session:
             "req_finish": self.req_finish,
             "check": lambda f: None,
             "load_back": self.load_back,
-            "evict_host": lambda f: {"full_host_evicted": self.cache.evict_host(f.get("full", 0))},
+            "evict_host": self.evict_host,
             "flush": lambda f: {"completed": self.cache.check_hicache_events()},
         }
 
@@ -124,6 +124,13 @@ class Session:
         out = {"prefix_len": result.prefix_len, "host_hit_length": result.host_hit_length}
         if "mamba" in self.cache.by_name:
             out["mamba_branching_seqlen"] = result.mamba_branching_seqlen
+            out["mamba_host_hit_length"] = result.mamba_host_hit_length
+        return out
+
+    def evict_host(self, f: dict) -> dict:
+        out = {"full_host_evicted": self.cache.evict_host(f.get("full", 0))}
+        if "mamba" in f:
+            out["mamba_host_evicted"] = self.cache.evict_host(f["mamba"], "mamba")
         return out
 
     def load_back(self, f: dict) -> dict:
