@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
+import torch
+
 from .host_config import HiCacheConfig
 from .errors import CacheError
 from .events import Cause, EventBus, EventKind
 from .keys import as_key
-from .params import MatchPrefixParams
+from .params import EvictParams, MatchPrefixParams
 from .pools.host_pool import HostKVPool, HostMambaPool
 
 if TYPE_CHECKING:
@@ -44,7 +46,8 @@ class Transfer(NamedTuple):
     node: TreeNode  # the node the ack names (a split keeps it as the lower part)
     tokens: int
     receipt: Optional[IncLockRefResult]  # the device lock held until the ack (held transfers)
-    host_held: bool  # a load: every marked node is host-locked until the ack
+    host_locks: Optional[dict]  # a load: its auxiliary host locks, held until the ack
+    full_path: bool  # a load that brought Full KV: its marked nodes are host-locked until the ack
 
     @property
     def mark(self) -> tuple[str, int]:
@@ -58,9 +61,11 @@ class HostTier:
         self.held = config.transfers == "held"
         self.kv = HostKVPool(config.host_kv_size, cache.page_size)
         # the auxiliary components' host pools, by component name ("mamba" before "swa", as SGLang allocates)
-        self.aux: dict[str, HostMambaPool] = {}
+        self.aux: dict[str, HostMambaPool | HostKVPool] = {}
         if "mamba" in cache.by_name:
             self.aux["mamba"] = HostMambaPool(config.host_mamba_size)
+        if "swa" in cache.by_name:
+            self.aux["swa"] = HostKVPool(config.host_swa_size, cache.page_size, "swa_host")
         self.in_flight: list[Transfer] = []
         self.acks = 0  # transfer ids handed out
         cache.tree.enable_host_tier(config.write_policy, config.write_through_threshold)
@@ -88,7 +93,7 @@ class HostTier:
             if tree.nodes.get(node.id) is not node or node.data[0].value is None:
                 continue
             full = None if tree.backed_up(node) else node.data[0].value
-            aux = [(c, v) for c in tree.host_components if (v := c.backup_value(node)) is not None]
+            aux = [(c, ns) for c in tree.host_components if (ns := c.backup_nodes(node))]
             if full is None and not aux:
                 continue
             taken = self._take_host_slots(full, aux)
@@ -98,9 +103,13 @@ class HostTier:
             if full is not None:
                 self.kv.copy_in(cache.kv_buffer, full, taken["full"])
                 tree.set_host_value(node, cache.components[0], taken["full"])
-            for component, value in aux:
-                self.aux[component.name].copy_in(component.pool, value, taken[component.name])
-                tree.set_host_value(node, component, taken[component.name])
+            for component, copied in aux:
+                host, i, start = taken[component.name], component.index, 0
+                values = [n.data[i].value for n in copied]
+                self.aux[component.name].copy_in(component.device_store, _cat(values), host[: _total(values)])
+                for n, value in zip(copied, values):
+                    tree.set_host_value(n, component, host[start : start + value.shape[0]])
+                    start += value.shape[0]
             for name, slots in taken.items():
                 self._emit(EventKind.ALLOC, name, node.id, Cause.REQUEST, int(slots.shape[0]))
             if self.config.write_policy != "write_back":  # write-back drains its own ack
@@ -117,8 +126,10 @@ class HostTier:
                 if need > self.kv.available_size():
                     return None
             taken["full"] = self.kv.allocator.alloc(int(full.shape[0]))
-        for component, value in sorted(aux, key=lambda cv: cv[0].name):
-            pool, need = self.aux[component.name], int(value.shape[0])
+        for component, copied in sorted(aux, key=lambda cn: cn[0].name):
+            pool = self.aux[component.name]
+            need = pool.allocator.pages_for(_total([n.data[component.index].value for n in copied]))
+            need *= pool.allocator.page_size
             if pool.available_size() < need:
                 self.evict_host(need, component.name)  # SGLang asks for the whole need, once
             if pool.available_size() < need:
@@ -129,9 +140,10 @@ class HostTier:
         return taken
 
     # ---- transfers in flight -----------------------------------------------------------
-    def _hold(self, kind: str, node: TreeNode, tokens: int, receipt: IncLockRefResult, marked: list[TreeNode]) -> None:
+    def _hold(self, kind: str, node: TreeNode, tokens: int, receipt: Optional[IncLockRefResult],
+              marked: list[TreeNode], host_locks: Optional[dict] = None, full_path: bool = False) -> None:
         self.acks += 1
-        transfer = Transfer(kind, self.acks, node, tokens, receipt, kind == "load")
+        transfer = Transfer(kind, self.acks, node, tokens, receipt, host_locks, full_path)
         self.in_flight.append(transfer)
         self.cache.tree.mark_transfer(marked, transfer.mark)
         if self.held:
@@ -156,8 +168,10 @@ class HostTier:
                 self._emit_transfer(transfer, "completed")
             if transfer.receipt is not None:
                 tree.dec_lock_ref(transfer.node.id, transfer.receipt)
-            if transfer.host_held:
-                tree.hold_host(marked, -1, transfer.node)
+            if transfer.host_locks is not None:  # a load
+                tree.unlock_aux_host(transfer.node, transfer.host_locks)
+                if transfer.full_path:
+                    tree.hold_host(marked, -1)
                 for node in marked:
                     tree.track_duplicate(node)
         return len(done)
@@ -182,9 +196,11 @@ class HostTier:
             self.drain()
 
     def _backup_before_tombstone(self, node: TreeNode, component) -> None:
-        """Write-back: back ``node`` up before it loses ``component``'s device data."""
-        if self.aux[component.name].available_size() < 1:
-            self.evict_host(1, component.name)
+        """Write-back: back ``node`` up before it loses ``component``'s device data,
+        making host room for the component's whole share of it first."""
+        need = sum(component.value_len(n) for n in component.backup_nodes(node))
+        if self.aux[component.name].available_size() < need:
+            self.evict_host(need, component.name)
         if self.backup([node]):
             self.cache.tree.track_duplicate(node)
 
@@ -216,38 +232,33 @@ class HostTier:
     # ---- load-back -------------------------------------------------------------------
     def load_back(self, key: RadixKey) -> LoadBackResult:
         """Match ``key`` and bring its host part back to the device: the host-only Full
-        nodes down to the best match and, when the best match's auxiliary data is on
-        the host only, that (a Mamba state). A Full part below ``load_back_threshold``
-        is not loaded unless auxiliary data comes too. Device room is made by eviction,
-        with the match's device path locked and its host copies host-locked meanwhile.
-        When the device cannot cover it nothing is loaded; the match's own effects
-        (access times, a split) stay, as they do for any match. ``loaded`` counts every
-        token below the old device prefix, as SGLang's does."""
+        nodes down to the best match, and what each auxiliary component needs there
+        from the host (Mamba: the best match's state; SWA: the host-only SWA within
+        one window of it). A Full part below ``load_back_threshold`` is not loaded
+        unless auxiliary data comes too. Device room is made by eviction, with the
+        match's device path locked and the host copies read host-locked meanwhile;
+        the device pools are checked first, and when they cannot cover it the load is
+        refused (PoolExhaustedError) before anything changes but the match's own
+        effects (access times, a split). ``loaded`` counts every token below the old
+        device prefix, as SGLang's does."""
         cache, tree = self.cache, self.cache.tree
         match = cache.match_prefix(MatchPrefixParams(key))
         best = tree.node_by_id(match.best_match_node)
         path = tree.host_path(best)
-        aux = [(c, n) for c in tree.host_components if (n := c.load_back_node(best)) is not None]
+        aux = [(c, ns) for c in tree.host_components if (ns := c.load_back_nodes(best))]
         hit = match.host_hit_length
         kv_tokens = sum(node.length for node in path)
-        if (kv_tokens < max(1, self.config.load_back_threshold) and not aux) or (kv_tokens == 0 and not aux):
+        if kv_tokens < max(1, self.config.load_back_threshold) and not aux:
             return LoadBackResult(0, hit, match.last_device_node)
         anchor = path[0].parent if path else best  # the deepest node with device KV
         receipt = tree.inc_lock_ref(anchor.id)  # eviction for the load must not take the prefix
-        tree.hold_host(path, +1, best)  # nor (write-back: backups evict host data) the path itself
-        slots, states = None, []
+        tree.hold_host(path, +1)  # nor (write-back: backups evict host data) what it reads
+        host_locks = tree.lock_aux_host(best)
         try:
-            cache.check_capacity(kv_tokens, mamba_states=len(aux))  # refused whole, before any eviction
-            if kv_tokens:
-                slots = cache.alloc_kv(kv_tokens)
-            for component, _ in aux:
-                states.append(component.alloc_slot())
+            slots, taken = self._alloc_for_load(kv_tokens, aux)
         except BaseException:
-            if slots is not None:
-                cache.free_kv([slots])
-            for (component, _), state in zip(aux, states):
-                component.pool.free(state)
-            tree.hold_host(path, -1, best)
+            tree.unlock_aux_host(best, host_locks)
+            tree.hold_host(path, -1)
             tree.dec_lock_ref(anchor.id, receipt)
             raise
         start = 0
@@ -256,9 +267,11 @@ class HostTier:
             self.kv.load(cache.kv_buffer, node.data[0].host_value, part)
             tree.restore_device(node, part)
             start += node.length
-        for (component, node), state in zip(aux, states):
-            self.aux[component.name].load(component.pool, node.data[component.index].host_value, state)
-            tree.set_component_value(node.id, component.name, state)
+        for component, nodes in aux:
+            values = component.commit_load(nodes, taken[component.name])
+            for node, value in zip(nodes, values):
+                self.aux[component.name].load(component.device_store, node.data[component.index].host_value, value)
+                tree.set_component_value(node.id, component.name, value)
         tree.dec_lock_ref(anchor.id, receipt)
         loaded = 0
         node, top = best, tree.node_by_id(match.last_device_node)
@@ -266,13 +279,40 @@ class HostTier:
             loaded += node.length
             node = node.parent
         if self.held:  # the loaded nodes stay locked on both tiers until the ack
-            self._hold("load", best, loaded, tree.inc_lock_ref(best.id), path or [best])
+            self._hold("load", best, loaded, tree.inc_lock_ref(best.id), path or [best], host_locks, bool(path))
         else:  # acknowledged at once: what check_hicache_events would release
-            tree.hold_host(path, -1, best)
+            tree.unlock_aux_host(best, host_locks)
+            tree.hold_host(path, -1)
             for node in reversed(path):  # as SGLang's load ack does: from the deepest up
                 tree.track_duplicate(node)
         self.drain()
         return LoadBackResult(loaded, hit, best.id)
+
+    def _alloc_for_load(self, kv_tokens: int, aux) -> tuple:
+        """Device slots for a load: Full KV only for its tokens (no SWA peers: SWA
+        comes back only for its window) and each auxiliary component's share; every
+        pool is checked first, then eviction covers the shortfalls."""
+        cache = self.cache
+        pool = cache.kv_pool
+        shorts = {"full": pool.pages_for(kv_tokens) * cache.page_size - pool.available_size()}
+        for component, nodes in aux:
+            shorts[component.name] = component.load_shortfall(nodes)
+        if any(short > 0 for short in shorts.values()):
+            cache._ensure_capacity(shorts, {}, True)
+            cache.evict_for_alloc(EvictParams.of({name: max(0, short) for name, short in shorts.items()}))
+        slots = pool.alloc(kv_tokens) if kv_tokens else None
+        taken = {}
+        try:
+            for component, nodes in aux:
+                taken[component.name] = component.alloc_for_load(nodes)
+        except BaseException:
+            if slots is not None:
+                cache.free_kv([slots], full_only=True)
+            for component, _ in aux:
+                if component.name in taken:
+                    component.free_load(taken[component.name])
+            raise
+        return slots, taken
 
     # ---- sizes -----------------------------------------------------------------------
     def available_size(self, component: str = "full") -> int:
@@ -310,3 +350,11 @@ class HostCalls:
         if self.host is None:
             raise CacheError(f"{call} needs the host tier (config hicache)")
         return self.host
+
+
+def _cat(values: list):
+    return values[0] if len(values) == 1 else torch.cat(values)
+
+
+def _total(values: list) -> int:
+    return sum(int(v.shape[0]) for v in values)

@@ -78,17 +78,20 @@ def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vi
         copies = [node.data[i].host_value for node in cols.nodes if node.data[i].host_value is not None]
         for node in cols.nodes:
             value = node.data[i].host_value
-            if value is not None and value.shape[0] != 1:
+            if value is not None and value.shape[0] != component.value_len(node):
                 out.append(Violation("host.value_len", f"node {node.id} {name} host copy has {value.shape[0]} slots"))
         pool = cache.host.aux[name]
         used = pool.size - pool.available_size()
-        if used != len(copies):
-            out.append(Violation("host.pool_balance", f"{name} host pool hands out {used} slots, the nodes hold {len(copies)}"))
-        if len(copies) > 1 and torch.unique(torch.cat(copies)).shape[0] != len(copies):
+        ps = pool.allocator.page_size
+        held = sum(pool.allocator.pages_for(int(c.shape[0])) for c in copies) * ps
+        if used != held:
+            out.append(Violation("host.pool_balance", f"{name} host pool hands out {used} slots, the nodes hold {held}"))
+        total = sum(int(c.shape[0]) for c in copies)
+        if len(copies) > 1 and torch.unique(torch.cat(copies)).shape[0] != total:
             out.append(Violation("host.shared_slots", f"two {name} host copies share a host slot"))
         expected = {n.id for n in cols.nodes if n.data[i].value is None and n.data[i].host_value is not None
                     and n.data[i].host_lock_ref == 0}
-        actual = set(tree.host_lru[name])
+        actual = {n.id for n in tree.host_lru[name]}
         if expected != actual:
             out.append(Violation("host.lru", f"{name} host LRU: extra {sorted(actual - expected)[:5]}, "
                                  f"missing {sorted(expected - actual)[:5]}"))

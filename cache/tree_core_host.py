@@ -25,6 +25,7 @@ import torch
 
 from .actions import BackupKV
 from .events import Cause, EventKind
+from .lru import LRUList
 
 if TYPE_CHECKING:
     from .eviction import EvictionBatch
@@ -47,7 +48,9 @@ class TreeHostTier:
         self.write_through_threshold = write_through_threshold
         self.hit_step = 0 if policy == "write_back" else 1
         self.host_components = [c for c in self.components[1:] if getattr(c, "keeps_host_copy", False)]
-        # host-aware versions of three tree steps, on this tree only: zero cost without a host tier
+        # host-aware versions of the tree steps, on this tree only: zero cost without a host tier
+        self._new_node = self._new_node_with_host_slots  # a host LRU slot per component
+        self._add_host_slots(self.root)
         self._detach = self._detach_to_host
         self._remove_from_parent = self._remove_with_host_copies
         self.set_component_value = self._set_value_from_host
@@ -64,8 +67,9 @@ class TreeHostTier:
         # write-back: nodes whose Full KV came back to the device while keeping a host
         # copy, oldest first: host pressure reclaims these redundant copies first
         self.host_duplicates: dict[int, TreeNode] = {}
-        # per auxiliary component: node id -> node with its data on the host only, oldest first
-        self.host_lru: dict[str, dict[int, TreeNode]] = {c.name: {} for c in self.host_components}
+        # per auxiliary component: the nodes with its data on the host only, in the order they got there
+        n = len(self.components)
+        self.host_lru: dict[str, LRUList] = {c.name: LRUList(n + c.index, 2 * n) for c in self.host_components}
         self.host_frees: list[tuple[str, torch.Tensor]] = []  # (component, host slots) for the controller
 
     # ---- state -------------------------------------------------------------------
@@ -95,11 +99,23 @@ class TreeHostTier:
             return
         cd = node.data[component.index]
         if cd.value is None and cd.host_value is not None and cd.host_lock_ref == 0 and node.id in self.nodes:
-            lru.setdefault(node.id, node)
-        else:
-            lru.pop(node.id, None)
+            if node not in lru:
+                lru.insert_mru(node)
+        elif node in lru:
+            lru.remove(node)
 
     # ---- the host-aware tree steps ---------------------------------------------------
+    def _add_host_slots(self, node: TreeNode) -> None:
+        n = len(self.components)
+        node.lru_prev += [None] * n
+        node.lru_next += [None] * n
+        node.lru_label += [None] * n
+
+    def _new_node_with_host_slots(self, priority: int = 0) -> TreeNode:
+        node = type(self)._new_node(self, priority)
+        self._add_host_slots(node)
+        return node
+
     def _detach_to_host(self, node: TreeNode, component) -> None:
         type(self)._detach(self, node, component)
         if component.index:
@@ -125,7 +141,7 @@ class TreeHostTier:
         host could not take it. A node the backup changed is left to the walk."""
         cd = node.data[component.index]
         if (component in self.host_components and cd.host_value is None and not self.backed_up(node)
-                and node.data[0].value is not None):
+                and node.data[0].value is not None and not node.in_leaf_set):
             self.backup_before_tombstone(node, component)
             if self.nodes.get(node.id) is not node or cd.value is None or node.in_leaf_set:
                 return
@@ -184,7 +200,7 @@ class TreeHostTier:
         (a Mamba state) the host has no copy of: back that up, hit or not."""
         if (self.write_through_threshold is not None and self.backed_up(node)
                 and "transfer" not in node.data[0].metadata
-                and any(c.backup_value(node) is not None for c in self.host_components)):
+                and any(c.backup_nodes(node) for c in self.host_components)):
             pending.append(BackupKV((node,), node.id))
 
     def set_host_value(self, node: TreeNode, component, host: torch.Tensor) -> None:
@@ -279,13 +295,15 @@ class TreeHostTier:
     def _evict_aux_host(self, num: int, component) -> int:
         freed = 0
         lru = self.host_lru[component.name]
-        while freed < num and lru:
-            node = next(iter(lru.values()))
+        while freed < num and (node := lru.lru_first(skip_locked=False)) is not None:
             freed += component.value_len(node)
             if self.is_host_leaf(node):
                 self.evict_host_leaf(node, f"{component.name} host eviction, need {num}")
-            else:
-                self.drop_host_value(node, component, Cause.CAPACITY, f"need {num}")
+                continue
+            self.drop_host_value(node, component, Cause.CAPACITY, f"need {num}")
+            for lower in self.host_components:  # the cascade: lower-ranked host copies go too
+                if lower.internal_priority < component.internal_priority and node.data[lower.index].host_value is not None:
+                    self.drop_host_value(node, lower, Cause.CASCADE, f"from {component.name}")
         return freed
 
     def _reclaim_duplicates(self, num_tokens: int) -> int:
@@ -360,25 +378,33 @@ class TreeHostTier:
         del chunks[device_chunks:]
         return self._finish_match(best, chunks, walked, last, device, host_hit)
 
+    just_unevicted: Optional[TreeNode] = None  # for SWA's overlap hook, which recovers its window
+
     def unevict(self, node: TreeNode, value: torch.Tensor) -> None:
         """An insert walked over a host-only node holding the key's slots for it: they
         become its device KV again (not duplicates)."""
         self.restore_device(node, value, "insert brought device KV")
         self.track_duplicate(node)
+        self.just_unevicted = node
 
-    def hold_host(self, nodes: list[TreeNode], delta: int, anchor: Optional[TreeNode] = None) -> None:
-        """Host-lock ``nodes``' Full copies (+1) or release them (-1), and the anchor's
-        auxiliary copies: a load-back's path must not be host-evicted meanwhile."""
+    def hold_host(self, nodes: list[TreeNode], delta: int) -> None:
+        """Host-lock ``nodes``' Full copies (+1) or release them (-1): a load-back's
+        path must not be host-evicted meanwhile."""
         for node in nodes:
             node.data[0].host_lock_ref += delta
             self.update_host_leaf_state(node)
-        if anchor is not None:
-            for component in self.host_components:
-                cd = anchor.data[component.index]
-                if cd.host_value is not None:
-                    cd.host_lock_ref += delta
-                    self.refresh_host_lru(anchor, component)
-            self.update_host_leaf_state(anchor)
+
+    def lock_aux_host(self, anchor: TreeNode) -> dict:
+        """Host-lock every auxiliary component's copies a load from ``anchor`` reads
+        (Mamba: the anchor's; SWA: one window up from it); returns the receipts."""
+        receipts = {c.name: c.lock_host_copies(anchor) for c in self.host_components}
+        self.update_host_leaf_state(anchor)
+        return receipts
+
+    def unlock_aux_host(self, anchor: TreeNode, receipts: dict) -> None:
+        for component in self.host_components:
+            component.unlock_host_copies(anchor, receipts[component.name])
+        self.update_host_leaf_state(anchor)
 
     def host_path(self, node: TreeNode) -> list[TreeNode]:
         """The host-only nodes from below the last device ancestor down to ``node``."""

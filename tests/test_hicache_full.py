@@ -196,11 +196,11 @@ def test_load_back_refused_when_the_device_cannot_cover_it_changes_no_host_data(
     assert cache.load_back(RadixKey(A)).loaded == 16
 
 
-def test_host_calls_need_the_host_tier_and_hicache_is_not_built_for_swa_yet():
+def test_host_calls_need_the_host_tier_and_hicache_is_not_built_for_the_sidecar():
     with pytest.raises(CacheError, match="needs the host tier"):
         UnifiedRadixCache(kv_size=16, device="cpu").evict_host(1)
-    with pytest.raises(ValueError, match=r"Full and Full\+Mamba caches so far"):
-        UnifiedRadixCache(kv_size=16, components=("full", "swa"), sliding_window=4, device="cpu", hicache={})
+    with pytest.raises(ValueError, match="not for sidecar"):
+        UnifiedRadixCache(kv_size=16, components=("full", "sidecar"), device="cpu", hicache={})
     with pytest.raises(ValueError, match="write_policy must be one of"):
         make("write_sometimes")
 

@@ -96,9 +96,9 @@ def test_a_loaded_state_holds_the_right_fingerprint():
     host = cache.host.aux["mamba"]
     assert host.fingerprint_of(node.data[1].host_value) == cache.by_name["mamba"].pool.fingerprint_of(node.data[1].value)
     cache.evict(EvictParams(num_tokens=8))
-    assert list(cache.tree.host_lru["mamba"]) == [node.id]
+    assert list(cache.tree.host_lru["mamba"]) == [node]
     cache.load_back(RadixKey(A))
-    assert cache.tree.host_lru["mamba"] == {}
+    assert len(cache.tree.host_lru["mamba"]) == 0
     m = cache.match_prefix(RadixKey(A))
     assert m.prefix_len == 8 and verify_match(cache, A, m) == []
     assert torch.equal(cache.by_name["mamba"].pool.fingerprint[node.data[1].value],

@@ -75,10 +75,10 @@ def test_the_cache_core_stays_within_its_line_budget():
     """Issue 14: the cache without its fault catalogue, the sidecar example and the host
     tier stays at most 4,200 lines of code, so the three layers stay readable — plus 50
     for the host tier's hooks in the core (issue 17: a match's two validator passes, the
-    insert's end-of-op ack, the pools' drain); the host tier (its own files, named host)
-    has a budget of its own."""
+    insert's end-of-op ack, the pools' drain); the host tier (its own files, named host:
+    Full's, SWA's and Mamba's parts) has a budget of its own."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
     assert 3000 < core <= 4250, core
-    assert 200 < sum(code_lines(p) for p in host) <= 900
+    assert 200 < sum(code_lines(p) for p in host) <= 1100

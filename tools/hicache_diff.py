@@ -44,11 +44,11 @@ def sequence(seed: int, n: int, components: list[str]) -> list[dict]:
         if kind == "evict":
             op = {"op": "evict", "full": rng.randrange(1, 24)}
             if aux and rng.random() < 0.5:
-                op = {"op": "evict", "full": 0, **{c: rng.randrange(1, 4) for c in aux}}
+                op = {"op": "evict", "full": 0, **{c: rng.randrange(1, 4 if c == "mamba" else 12) for c in aux}}
             ops.append(op)
         elif kind == "evict_host":
             component = rng.choice(["full", *aux])
-            ops.append({"op": "evict_host", "n": rng.randrange(1, 16 if component == "full" else 4),
+            ops.append({"op": "evict_host", "n": rng.randrange(1, 4 if component == "mamba" else 16),
                         "component": component})
         else:
             ops.append({"op": kind, "key": key})
@@ -66,18 +66,24 @@ def run_oracle(config: dict, ops: list[dict]) -> list[dict]:
 
 def run_ours(config: dict, ops: list[dict]) -> list[dict]:
     mamba = "mamba" in config["components"]
-    host = {"write_policy": config["write_policy"],
-            # SGLang's host sizes: the ratio's share plus one page (page 1 here) / one state
-            "host_kv_size": int(config["kv_size"] * config["hicache_ratio"]) + 1,
+    ps = config.get("page_size", 1)
+
+    def host_tokens(size: int) -> int:  # SGLang's host size: the ratio's share, in pages, plus one page
+        return (int(size * config["hicache_ratio"]) // ps + 1) * ps
+
+    host = {"write_policy": config["write_policy"], "host_kv_size": host_tokens(config["kv_size"]),
             "load_back_threshold": config["load_back_threshold"]}
     if mamba:
         host["host_mamba_size"] = int(config["mamba_size"] * config["hicache_ratio"]) + 1
-    cache = UnifiedRadixCache(kv_size=config["kv_size"], device="cpu", components=tuple(config["components"]),
-                              mamba_size=config.get("mamba_size"), hicache=host)
-    out = []
+    if "swa" in config["components"]:
+        host["host_swa_size"] = host_tokens(config["swa_kv_size"])
+    cache = UnifiedRadixCache(kv_size=config["kv_size"], page_size=ps, device="cpu", components=tuple(config["components"]),
+                              mamba_size=config.get("mamba_size"), sliding_window=config.get("sliding_window"),
+                              swa_kv_size=config.get("swa_kv_size"), hicache=host)
+    out, handles = [], {}
     for op in ops:
         try:
-            out.append(_apply(cache, op))
+            out.append(_apply(cache, op, handles))
         except Exception as exc:
             out.append({"error": f"{type(exc).__name__}: {exc}"})
         bad = check_invariants(cache)
@@ -86,30 +92,50 @@ def run_ours(config: dict, ops: list[dict]) -> list[dict]:
     return out
 
 
-def _apply(cache: UnifiedRadixCache, op: dict) -> dict:
+def _apply(cache: UnifiedRadixCache, op: dict, handles: dict) -> dict:
     kind = op["op"]
     if kind == "insert":
         tokens = op["key"]
         mamba = "mamba" in cache.by_name
-        if cache.available_size() < len(tokens) or (mamba and cache.available_size("mamba") < 1):
+        if cache.available_size() < len(tokens) or ("swa" in cache.by_name and cache.available_size("swa") < len(tokens)):
             raise RuntimeError("out of slots")  # the oracle's own refusal without auto_evict
+        if mamba and cache.available_size("mamba") < 1:
+            cache.alloc_kv(len(tokens))  # the oracle's harness takes the KV slots first and keeps them
+            raise RuntimeError("out of mamba slots")
         slots = cache.alloc_kv(len(tokens))
         cache.write_kv(slots, tokens)
+        floor = op.get("swa_evicted_seqlen", 0)
+        if floor:  # the oracle's harness: the request already gave back its SWA below the floor
+            cache.free_swa(slots[:floor])
         state = cache.alloc_mamba_state(tokens) if mamba else None
-        result = cache.insert(InsertParams(RadixKey(tokens), slots, state))
+        result = cache.insert(InsertParams(RadixKey(tokens), slots, state, swa_evicted_seqlen=floor))
+        aligned = len(tokens) - len(tokens) % cache.page_size
+        if aligned < len(tokens):  # the oracle frees the unaligned tail, as release_kv_cache does
+            cache.free_kv([slots[aligned:]])
         if state is not None and result.mamba_exist:
             cache.free_mamba_state(state)
         return {"prefix_len": result.prefix_len}
+    if kind == "lock":  # on the last match's device end, as the oracle's "last_match"
+        handles[op["as"]] = (handles["last_match"], cache.inc_lock_ref(handles["last_match"]))
+        return {}
+    if kind == "unlock":
+        cache.dec_lock_ref(*handles.pop(op["handle"]))
+        return {}
+    if kind in ("sanity", "sizes"):
+        return {}
     if kind == "match":
         m = cache.match_prefix(RadixKey(op["key"]))
+        handles["last_match"] = m.last_device_node
         out = {"prefix_len": m.prefix_len, "host_hit_length": m.host_hit_length,
                "full_kv_hit_length": m.full_kv_hit_length}
         if "mamba" in cache.by_name:
             out.update(mamba_host_hit_length=m.mamba_host_hit_length, mamba_branching_seqlen=m.mamba_branching_seqlen)
+        if "swa" in cache.by_name:
+            out.update(swa_host_hit_length=m.swa_host_hit_length)
         return out
     if kind == "evict":
-        r = cache.evict(EvictParams(num_tokens=op["full"], mamba_num=op.get("mamba", 0)))
-        return {"full": r.num_tokens_evicted, "mamba": r.mamba_num_evicted}
+        r = cache.evict(EvictParams(num_tokens=op.get("full", 0), swa_num_tokens=op.get("swa", 0), mamba_num=op.get("mamba", 0)))
+        return {"full": r.num_tokens_evicted, "swa": r.swa_num_tokens_evicted, "mamba": r.mamba_num_evicted}
     if kind == "evict_host":
         return {"evicted": cache.evict_host(op["n"], op["component"])}
     if kind == "load_back":
@@ -142,9 +168,9 @@ def _order(row) -> tuple:
     return tuple(-1 if v is None else v for v in row)
 
 
-FIELDS = {"insert": ("prefix_len",), "match": ("prefix_len", "host_hit_length", "full_kv_hit_length",
-                                               "mamba_host_hit_length", "mamba_branching_seqlen"),
-          "evict": ("full", "mamba"), "evict_host": ("evicted",), "load_back": ("host_hit_length", "loaded")}
+FIELDS = {"lock": (), "unlock": (), "sanity": (), "sizes": (), "insert": ("prefix_len",), "match": ("prefix_len", "host_hit_length", "full_kv_hit_length",
+                                               "mamba_host_hit_length", "mamba_branching_seqlen", "swa_host_hit_length"),
+          "evict": ("full", "swa", "mamba"), "evict_host": ("evicted",), "load_back": ("host_hit_length", "loaded")}
 
 
 def compare(ops, theirs, ours, components) -> str | None:
@@ -177,18 +203,32 @@ def main() -> int:
     ap.add_argument("--ops", type=int, default=150)
     ap.add_argument("--policies", default="write_through,write_through_selective,write_back")
     ap.add_argument("--components", default="full")
+    ap.add_argument("--page-size", type=int, default=1)
+    ap.add_argument("--replay", metavar="FILE", help="an oracle JSONL file (config line first) instead of random runs")
     args = ap.parse_args()
+    if args.replay:
+        config, *ops = [json.loads(line) for line in Path(args.replay).read_text().splitlines() if line.strip()]
+        components = config["components"]
+        config = {"kv_size": 256, "hicache_ratio": 2.0, "load_back_threshold": 10, "write_policy": "write_through",
+                  **config}
+        config.setdefault("swa_kv_size", config["kv_size"])
+        diff = compare(ops, run_oracle(config, ops), run_ours(config, ops), components)
+        print(f"{args.replay}: {diff or 'agrees'}")
+        return 1 if diff else 0
     components = args.components.split(",")
     failed = 0
     for policy in args.policies.split(","):
         for seed in range(args.seeds):
             config = {"components": components, "kv_size": 64, "hicache_ratio": 0.5, "write_policy": policy,
-                      "load_back_threshold": 4}
+                      "load_back_threshold": 4, "page_size": args.page_size}
             if "mamba" in components:
                 config["mamba_size"] = 12
+            if "swa" in components:
+                config.update(sliding_window=4, swa_kv_size=48)
             ops = sequence(seed, args.ops, components)
             diff = compare(ops, run_oracle(config, ops), run_ours({**config}, ops), components)
-            print(f"{'+'.join(components)} {policy:24s} seed {seed:3d}: {diff or 'agrees'}", flush=True)
+            print(f"{'+'.join(components)} page {args.page_size} {policy:24s} seed {seed:3d}: {diff or 'agrees'}",
+                  flush=True)
             failed += diff is not None
     return 1 if failed else 0
 

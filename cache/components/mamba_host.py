@@ -4,7 +4,7 @@ only, and load-back brings just that state (the best node's) back."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -21,13 +21,43 @@ class MambaHostMixin:
         return lambda node, length: length == node.length and (
             node.data[i].value is not None or node.data[i].host_value is not None)
 
-    def backup_value(self, node: TreeNode) -> Optional[torch.Tensor]:
-        """The device state a backup of ``node`` copies (None: nothing to copy)."""
-        cd = node.data[self.index]
-        return cd.value if cd.value is not None and cd.host_value is None else None
+    @property
+    def device_store(self):
+        """What a host copy is copied from and back into: the state pool."""
+        return self.pool
 
-    def load_back_node(self, best: TreeNode) -> Optional[TreeNode]:
-        """The node whose state a load-back brings back: the best match's own, when it
-        is on the host only."""
+    def backup_nodes(self, node: TreeNode) -> list[TreeNode]:
+        """The nodes whose state a backup of ``node`` copies: its own, when the host
+        has none of it."""
+        cd = node.data[self.index]
+        return [node] if cd.value is not None and cd.host_value is None else []
+
+    def load_back_nodes(self, best: TreeNode) -> list[TreeNode]:
+        """The nodes whose state a load-back brings back: the best match's own, when
+        it is on the host only."""
         cd = best.data[self.index]
-        return best if cd.value is None and cd.host_value is not None else None
+        return [best] if cd.value is None and cd.host_value is not None else []
+
+    def load_shortfall(self, nodes: list[TreeNode]) -> int:
+        return len(nodes) - self.pool.available_size()
+
+    def alloc_for_load(self, nodes: list[TreeNode]) -> torch.Tensor:
+        return self.pool.alloc(len(nodes))
+
+    def free_load(self, slots: torch.Tensor) -> None:
+        self.pool.free(slots)
+
+    def commit_load(self, nodes: list[TreeNode], slots: torch.Tensor) -> list[torch.Tensor]:
+        """Device values for ``nodes`` from the slots a load filled."""
+        return [slots[k : k + 1] for k in range(len(nodes))]
+
+    def lock_host_copies(self, anchor: TreeNode):
+        cd = anchor.data[self.index]
+        cd.host_lock_ref += 1
+        self.tree.refresh_host_lru(anchor, self)
+        return None
+
+    def unlock_host_copies(self, anchor: TreeNode, receipt) -> None:
+        cd = anchor.data[self.index]
+        cd.host_lock_ref -= 1
+        self.tree.refresh_host_lru(anchor, self)

@@ -19,6 +19,7 @@ from ..actions import ComponentAction, FreeDeviceKVFullOnly, RebuildSWA, Recover
 from ..events import Cause, EventKind
 from ..pools.swa_pool import SWAPool
 from .base import LRUEvictionMixin, TreeComponent
+from .swa_host import SWAHostMixin
 
 if TYPE_CHECKING:
     from ..eviction import EvictionBatch
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from ..tree_node import TreeNode
 
 
-class SWAComponent(LRUEvictionMixin, TreeComponent):
+class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
     name = "swa"
     uses_lru = True
     kv_peer = True
@@ -114,8 +115,9 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
 
     def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int) -> MatchResult:
         aligned = walked - walked % self.page_size
-        branching = aligned if aligned > result.device_prefix_len else None
-        return result._replace(swa_branching_seqlen=branching)
+        branching = aligned if aligned > result.device_prefix_len + result.host_hit_length else None
+        result = result._replace(swa_branching_seqlen=branching)
+        return result if self.tree.host_policy is None else self.finalize_host_match(result, best)
 
     on_walkdown = TreeComponent.on_walkdown  # walking through old ancestors must not keep them hot
 
@@ -137,6 +139,10 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
         the request's ``swa_evicted_seqlen`` takes the incoming slots; below it, they
         are duplicates (freed by the tree, Full side only)."""
         start, end = total_prefix_len, total_prefix_len + prefix_len
+        if node is self.tree.just_unevicted:  # the host tier's: swa_host.py
+            self.tree.just_unevicted = None
+            self.recover_after_unevict(node, start, end, value, params, actions)
+            return prefix_len
         if params.prev_prefix_len >= end or node.data[self.index].value is not None:
             return prefix_len
         live = self._clip_to_window(node, start, end, params.swa_evicted_seqlen)
@@ -204,6 +210,8 @@ class SWAComponent(LRUEvictionMixin, TreeComponent):
         uuid = lower.metadata.pop("uuid", None)
         if uuid is not None:
             upper.metadata["uuid"] = uuid
+        if self.tree.host_policy is not None:
+            self.split_host_data(new_parent, child)
 
     # ---- eviction ---------------------------------------------------------
     def evict_component(self, node: TreeNode, batch: EvictionBatch) -> int:

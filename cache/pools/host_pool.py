@@ -23,11 +23,11 @@ def _pinned(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class HostKVPool:
-    """Full KV slots in host memory: ``backup`` copies device slots in, ``load`` copies
-    host slots back out to device slots the caller allocated."""
+    """KV slots in host memory (Full's, or SWA's): ``backup`` copies device slots in,
+    ``load`` copies host slots back out to device slots the caller allocated."""
 
-    def __init__(self, size: int, page_size: int) -> None:
-        self.allocator = PagedAllocator(size, page_size, HOST, "full_host")
+    def __init__(self, size: int, page_size: int, name: str = "full_host") -> None:
+        self.allocator = PagedAllocator(size, page_size, HOST, name)
         self.buffer = KVFingerprintBuffer(size, HOST)
         self.buffer.data = _pinned(self.buffer.data)
 

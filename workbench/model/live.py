@@ -36,7 +36,7 @@ OP_HELP: dict[str, str] = {
     "req_finish": "req_finish REQ [noinsert]",
     "check": "check",
     "load_back": "load_back TOKENS… [extra_key=NS]",
-    "evict_host": "evict_host [full=N] [mamba=N]",
+    "evict_host": "evict_host [full=N] [swa=N] [mamba=N]",
     "flush": "flush",
 }
 # Clauses any op may end with; TOKENS are ids and inclusive ranges FIRST..LAST.

@@ -41,8 +41,8 @@ class ScenarioError(Exception):
 # op -> (required fields, optional fields, result fields)
 OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "insert": (("key",), ("as", "swa_evicted_seqlen", "extra_key"), ("prefix_len",)),
-    "match": (("key",), ("as", "extra_key"), ("prefix_len", "host_hit_length", "mamba_host_hit_length",
-                                              "mamba_branching_seqlen")),
+    "match": (("key",), ("as", "extra_key"), ("prefix_len", "host_hit_length", "swa_host_hit_length",
+                                              "mamba_host_hit_length", "mamba_branching_seqlen")),
     "lock": (("match", "as"), (), ()),
     "unlock": (("lock",), (), ()),
     "release_window": (("lock",), (), ()),
@@ -54,17 +54,19 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "check": ((), (), ()),
     # the host tier ([config] hicache)
     "load_back": (("key",), ("extra_key",), ("loaded", "host_hit_length")),
-    "evict_host": ((), ("full", "mamba"), ("full_host_evicted", "mamba_host_evicted")),
+    "evict_host": ((), ("full", "swa", "mamba"), ("full_host_evicted", "swa_host_evicted", "mamba_host_evicted")),
     "flush": ((), (), ("completed",)),
 }
 HOST_OPS = ("load_back", "evict_host", "flush")
 # State fields of the host tier (only with [config] hicache): its pool, host-only nodes,
 # and nodes in a copy held in flight (transfers = "held") until a flush
-HOST_FIELDS = tuple(f"{c}_host_{k}" for c in ("full", "mamba") for k in ("available", "total", "evictable")) + (
+HOST_FIELDS = tuple(f"{c}_host_{k}" for c in ("full", "swa", "mamba") for k in ("available", "total", "evictable")) + (
     "host_nodes", "in_flight_nodes")
 COMMON_FIELDS = ("op", "expect", "expect_error", "description")
-MAMBA_ONLY_FIELDS = ("mamba_branching_seqlen", "mamba_host_hit_length", "mamba_host_evicted",
-                     *(f for f in HOST_FIELDS if f.startswith("mamba_")))
+# fields one component reports (the scenario must list it)
+OWNED_FIELDS = {f: f.split("_")[0] for f in ("mamba_branching_seqlen", "mamba_host_hit_length", "mamba_host_evicted",
+                                             "swa_host_hit_length", "swa_host_evicted", *HOST_FIELDS)
+                if f.split("_")[0] in ("swa", "mamba")}
 
 # State fields any step may expect (all ints). Per-name tables come after.
 STATE_FIELDS = tuple(
@@ -462,8 +464,8 @@ def _check_tokens(value: list, name: str, line: Optional[int], key: str) -> None
 
 
 def _check_expect(op: str, results: tuple, key: str, value, name: str, line: Optional[int], names: _Names) -> None:
-    if key in MAMBA_ONLY_FIELDS and "mamba" not in names.components:
-        raise ScenarioError(f"{key} is only reported with the mamba component", name, line, f"expect.{key}")
+    if key in OWNED_FIELDS and OWNED_FIELDS[key] not in names.components:
+        raise ScenarioError(f"{key} is only reported with the {OWNED_FIELDS[key]} component", name, line, f"expect.{key}")
     if key in results:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")

@@ -122,6 +122,8 @@ class Session:
         if "as" in f:
             self.matches[f["as"]] = handle
         out = {"prefix_len": result.prefix_len, "host_hit_length": result.host_hit_length}
+        if "swa" in self.cache.by_name:
+            out["swa_host_hit_length"] = result.swa_host_hit_length
         if "mamba" in self.cache.by_name:
             out["mamba_branching_seqlen"] = result.mamba_branching_seqlen
             out["mamba_host_hit_length"] = result.mamba_host_hit_length
@@ -129,8 +131,9 @@ class Session:
 
     def evict_host(self, f: dict) -> dict:
         out = {"full_host_evicted": self.cache.evict_host(f.get("full", 0))}
-        if "mamba" in f:
-            out["mamba_host_evicted"] = self.cache.evict_host(f["mamba"], "mamba")
+        for component in ("swa", "mamba"):
+            if component in f:
+                out[f"{component}_host_evicted"] = self.cache.evict_host(f[component], component)
         return out
 
     def load_back(self, f: dict) -> dict:

@@ -1,0 +1,159 @@
+"""SWA's part in the host tier (HiCache): a node's live sliding-window KV gets a host
+copy in a host SWA pool. Host-only SWA counts for a match like live SWA (a load-back
+restores it first); a backup copies the live SWA within one window of the node that
+has no host copy yet, a load-back the host-only SWA within one window of the best
+match; a load host-locks one window, like a device window lock."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from ..actions import RebuildSWA
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..params import MatchResult
+    from ..tree_node import ComponentData, TreeNode
+
+
+class SWAHostMixin:
+    index: int
+    window: int
+    keeps_host_copy = True
+
+    def create_host_match_validator(self):
+        i, window = self.index, self.window
+        run = [float("inf")]
+
+        def validate(node: TreeNode, length: int) -> bool:
+            cd = node.data[i]
+            if cd.value is None and cd.host_value is None:
+                run[0] = 0
+                return False
+            run[0] += length
+            return run[0] >= window
+
+        return validate
+
+    @property
+    def device_store(self):
+        return self.pool.buffer
+
+    def _window_up(self, node: TreeNode):
+        """``node`` and its ancestors until one window of SWA (either tier) is covered;
+        stops at a node with SWA on neither."""
+        i, root, covered = self.index, self.tree.root, 0
+        while node is not root and covered < self.window:
+            cd = node.data[i]
+            if cd.value is None and cd.host_value is None:
+                return
+            yield node, cd
+            covered += node.length
+            node = node.parent
+
+    def backup_nodes(self, node: TreeNode) -> list[TreeNode]:
+        """Live SWA without a host copy within one window up from ``node`` (stopping at
+        a node whose copy is still in flight), root side first."""
+        out = []
+        for cur, cd in self._window_up(node):
+            if "transfer" in cur.data[0].metadata:
+                break
+            if cd.value is not None and cd.host_value is None:
+                out.append(cur)
+        out.reverse()
+        return out
+
+    def load_back_nodes(self, best: TreeNode) -> list[TreeNode]:
+        """Host-only SWA within one window up from the best match, root side first."""
+        out = [cur for cur, cd in self._window_up(best) if cd.value is None]
+        out.reverse()
+        return out
+
+    def load_shortfall(self, nodes: list[TreeNode]) -> int:
+        need = sum(n.length for n in nodes)
+        return self.pool.allocator.pages_for(need) * self.page_size - self.pool.available_size()
+
+    def alloc_for_load(self, nodes: list[TreeNode]) -> torch.Tensor:
+        return self.pool.allocator.alloc(sum(n.length for n in nodes))
+
+    def free_load(self, slots: torch.Tensor) -> None:
+        self.pool.allocator.free(slots, trusted=True)
+
+    def commit_load(self, nodes: list[TreeNode], slots: torch.Tensor) -> list[torch.Tensor]:
+        """Map the loaded nodes' Full slots (restored just before) to the SWA slots."""
+        values, start = [], 0
+        for node in nodes:
+            part = slots[start : start + node.length]
+            self.pool.mapping[node.data[0].value] = part
+            values.append(part)
+            start += node.length
+        return values
+
+    # ---- match ------------------------------------------------------------
+    def finalize_host_match(self, result: MatchResult, best: TreeNode) -> MatchResult:
+        """The SWA the best match's window needs from the host (host-only SWA within
+        one window up from it, whole nodes, as v0.5.23 counts it)."""
+        host_hit = sum(cur.length for cur, cd in self._window_up(best) if cd.value is None)
+        return result._replace(swa_host_hit_length=host_hit) if host_hit else result
+
+    # ---- insert -----------------------------------------------------------
+    def recover_after_unevict(self, node: TreeNode, start: int, end: int, value, params, actions) -> None:
+        """An insert brought a host-only node's Full KV back: its in-window part gets
+        the incoming SWA (the host copy stays)."""
+        live = self._clip_to_window(node, start, end, params.swa_evicted_seqlen)
+        if live is not None:
+            node, live_start = live
+            actions.append(RebuildSWA(node.id, value[live_start:end]))
+
+    # ---- split ------------------------------------------------------------
+    def split_host_data(self, new_parent: TreeNode, child: TreeNode) -> None:
+        """A host copy is cut like the value; a half left host-only joins the host
+        LRU (the upper one just behind the lower), and the host window lock's boundary
+        moves up with the older edge."""
+        i, tree = self.index, self.tree
+        upper, lower = new_parent.data[i], child.data[i]
+        upper.host_lock_ref = lower.host_lock_ref
+        if lower.host_value is not None:
+            cut = new_parent.length
+            host = lower.host_value
+            upper.host_value, lower.host_value = host[:cut], host[cut:]
+            lru = tree.host_lru[self.name]
+            if upper.value is None and upper.host_lock_ref == 0:
+                if child in lru:
+                    lru.insert_after(child, new_parent)
+                else:
+                    lru.insert_mru(new_parent)
+            if lower.value is None and lower.host_lock_ref == 0 and child not in lru:
+                lru.insert_mru(child)
+        boundary = lower.metadata.pop("host_uuid", None)
+        if boundary is not None:
+            upper.metadata["host_uuid"] = boundary
+
+    # ---- host window lock (load-back) ------------------------------------------------
+    def lock_host_copies(self, anchor: TreeNode) -> Optional[int]:
+        """Host-lock one window up from ``anchor`` (tombstones included) and stamp the
+        node where it was covered; returns that boundary (None: the root)."""
+        tree, covered, node = self.tree, 0, anchor
+        while node is not tree.root and covered < self.window:
+            cd = node.data[self.index]
+            cd.host_lock_ref += 1
+            tree.refresh_host_lru(node, self)
+            covered += node.length
+            if covered >= self.window:
+                if cd.metadata.get("host_uuid") is None:
+                    cd.metadata["host_uuid"] = tree.new_uuid()
+                return cd.metadata["host_uuid"]
+            node = node.parent
+        return None
+
+    def unlock_host_copies(self, anchor: TreeNode, boundary: Optional[int]) -> None:
+        tree, node = self.tree, anchor
+        while node is not tree.root:
+            cd: ComponentData = node.data[self.index]
+            cd.host_lock_ref -= 1
+            tree.refresh_host_lru(node, self)
+            tree.update_host_leaf_state(node)
+            if boundary is not None and cd.metadata.get("host_uuid") == boundary:
+                return
+            node = node.parent
