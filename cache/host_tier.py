@@ -230,12 +230,14 @@ class HostTier:
             self.cache.events.emit(kind, name, node, cause, n, f"pool={name}_host")
 
     # ---- load-back -------------------------------------------------------------------
-    def load_back(self, key: RadixKey) -> LoadBackResult:
+    def load_back(self, key: RadixKey, mem_quota: Optional[int] = None) -> LoadBackResult:
         """Match ``key`` and bring its host part back to the device: the host-only Full
         nodes down to the best match, and what each auxiliary component needs there
         from the host (Mamba: the best match's state; SWA: the host-only SWA within
         one window of it). A Full part below ``load_back_threshold`` is not loaded
-        unless auxiliary data comes too. Device room is made by eviction, with the
+        unless auxiliary data comes too, and none when its Full tokens and those its
+        prefix lock newly protects exceed ``mem_quota`` (SGLang's admission budget).
+        Device room is made by eviction, with the
         match's device path locked and the host copies read host-locked meanwhile;
         the device pools are checked first, and when they cannot cover it the load is
         refused (PoolExhaustedError) before anything changes but the match's own
@@ -252,6 +254,9 @@ class HostTier:
             return LoadBackResult(0, hit, match.last_device_node)
         anchor = path[0].parent if path else best  # the deepest node with device KV
         receipt = tree.inc_lock_ref(anchor.id)  # eviction for the load must not take the prefix
+        if mem_quota is not None and kv_tokens + receipt.delta > mem_quota:
+            tree.dec_lock_ref(anchor.id, receipt)
+            return LoadBackResult(0, hit, match.last_device_node)
         tree.hold_host(path, +1)  # nor (write-back: backups evict host data) what it reads
         host_locks = tree.lock_aux_host(best)
         try:
@@ -325,10 +330,12 @@ class HostCalls:
     host: HostTier | None
     events: EventBus
 
-    def load_back(self, key: RadixKey) -> LoadBackResult:
+    def load_back(self, key: RadixKey, mem_quota: Optional[int] = None) -> LoadBackResult:
         """Bring a match's host-only part back to the device (see HostTier.load_back)."""
+        if mem_quota is not None and (type(mem_quota) is not int or mem_quota < 0):
+            raise CacheError(f"load_back: mem_quota must be a non-negative int (got {mem_quota!r})")
         with self.events.op("load_back"):
-            return self._host("load_back").load_back(as_key(key))
+            return self._host("load_back").load_back(as_key(key), mem_quota)
 
     def evict_host(self, num: int, component: str = "full") -> int:
         """Free ``num`` host units of ``component`` (Full: tokens, write-back's

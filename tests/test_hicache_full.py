@@ -295,3 +295,17 @@ def test_a_write_back_load_keeps_its_own_path_from_host_eviction():
     result = cache.load_back(RadixKey(A))
     assert result.loaded == 16 and check_invariants(cache) == []
     assert verify_match(cache, A, cache.match_prefix(RadixKey(A))) == []
+
+
+def test_load_back_within_a_memory_quota():
+    """oracle: the load's Full tokens plus those its prefix lock newly protects (8 + 8)
+    against the quota: 15 refuses the load, 16 admits it."""
+    cache = make(load_back_threshold=1)
+    insert(cache, A[:8])
+    insert(cache, A)
+    cache.evict(EvictParams(num_tokens=8))
+    assert cache.load_back(RadixKey(A), mem_quota=15).loaded == 0
+    assert cache.tree.protected[0] == 0 and check_invariants(cache) == []
+    assert cache.load_back(RadixKey(A), mem_quota=16).loaded == 8
+    with pytest.raises(CacheError, match="mem_quota must be a non-negative int"):
+        cache.load_back(RadixKey(A), mem_quota=-1)

@@ -95,3 +95,15 @@ def test_why_answer(snap_compare):
         await pilot.press("y")
 
     assert snap_compare(tour("tour_mamba.toml"), terminal_size=SIZE, run_before=run_before)
+
+
+def test_host_only_node_step(snap_compare):
+    """The hybrid host-tier chapter's demotion: host-only data reversed (full:HOST 4 …),
+    the bottom row grown to every host pool, the inspector saying host-only."""
+    async def run_before(pilot) -> None:
+        await at_step(5)(pilot)
+        pilot.app.selected = 1
+        pilot.app.refresh_view(follow=False)
+        await pilot.pause()
+
+    assert snap_compare(tour("tour_hicache_hybrid.toml"), terminal_size=SIZE, run_before=run_before)

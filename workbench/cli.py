@@ -398,7 +398,8 @@ def _why(args) -> int:
     return EXIT_OK
 
 
-TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml", "tour_hicache.toml")
+TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml", "tour_hicache.toml",
+        "tour_hicache_hybrid.toml")
 
 
 def _tui(args) -> int:

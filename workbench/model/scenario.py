@@ -53,7 +53,7 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "req_finish": (("req",), ("insert",), ()),
     "check": ((), (), ()),
     # the host tier ([config] hicache)
-    "load_back": (("key",), ("extra_key",), ("loaded", "host_hit_length")),
+    "load_back": (("key",), ("extra_key", "mem_quota"), ("loaded", "host_hit_length")),
     "evict_host": ((), ("full", "swa", "mamba"), ("full_host_evicted", "swa_host_evicted", "mamba_host_evicted")),
     "flush": ((), (), ("completed",)),
 }
@@ -445,7 +445,7 @@ def _check_field(op: str, key: str, value, name: str, line: Optional[int]) -> No
     elif key in ("as", "match", "lock", "req", "extra_key"):
         if not isinstance(value, str) or not value:
             raise ScenarioError("must be a non-empty string (a name)", name, line, key)
-    elif key in ("full", "swa", "mamba", "swa_evicted_seqlen") or op == "evict":
+    elif key in ("full", "swa", "mamba", "swa_evicted_seqlen", "mem_quota") or op == "evict":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ScenarioError("must be a non-negative int", name, line, key)
     elif key in ("slide_window", "insert"):

@@ -137,7 +137,7 @@ class Session:
         return out
 
     def load_back(self, f: dict) -> dict:
-        result = self.cache.load_back(RadixKey(f["key"], f.get("extra_key")))
+        result = self.cache.load_back(RadixKey(f["key"], f.get("extra_key")), f.get("mem_quota"))
         return {"loaded": result.loaded, "host_hit_length": result.host_hit_length}
 
     def lock(self, f: dict) -> None:

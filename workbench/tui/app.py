@@ -57,6 +57,7 @@ class WorkbenchApp(App[None]):
             self.set_keymap(keymap)  # Textual rebinds by binding id
         self.background = background
         self._shown_steps = 0
+        self._bottom_rows = 4  # pools the bottom row is sized for (workbench.tcss: #bottom)
         self.selected: Optional[int] = None
 
     def compose(self) -> ComposeResult:
@@ -142,6 +143,14 @@ class WorkbenchApp(App[None]):
         loading = f", {c.available:,} checked" if c.available < c.total else ""
         return f"{c.chapter.scenario.name} — step {c.step:,}/{c.total:,}{loading}{chapter}"
 
+    def _fit_pools(self, pools: int) -> None:
+        """A host tier adds a pool per component: the bottom row grows to show them
+        all, once per chapter that needs it (never a relayout per step)."""
+        rows = max(4, pools)
+        if rows != self._bottom_rows:
+            self._bottom_rows = rows
+            self.query_one("#bottom").styles.height = rows + 3  # the table's header and the borders
+
     def refresh_view(self, follow: bool = True) -> None:
         cursor = self.cursor
         state, diff = cursor.state, cursor.diff()
@@ -153,6 +162,7 @@ class WorkbenchApp(App[None]):
         self.query_one(EventsPanel).show_step(cursor.record)
         self.query_one(PoolsPanel).show_state(state, cursor.previous_state, cursor.record)
         self.query_one(LRUPanel).show_state(state, diff)
+        self._fit_pools(len(state.pools))
         self.selected = focus
         self.query_one(Inspector).show_node(cursor, focus)
         self.query_one(StepList).select_step(cursor.step)

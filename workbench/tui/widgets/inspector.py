@@ -38,6 +38,8 @@ class Inspector(Static):
         text.append(f"last access {record.last_access_time:g}  hits {record.hit_count}  priority {record.priority}\n")
         for name, comp in zip(state.components, record.components):
             value = "tombstone ✝" if comp.value_len is None else f"value {comp.value_len}"
+            if comp.host_len is not None:  # the host tier's copy
+                value = f"host-only, host copy {comp.host_len}" if comp.value_len is None else f"{value} +host {comp.host_len}"
             rank = state.rank(name, record) if node_id in state else None
             extras = "".join(f"  {k}={v}" for k, v in comp.extras)
             text.append(f"{name:6s}", style="bold")
