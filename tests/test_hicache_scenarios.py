@@ -79,6 +79,16 @@ def test_a_host_tier_scenario_runs_with_every_step_checked(tmp_path, monkeypatch
     ("hicache = { host_kv_size = 0 }", "", 6, "host_kv_size must be a positive multiple"),
     ("", '[[step]]\nop = "evict_host"\nfull = 1\n', 9, "needs the host tier"),
     ("", '[[step]]\nop = "insert"\nkey = [1]\nexpect = { host_nodes = 0 }\n', 12, "host_nodes needs the host tier"),
+    ('hicache = { transfers = "async" }', "", 6, "transfers must be one of immediate, held"),
+    ("hicache = { host_mamba_size = 4 }", "", 6, "host_mamba_size needs the mamba component"),
+    ("hicache = { host_swa_size = 4 }", "", 6, "host_swa_size needs the swa component"),
+    ("hicache = {}", '[[step]]\nop = "evict_host"\nmamba = 1\n', 12, "needs the mamba component"),
+    ("hicache = {}", '[[step]]\nop = "load_back"\nkey = [1]\nmem_quota = -1\n', 13, "must be a non-negative int"),
+    ("hicache = {}", '[[step]]\nop = "insert"\nkey = [1]\nexpect = { swa_host_available = 0 }\n', 13,
+     "swa_host_available is only reported with the swa component"),
+    ("hicache = {}", '[[step]]\nop = "match"\nkey = [1]\nexpect = { mamba_host_hit_length = 0 }\n', 13,
+     "mamba_host_hit_length is only reported with the mamba component"),
+    ("hicache = {}", '[[step]]\nop = "flush"\nexpect = { done = 1 }\n', 12, "done"),
 ])
 def test_host_tier_bad_input_is_refused_with_file_and_line(tmp_path, monkeypatch, config, steps, line, says):
     monkeypatch.chdir(tmp_path)

@@ -230,6 +230,9 @@ def main() -> int:
             print(f"{'+'.join(components)} page {args.page_size} {policy:24s} seed {seed:3d}: {diff or 'agrees'}",
                   flush=True)
             failed += diff is not None
+    runs = len(args.policies.split(",")) * args.seeds
+    print(f"{runs} runs, {runs * args.ops} ops compared (each op's result, then every node's state): "
+          f"{failed} diverged")
     return 1 if failed else 0
 
 
