@@ -113,7 +113,7 @@ class HostTier:
             for name, slots in taken.items():
                 self._emit(EventKind.ALLOC, name, node.id, Cause.REQUEST, int(slots.shape[0]))
             if self.config.write_policy != "write_back":  # write-back drains its own ack
-                self._hold("backup", node, node.length, tree.inc_lock_ref(node.id) if self.held else None, [node])
+                self._hold("backup", node, node.length, self._transfer_lock(node) if self.held else None, [node])
         self.drain()
         return written
 
@@ -149,6 +149,11 @@ class HostTier:
         if self.held:
             self._emit_transfer(transfer, "queued")
 
+    def _transfer_lock(self, node: TreeNode, kind: str = "backup") -> IncLockRefResult:
+        """The device lock a held transfer keeps, its events named for the transfer."""
+        with self.cache.events.for_request(f"{kind} #{self.acks + 1}"):
+            return self.cache.tree.inc_lock_ref(node.id)
+
     def end_of_op(self) -> None:
         """Immediate transfers are acknowledged when the op that made them ends (as the
         scheduler polls after each step): until then a node copied by this op counts
@@ -167,7 +172,8 @@ class HostTier:
             if self.held:
                 self._emit_transfer(transfer, "completed")
             if transfer.receipt is not None:
-                tree.dec_lock_ref(transfer.node.id, transfer.receipt)
+                with self.cache.events.for_request(f"{transfer.kind} #{transfer.ack}"):
+                    tree.dec_lock_ref(transfer.node.id, transfer.receipt)
             if transfer.host_locks is not None:  # a load
                 tree.unlock_aux_host(transfer.node, transfer.host_locks)
                 if transfer.full_path:
@@ -284,7 +290,7 @@ class HostTier:
             loaded += node.length
             node = node.parent
         if self.held:  # the loaded nodes stay locked on both tiers until the ack
-            self._hold("load", best, loaded, tree.inc_lock_ref(best.id), path or [best], host_locks, bool(path))
+            self._hold("load", best, loaded, self._transfer_lock(best, "load"), path or [best], host_locks, bool(path))
         else:  # acknowledged at once: what check_hicache_events would release
             tree.unlock_aux_host(best, host_locks)
             tree.hold_host(path, -1)

@@ -249,8 +249,10 @@ class TreeHostTier:
             if self.events.enabled:
                 kept = node.data[component.index].host_value is not None
                 kind = EventKind.DEMOTE if component.index == 0 else EventKind.CASCADE
+                kept = "host copy kept" if kept else "no host copy"
+                detail = f"device data freed, {kept}" if kind is EventKind.DEMOTE else f"from full; {kept}"
                 self.events.emit(kind, component.name, node.id, batch.cause if kind is EventKind.DEMOTE else Cause.CASCADE,
-                                 n, "device data freed, host copy kept" if kept else "device data freed (no host copy)")
+                                 n, detail)
         for component in present:
             self._detach(node, component)
         self.leaves.discard(node)

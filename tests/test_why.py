@@ -282,3 +282,16 @@ def test_the_built_in_index_is_built_once_and_then_only_extended(long_timeline):
         assert node_steps(timeline)(node) == steps(node)  # the same index, kept with the timeline
     finally:
         timeline.records = list(counting)
+
+
+def test_a_host_only_node_tells_its_demotion_and_a_held_transfer_holds_its_lock():
+    host = {**HYBRID, "kv_size": 32, "hicache": {"write_policy": "write_through", "load_back_threshold": 1,
+                                                  "transfers": "held"}}
+    timeline = run(host, {"op": "insert", "key": [1, 2, 3, 4, 5, 6, 7, 8]},
+                   {"op": "flush"}, {"op": "evict", "full": 4})
+    in_flight = why_node(timeline, 1, 1).text()
+    assert re.search(r"Full lock_ref 1: held by the backup #\d+ in flight since step 1", in_flight)
+    after = why_node(timeline, 3, 1).text()
+    assert "Full: on the host only (4 tokens); demoted at step 3" in after and "so it stayed, host-only" in after
+    assert "Mamba: on the host only (1 state)" in after and "a cascade from Full's demotion to the host" in after
+    assert "Full unlocked; last released at step 2 (flush" in after

@@ -27,7 +27,8 @@ NAME = {"full": "Full", "swa": "SWA", "mamba": "Mamba"}
 NOUN = {"full": "Full KV", "swa": "SWA KV", "mamba": "Mamba state"}
 UNIT = {"full": ("token", "tokens"), "swa": ("slot", "slots"), "mamba": ("state", "states")}
 STAYS_BELOW = {"mamba"}  # a split leaves this data (and its locks) on the lower node
-DATA_KINDS = (EventKind.SET, EventKind.TOMBSTONE, EventKind.CASCADE, EventKind.EVICT)
+DATA_KINDS = (EventKind.SET, EventKind.TOMBSTONE, EventKind.CASCADE, EventKind.EVICT, EventKind.DEMOTE,
+              EventKind.LOAD)
 CAUSE_TEXT = {
     Cause.REQUEST: "the op asked for it directly",
     Cause.CAPACITY: "eviction to make room",
@@ -131,7 +132,7 @@ def _need(event: Event) -> Optional[int]:
 
 
 def _cascade_source(event: Event) -> Optional[str]:
-    found = re.fullmatch(r"from (\w+)", event.detail)
+    found = re.match(r"from (\w+)", event.detail)
     return found.group(1) if found else None
 
 
@@ -184,11 +185,14 @@ def _removal_text(record: StepRecord, event: Event, with_cascade: bool = True) -
     if event.cause is Cause.CASCADE:
         source = _cascade_source(event)
         trigger = next((e for _, e in mine if e.component == source and e.cause is not Cause.CASCADE
-                        and e.kind in (EventKind.EVICT, EventKind.TOMBSTONE)), None)
+                        and e.kind in (EventKind.EVICT, EventKind.TOMBSTONE, EventKind.DEMOTE)), None)
         if trigger is None:
             return f"a cascade from {_name(source)}"
-        what = "tombstone" if trigger.kind is EventKind.TOMBSTONE else "eviction"
+        what = {EventKind.TOMBSTONE: "tombstone", EventKind.DEMOTE: "demotion to the host"}.get(trigger.kind, "eviction")
         return f"a cascade from {_name(source)}'s {what}: {_removal_text(record, trigger, with_cascade=False)}"
+    if event.kind is EventKind.DEMOTE:
+        return (f"{_capacity_text(event)}; node #{node} was the least recently used evictable leaf and had a host"
+                " copy, so it stayed, host-only")
     if event.cause is Cause.CAPACITY:
         deleted = event.kind is EventKind.EVICT
         took = [e for _, e in mine if e.cause is Cause.CASCADE and _cascade_source(e) == event.component]
@@ -232,7 +236,8 @@ def why_node(timeline: Timeline, step: int, node: int, steps_touching: Optional[
         lines.append(line)
         cited.add(s)
     for i, component in enumerate(state.components):
-        lines.append(_component_line(timeline, node, component, record.components[i].value_len, seen, cited))
+        comp = record.components[i]
+        lines.append(_component_line(timeline, node, component, comp.value_len, seen, cited, comp.host_len))
     lines.extend(_lock_lines(timeline, node, state, record, seen, touching, cited))
     return Explanation(title, tuple(lines), tuple(sorted(cited)))
 
@@ -282,7 +287,8 @@ def _split_lines(timeline: Timeline, state, node: int, touching: StepsTouching, 
     return out[::-1]
 
 
-def _component_line(timeline: Timeline, node: int, component: str, value_len, seen, cited: set[int]) -> str:
+def _component_line(timeline: Timeline, node: int, component: str, value_len, seen, cited: set[int],
+                    host_len: Optional[int] = None) -> str:
     """Where this component's current data (or its absence) on the node came from."""
     origin = None
     for s, k, e in seen:
@@ -291,7 +297,9 @@ def _component_line(timeline: Timeline, node: int, component: str, value_len, se
         elif e.component == component and e.kind in DATA_KINDS:
             origin = (s, e)
     name = _name(component)
-    if value_len is None:
+    if value_len is None and host_len is not None:
+        now = f"{name}: on the host only ({_amount(component, host_len)})"
+    elif value_len is None:
         now = f"{name}: none"
     else:
         now = f"{name}: a state" if component == "mamba" else f"{name}: {plural(value_len, 'token')} of KV"
@@ -316,6 +324,10 @@ def _component_line(timeline: Timeline, node: int, component: str, value_len, se
         when = "by the op that created it" if s == seen[0][0] else "(it had none before)"
         why = f"; {event.detail}" if event.detail else ""
         return f"{now}, set at {at} {when}, cause: {event.cause.value}{why}"
+    if event.kind is EventKind.LOAD:
+        return f"{now}, back on the device at {at}: {event.detail}"
+    if event.kind is EventKind.DEMOTE:
+        return f"{now}; demoted at {at}: {_removal_text(record, event)}"
     verb = "tombstoned" if event.kind is EventKind.TOMBSTONE else "evicted"
     return f"{now}; {verb} at {at}: {_removal_text(record, event)}"
 
@@ -329,6 +341,8 @@ def _holder(record: StepRecord, event: Event) -> str:
     if op in ("unlock", "release_window"):
         return f"lock {fields.get('lock')}"
     if event.request:
+        if event.request.startswith(("backup #", "load #")):  # the host tier's transfer in flight
+            return f"the {event.request} in flight"
         return f"request {event.request}"
     return f"{op} at step {record.index}"
 
