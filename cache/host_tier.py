@@ -351,7 +351,11 @@ class HostCalls:
             return self._host("evict_host").evict_host(num, component)
 
     def host_available_size(self, component: str = "full") -> int:
-        return self._host("host_available_size").available_size(component)
+        host = self._host("host_available_size")
+        if component != "full" and component not in host.aux:
+            raise CacheError(f"host_available_size: no host pool for {component!r} (host tier components: "
+                             f"{', '.join(['full', *host.aux])})")
+        return host.available_size(component)
 
     def check_hicache_events(self) -> int:
         """Complete the host tier's transfers in flight (SGLang's per-step poll);

@@ -192,3 +192,18 @@ def test_random_operations_keep_every_invariant(policy, transfers):
         assert violations == [], (step, op, [str(v) for v in violations])
         peak = max(peak, 5 - cache.host_available_size("mamba"))
     assert peak > 0  # states did reach the host
+
+
+def test_a_state_load_back_takes_the_requests_slot_too_as_in_v0_5_23():
+    """oracle (a review's repro): 3 state slots, three prompts; evicting one state demotes
+    [1..4]; loading it back needs the node's slot and the loading request's own (taken
+    first, handed back after): with one slot free the oldest leaf [5..8] is demoted."""
+    cache = make(kv_size=64, mamba_size=3, host_kv_size=65, host_mamba_size=4, load_back_threshold=2)
+    for key in ([1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]):
+        insert(cache, key)
+    cache.evict(EvictParams(mamba_num=1))
+    assert cache.load_back(RadixKey([1, 2, 3, 4])).loaded == 4
+    assert rows(cache) == [(4, 4, 1, 4, 4, 1, 1), (4, 4, 5, None, 4, None, 1), (4, 4, 9, 4, 4, 1, 1)]  # oracle
+    assert cache.available_size("mamba") == 1 and check_invariants(cache) == []
+    with pytest.raises(CacheError, match="no host pool for 'swa'"):
+        cache.host_available_size("swa")

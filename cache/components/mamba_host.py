@@ -38,17 +38,21 @@ class MambaHostMixin:
         cd = best.data[self.index]
         return [best] if cd.value is None and cd.host_value is not None else []
 
+    # A load takes the node's state slot and, first, the loading request's own running
+    # state (v0.5.23's prepare_load_back); load_back has no request, so that one is
+    # handed back once the load is done, as SGLang's admission would use it.
     def load_shortfall(self, nodes: list[TreeNode]) -> int:
-        return len(nodes) - self.pool.available_size()
+        return len(nodes) + 1 - self.pool.available_size()
 
     def alloc_for_load(self, nodes: list[TreeNode]) -> torch.Tensor:
-        return self.pool.alloc(len(nodes))
+        return self.pool.alloc(len(nodes) + 1)
 
     def free_load(self, slots: torch.Tensor) -> None:
         self.pool.free(slots)
 
     def commit_load(self, nodes: list[TreeNode], slots: torch.Tensor) -> list[torch.Tensor]:
         """Device values for ``nodes`` from the slots a load filled."""
+        self.pool.free(slots[len(nodes) :])  # the request's slot
         return [slots[k : k + 1] for k in range(len(nodes))]
 
     def lock_host_copies(self, anchor: TreeNode):
