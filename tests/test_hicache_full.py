@@ -220,47 +220,6 @@ def test_the_checker_names_a_broken_host_tier():
     assert "full.present" in [v.name for v in check_invariants(cache)]
 
 
-@pytest.mark.parametrize("policy", ["write_through", "write_through_selective", "write_back"])
-@pytest.mark.parametrize("page_size", [1, 4])
-def test_random_operations_keep_every_invariant(policy, page_size):
-    """Seeded random inserts, matches, locks, evictions, host evictions and load-backs on
-    a small device and a smaller host: every invariant after every op, every match's
-    slots verified by fingerprint."""
-    import random
-
-    rng = random.Random(f"{policy}-{page_size}")
-    cache = make(policy, kv_size=64, page_size=page_size, host_kv_size=48, load_back_threshold=page_size)
-    prompts = [[rng.randrange(1, 6) for _ in range(rng.randrange(1, 5) * page_size)] for _ in range(6)]
-    locks = []
-    for step in range(300):
-        tokens = rng.choice(prompts) + [rng.randrange(1, 6) for _ in range(rng.randrange(0, 3) * page_size)]
-        op = rng.choice(["insert", "insert", "match", "lock", "unlock", "evict", "evict_host", "load_back"])
-        try:
-            if op == "insert":
-                slots = cache.alloc_kv(len(tokens))
-                cache.write_kv(slots, tokens)
-                cache.insert(InsertParams(RadixKey(tokens), slots))
-            elif op == "match":
-                m = cache.match_prefix(RadixKey(tokens))
-                assert verify_match(cache, tokens, m) == [], step
-            elif op == "lock":
-                m = cache.match_prefix(RadixKey(tokens))
-                locks.append((m.last_device_node, cache.inc_lock_ref(m.last_device_node)))
-            elif op == "unlock" and locks:
-                cache.dec_lock_ref(*locks.pop(rng.randrange(len(locks))))
-            elif op == "evict":
-                cache.evict(EvictParams(num_tokens=rng.randrange(1, 24)))
-            elif op == "evict_host":
-                cache.evict_host(rng.randrange(1, 24))
-            elif op == "load_back":
-                cache.load_back(RadixKey(tokens))
-        except PoolExhaustedError:
-            pass  # a full device with everything locked: refused, nothing changed
-        violations = check_invariants(cache)
-        assert violations == [], (step, op, [str(v) for v in violations])
-    assert cache.tree.host_held > 0 or policy == "write_back"
-
-
 def test_a_host_only_node_cannot_be_locked_and_a_request_admits_on_its_device_prefix():
     from cache.errors import LockError
 

@@ -110,9 +110,9 @@ def _apply(cache: UnifiedRadixCache, op: dict, handles: dict) -> dict:
         floor = op.get("swa_evicted_seqlen", 0)
         if floor:  # the oracle's harness: the request already gave back its SWA below the floor
             cache.free_swa(slots[:floor])
-        state = cache.alloc_mamba_state(tokens) if mamba else None
-        result = cache.insert(InsertParams(RadixKey(tokens), slots, state, swa_evicted_seqlen=floor))
         aligned = len(tokens) - len(tokens) % cache.page_size
+        state = cache.alloc_mamba_state(tokens[:aligned]) if mamba else None  # the state the cached prefix ends in
+        result = cache.insert(InsertParams(RadixKey(tokens), slots, state, swa_evicted_seqlen=floor))
         if aligned < len(tokens):  # the oracle frees the unaligned tail, as release_kv_cache does
             cache.free_kv([slots[aligned:]])
         if state is not None and result.mamba_exist:
