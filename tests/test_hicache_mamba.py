@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hicache_util import host_rows
+
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
 from cache.errors import CacheError
 
@@ -44,20 +46,7 @@ def node_at(cache, tokens):
 
 
 def rows(cache) -> list[tuple]:
-    """(depth, len, first token, full device, full host, mamba device, mamba host) per node,
-    sorted like the oracle's host_dump."""
-    out, root = [], cache.tree.root
-    for node in cache.tree.nodes.values():
-        if node is root:
-            continue
-        depth, cur = 0, node
-        while cur is not root:
-            depth, cur = depth + cur.length, cur.parent
-        row = [depth, node.length, node.token_ids[0]]
-        for d in node.data:
-            row += [None if d.value is None else d.value.shape[0], None if d.host_value is None else d.host_value.shape[0]]
-        out.append(tuple(row))
-    return sorted(out, key=lambda r: tuple(-1 if v is None else v for v in r))
+    return host_rows(cache, with_length=True)
 
 
 def test_oracle_example_mamba1_backup_demote_hit_load_and_mamba_host_eviction():

@@ -7,6 +7,8 @@ marked "oracle" come from SGLang 0.5.23's real host tier
 
 from __future__ import annotations
 
+from hicache_util import host_rows
+
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
 
 P, C1, C2 = [1, 2, 3, 4], [5, 6, 7, 8], [21, 22, 23, 24]
@@ -32,19 +34,7 @@ def insert(cache, tokens, floor=0):
 
 
 def rows(cache) -> list[tuple]:
-    """(depth, first token, then per component device and host lengths), sorted."""
-    out, root = [], cache.tree.root
-    for node in cache.tree.nodes.values():
-        if node is root:
-            continue
-        depth, cur = 0, node
-        while cur is not root:
-            depth, cur = depth + cur.length, cur.parent
-        row = [depth, node.token_ids[0]]
-        for d in node.data:
-            row += [None if d.value is None else d.value.shape[0], None if d.host_value is None else d.host_value.shape[0]]
-        out.append(tuple(row))
-    return sorted(out, key=lambda r: tuple(-1 if v is None else v for v in r))
+    return host_rows(cache, with_length=False)
 
 
 def test_oracle_example_swa1_window_host_hit_load_and_swa_host_eviction():
