@@ -38,21 +38,22 @@ class MambaHostMixin:
         cd = best.data[self.index]
         return [best] if cd.value is None and cd.host_value is not None else []
 
-    # A load takes the node's state slot and, first, the loading request's own running
-    # state (v0.5.23's prepare_load_back); load_back has no request, so that one is
-    # handed back once the load is done, as SGLang's admission would use it.
+    # A load takes the node's state slot and, first, the loading request's own slots
+    # (its running state, and with the extra buffer its two ping-pong slots: v0.5.23's
+    # prepare_load_back and request row); load_back has no request, so those are
+    # handed back once the load is done.
     def load_shortfall(self, nodes: list[TreeNode]) -> int:
-        return len(nodes) + 1 - self.pool.available_size()
+        return len(nodes) + self.slots_for_request() - self.pool.available_size()
 
     def alloc_for_load(self, nodes: list[TreeNode]) -> torch.Tensor:
-        return self.pool.alloc(len(nodes) + 1)
+        return self.pool.alloc(len(nodes) + self.slots_for_request())
 
     def free_load(self, slots: torch.Tensor) -> None:
         self.pool.free(slots)
 
     def commit_load(self, nodes: list[TreeNode], slots: torch.Tensor) -> list[torch.Tensor]:
         """Device values for ``nodes`` from the slots a load filled."""
-        self.pool.free(slots[len(nodes) :])  # the request's slot
+        self.pool.free(slots[len(nodes) :])  # the request's slots
         return [slots[k : k + 1] for k in range(len(nodes))]
 
     def lock_host_copies(self, anchor: TreeNode):
