@@ -145,3 +145,14 @@ def test_without_dot_the_dot_text_is_written_and_the_fix_named(capsys, tmp_path,
 def test_bad_svg_options_are_one_line_errors(capsys, argv, says):
     rc, out, err = urc(capsys, "svg", str(SMOKE), *argv)
     assert rc == 2 and says in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_host_only_node_is_drawn_as_host_and_the_legend_says_so():
+    timeline = run_scenario(ROOT / "scenarios" / "tour_hicache_hybrid.toml")
+    demoted = picture(timeline, 5).source  # C1 = node #1 is host-only for all three components
+    node = next(line for line in demoted.splitlines() if line.strip().startswith("n1 "))
+    assert node.count("<B>HOST 4</B>") == 2 and "<B>HOST 1</B>" in node and "host-only-full" in node
+    assert "HOST n: host-only" in demoted
+    in_flight = picture(timeline, 1).source  # both backups held until the flush
+    assert in_flight.count("⇡backup") >= 2 and "+host" in in_flight
+    assert "HOST n:" not in picture(run_scenario(SMOKE), 2).source  # no host tier: the usual legend

@@ -52,7 +52,8 @@ def to_dot(graph: nx.DiGraph, caption: str, name: str = "state") -> graphviz.Dig
         for child in graph.successors(node):
             style = "dashed" if graph.nodes[child]["kind"] == "ghost" else "solid"
             dot.edge(node, child, style=style)
-    _legend(dot, components)
+    host = any(f.get("host") is not None for _, d in graph.nodes(data=True) for f in d.get("components", {}).values())
+    _legend(dot, components, host)
     return dot
 
 
@@ -147,7 +148,8 @@ def _folded(dot: graphviz.Digraph, name: str, data: dict) -> None:
              tooltip=text, **{"class": "folded"})
 
 
-def _legend(dot: graphviz.Digraph, components: tuple[str, ...]) -> None:
+def _legend(dot: graphviz.Digraph, components: tuple[str, ...], host: bool = False) -> None:
+    """The same on every picture; one with host-tier copies explains them too."""
     with dot.subgraph(name="cluster_legend", graph_attr={"label": "legend", "fontname": FONT, "fontsize": "10",
                                                         "color": "#bdbdbd", "style": "rounded"}) as legend:
         rows = "".join(
@@ -158,6 +160,10 @@ def _legend(dot: graphviz.Digraph, components: tuple[str, ...]) -> None:
         rows += ('<TR><TD COLSPAN="2" ALIGN="LEFT">#id +k: k more nodes folded into a chain<BR ALIGN="LEFT"/>'
                  'rows: component, value length or ✝ (tombstone),<BR ALIGN="LEFT"/>'
                  'lock n (lock_ref), LRU rank (r0 = most recent)<BR ALIGN="LEFT"/></TD></TR>')
+        if host:
+            rows += (f'<TR><TD BGCOLOR="{HOST_FILL}" BORDER="1">&nbsp;&nbsp;&nbsp;</TD><TD ALIGN="LEFT">HOST n: host-only '
+                     '(device data evicted, host copy kept)<BR ALIGN="LEFT"/>+host: a host copy too; '
+                     '⇡backup / ⇣load: a copy in flight<BR ALIGN="LEFT"/></TD></TR>')
         legend.node("legend", label=f'<<TABLE BORDER="0" CELLSPACING="2">{rows}</TABLE>>', id="legend",
                     **{"class": "legend"})
 
