@@ -107,6 +107,7 @@ class ComponentRecord:
     extras: tuple[tuple[str, object], ...] = ()
     value_ends: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # first and last few slot ids of the value
     host_len: Optional[int] = None  # the host tier's copy, when there is one
+    host_lru_label: Optional[int] = None  # place in the component's host LRU (host tier); None: not listed
 
 
 VALUE_END = 3  # slot ids kept from each end of a value, for inspectors
@@ -144,7 +145,7 @@ class GlobalRecord:
     op_seq: int
     pools: Mapping[str, PoolView]
     requests: tuple[RequestView, ...]
-    lru_relabels: tuple[int, ...]  # per component list: when one moves, every label in it moved
+    lru_relabels: tuple[int, ...]  # per component list (then per host LRU): when one moves, every label in it moved
 
 
 def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
@@ -155,6 +156,8 @@ def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
         return None
     root = tree.root
     comps = []
+    n = len(cache.components)
+    host_slots = len(node.lru_label) > n  # the host tier's LRU slots
     for component in cache.components:
         i = component.index
         cd = node.data[i]
@@ -166,6 +169,7 @@ def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
             tuple(extras.items()) if extras else (),
             _value_ends(cd.value),
             None if cd.host_value is None else int(cd.host_value.shape[0]),
+            node.lru_label[n + i] if host_slots else None,
         ))
     return NodeRecord(
         node.id, node.parent.id if node.parent is not None else None, node.key, node.extra_key,
@@ -178,7 +182,10 @@ def global_record(cache: UnifiedRadixCache) -> GlobalRecord:
     requests = tuple(
         RequestView(r.rid, r.kv_len, r.cache_protected_len, r.last_node, r.lock is not None) for r in cache.requests.values()
     )
-    relabels = tuple(cache.tree.lru[c.name].relabels if c.name in cache.tree.lru else 0 for c in cache.components)
+    tree = cache.tree
+    relabels = tuple(tree.lru[c.name].relabels if c.name in tree.lru else 0 for c in cache.components)
+    if tree.host_policy is not None:  # then the host LRUs', by component index too
+        relabels += tuple(tree.host_lru[c.name].relabels if c.name in tree.host_lru else 0 for c in cache.components)
     return GlobalRecord(cache.events.seq, MappingProxyType(pool_views(cache)), requests, relabels)
 
 
@@ -193,6 +200,8 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
     for component in cache.components[1:]:
         if component.uses_lru:
             lru[component.name] = tuple(n.id for n in tree.lru[component.name])
+    for name, host_lru in getattr(tree, "host_lru", {}).items():  # the host tier's, "<component>_host"
+        lru[f"{name}_host"] = tuple(n.id for n in host_lru)
     for name, ids in lru.items():
         ranks[name] = {node_id: rank for rank, node_id in enumerate(ids)}
     paths: dict[int, tuple[int, ...]] = {root.id: ()}

@@ -100,3 +100,17 @@ def test_host_tier_bad_input_is_refused_with_file_and_line(tmp_path, monkeypatch
 
         cache_config(load_scenario("bad.toml"))
     assert f"bad.toml:{line}:" in str(info.value) and says in str(info.value)
+
+
+def test_the_timeline_keeps_each_host_lru_in_order():
+    """The hybrid chapter: host-only SWA and Mamba data listed as swa_host / mamba_host,
+    in the order they reached the host (the oldest is what their host eviction takes)."""
+    from pathlib import Path
+
+    timeline = run_scenario(Path(__file__).resolve().parent.parent / "scenarios" / "tour_hicache_hybrid.toml")
+    assert timeline.passed
+    demoted = timeline.state_after(5)
+    assert demoted.lru["swa_host"] == (1,) and demoted.lru["mamba_host"] == (1,)
+    both = timeline.state_after(10)  # C2 (#3) demoted first, then C1 (#1): C2 is the oldest
+    assert both.lru["swa_host"] == (1, 3) and both.lru["mamba_host"] == (1, 3)
+    assert timeline.state_after(11).lru["swa_host"] == (1,)  # SWA's host eviction took C2 whole

@@ -190,7 +190,8 @@ def _lru_changes(old: TimelineState, new: TimelineState, name: str, both, before
     by a mover then counts as moved too."""
     order_new = new.sorted_order(name)  # the states keep these, patched from a neighbour's
     order_old = old.sorted_order(name)
-    i = old.components.index(name)
+    host = name.endswith("_host")  # a host LRU: its relabels follow the components'
+    i = old.components.index(name.removesuffix("_host")) + (len(old.components) if host else 0)
     relabelled = name != "full" and old.globals.lru_relabels[i] != new.globals.lru_relabels[i]
     moves, refreshed = {}, set()
     for node_id in both:

@@ -37,11 +37,14 @@ class StateShape:
     components: tuple[str, ...]
     page_size: int
     root_id: int
-    lru_components: tuple[str, ...]  # components that keep an LRU list (Full orders by access time)
+    lru_components: tuple[str, ...]  # components that keep an LRU list (Full orders by access time),
+    # then the host tier's host LRUs, named "<component>_host"
 
     @classmethod
     def of(cls, cache) -> StateShape:
-        return cls(tuple(c.name for c in cache.components), cache.page_size, cache.tree.root.id, tuple(cache.tree.lru))
+        host = tuple(f"{name}_host" for name in getattr(cache.tree, "host_lru", {}))
+        return cls(tuple(c.name for c in cache.components), cache.page_size, cache.tree.root.id,
+                   tuple(cache.tree.lru) + host)
 
 
 class StateStore:
@@ -240,7 +243,10 @@ class TimelineState:
             return None
         if name == "full":
             return (-record.last_access_time, record.id)
-        label = record.components[self.components.index(name)].lru_label
+        if name.endswith("_host"):
+            label = record.components[self.components.index(name.removesuffix("_host"))].host_lru_label
+        else:
+            label = record.components[self.components.index(name)].lru_label
         return None if label is None else (-label, record.id)
 
     def sorted_order(self, name: str) -> list[tuple]:

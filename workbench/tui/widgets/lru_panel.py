@@ -1,4 +1,6 @@
-"""Each component's LRU order, most recent first; nodes that moved this step marked."""
+"""Each component's LRU order, most recent first, and with a host tier each host LRU
+(``swa_host``: host-only data, in the order it got there); nodes that moved this step
+marked."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ class LRUPanel(Static):
             order = [node_id for _, node_id in state.sorted_order(name)[:SHOWN]]
             total = len(state.sorted_order(name))
             moved = set(diff.lru_moves.get(name, {})) | set(diff.moved_to_mru.get(name, ())) if diff else set()
-            text.append(f"{name} ", style=f"bold {COMPONENT_STYLE.get(name, 'white')}")
+            text.append(f"{name} ", style=f"bold {COMPONENT_STYLE.get(name.removesuffix('_host'), 'white')}")
             text.append("MRU ", style="dim")
             for node_id in order:
                 text.append(f"#{node_id}", style="bold yellow" if node_id in moved else "default")
