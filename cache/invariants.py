@@ -51,8 +51,7 @@ def check_invariants(cache: UnifiedRadixCache, touched: Optional[Iterable[int]] 
         if touched is not None:
             touched = set(touched)
         # probing costs about twice the sweep per node: with half the tree touched, sweep
-        # (the host tier has no probes yet: it is always swept)
-        if touched is not None and 2 * len(touched) < len(cache.tree.nodes) and cache.host is None:
+        if touched is not None and 2 * len(touched) < len(cache.tree.nodes):
             from .invariants_incremental import probe
 
             try:

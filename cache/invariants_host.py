@@ -95,3 +95,43 @@ def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vi
         if expected != actual:
             out.append(Violation("host.lru", f"{name} host LRU: extra {sorted(actual - expected)[:5]}, "
                                  f"missing {sorted(expected - actual)[:5]}"))
+
+
+def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
+    """The per-step probe (invariants_incremental.py): the touched nodes' host state
+    and each host pool's balance from the tree's counters. False: the sweep names it."""
+    tree, host = cache.tree, cache.host
+    if host.kv.size - host.kv.available_size() != tree.host_held:
+        return False
+    for component in tree.host_components:
+        pool = host.aux[component.name]
+        held = tree.host_units[component.name]
+        if pool.size - pool.available_size() != pool.allocator.pages_for(held) * pool.allocator.page_size:
+            return False
+    marks = {t.mark for t in host.in_flight}
+    if any(tree.nodes.get(t.node.id) is not t.node for t in host.in_flight):
+        return False
+    for node in nodes:
+        full = node.data[0]
+        if full.host_value is not None and full.host_value.shape[0] != node.length:
+            return False
+        parent = node.parent
+        if full.value is not None and parent is not tree.root and parent.data[0].value is None:
+            return False  # device data below host-only data
+        if full.value is None and full.lock_ref > 0:
+            return False
+        if (node in tree.host_leaves) != tree.is_host_leaf(node) or (
+                parent is not tree.root and (parent in tree.host_leaves) != tree.is_host_leaf(parent)):
+            return False
+        mark = full.metadata.get("transfer")
+        if mark is not None and (mark not in marks or (host.held and full.lock_ref == 0) or (
+                mark[0] == "load" and not any(d.host_lock_ref for d in node.data))):
+            return False
+        for component in tree.host_components:
+            cd = node.data[component.index]
+            if cd.host_value is not None and cd.host_value.shape[0] != component.value_len(node):
+                return False
+            listed = node in tree.host_lru[component.name]
+            if listed != (cd.value is None and cd.host_value is not None and cd.host_lock_ref == 0):
+                return False
+    return True

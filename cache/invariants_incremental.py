@@ -33,6 +33,10 @@ Global, on every call:
     receipts on live nodes with findable segments (lock.unaccounted,
     lock.receipt_dangling, lock.receipt_segment), SWA window locks (swa.window_lock),
     lock order on anchors (lock.order), Mamba LRU size == its state count (lru.size)
+With a host tier (invariants_host.py's probe): each touched node's host copies whole,
+device data never below host-only data, no device lock on host-only data, host-leaf
+and host-LRU membership, the marks of transfers in flight; each host pool's balance
+from the tree's counters.
 Left to the full sweep (inherently O(tree), or away from every touched node):
   - registered nodes no touched chain leads to (tree.arena), a stale child entry
     under an untouched parent, damage on untouched nodes (e.g. descendants of a node
@@ -66,7 +70,14 @@ def probe(cache, touched: Iterable[int]) -> bool:
         and _path_ok(cache, nodes, expected)
         and _nodes_ok(cache, nodes)
         and all(component.probe_invariants(nodes) for component in cache.components)
+        and (cache.host is None or _host_ok(cache, nodes))
     )
+
+
+def _host_ok(cache, nodes: list) -> bool:
+    from .invariants_host import probe_host_tier
+
+    return probe_host_tier(cache, nodes)
 
 
 def _root_ok(tree) -> bool:
@@ -147,13 +158,15 @@ def _nodes_ok(cache, nodes: list) -> bool:
     pb, registry = tree.page_bytes, tree.nodes
     for node in nodes:
         length, full = node.length, node.data[0].value
-        if length == 0 or length % ps or full is None or full.shape[0] != length:
+        host_only = full is None and node.data[0].host_value is not None  # its checks: invariants_host.py
+        if length == 0 or length % ps or (full is None and not host_only) or (full is not None and full.shape[0] != length):
             return False
         for ck, child in node.children.items():
             if child.parent is not node or registry.get(child.id) is not child or child.child_key != ck:
                 return False
             if ck != child_key(child.key, 0, pb, child.extra_key):
                 return False
+    nodes = [node for node in nodes if node.data[0].value is not None]
     if not nodes:
         return True
     slots = torch.cat([node.data[0].value for node in nodes])

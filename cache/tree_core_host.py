@@ -71,6 +71,7 @@ class TreeHostTier:
         n = len(self.components)
         self.host_lru: dict[str, LRUList] = {c.name: LRUList(n + c.index, 2 * n) for c in self.host_components}
         self.host_frees: list[tuple[str, torch.Tensor]] = []  # (component, host slots) for the controller
+        self.host_units = {c.name: 0 for c in self.host_components}  # each auxiliary's units with a host copy
 
     # ---- state -------------------------------------------------------------------
     @staticmethod
@@ -97,6 +98,8 @@ class TreeHostTier:
         lru = self.host_lru.get(component.name)
         if lru is None:
             return
+        if self._touched is not None:
+            self._touched.add(node.id)
         cd = node.data[component.index]
         if cd.value is None and cd.host_value is not None and cd.host_lock_ref == 0 and node.id in self.nodes:
             if node not in lru:
@@ -154,6 +157,8 @@ class TreeHostTier:
         n = node.length if component.index == 0 else component.value_len(node)
         if component.index == 0:
             self.host_held -= node.length
+        else:
+            self.host_units[component.name] -= n
         cd.host_value = None
         if self._touched is not None:
             self._touched.add(node.id)
@@ -211,6 +216,8 @@ class TreeHostTier:
         n = node.length if component.index == 0 else component.value_len(node)
         if component.index == 0:
             self.host_held += n
+        else:
+            self.host_units[component.name] += n
         if self._touched is not None:
             self._touched.add(node.id)
         if self.events.enabled:
@@ -395,6 +402,8 @@ class TreeHostTier:
         for node in nodes:
             node.data[0].host_lock_ref += delta
             self.update_host_leaf_state(node)
+            if self._touched is not None:
+                self._touched.add(node.id)
 
     def lock_aux_host(self, anchor: TreeNode) -> dict:
         """Host-lock every auxiliary component's copies a load from ``anchor`` reads

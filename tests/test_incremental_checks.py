@@ -100,3 +100,66 @@ def test_incremental_checks_flag_the_same_step_as_the_full_sweep(path, at, corru
     assert full, "the corruption must be detectable"
     assert full[0][0] == at  # found right after the op it followed
     assert incremental[0] == full[0]  # same step, same names
+
+
+# ---- the host tier: a tree big enough that per-step checks probe rather than sweep ----
+HOST_STEPS = [{"op": "insert", "key": [100 + k, 2, 3, 4, 5, 6, 7, 8]} for k in range(24)] + [
+    {"op": "flush"},
+    {"op": "evict", "full": 8},  # step 26: demotes the oldest leaf
+    {"op": "match", "key": [100, 2, 3, 4, 5, 6, 7, 8]},
+    {"op": "load_back", "key": [100, 2, 3, 4, 5, 6, 7, 8]},  # step 28: held in flight
+    {"op": "evict", "full": 16},
+    {"op": "flush"},
+]
+HOST_CONFIG = {"components": ["full", "swa", "mamba"], "kv_size": 256, "sliding_window": 4, "mamba_size": 32,
+               "hicache": {"write_policy": "write_through", "load_back_threshold": 1, "transfers": "held"}}
+
+
+def host_only_node(cache):
+    return next(n for n in cache.tree.nodes.values() if n.data[0].value is None and n.data[0].host_value is not None)
+
+
+def drift_host_held(cache):
+    cache.tree.host_held += 1
+
+
+def unlist_host_swa(cache):
+    cache.tree.host_lru["swa"].remove(host_only_node(cache))
+
+
+def stale_transfer_mark(cache):
+    node = max((n for n in cache.tree.nodes.values() if n is not cache.tree.root), key=lambda n: n.id)
+    node.data[0].metadata["transfer"] = ("backup", 999)
+
+
+HOST_CASES = [(26, drift_host_held), (26, unlist_host_swa), (24, stale_transfer_mark)]
+
+
+@pytest.mark.parametrize("at, corrupt", HOST_CASES, ids=[c[1].__name__ for c in HOST_CASES])
+def test_host_tier_incremental_checks_flag_the_same_step_as_the_full_sweep(at, corrupt, monkeypatch, tmp_path):
+    import json
+
+    path = tmp_path / "host.jsonl"
+    header = {"schema": 1, "scenario": {"name": "host"}, "config": HOST_CONFIG}
+    path.write_text("\n".join(json.dumps(x) for x in [header, *HOST_STEPS]) + "\n")
+    full = flagged(path, at, corrupt, monkeypatch, full=True)
+    incremental = flagged(path, at, corrupt, monkeypatch, full=False)
+    assert full and full[0][0] == at
+    assert incremental[0] == full[0]
+
+
+def test_a_healthy_host_tier_run_is_probed_not_swept(monkeypatch, tmp_path):
+    import json
+
+    import cache.invariants as invariants
+
+    path = tmp_path / "host.jsonl"
+    header = {"schema": 1, "scenario": {"name": "host"}, "config": HOST_CONFIG}
+    path.write_text("\n".join(json.dumps(x) for x in [header, *HOST_STEPS]) + "\n")
+    sweeps = []
+    real = invariants._sweep
+    monkeypatch.setattr(invariants, "_sweep", lambda cache: sweeps.append(1) or real(cache))
+    runner = Runner(load_scenario(path), full_checks=False, sweep_every=10**9)
+    timeline = runner.run()
+    assert timeline.passed
+    assert len(sweeps) < 12  # the first steps sweep (a small tree); the rest are probed
