@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL = ["scenario", "session", "runner", "timeline", "states", "diff", "export", "outputs", "workload", "fmt", "cursor",
+MODEL = ["scenario", "scenario_fields", "session", "runner", "timeline", "states", "diff", "export", "outputs", "workload", "fmt", "cursor",
          "why", "breakpoints", "follow", "live", "regression_test", "scenario_writer", "fuzz", "shrink"]
 
 
