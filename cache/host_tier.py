@@ -39,7 +39,8 @@ class LoadBackResult(NamedTuple):
 
 
 class Transfer(NamedTuple):
-    """A copy in flight (``transfers = "held"``) until its ack."""
+    """A copy until its ack: a held one across steps, until a flush; an immediate one
+    until the op that made it ends."""
 
     kind: str  # "backup" (device -> host) or "load" (host -> device)
     ack: int  # its id; the nodes in it carry (kind, ack) until the ack
