@@ -177,10 +177,10 @@ class HostTier:
                     tree.dec_lock_ref(transfer.node.id, transfer.receipt)
             if transfer.host_locks is not None:  # a load
                 tree.unlock_aux_host(transfer.node, transfer.host_locks)
-                if transfer.full_path:
+                if transfer.full_path:  # its Full nodes, with split-off upper parts
                     tree.hold_host(marked, -1)
-                for node in marked:
-                    tree.track_duplicate(node)
+                    for node in marked:
+                        tree.track_duplicate(node)
         return len(done)
 
     def _emit_transfer(self, transfer: Transfer, stage: str) -> None:
@@ -290,13 +290,10 @@ class HostTier:
         while node is not top and node is not tree.root:
             loaded += node.length
             node = node.parent
-        if self.held:  # the loaded nodes stay locked on both tiers until the ack
-            self._hold("load", best, loaded, self._transfer_lock(best, "load"), path or [best], host_locks, bool(path))
-        else:  # acknowledged at once: what check_hicache_events would release
-            tree.unlock_aux_host(best, host_locks)
-            tree.hold_host(path, -1)
-            for node in reversed(path):  # as SGLang's load ack does: from the deepest up
-                tree.track_duplicate(node)
+        # held: the loaded nodes stay locked on both tiers until the ack; immediate: acked now
+        lock = self._transfer_lock(best, "load") if self.held else None
+        self._hold("load", best, loaded, lock, path or [best], host_locks, bool(path))
+        self.end_of_op()
         self.drain()
         return LoadBackResult(loaded, hit, best.id)
 

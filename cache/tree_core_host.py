@@ -154,9 +154,9 @@ class TreeHostTier:
         """Free one component's host copy on ``node`` (queued for the controller)."""
         cd = node.data[component.index]
         self.host_frees.append((component.name, cd.host_value))
-        n = node.length if component.index == 0 else component.value_len(node)
+        n = component.value_len(node)
         if component.index == 0:
-            self.host_held -= node.length
+            self.host_held -= n
         else:
             self.host_units[component.name] -= n
         cd.host_value = None
@@ -213,7 +213,7 @@ class TreeHostTier:
         cd = node.data[component.index]
         assert cd.value is not None and cd.host_value is None, f"node {node.id} cannot back up {component.name}"
         cd.host_value = host
-        n = node.length if component.index == 0 else component.value_len(node)
+        n = component.value_len(node)
         if component.index == 0:
             self.host_held += n
         else:
@@ -254,12 +254,11 @@ class TreeHostTier:
         for component in present:  # all frees first: a peer's free may read the Full value
             n = component.evict_component(node, batch)
             if self.events.enabled:
-                kept = node.data[component.index].host_value is not None
-                kind = EventKind.DEMOTE if component.index == 0 else EventKind.CASCADE
-                kept = "host copy kept" if kept else "no host copy"
-                detail = f"device data freed, {kept}" if kind is EventKind.DEMOTE else f"from full; {kept}"
-                self.events.emit(kind, component.name, node.id, batch.cause if kind is EventKind.DEMOTE else Cause.CASCADE,
-                                 n, detail)
+                kept = "host copy kept" if node.data[component.index].host_value is not None else "no host copy"
+                if component.index == 0:
+                    self.events.emit(EventKind.DEMOTE, "full", node.id, batch.cause, n, f"device data freed, {kept}")
+                else:
+                    self.events.emit(EventKind.CASCADE, component.name, node.id, Cause.CASCADE, n, f"from full; {kept}")
         for component in present:
             self._detach(node, component)
         self.leaves.discard(node)
@@ -291,11 +290,7 @@ class TreeHostTier:
     def evict_host_leaf(self, node: TreeNode, detail: str) -> TreeNode:
         """Remove a host leaf with all its host copies; returns its parent."""
         self.host_leaves.discard(node)
-        if self.events.enabled:
-            self.events.emit(EventKind.HOST_EVICT, "full", node.id, Cause.CAPACITY, node.length, detail)
-        node.data[0].host_value, host = None, node.data[0].host_value
-        self.host_frees.append(("full", host))
-        self.host_held -= node.length
+        self.drop_host_value(node, self.components[0], Cause.CAPACITY, detail)
         parent = node.parent
         self._remove_from_parent(node, Cause.CAPACITY, "host copy evicted")
         self.update_host_leaf_state(parent)
