@@ -142,7 +142,7 @@ def _apply(cache: UnifiedRadixCache, op: dict, handles: dict) -> dict:
     if kind == "evict_host":
         return {"evicted": cache.evict_host(op["n"], op["component"])}
     if kind == "load_back":
-        r = cache.load_back(RadixKey(op["key"]))
+        r = cache.load_back(RadixKey(op["key"]), op.get("mem_quota"))
         return {"host_hit_length": r.host_hit_length, "loaded": r.loaded}
     if kind == "events":
         return {}
