@@ -21,6 +21,7 @@ from workbench.bridge.sglang_env import BridgeError, check_version
 from workbench.model.runner import run_scenario
 from workbench.model.scenario import ScenarioError, load_scenario, scenario_from_records
 from workbench.record.hook import next_free
+from workbench.model.ops import evict as evict_ops, keys, locks
 from workbench.record.mapping import TraceMapper, state_expect
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,36 +75,36 @@ def test_bridge_options_misused(capsys, tmp_path, monkeypatch, argv, says):
 # ---- the recorder's mapping ------------------------------------------------------------------
 def test_every_match_and_insert_is_named_and_a_lock_names_the_latest_on_its_node():
     m = TraceMapper(["full"])
-    assert m.insert([1, 2, 3], None, 0, node=7, prefix_len=0, page_size=1) == {
+    assert keys.record_insert(m, [1, 2, 3], None, 0, node=7, prefix_len=0, page_size=1) == {
         "op": "insert", "key": [1, 2, 3], "as": "i1", "expect": {"prefix_len": 0}}
-    assert m.match([1, 2, 3], None, node=7, prefix_len=3)["as"] == "m2"
-    assert m.lock(7, receipt="r")["match"] == "m2"  # the latest name ending on node 7
-    assert m.lock(99, receipt="r") == "inc_lock_ref(node 99): no recorded match or insert ended on that node"
-    assert m.lock(0, receipt="r", is_root=True).startswith("inc_lock_ref on the root")
-    assert "skipping swa" in m.lock(7, receipt="r", skipped=("swa",))
+    assert keys.record_match(m, [1, 2, 3], None, node=7, prefix_len=3)["as"] == "m2"
+    assert locks.record_lock(m, 7, receipt="r")["match"] == "m2"  # the latest name ending on node 7
+    assert locks.record_lock(m, 99, receipt="r") == "inc_lock_ref(node 99): no recorded match or insert ended on that node"
+    assert locks.record_lock(m, 0, receipt="r", is_root=True).startswith("inc_lock_ref on the root")
+    assert "skipping swa" in locks.record_lock(m, 7, receipt="r", skipped=("swa",))
 
 
 def test_an_unlock_finds_its_own_lock_by_receipt_and_a_window_release_keeps_it_open():
     m = TraceMapper(["full", "swa"])
-    m.match([1, 2], None, node=5, prefix_len=2)
-    first = m.lock(5, receipt="uuid-a")["as"]
-    second = m.lock(5, receipt="uuid-b")["as"]
-    assert m.release_window(5, "uuid-a") == {"op": "release_window", "lock": first}
-    assert "already released: SGLang does nothing" in m.release_window(5, "uuid-a", already=True)
-    assert m.unlock(5, "uuid-a") == {"op": "unlock", "lock": first}  # not the latest: the one with this receipt
+    keys.record_match(m, [1, 2], None, node=5, prefix_len=2)
+    first = locks.record_lock(m, 5, receipt="uuid-a")["as"]
+    second = locks.record_lock(m, 5, receipt="uuid-b")["as"]
+    assert locks.record_release_window(m, 5, "uuid-a") == {"op": "release_window", "lock": first}
+    assert "already released: SGLang does nothing" in locks.record_release_window(m, 5, "uuid-a", already=True)
+    assert locks.record_unlock(m, 5, "uuid-a") == {"op": "unlock", "lock": first}  # not the latest: the one with this receipt
     # a receipt the trace never saw (a lock taken before recording) must not release another lock
-    assert "a lock the trace does not hold" in m.unlock(5, "uuid-zzz")
-    assert m.unlock(5, "uuid-b") == {"op": "unlock", "lock": second}
-    assert "a lock the trace does not hold" in m.unlock(5, "uuid-b")
+    assert "a lock the trace does not hold" in locks.record_unlock(m, 5, "uuid-zzz")
+    assert locks.record_unlock(m, 5, "uuid-b") == {"op": "unlock", "lock": second}
+    assert "a lock the trace does not hold" in locks.record_unlock(m, 5, "uuid-b")
 
 
 def test_evictions_and_inserts_the_format_cannot_express():
     m = TraceMapper(["full", "swa"])
-    assert m.evict({"full": 4, "swa": 0, "mamba": 0}, {"full": 6, "swa": 6, "mamba": 0}, for_alloc=False) == {
+    assert evict_ops.record_evict(m, {"full": 4, "swa": 0, "mamba": 0}, {"full": 6, "swa": 6, "mamba": 0}, for_alloc=False) == {
         "op": "evict", "full": 4, "expect": {"full_evicted": 6, "swa_evicted": 6}}
-    step = m.evict({"full": 4, "swa": 2, "mamba": 0}, {"full": 6, "swa": 9, "mamba": 0}, for_alloc=True)
+    step = evict_ops.record_evict(m, {"full": 4, "swa": 2, "mamba": 0}, {"full": 6, "swa": 9, "mamba": 0}, for_alloc=True)
     assert (step["full"], step["swa"]) == (6, 9) and step["description"].startswith("evict_for_alloc(full=4, swa=2)")
-    assert "not a multiple of page_size 4" in m.insert([1] * 8, None, 6, node=1, prefix_len=0, page_size=4)
+    assert "not a multiple of page_size 4" in keys.record_insert(m, [1] * 8, None, 6, node=1, prefix_len=0, page_size=4)
     assert state_expect({"full": (5, 3)}) == {"full_evictable": 5, "full_protected": 3}
 
 
@@ -111,13 +112,13 @@ def test_a_mapped_trace_with_comments_replays_on_our_cache(tmp_path):
     """What the recorder writes for a short session loads (comments skipped) and every
     recorded result holds on our cache."""
     m = TraceMapper(["full"])
-    lines = [m.insert([1, 2, 3, 4], None, 0, node=11, prefix_len=0, page_size=1),
+    lines = [keys.record_insert(m, [1, 2, 3, 4], None, 0, node=11, prefix_len=0, page_size=1),
              "checkpoint(req r1, up_to=4): its tree calls follow",
-             m.match([1, 2, 3, 4, 9], None, node=11, prefix_len=4),
-             m.lock(11, receipt="a"),
-             m.evict({"full": 8, "swa": 0, "mamba": 0}, {"full": 0, "swa": 0, "mamba": 0}, for_alloc=False),
-             m.unlock(11, "a"),
-             m.evict({"full": 0, "swa": 0, "mamba": 0}, {"full": 4, "swa": 0, "mamba": 0}, for_alloc=True)]
+             keys.record_match(m, [1, 2, 3, 4, 9], None, node=11, prefix_len=4),
+             locks.record_lock(m, 11, receipt="a"),
+             evict_ops.record_evict(m, {"full": 8, "swa": 0, "mamba": 0}, {"full": 0, "swa": 0, "mamba": 0}, for_alloc=False),
+             locks.record_unlock(m, 11, "a"),
+             evict_ops.record_evict(m, {"full": 0, "swa": 0, "mamba": 0}, {"full": 4, "swa": 0, "mamba": 0}, for_alloc=True)]
     lines[3]["expect"] = state_expect({"full": (0, 4)})
     path = tmp_path / "rec.jsonl"
     text = [json.dumps(JSONL_HEADER)] + [("# " + x) if isinstance(x, str) else json.dumps(x) for x in lines]
@@ -131,7 +132,7 @@ def test_a_mapped_trace_with_comments_replays_on_our_cache(tmp_path):
 
 def test_a_recorded_expectation_that_fails_is_reported(tmp_path):
     m = TraceMapper(["full"])
-    step = m.insert([1, 2, 3, 4], None, 0, node=1, prefix_len=0, page_size=1)
+    step = keys.record_insert(m, [1, 2, 3, 4], None, 0, node=1, prefix_len=0, page_size=1)
     step["expect"]["full_evictable"] = 3  # the real cache would have said 4
     timeline = run_scenario(scenario_from_records(JSONL_HEADER, [step]))
     assert not timeline.passed and "full_evictable" in str(timeline.records[0].failures[0])

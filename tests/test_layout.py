@@ -21,7 +21,7 @@ def imported_after(code: str) -> set[str]:
 
 
 def test_the_model_imports_no_rendering_library():
-    modules = imported_after("\n".join(f"import workbench.model.{m}" for m in MODEL))
+    modules = imported_after("\n".join(f"import workbench.model.{m}" for m in MODEL + ["ops"]))
     assert {m.split(".")[0] for m in modules} & {"rich", "textual"} == set()
 
 
@@ -82,3 +82,36 @@ def test_the_cache_core_stays_within_its_line_budget():
     core = sum(code_lines(p) for p in files if p not in host)
     assert 3000 < core <= 4250, core
     assert 200 < sum(code_lines(p) for p in host) <= 1100
+
+
+def _op_name_strings(path: Path, names: set[str]) -> set[str]:
+    """Op names written as string values in a module: a dict key or a subscript is a
+    field or output name that reads the same (``"check": …``), not the op."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    data_keys = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            data_keys.update(id(k) for k in node.keys if k is not None)
+        elif isinstance(node, ast.Subscript):
+            data_keys.add(id(node.slice))
+    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and node.value in names
+            and id(node) not in data_keys}
+
+
+def test_every_op_is_named_in_at_most_two_workbench_files():
+    """Issue 24: an op is declared once (its module in workbench/model/ops/); its name
+    appears as a string in at most one other non-test file (a field that reads the same,
+    e.g. req_finish's ``insert``). Everything else reads the registry."""
+    from workbench.model import ops
+
+    names = {spec.name for spec in ops.all_ops()}
+    files: dict[str, list[str]] = {}
+    for path in (ROOT / "workbench").rglob("*.py"):
+        for name in _op_name_strings(path, names):
+            files.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    crowded = {name: sorted(where) for name, where in files.items() if len(where) > 2}
+    assert not crowded, crowded
+    for name, where in files.items():
+        assert any("/ops/" in w for w in where), (name, where)  # declared in the registry

@@ -108,7 +108,7 @@ def test_shape_and_type_errors_are_left_to_the_appender():
     ("lock m1 as", "missing a name after 'as'; usage: lock MATCH as NAME"),
     ("unlock L expect_error", "missing a text"),
     ("lock m1 L2", "unexpected 'L2'; usage: lock MATCH as NAME"),
-    ("evict 4", "unexpected '4'; usage: evict [full=N] [swa=N] [mamba=N]"),
+    ("evict 4", "unexpected '4'; usage: evict [COMPONENT=N]"),
     ("match 1 as a as b", "'as' is given twice"),
     ("evict swa=1 swa=2", "'swa' is given twice"),
     ("insert key=1,2", "write the tokens as words after the op, not key="),
@@ -217,7 +217,7 @@ def test_fuzz_the_appender_refuses_a_parsed_command_only_with_scenario_errors(te
 
 # ---- completion -----------------------------------------------------------------------------------
 
-NAMES = {"match": ["m1", "m2", "head"], "lock": ["L1"], "req": ["r1", "r2"]}
+NAMES = {"matches": ["m1", "m2", "head"], "locks": ["L1"], "requests": ["r1", "r2"]}
 
 
 def test_first_word_completes_ops_valid_for_the_components():

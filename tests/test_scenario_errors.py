@@ -457,16 +457,16 @@ def test_expect_error_for_unknown_names_at_run_time(capsys):
 
 def test_expect_error_requires_the_state_unchanged(capsys, monkeypatch):
     """A failing op that still changed the cache fails the step (field "state")."""
+    import dataclasses
+
     from cache import CacheError
-    from workbench.model.session import Session
+    from workbench.model.ops import keys, spec
 
-    real = Session.insert
-
-    def insert_then_raise(self, f):
-        real(self, f)
+    def insert_then_raise(session, f):
+        keys.run_insert(session, f)
         raise CacheError("boom after insert")
 
-    monkeypatch.setattr(Session, "insert", insert_then_raise)
+    monkeypatch.setitem(spec._REGISTRY, keys.INSERT.name, dataclasses.replace(keys.INSERT, run=insert_then_raise))
     f = toml("s.toml", '[[step]]\nop = "insert"\nkey = [1, 2]\nexpect_error = "boom"\n')
     rc, report = run_json(capsys, f)
     assert rc == 1

@@ -19,8 +19,11 @@ from typing import Optional
 from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants
 
 from .model import workload
+from .model.ops.evict import EVICT
+from .model.ops.keys import INSERT, MATCH
+from .model.ops.locks import LOCK, UNLOCK
 
-OPS = ("match", "lock", "evict", "insert", "unlock")
+OPS = tuple(spec.name for spec in (MATCH, LOCK, EVICT, INSERT, UNLOCK))
 
 
 @dataclasses.dataclass
@@ -73,7 +76,7 @@ def run_workload(cfg: BenchConfig, observe: bool = False, workload: Optional[lis
         cache.events.subscribe(lambda e: events.__setitem__(0, events[0] + 1))
     keys = [(RadixKey(t), t) for t in workload]
     lat: dict[str, list[int]] = {op: [] for op in OPS}
-    by_len: dict[str, dict[int, list[int]]] = {"match": {}, "insert": {}}
+    by_len: dict[str, dict[int, list[int]]] = {MATCH.name: {}, INSERT.name: {}}
     pc = time.perf_counter_ns
     ps = cfg.page_size
     matched = total = 0
@@ -92,8 +95,8 @@ def run_workload(cfg: BenchConfig, observe: bool = False, workload: Optional[lis
             node = m.last_device_node
             receipt = cache.inc_lock_ref(node)
             t2 = pc()
-            lat["match"].append(t1 - t0)
-            lat["lock"].append(t2 - t1)
+            lat[MATCH.name].append(t1 - t0)
+            lat[LOCK.name].append(t2 - t1)
             prefix = m.prefix_len
             matched += prefix
             need = n - prefix
@@ -109,7 +112,7 @@ def run_workload(cfg: BenchConfig, observe: bool = False, workload: Optional[lis
             if short.num_tokens or short.swa_num_tokens or short.mamba_num:
                 t0 = pc()
                 cache.evict(short)
-                lat["evict"].append(pc() - t0)
+                lat[EVICT.name].append(pc() - t0)
             try:
                 fresh = cache.alloc_kv(need, evict=False)
             except CacheError:  # everything else is locked: skip the request
@@ -122,7 +125,7 @@ def run_workload(cfg: BenchConfig, observe: bool = False, workload: Optional[lis
                 first = InsertParams(key[:branch], values[:branch], state, prev_prefix_len=prefix)
                 t0 = pc()
                 r1 = cache.insert(first)
-                lat["insert"].append(pc() - t0)
+                lat[INSERT.name].append(pc() - t0)
                 if r1.mamba_exist:
                     mamba.pool.free(first.mamba_value)
                 values = _cat(cache.path_device_indices(r1.last_device_node), values[branch:])
@@ -136,11 +139,11 @@ def run_workload(cfg: BenchConfig, observe: bool = False, workload: Optional[lis
             t2 = pc()
             if state is not None and result.mamba_exist:
                 mamba.pool.free(state)
-            lat["insert"].append(t1 - t0)
-            lat["unlock"].append(t2 - t1)
+            lat[INSERT.name].append(t1 - t0)
+            lat[UNLOCK.name].append(t2 - t1)
             bucket = 1 << (n.bit_length() - 1)
-            by_len["match"].setdefault(bucket, []).append(lat["match"][-1])
-            by_len["insert"].setdefault(bucket, []).append(lat["insert"][-1])
+            by_len[MATCH.name].setdefault(bucket, []).append(lat[MATCH.name][-1])
+            by_len[INSERT.name].setdefault(bucket, []).append(lat[INSERT.name][-1])
     finally:
         if gc_was:
             gc.enable()
@@ -201,11 +204,11 @@ def run_tree_size(num_nodes: int, samples: int = 2000, seed: int = 1, device: st
             t5 = pc()
             cache.evict(EvictParams(num_tokens=suffix))
             t6 = pc()
-            lat["match"].append(t1 - t0)
-            lat["lock"].append(t2 - t1)
-            lat["insert"].append(t4 - t3)
-            lat["unlock"].append(t5 - t4)
-            lat["evict"].append(t6 - t5)
+            lat[MATCH.name].append(t1 - t0)
+            lat[LOCK.name].append(t2 - t1)
+            lat[INSERT.name].append(t4 - t3)
+            lat[UNLOCK.name].append(t5 - t4)
+            lat[EVICT.name].append(t6 - t5)
     finally:
         gc.enable()
     return {"nodes": built, "ops": {op: stats(v)["mean_us"] for op, v in lat.items()}}
@@ -259,7 +262,7 @@ def print_report(report: dict, console) -> None:
     console.print(table)
     console.print(f"cache ops/s: {plain['cache_ops_per_s']:,} (observed: {observed['cache_ops_per_s']:,}, "
                   f"{observed['events']:,} events)")
-    for op in ("match", "insert"):
+    for op in (MATCH.name, INSERT.name):
         console.print(f"{op} mean µs by key length: {plain['by_key_length'][op]}")
     for size, row in report["tree_size"].items():
         console.print(f"tree of {row['nodes']:,} nodes: mean µs {row['ops']}")

@@ -93,13 +93,14 @@ def part_random(steps: int, components: tuple[str, ...]) -> dict:
 
 def part_tree(nodes: int, components: tuple[str, ...]) -> dict:
     """A tree of ``nodes`` leaves under the root, then a few hundred ops on it."""
+    from .model.ops.keys import INSERT, MATCH
     from cache import check_invariants
 
     rng = random.Random(0)
     header = {"schema": 1, "scenario": {"name": "tree"},
               "config": {"components": list(components), "kv_size": (nodes + 400) * 4}}
-    steps = [{"op": "insert", "key": [i, i + 1, i + 2]} for i in range(1, 3 * nodes, 3)]
-    steps += [{"op": "match", "key": [rng.randrange(1, 3 * nodes), 7], "as": f"m{i}"} for i in range(300)]
+    steps = [INSERT.step(key=[i, i + 1, i + 2]) for i in range(1, 3 * nodes, 3)]
+    steps += [MATCH.step(key=[rng.randrange(1, 3 * nodes), 7], as_=f"m{i}") for i in range(300)]
     timeline, seconds = _run_records([header, *steps])
     n = len(timeline)
     ms = lambda fn: _timed_ms(fn)  # noqa: E731
@@ -132,6 +133,7 @@ def part_debugger(steps: int, components: tuple[str, ...], workload: str = "rand
     workload: ``steps / 4`` requests on a large tree): reverse-continue from the last
     step to the first with conditions that never hold (the worst case: every step is
     read), forward continue likewise, and ``why`` answers (node and match)."""
+    from .model.ops.keys import MATCH
     from .model.breakpoints import parse_condition, search
     from .model.why import why_match, why_node
     from .model.workload import random_records, trace_records
@@ -148,7 +150,7 @@ def part_debugger(steps: int, components: tuple[str, ...], workload: str = "rand
     nodes = [node for node in final.records if node != final.root_id]
     first_why = _timed_ms(lambda: why_node(timeline, n, nodes[0]))  # builds the node -> steps index
     node_whys = [_timed_ms(lambda node=node: why_node(timeline, n, node)) for node in rng.sample(nodes, min(20, len(nodes)))]
-    matches = [r.index for r in timeline.records if r.step.op == "match"]
+    matches = [r.index for r in timeline.records if r.step.op == MATCH.name]
     match_whys = [_timed_ms(lambda i=i: why_match(timeline, i)) for i in rng.sample(matches, min(20, len(matches)))]
     return {"steps": n, "nodes": len(nodes), "reverse_continue_all_ms": round(reverse, 1),
             "continue_all_ms": round(forward, 1), "why_node_first_ms": round(first_why, 1),
@@ -158,6 +160,7 @@ def part_debugger(steps: int, components: tuple[str, ...], workload: str = "rand
 def part_svg(nodes: int, components: tuple[str, ...]) -> dict:
     """``urc svg`` of a tree of ``nodes`` distinct branches: all of them at 2,000, 500
     of them (``--max-nodes 500``) at 10,000; timed from the timeline to SVG text."""
+    from .model.ops.keys import INSERT
     from .model.runner import Runner
     from .model.scenario import scenario_from_records
     from .render.dot import render_svg
@@ -165,7 +168,7 @@ def part_svg(nodes: int, components: tuple[str, ...]) -> dict:
 
     header = {"schema": 1, "scenario": {"name": "svg"},
               "config": {"components": list(components), "kv_size": (nodes + 10) * 4}}
-    steps = [{"op": "insert", "key": [i, i + 1, i + 2]} for i in range(1, 3 * nodes, 3)]
+    steps = [INSERT.step(key=[i, i + 1, i + 2]) for i in range(1, 3 * nodes, 3)]
     timeline = Runner(scenario_from_records(header, steps)).run()
     max_nodes = nodes + 10 if nodes <= 2000 else 500
     start = time.perf_counter()

@@ -39,6 +39,7 @@ def _scenario(part: str):
     root, kv_size (10,000 + 10) * 4) from generated records."""
     import tempfile
 
+    from .model.ops.keys import INSERT
     from .model.scenario import load_scenario, scenario_from_records
     from .model.workload import write_trace
 
@@ -50,7 +51,7 @@ def _scenario(part: str):
             return load_scenario(path)
     if part == "tree-10k":
         header = {"schema": 1, "scenario": {"name": "tree-10k"}, "config": {"components": ["full"], "kv_size": 40040}}
-        return scenario_from_records(header, [{"op": "insert", "key": [i, i + 1, i + 2]} for i in range(1, 30000, 3)])
+        return scenario_from_records(header, [INSERT.step(key=[i, i + 1, i + 2]) for i in range(1, 30000, 3)])
     raise SystemExit(f"unknown part {part!r}; known: {', '.join(PARTS)}")
 
 

@@ -130,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_fuzz(command)
 
+    listing = command("ops", "list the scenario ops: syntax, results and needs",
+                      "Every op a scenario, a live command or the fuzzer can use, from the op registry "
+                      "(workbench/model/ops): one line each, or the README's reference table with --markdown.")
+    listing.add_argument("--markdown", action="store_true", help="print the README's op reference table")
+
     command("demo", "run a small built-in sequence and print the tree after each step",
             "A tiny built-in sequence on the Full component; needs no file.")
 
@@ -483,8 +488,20 @@ def _fuzz(args) -> int:
     return run(args)
 
 
+def _ops(args) -> int:
+    from .model import ops
+
+    if args.markdown:
+        print(ops.reference_table())
+        return 0
+    for spec in ops.all_ops():
+        needs = f"  (needs {', '.join(spec.needs)})" if spec.needs else ""
+        print(f"{spec.usage()}\n    {spec.summary}{needs}")
+    return 0
+
+
 COMMANDS = {"run": _run, "show": _show, "diff": _diff, "why": _why, "svg": _svg, "tui": _tui, "fuzz": _fuzz,
-            "demo": _demo, "bench": _bench}
+            "demo": _demo, "bench": _bench, "ops": _ops}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -27,14 +27,16 @@ from cache import CacheError, RadixKey
 
 from .bench import stats
 from .bench_floor import floor_timed
+from .model import ops
 from .model.runner import build_cache
 from .model.scenario import COMMON_FIELDS, Scenario, load_scenario
 from .model.session import Session
 
-# cache method -> the op name trace_timer.py reports it under
-TIMED_CALLS = {"match_prefix": "match", "insert": "insert", "evict": "evict", "evict_for_alloc": "evict",
-               "inc_lock_ref": "lock", "dec_lock_ref": "unlock"}
-KEYED_STEPS = {"match": "match", "insert": "insert"}  # step op -> the call its key is built for
+# cache method -> the op it is timed under (trace_timer.py reports the same names): the
+# calls each op records, from the ops' declarations
+TIMED_CALLS = ops.timed_calls()
+# ops whose caller builds a key before its call: that time is the caller's too
+KEYED_STEPS = {spec.name for spec in ops.all_ops() if spec.records and spec.field("key") is not None}
 
 
 class CallTimer:
@@ -45,7 +47,8 @@ class CallTimer:
         self.samples: dict[str, list[int]] = {}
         self._depth = 0
         for method, op in calls.items():
-            setattr(cache, method, self._timed(getattr(cache, method), op))
+            if hasattr(cache, method):  # ours has no release_swa (its name is release_window)
+                setattr(cache, method, self._timed(getattr(cache, method), op))
 
     def _timed(self, call, op: str):
         clock = time.perf_counter_ns
@@ -78,9 +81,7 @@ def replay_timed(scenario: Scenario | str | Path, device: str | None = None) -> 
     errors = 0
     clock = time.perf_counter_ns
     for op, fields in _steps(scenario):
-        if op == "check":
-            continue
-        keyed = KEYED_STEPS.get(op)
+        keyed = op if op in KEYED_STEPS else None
         if keyed is not None:  # what the caller does first: a key from its token list
             start = clock()
             RadixKey(fields["key"], fields.get("extra_key"))

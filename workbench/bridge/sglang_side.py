@@ -14,6 +14,7 @@ import math
 from array import array
 from typing import Any, Optional
 
+from ..model import ops
 from .canonical import CanonicalState, NodeState
 from .sglang_env import BridgeError, sglang_api
 
@@ -109,116 +110,35 @@ class SGLangSide:
         self.core = self.cache.tree_core
         self.inspectable = type(self.core).__name__ != "RustUnifiedTreeCore"
 
-    # ---- ops -----------------------------------------------------------------------
+    # ---- ops: each op's ``run_sglang`` (workbench/model/ops) makes the calls ------------------
     def run(self, op: str, fields: dict) -> Optional[dict]:
-        handler = getattr(self, f"op_{op}", None)
-        if handler is None:
+        spec = ops.get(op)
+        if spec is None or spec.run_sglang is None:
             raise BridgeError(f"the bridge cannot run op {op!r} on SGLang")
-        return handler(fields)
+        return spec.run_sglang(self, fields)
 
-    def op_check(self, f: dict) -> None:
-        return None
+    @staticmethod
+    def refused(message: str) -> SGLangOpError:
+        return SGLangOpError(message)
 
-    def op_insert(self, f: dict) -> dict:
-        sg, torch = self.sg, self.sg.torch
-        tokens = f["key"]
-        n = len(tokens)
-        aligned = n - n % self.ps
-        floor = f.get("swa_evicted_seqlen", 0)
-        self._check_capacity(n, 1 if self.has_mamba else 0)
-        slots, extra = self._alloc_kv(n)
-        state = None
-        try:
-            if floor:  # the request's window slid: its SWA slots below the floor are gone already
-                self.alloc.free_swa_segment(slots[: min(floor, aligned)], start_pos=0)
-            if self.has_mamba:
-                state = self._alloc_mamba()
-            params = sg.InsertParams(key=self._key(tokens, f.get("extra_key")), value=slots, mamba_value=state)
-            if floor:
-                params.component_evicted_seqlens[sg.ComponentType.SWA] = floor
-            result = self.cache.insert(params)
-        except BaseException:
-            self.alloc.free(torch.cat([slots, extra]))
-            if state is not None:
-                self.r2t.mamba_allocator.free(state)
-            raise
-        tail = torch.cat([slots[aligned:], extra])
-        if tail.numel():
-            self.alloc.free_segment(tail, start_pos=aligned)
-        if state is not None and result.mamba_exist:
-            self.r2t.mamba_allocator.free(state)  # the tree kept its own state
-        if "as" in f:
-            self.matches[f["as"]] = result.last_device_node
-        return {"prefix_len": int(result.prefix_len)}
-
-    def op_match(self, f: dict) -> dict:
-        result = self.cache.match_prefix(self.sg.MatchPrefixParams(key=self._key(f["key"], f.get("extra_key"))))
-        if "as" in f:
-            self.matches[f["as"]] = result.last_device_node
-        out = {"prefix_len": int(result.device_prefix_len), "host_hit_length": int(result.host_hit_length)}
-        if self.has_mamba:
-            out["mamba_branching_seqlen"] = result.mamba_branching_seqlen
-        return out
-
-    def op_lock(self, f: dict) -> None:
-        node = self.matches.get(f["match"])
-        if node is None:
-            raise SGLangOpError(f"unknown match name {f['match']!r}")
-        receipt = self.cache.inc_lock_ref(node)
-        self.locks[f["as"]] = self.sg.TreeLock(node, receipt.to_dec_params())
-
-    def _lock(self, name: str):
+    def lock_named(self, name: str):
         lock = self.locks.get(name)
         if lock is None:
             raise SGLangOpError(f"unknown lock name {name!r}")
         return lock
 
-    def op_unlock(self, f: dict) -> None:
-        self.cache.unlock(self._lock(f["lock"]))
+    def request_named(self, name: str) -> dict:
+        entry = self.reqs.get(name)
+        if entry is None:
+            raise SGLangOpError(f"unknown or finished request {name!r}")
+        return entry
 
-    def op_release_window(self, f: dict) -> None:
-        self.cache.release_swa(self._lock(f["lock"]))
-
-    def op_evict(self, f: dict) -> dict:
-        params = self.sg.EvictParams(num_tokens=f.get("full", 0), swa_num_tokens=f.get("swa", 0),
-                                     mamba_num=f.get("mamba", 0))
-        result = self.cache.evict(params)
-        return {"full_evicted": int(result.num_tokens_evicted), "swa_evicted": int(result.swa_num_tokens_evicted),
-                "mamba_evicted": int(result.mamba_num_evicted)}
-
-    # ---- request ops (the scheduler's calls, as SGLang's own scheduler makes them) ----
-    def op_req_prefill(self, f: dict) -> dict:
-        sg, torch = self.sg, self.sg.torch
-        name, tokens = f["req"], f["tokens"]
-        if name in self.reqs:
-            raise SGLangOpError(f"request {name!r} is already running")
+    def next_rid(self) -> str:
         self._rid += 1
-        req = sg.Req(rid=f"bridge-{self._rid}", origin_input_text="", origin_input_ids=array("q", tokens),
-                     sampling_params=sg.SamplingParams(temperature=0, max_new_tokens=1 << 20))
-        sg.match_kv_cache(req, self.cache, cow_mamba=self.has_mamba)
-        entry = {"req": req, "spare": torch.empty((0,), dtype=torch.int64)}
-        try:
-            if self.has_mamba and not req.kv.holds_mamba and self.r2t.mamba_allocator.available_size() < 1:
-                self._evict_short(mamba=1)
-            if self.r2t.alloc([req]) is None:
-                raise SGLangOpError("no free req_to_token row")
-            req.lock = self.cache.lock(req.last_node)
-            prefix = self.cache.prefix_device_indices(req).to(torch.int64)
-            fresh = self._take_slots(entry, len(tokens) - prefix.numel())
-        except BaseException:
-            self._abandon(req)  # what the scheduler gives back when it cannot admit (sglang#16067's fix)
-            raise
-        row = req.kv.req_pool_idx
-        self.r2t.write((row, slice(0, prefix.numel())), prefix.to(torch.int32))
-        self.r2t.write((row, slice(prefix.numel(), len(tokens))), fresh.to(torch.int32))
-        req.kv.cache_protected_len = prefix.numel()
-        req.kv.kv_allocated_len = req.kv.kv_committed_len = len(tokens)
-        req.refresh_fill_ids()
-        self._track_checkpoint(req)
-        self.reqs[name] = entry
-        return {"prefix_len": int(req.kv.cache_protected_len)}
+        return f"bridge-{self._rid}"
 
-    def _abandon(self, req) -> None:
+    def abandon(self, req) -> None:
+        """What the scheduler gives back when it cannot admit a request (sglang#16067's fix)."""
         if req.lock is not None:
             self.cache.unlock(req.lock)
             req.lock = None
@@ -228,7 +148,7 @@ class SGLangSide:
             self.r2t.mamba_allocator.free(req.kv.mamba_pool_idx.unsqueeze(-1))
             req.kv.mamba_pool_idx = None
 
-    def _track_checkpoint(self, req) -> None:
+    def track_checkpoint(self, req) -> None:
         """What the model's forward does with the extra buffer: track the state at the
         last grid boundary the request's tokens passed, in the other ping-pong slot
         (ours does the same in MambaComponent.advance_request)."""
@@ -244,39 +164,8 @@ class SGLangSide:
             kv.mamba_last_track_idx = track_idx
             kv.mamba_next_track_idx = self.r2t.get_mamba_ping_pong_other_idx(track_idx)
 
-    def op_req_decode(self, f: dict) -> None:
-        torch = self.sg.torch
-        entry = self._req(f["req"])
-        req, tokens = entry["req"], f["tokens"]
-        start = req.kv.kv_committed_len
-        slots = self._take_slots(entry, len(tokens))
-        self.r2t.write((req.kv.req_pool_idx, slice(start, start + len(tokens))), slots.to(torch.int32))
-        req.output_ids.extend(tokens)
-        req.kv.kv_committed_len += len(tokens)
-        req.kv.kv_allocated_len += len(tokens)
-        req.refresh_fill_ids()
-        self._track_checkpoint(req)
-        if f.get("slide_window"):
-            self.cache.evict_sliding_windows(req, req.kv.kv_committed_len - 1)
-
-    def op_req_chunk(self, f: dict) -> None:
-        req = self._req(f["req"])["req"]
-        self.cache.checkpoint(req, up_to=req.kv.kv_committed_len)
-
-    def op_req_finish(self, f: dict) -> None:
-        req = self._req(f["req"])["req"]
-        req.finished_reason = self.sg.FINISH_LENGTH(length=len(req.output_ids))
-        self.sg.release_kv_cache(req, self.cache, checkpoint=f.get("insert", True))
-        del self.reqs[f["req"]]
-
-    def _req(self, name: str) -> dict:
-        entry = self.reqs.get(name)
-        if entry is None:
-            raise SGLangOpError(f"unknown or finished request {name!r}")
-        return entry
-
     # ---- slots ---------------------------------------------------------------------
-    def _key(self, tokens: list[int], extra_key: Optional[str]):
+    def key(self, tokens: list[int], extra_key: Optional[str]):
         return self.sg.RadixKey(array("q", tokens), extra_key=extra_key)
 
     def available(self) -> dict[str, int]:
@@ -296,7 +185,7 @@ class SGLangSide:
             short["mamba"] = states - available["mamba"]
         return short
 
-    def _check_capacity(self, n: int, states: int = 0) -> None:
+    def check_capacity(self, n: int, states: int = 0) -> None:
         """Refuse before anything changes what eviction cannot cover (our check_capacity:
         SGLang's scheduler checks the same before it admits)."""
         for name, short in self._shortfalls(n, states).items():
@@ -304,19 +193,19 @@ class SGLangSide:
             if short > reclaimable:
                 raise SGLangOpError(f"{name} pool exhausted: {short} more slot(s) needed, {reclaimable} evictable")
 
-    def _evict_short(self, full: int = 0, swa: int = 0, mamba: int = 0) -> None:
+    def evict_short(self, full: int = 0, swa: int = 0, mamba: int = 0) -> None:
         if not self.auto_evict:
             raise SGLangOpError(f"out of slots (available {self.available()}) and auto_evict is off")
         self.cache.evict_for_alloc(self.sg.EvictParams(num_tokens=full, swa_num_tokens=swa, mamba_num=mamba))
 
-    def _alloc_kv(self, n: int):
+    def alloc_kv(self, n: int):
         """``n`` fresh slots on whole pages (evicting the shortfall first, as our
         alloc_kv does), and the page-rounding slots past them."""
         need = -(-n // self.ps) * self.ps
         short = self._shortfalls(n)
         if any(value > 0 for value in short.values()):
-            self._check_capacity(n)
-            self._evict_short(full=max(0, short["full"]), swa=max(0, short.get("swa", 0)))
+            self.check_capacity(n)
+            self.evict_short(full=max(0, short["full"]), swa=max(0, short.get("swa", 0)))
             if any(value > 0 for value in self._shortfalls(n).values()):
                 raise SGLangOpError(f"out of slots after eviction: need {need}, available {self.available()}")
         if self.has_swa and self.ps > 1:  # its alloc() is page-1 only: pair whole pages by hand
@@ -331,21 +220,21 @@ class SGLangSide:
         slots = slots.to(self.sg.torch.int64)
         return slots[:n], slots[n:]
 
-    def _alloc_mamba(self):
+    def alloc_mamba(self):
         if self.r2t.mamba_allocator.available_size() < 1:
-            self._evict_short(mamba=1)
+            self.evict_short(mamba=1)
         slot = self.r2t.mamba_allocator.alloc(1)
         if slot is None:
             raise SGLangOpError("out of Mamba slots after eviction")
         return slot
 
-    def _take_slots(self, entry: dict, n: int):
+    def take_slots(self, entry: dict, n: int):
         """A request's next ``n`` slots: the rest of its last page first."""
         spare = entry["spare"]
         if spare.numel() >= n:
             entry["spare"] = spare[n:]
             return spare[:n]
-        fresh, extra = self._alloc_kv(n - spare.numel())  # a refusal leaves the tail as it was
+        fresh, extra = self.alloc_kv(n - spare.numel())  # a refusal leaves the tail as it was
         entry["spare"] = extra
         return self.sg.torch.cat([spare, fresh])
 
@@ -393,17 +282,22 @@ class SGLangSide:
 
 
 def request_sizes(scenario) -> tuple[int, int]:
-    """Request rows and the longest context SGLang's req_to_token pool must hold."""
+    """Request rows and the longest context SGLang's req_to_token pool must hold: the
+    ops that start, extend and end requests say so in their fields."""
     live: dict[str, int] = {}
     most_live, longest = 1, 0
     for step in scenario.steps:
-        name = step.fields.get("req")
-        if step.op == "req_prefill":
-            live[name] = len(step.fields["tokens"])
-        elif step.op == "req_decode" and name in live:
-            live[name] += len(step.fields["tokens"])
-        elif step.op == "req_finish":
-            live.pop(name, None)
+        spec = ops.get(step.op)
+        for field in spec.fields if spec is not None else ():
+            name = step.fields.get(field.name)
+            tokens = spec.token_field
+            grown = len(step.fields.get(tokens.name, ())) if tokens is not None else 0
+            if field.defines == "requests":
+                live[name] = grown
+            elif field.uses == "requests" and field.ends:
+                live.pop(name, None)
+            elif field.uses == "requests" and name in live:
+                live[name] += grown
         most_live = max(most_live, len(live))
         longest = max([longest, *live.values()])
     page = scenario.config.get("page_size", 1)

@@ -16,11 +16,12 @@ from typing import Optional
 
 from ..bench import stats
 from ..model.scenario import Scenario
-from ..replay import TIMED_CALLS, CallTimer, _steps, replay_timed
+from ..model import ops
+from ..replay import CallTimer, _steps, replay_timed
 from .sglang_env import check_version
 from .sglang_side import SGLangSide
 
-SGLANG_CALLS = {**TIMED_CALLS, "lock": "lock", "unlock": "unlock"}  # its TreeLock wrappers count too
+SGLANG_CALLS = ops.timed_calls(wrappers=True)  # SGLang's TreeLock wrappers (lock, unlock) count too
 CORES = ("python", "rust")
 
 
@@ -33,8 +34,6 @@ def sglang_timed(scenario: Scenario, core: str, allow_version: bool = False) -> 
     gc.freeze()
     try:
         for op, fields in _steps(scenario):
-            if op == "check":
-                continue
             try:
                 side.run(op, fields)
             except Exception:  # a refusal is part of the trace (ours counts its own the same way)

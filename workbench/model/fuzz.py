@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
+from . import ops
 from .runner import Runner, state_field
 from .scenario import Scenario, ScenarioError, StepAppender, scenario_from_records
 from .shrink import Shrinker, Steps
@@ -79,7 +80,7 @@ class OpGenerator:
         self.running: list[str] = []
         self.count = 0
 
-    def _key(self, min_len: int = 0) -> list[int]:
+    def key(self, min_len: int = 0) -> list[int]:
         rng, page = self.rng, self.page
         if self.keys and rng.random() < 0.6:  # share a prefix with an earlier key
             base = rng.choice(self.keys)
@@ -99,63 +100,11 @@ class OpGenerator:
         return key
 
     def next_step(self) -> dict[str, Any]:
+        """One weighted draw over every op's fuzz rules (``ops/``), then the rule's step."""
         self.count += 1
-        n, rng, comps = self.count, self.rng, self.config.components
-        max_running = 5 if "mamba" in comps else 3  # enough requests to exhaust a small state pool
-        choices = [("insert", 24), ("match", 20), ("evict", 10 if "swa" in comps else 7),
-                   ("req_prefill", 7 if len(self.running) < max_running else 0)]
-        choices += [("lock", 9 if self.matches and len(self.held) < 6 else 0), ("unlock", 8 if self.held else 0)]
-        choices += [("stale_unlock", 1 if self.released else 0)]
-        choices += [("release_window", 3 if self.held and "swa" in comps else 0)]
-        choices += [("req_decode", 9 if self.running else 0), ("req_chunk", 3 if self.running else 0)]
-        choices += [("req_finish", 6 if self.running else 0)]
-        op = rng.choices([c for c, _ in choices], [w for _, w in choices])[0]
-        if op == "insert":
-            step: dict[str, Any] = {"op": "insert", "key": self._key()}
-            if "swa" in comps and rng.random() < 0.3 and len(step["key"]) >= self.page:
-                step["swa_evicted_seqlen"] = rng.randint(0, len(step["key"]) // self.page) * self.page
-            return step
-        if op == "match":
-            name = f"m{n}"
-            self.matches = (self.matches + [name])[-6:]
-            return {"op": "match", "key": self._key(), "as": name}
-        if op == "lock":
-            name = f"L{n}"
-            self.held.append(name)
-            return {"op": "lock", "match": rng.choice(self.matches), "as": name}
-        if op == "unlock":
-            name = self.held.pop(rng.randrange(len(self.held)))
-            self.released = (self.released + [name])[-4:]
-            return {"op": "unlock", "lock": name}
-        if op == "stale_unlock":  # a lock released twice: the cache must refuse it and change nothing
-            return {"op": "unlock", "lock": rng.choice(self.released), "expect_error": ""}
-        if op == "release_window":
-            return {"op": "release_window", "lock": rng.choice(self.held)}
-        if op == "evict":
-            step = {"op": "evict"}
-            for c in rng.sample(list(comps), rng.randint(1, len(comps))):
-                step[c] = rng.randint(1, 3 if c == "mamba" else 4 * self.page)
-            return step
-        if op == "req_prefill":
-            name = f"r{n}"
-            self.running.append(name)
-            tokens = self._key(min_len=1)
-            if rng.random() < 0.1:  # a prompt about the size of the pool: admission may be refused
-                kv = self.config.scenario_config()["kv_size"]
-                tokens = tokens + [rng.randint(1, 3) for _ in range(rng.randint(kv // 2, kv + kv // 4))]
-            return {"op": "req_prefill", "req": name, "tokens": tokens}
-        if op == "req_decode":
-            step = {"op": "req_decode", "req": rng.choice(self.running),
-                    "tokens": [rng.randint(1, 3) for _ in range(rng.randint(1, 2 * self.page))]}
-            if "swa" in comps and rng.random() < 0.4:
-                step["slide_window"] = True
-            return step
-        if op == "req_chunk":
-            return {"op": "req_chunk", "req": rng.choice(self.running)}
-        step = {"op": "req_finish", "req": self.running.pop(rng.randrange(len(self.running)))}
-        if rng.random() < 0.15:
-            step["insert"] = False
-        return step
+        rules = sorted((rule for spec in ops.all_ops() for rule in spec.fuzz), key=lambda rule: rule.rank)
+        weights = [rule.weight(self) for rule in rules]
+        return self.rng.choices(rules, weights)[0].make(self)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         while True:

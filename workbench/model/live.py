@@ -21,36 +21,54 @@ import json
 import re
 from typing import Any, NoReturn, Optional
 
+from collections.abc import Mapping
+
+from . import ops
 from .scenario import MAX_KEY_TOKENS, MAX_TOKEN, OPS, ORDER_FIELDS, STATE_FIELDS, ScenarioError
 
-OP_HELP: dict[str, str] = {
-    "insert": "insert TOKENS… [as NAME] [extra_key=NS] [swa_evicted_seqlen=N]",
-    "match": "match TOKENS… [as NAME] [extra_key=NS]",
-    "lock": "lock MATCH as NAME",
-    "unlock": "unlock LOCK",
-    "release_window": "release_window LOCK",
-    "evict": "evict [full=N] [swa=N] [mamba=N] [COMPONENT=N]",
-    "req_prefill": "req_prefill REQ TOKENS…",
-    "req_decode": "req_decode REQ TOKENS… [slide]",
-    "req_chunk": "req_chunk REQ",
-    "req_finish": "req_finish REQ [noinsert]",
-    "check": "check",
-    "load_back": "load_back TOKENS… [extra_key=NS]",
-    "evict_host": "evict_host [full=N] [swa=N] [mamba=N]",
-    "flush": "flush",
-}
+
+
+class _Usages(Mapping):
+    """op -> its live syntax, from the op's declaration."""
+
+    def __getitem__(self, op: str) -> str:
+        return OPS[op].usage()
+
+    def __iter__(self):
+        return iter(OPS)
+
+    def __len__(self) -> int:
+        return len(OPS)
+
+
+OP_HELP = _Usages()
 # Clauses any op may end with; TOKENS are ids and inclusive ranges FIRST..LAST.
 CLAUSE_HELP = "[expect FIELD=N … FIELD.MATCH=N … swa_lru=[3,1,2]] [expect_error TEXT] [description TEXT]"
 
-_TOKEN_FIELD = {"insert": "key", "match": "key", "req_prefill": "tokens", "req_decode": "tokens", "load_back": "key"}
-_NAME_SLOT = {  # the op's first positional word names this field
-    "lock": "match", "unlock": "lock", "release_window": "lock",
-    "req_prefill": "req", "req_decode": "req", "req_chunk": "req", "req_finish": "req",
-}
-_FLAGS = {"req_decode": {"slide": ("slide_window", True)}, "req_finish": {"noinsert": ("insert", False)}}
-_NAME_FIELDS = ("as", "match", "lock", "req", "extra_key", "expect_error", "description")  # values are strings
 _TEXT_KEYWORDS = ("as", "expect_error", "description")  # each takes the next word as its value
-_RESERVED = frozenset(_TEXT_KEYWORDS + ("expect", "slide", "noinsert"))
+
+
+def _name_fields() -> frozenset[str]:
+    """Fields whose values are strings: every op's names, and the texts."""
+    return ops.name_fields() | frozenset(_TEXT_KEYWORDS)
+
+
+def _reserved() -> frozenset[str]:
+    """Words a bare name may not be (they read as keywords)."""
+    return frozenset(_TEXT_KEYWORDS + ("expect",)) | ops.flag_words()
+
+
+def _flags(spec) -> dict[str, tuple[str, bool]]:
+    """A bare word -> the flag field it sets, and to what."""
+    return {f.flag_word: (f.name, f.flag_value) for f in spec.fields if f.flag_word}
+
+
+def _slot(spec) -> Optional[str]:
+    return spec.slot.name if spec.slot is not None else None
+
+
+def _token_field(spec) -> Optional[str]:
+    return spec.token_field.name if spec.token_field is not None else None
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/@+-]*")  # written without quotes by format_command
 _INT = re.compile(r"-?[0-9]{1,4000}")  # int() refuses longer digit strings
@@ -151,11 +169,12 @@ def parse_command(text: str) -> dict[str, Any]:
 class _Parser:
     def __init__(self, op: str) -> None:
         self.op = op
+        self.spec = OPS[op]
         self.raw: dict[str, Any] = {"op": op}
-        self.token_field = _TOKEN_FIELD.get(op)
+        self.token_field = _token_field(self.spec)
         if self.token_field:
             self.raw[self.token_field] = []
-        self.slot = _NAME_SLOT.get(op)
+        self.slot = _slot(self.spec)
         self.in_expect = False
 
     def parse(self, words: list[_Word]) -> dict[str, Any]:
@@ -193,7 +212,7 @@ class _Parser:
         if self.slot and self.slot not in self.raw:
             self.set(self.slot, word.text)
             return
-        flag = None if word.quoted else _FLAGS.get(self.op, {}).get(word.text)
+        flag = None if word.quoted else _flags(self.spec).get(word.text)
         if flag is not None:
             self.set(*flag)
         elif self.token_field:
@@ -236,7 +255,7 @@ class _Parser:
         value = _value(field if not self.in_expect else "", value_part)
         if self.in_expect:
             self.expect(field, member, value)
-        elif field in ("key", "tokens"):
+        elif field == self.token_field:
             raise ScenarioError(f"write the tokens as words after the op, not {field}=; usage: {self.usage()}")
         elif field in ("op", "expect"):
             what = "the op is the first word" if field == "op" else "write expect FIELD=N …"
@@ -261,7 +280,7 @@ def _value(field: str, word: _Word) -> Any:
     """A name field's value is a string; others are ints and true/false where they read
     so (anything else stays a string for ``StepAppender`` to refuse by field)."""
     text = word.text
-    if word.quoted or field in _NAME_FIELDS:
+    if word.quoted or field in _name_fields():
         return text
     if _INT.fullmatch(text):
         return int(text)
@@ -294,14 +313,15 @@ def format_command(raw: dict[str, Any]) -> str:
         raise ValueError(f"no command for op {op!r}")
     rest = {k: v for k, v in raw.items() if k != "op"}
     words = [op]
-    slot, token_field = _NAME_SLOT.get(op), _TOKEN_FIELD.get(op)
+    spec = OPS[op]
+    slot, token_field = _slot(spec), _token_field(spec)
     if slot in rest:
         words.append(_name(rest.pop(slot)))
     if token_field:
         if token_field not in rest or (slot and slot not in raw and rest[token_field]):
             raise ValueError(f"no command for {op!r} with these {token_field}")
         words.extend(_token_words(rest.pop(token_field)))
-    for word, (field, value) in _FLAGS.get(op, {}).items():
+    for word, (field, value) in _flags(spec).items():
         if (slot is None or slot in raw) and field in rest and _same(rest[field], value):
             del rest[field]
             words.append(word)
@@ -311,7 +331,7 @@ def format_command(raw: dict[str, Any]) -> str:
             value = rest.pop(field)
             words += [field, _name(value) if field == "as" else _text(value)]
     for field, value in rest.items():
-        words.append(f"{_field(field)}={_name(value) if field in _NAME_FIELDS else _literal(value)}")
+        words.append(f"{_field(field)}={_name(value) if field in _name_fields() else _literal(value)}")
     if expect is not None:
         words.append("expect")
         words.extend(_expect_words(expect))
@@ -359,7 +379,7 @@ def _field(field: Any) -> str:
 def _name(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"a name must be a string (got {value!r})")
-    return value if _PLAIN_NAME.fullmatch(value) and value not in _RESERVED else _text(value)
+    return value if _PLAIN_NAME.fullmatch(value) and value not in _reserved() else _text(value)
 
 
 def _text(value: Any) -> str:
@@ -390,11 +410,13 @@ def _same(a: Any, b: Any) -> bool:
 
 def op_allowed(op: str, components: list[str]) -> bool:
     """Whether ``op`` can run at all with these components (release_window needs swa)."""
-    return op in OPS and (op != "release_window" or "swa" in components)
+    spec = ops.get(op)
+    return spec is not None and all(need == ops.HOST or need in components for need in spec.needs)
 
 
 def complete(text: str, names: dict[str, list[str]], components: list[str]) -> list[str]:
-    """Sorted replacements for the word being typed at the end of ``text``."""
+    """Sorted replacements for the word being typed at the end of ``text``; ``names`` are
+    the live names per namespace (``StepAppender.names``)."""
     words = text.split()
     current = words.pop() if words and not text[-1].isspace() else ""
     if not words:
@@ -405,11 +427,12 @@ def complete(text: str, names: dict[str, list[str]], components: list[str]) -> l
 
 
 def _candidates(op: str, args: list[str], names: dict[str, list[str]], components: list[str]) -> list[str]:
-    if op not in OPS or (args and args[-1] in _TEXT_KEYWORDS):
+    spec = ops.get(op)
+    if spec is None or (args and args[-1] in _TEXT_KEYWORDS):
         return []  # a new name or a free text comes next
     if "expect" in args:
         given = {a.split("=")[0] for a in args[args.index("expect") + 1:]}
-        return [f + "=" for f in _expect_fields(op, components) if f not in given]
+        return [f + "=" for f in _expect_fields(spec, components) if f not in given]
     positional, has_as, skip = [], False, False
     for arg in args:
         if skip:
@@ -418,27 +441,27 @@ def _candidates(op: str, args: list[str], names: dict[str, list[str]], component
             has_as, skip = has_as or arg == "as", True
         elif "=" not in arg:
             positional.append(arg)
-    slot = _NAME_SLOT.get(op)
-    if slot and not positional:
-        return [] if op == "req_prefill" else list(names.get(slot, []))  # a prefill names a new request
-    if op in ("lock", "match") and positional and not has_as:
-        return ["as"]
-    if op == "evict":
+    slot = spec.slot
+    if slot is not None and not positional:
+        return list(names.get(slot.uses, [])) if slot.uses else []  # a new name (a prefill's request) comes next
+    offered = [f.name for f in spec.fields if f.offered and f.name not in args]
+    if offered and positional and not has_as:
+        return offered
+    if spec.per_component:
         given = {a.split("=")[0] for a in args}
-        return [c + "=" for c in components if c not in given]
-    if op == "req_decode" and len(positional) >= 2 and "slide" not in positional[1:] and "swa" in components:
-        return ["slide"]
-    if op == "req_finish" and "noinsert" not in positional[1:]:
-        return ["noinsert"]
-    return []
+        return [c + "=" for c in spec.component_fields(components, ops.host_parts(components)) if c not in given]
+    least = (slot is not None) + (spec.token_field is not None and spec.token_field.required)
+    flags = [f.flag_word for f in spec.fields
+             if f.flag_word and (f.needs is None or f.needs in components) and f.flag_word not in positional[1:]]
+    return flags if len(positional) >= least else []
 
 
-def _expect_fields(op: str, components: list[str]) -> list[str]:
+def _expect_fields(spec, components: list[str]) -> list[str]:
     """Fields this op may expect with these components (per-match tables left out)."""
-    fields = list(OPS[op][2]) + list(STATE_FIELDS) + list(ORDER_FIELDS)
+    fields = list(spec.results_for(components, ops.host_parts(components))) + list(STATE_FIELDS) + list(ORDER_FIELDS)
 
     def present(field: str) -> bool:
-        owner = field.split("_")[0]
-        return owner not in ("swa", "mamba") or owner in components
+        owner = ops.owner(field)
+        return owner is None or owner in components
 
     return [f for f in fields if present(f)]

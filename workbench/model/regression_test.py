@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from .outputs import open_output
 from .runner import state_field
+from .ops import host_parts, owner as ops_owner
 from .scenario import NAMED_FIELDS, OPS, STATE_FIELDS, Scenario, ScenarioError, Step, scenario_from_records
 from .scenario_writer import scenario_toml
 from .states import TimelineState
@@ -77,7 +78,7 @@ def regression_test_source(timeline: Timeline, upto: int) -> str:
 
 def state_fields(components: list[str]) -> list[str]:
     """The state fields a config has (``swa_*`` only with the swa component, …)."""
-    return [name for name in STATE_FIELDS if _component_of(name) in (*components, None)]
+    return [name for name in STATE_FIELDS if ops_owner(name) in (*components, None)]
 
 
 def tree_shape(state: TimelineState) -> list[tuple[int, int, dict[str, tuple[Optional[int], int]]]]:
@@ -156,15 +157,11 @@ def pin_step(record: StepRecord, components: list[str]) -> tuple[Step, list[str]
 def actual_results(op: str, result: dict[str, Any], components: list[str]) -> dict[str, Any]:
     """The op's result fields that a step may expect: None is left out (TOML has no
     null), and so is what a component the config lacks reports (``mamba_evicted = 0``)."""
+    results = OPS[op].results_for(components, host_parts(components))
     return {
         key: value for key, value in result.items()
-        if key in OPS[op][2] and value is not None and _component_of(key) in (*components, None)
+        if key in results and value is not None and (ops_owner(key) is None or ops_owner(key) in components)
     }
-
-
-def _component_of(field: str) -> Optional[str]:
-    prefix = field.partition("_")[0]
-    return prefix if prefix in ("full", "swa", "mamba") else None
 
 
 def _pinnable(field: str, value: Any) -> bool:

@@ -20,9 +20,11 @@ try:  # the compiled parser reads a large key several times faster than the stdl
 except ImportError:  # pragma: no cover - tomli is a dependency; stdlib fallback
     import tomllib
 
+from . import ops
+from .ops import OPS  # noqa: F401  (re-exported: the registry's view, op name -> declaration)
 from .scenario_fields import (  # noqa: F401  (re-exported: the schema's tables)
-    OPS, HOST_OPS, HOST_FIELDS, COMMON_FIELDS, OWNED_FIELDS, STATE_FIELDS,
-    ORDER_FIELDS, NAMED_FIELDS, CONFIG_FIELDS, SCENARIO_FIELDS, COMPONENT_COUNTERS,
+    COMMON_FIELDS, STATE_FIELDS, ORDER_FIELDS, NAMED_FIELDS, CONFIG_FIELDS, SCENARIO_FIELDS, COMPONENT_COUNTERS,
+    host_state_field,
 )
 
 SCHEMA = 1
@@ -270,21 +272,24 @@ def _article(kind: type) -> str:
 
 
 class _Names:
-    """Match, lock and request names defined so far (name -> the line that defined it),
-    to catch bad references and re-used live names at load time."""
+    """Names defined so far, per namespace (``matches``, ``locks``, ``requests``: name ->
+    the line that defined it), to catch bad references and re-used live names at load
+    time. Ended names (an unlocked lock) are remembered apart."""
 
     def __init__(self, components: list[str], host: bool = False) -> None:
         self.components = components
         self.host = host  # the config has a host tier
-        self.matches: dict[str, int] = {}
-        self.locks: dict[str, int] = {}  # held
-        self.released: set[str] = set()
-        self.live_reqs: dict[str, int] = {}
+        self.live: dict[str, dict[str, int]] = {space: {} for space in ops.NAMESPACES}
+        self.ended: dict[str, set[str]] = {space: set() for space in ops.NAMESPACES}
+
+    @property
+    def matches(self) -> dict[str, int]:
+        return self.live["matches"]
 
     def copy(self) -> "_Names":
         other = _Names(self.components, self.host)
-        other.matches, other.locks = dict(self.matches), dict(self.locks)
-        other.released, other.live_reqs = set(self.released), dict(self.live_reqs)
+        other.live = {k: dict(v) for k, v in self.live.items()}
+        other.ended = {k: set(v) for k, v in self.ended.items()}
         return other
 
 
@@ -300,8 +305,10 @@ class StepAppender:
         self._pending: list[Step] = []
         self._names = _Names(scenario.config["components"], bool(scenario.config.get("hicache")))
         for step in scenario.steps:  # replay the names, O(steps) once
-            _track_names(step.op, step.fields, self._names, step.expect_error is not None, scenario.path,
-                         lambda field=None, step=step: step.line or None)
+            spec = ops.get(step.op)
+            if spec is not None:
+                _track_names(spec, step.fields, self._names, step.expect_error is not None, scenario.path,
+                             lambda field=None, step=step: step.line or None)
 
     @property
     def scenario(self) -> Scenario:
@@ -317,9 +324,8 @@ class StepAppender:
 
     @property
     def names(self) -> dict[str, list[str]]:
-        """Names a command may refer to now: matches, held locks, running requests."""
-        n = self._names
-        return {"match": sorted(n.matches), "lock": sorted(n.locks), "req": sorted(n.live_reqs)}
+        """Names a command may refer to now, per namespace: matches, held locks, running requests."""
+        return {space: sorted(live) for space, live in self._names.live.items()}
 
     def check(self, raw: Any, line: int = 0) -> Step:
         """The step ``raw`` would be if appended now (raises ScenarioError; changes nothing)."""
@@ -344,28 +350,28 @@ def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: _Nam
     op = raw.get("op")
     if op is None:
         raise ScenarioError(f"step {i + 1} has no op", name, line_of(), "op")
-    if not isinstance(op, str) or op not in OPS:
+    spec = ops.get(op)
+    if spec is None:
         raise ScenarioError(f"unknown op {op!r}; known: {', '.join(OPS)}", name, line_of("op"), "op")
-    required, optional, results = OPS[op]
-    if op == "evict":  # any other configured component (e.g. sidecar=2, sidecar_evicted)
-        others = tuple(c for c in config.get("components", []) if isinstance(c, str) and c not in optional)
-        optional, results = optional + others, results + tuple(f"{c}_evicted" for c in others)
+    components = [c for c in config.get("components", []) if isinstance(c, str)]
+    per_component = _component_fields(spec, components)
     for key in raw:
-        if key not in required and key not in optional and key not in COMMON_FIELDS:
+        if spec.field(key) is None and key not in per_component and key not in COMMON_FIELDS:
             raise ScenarioError(f"unknown field {key!r} for op {op!r}", name, line_of(key), key)
-    for key in required:
-        if key not in raw:
-            raise ScenarioError(f"op {op!r} needs {key!r}", name, line_of(), key)
+    for field in spec.fields:
+        if field.required and field.name not in raw:
+            raise ScenarioError(f"op {op!r} needs {field.name!r}", name, line_of(), field.name)
     fields = {k: raw[k] for k in raw if k not in COMMON_FIELDS}
     for key, value in fields.items():
-        _check_field(op, key, value, name, line_of(key))
+        _check_field(spec.field(key), key, value, name, line_of(key))
     error = raw.get("expect_error")
-    _track_names(op, fields, names, error is not None, name, line_of)  # a match may expect its own name
+    _track_names(spec, fields, names, error is not None, name, line_of)  # a match may expect its own name
     expect = raw.get("expect", {})
     if not isinstance(expect, dict):
         raise ScenarioError("expect must be a table of field = value", name, line_of("expect"), "expect")
+    results = spec.results_for(per_component, per_component)
     for key, value in expect.items():
-        _check_expect(op, results, key, value, name, line_of("expect"), names)
+        _check_expect(spec, results, key, value, name, line_of("expect"), names)
     if error is not None and not isinstance(error, str):
         raise ScenarioError("expect_error must be a string (a substring of the error)", name, line_of("expect_error"), "expect_error")
     if error is not None and expect:
@@ -373,26 +379,38 @@ def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: _Nam
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise ScenarioError("description must be a string", name, line_of("description"), "description")
-    _check_components(op, fields, config, name, line_of)
+    _check_needs(spec, fields, config, name, line_of)
     return Step(i + 1, line_of() or 0, op, fields, dict(expect), error, description, dict(raw))
 
 
-def _check_field(op: str, key: str, value, name: str, line: Optional[int]) -> None:
-    if key in ("key", "tokens"):
+def _component_fields(spec, components: list[str]) -> tuple[str, ...]:
+    """An op's ``<component>=N`` fields: every known component may be named (one not
+    listed is refused by ``_check_needs`` with the reason), plus the listed ones."""
+    if not spec.per_component:
+        return ()
+    from cache.components import COMPONENT_REGISTRY  # names only: no torch
+
+    known = tuple(COMPONENT_REGISTRY) + tuple(c for c in components if c not in COMPONENT_REGISTRY)
+    return spec.component_fields(known, known)
+
+
+def _check_field(field, key: str, value, name: str, line: Optional[int]) -> None:
+    kind = field.kind if field is not None else ops.COUNT  # a <component>=N field
+    if kind == ops.TOKENS:
         if not isinstance(value, list):
             raise ScenarioError("must be a list of token ids", name, line, key)
         if len(value) > MAX_KEY_TOKENS:
             raise ScenarioError(f"{len(value):,} tokens is more than the {MAX_KEY_TOKENS:,} a key may hold", name, line, key)
         _check_tokens(value, name, line, key)
-        if key == "tokens" and not value:
+        if field.nonempty and not value:
             raise ScenarioError("needs at least one token", name, line, key)
-    elif key in ("as", "match", "lock", "req", "extra_key"):
+    elif kind == ops.NAME:
         if not isinstance(value, str) or not value:
             raise ScenarioError("must be a non-empty string (a name)", name, line, key)
-    elif key in ("full", "swa", "mamba", "swa_evicted_seqlen", "mem_quota") or op == "evict":
+    elif kind == ops.COUNT:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ScenarioError("must be a non-negative int", name, line, key)
-    elif key in ("slide_window", "insert"):
+    elif kind == ops.FLAG:
         if not isinstance(value, bool):
             raise ScenarioError("must be true or false", name, line, key)
 
@@ -407,16 +425,23 @@ def _check_tokens(value: list, name: str, line: Optional[int], key: str) -> None
             raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {shown})", name, line, key)
 
 
-def _check_expect(op: str, results: tuple, key: str, value, name: str, line: Optional[int], names: _Names) -> None:
-    if key in OWNED_FIELDS and OWNED_FIELDS[key] not in names.components:
-        raise ScenarioError(f"{key} is only reported with the {OWNED_FIELDS[key]} component", name, line, f"expect.{key}")
+def _check_expect(spec, results: tuple, key: str, value, name: str, line: Optional[int], names: _Names) -> None:
+    op, owner = spec.name, ops.owner(key)
+    if owner is not None and owner not in names.components and key in results and not spec.reports_all_results:
+        raise ScenarioError(f"{key} is only reported with the {owner} component", name, line, f"expect.{key}")
     if key in results:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
         return
-    if key in HOST_FIELDS and not names.host:
-        raise ScenarioError(f"{key} needs the host tier ([config] hicache)", name, line, f"expect.{key}")
-    if key in STATE_FIELDS or key in HOST_FIELDS:
+    if host_state_field(key):
+        if owner is not None and owner not in names.components:
+            raise ScenarioError(f"{key} is only reported with the {owner} component", name, line, f"expect.{key}")
+        if not names.host:
+            raise ScenarioError(f"{key} needs the host tier ([config] hicache)", name, line, f"expect.{key}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
+        return
+    if key in STATE_FIELDS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
         return
@@ -447,58 +472,59 @@ def _check_expect(op: str, results: tuple, key: str, value, name: str, line: Opt
             if isinstance(ref, bool) or not isinstance(ref, int):
                 raise ScenarioError("expected lock_ref must be an int", name, line, f"expect.{key}.{match}")
         return
-    other = [o for o, spec in OPS.items() if key in spec[2]]
+    other = [spec.name for spec in ops.all_ops() if key in spec.results]
     hint = f" (a result of {', '.join(other)})" if other else ""
     raise ScenarioError(f"cannot expect {key!r} on op {op!r}{hint}", name, line, f"expect.{key}")
 
 
-def _check_components(op: str, fields: dict, config: dict, name: str, line_of) -> None:
+def _check_needs(spec, fields: dict, config: dict, name: str, line_of) -> None:
+    """Components and the host tier an op, or a field as written, needs."""
     comps = config.get("components", [])
-    needs_swa = op == "release_window" or fields.get("slide_window") or "swa" in fields or fields.get("swa_evicted_seqlen")
-    if needs_swa and "swa" not in comps:
-        raise ScenarioError(f"op {op!r} as written needs the swa component", name, line_of(), "op")
-    if "mamba" in fields and "mamba" not in comps:
-        raise ScenarioError("evicting mamba needs the mamba component", name, line_of("mamba"), "mamba")
-    if op in HOST_OPS and not config.get("hicache"):
-        raise ScenarioError(f"op {op!r} needs the host tier ([config] hicache = {{ write_policy = … }})", name,
-                            line_of(), "op")
+    for key, value in fields.items():
+        field = spec.field(key)
+        if field is None and key not in comps:  # a <component>=N field names a component the config lacks
+            raise ScenarioError(f"op {spec.name!r} as written needs the {key} component", name, line_of(key), key)
+        if field is not None and field.needs and value and field.needs not in comps:
+            raise ScenarioError(f"op {spec.name!r} as written needs the {field.needs} component", name, line_of(), "op")
+    for need in spec.needs:
+        if need == ops.HOST and not config.get("hicache"):
+            raise ScenarioError(f"op {spec.name!r} needs the host tier ([config] hicache = {{ write_policy = … }})",
+                                name, line_of(), "op")
+        if need != ops.HOST and need not in comps:
+            raise ScenarioError(f"op {spec.name!r} as written needs the {need} component", name, line_of(), "op")
 
 
-def _track_names(op: str, fields: dict, names: _Names, expects_error: bool, name: str, line_of) -> None:
+def _track_names(spec, fields: dict, names: _Names, expects_error: bool, name: str, line_of) -> None:
     """Static name checks; a step expecting an error may reference a stale name on
     purpose (to show the cache's own error), so those skip the checks. A name is
-    defined once while it is live: re-using a held lock's name would orphan its lock."""
+    defined once while it is live: re-using a held lock's name would orphan its lock.
+    A match name may be defined again only by a step that is not expected to fail."""
     here = line_of() or 0
-    if op in ("match", "insert") and "as" in fields:  # an insert's name is the node it ended on
-        _define(names.matches, fields["as"], here, name, line_of("as"), "as",
-                "match name {!r} is already taken (line {}); give each match its own name")
-    elif op == "lock":
-        if fields["match"] not in names.matches and not expects_error:
-            raise ScenarioError(f"unknown match name {fields['match']!r}", name, line_of("match"), "match")
-        if not expects_error:
-            _define(names.locks, fields["as"], here, name, line_of("as"), "as",
-                    "lock name {!r} is still held (locked at line {}); unlock it first or pick another name")
-            names.released.discard(fields["as"])
-    elif op in ("unlock", "release_window"):
-        lock = fields["lock"]
-        if expects_error:
-            return
-        if lock in names.released and op == "unlock":
-            raise ScenarioError(f"lock {lock!r} was already unlocked", name, line_of("lock"), "lock")
-        if lock not in names.locks:
-            raise ScenarioError(f"unknown lock name {lock!r}", name, line_of("lock"), "lock")
-        if op == "unlock":
-            del names.locks[lock]
-            names.released.add(lock)
-    elif op == "req_prefill":
-        if not expects_error:
-            _define(names.live_reqs, fields["req"], here, name, line_of("req"), "req",
-                    "request {!r} is already running (started at line {}); finish it first")
-    elif op in ("req_decode", "req_chunk", "req_finish"):
-        if fields["req"] not in names.live_reqs and not expects_error:
-            raise ScenarioError(f"unknown or finished request {fields['req']!r}", name, line_of("req"), "req")
-        if op == "req_finish" and not expects_error:
-            del names.live_reqs[fields["req"]]
+    for field in spec.fields:
+        value, space = fields.get(field.name), field.uses or field.defines
+        if value is None or space is None or expects_error and field.defines != "matches":
+            continue
+        live = names.live[space]
+        if field.uses:
+            if space in _ENDED and field.ends and value in names.ended[space] and value not in live:
+                raise ScenarioError(_ENDED[space].format(value), name, line_of(field.name), field.name)
+            if value not in live:
+                raise ScenarioError(f"{_UNKNOWN[space]} {value!r}", name, line_of(field.name), field.name)
+            if field.ends:
+                del live[value]
+                names.ended[space].add(value)
+        else:
+            _define(live, value, here, name, line_of(field.name), field.name, _TAKEN[space])
+            names.ended[space].discard(value)
+
+
+_ENDED = {"locks": "lock {!r} was already unlocked"}  # a second unlock is named as such
+_UNKNOWN = {"matches": "unknown match name", "locks": "unknown lock name", "requests": "unknown or finished request"}
+_TAKEN = {
+    "matches": "match name {!r} is already taken (line {}); give each match its own name",
+    "locks": "lock name {!r} is still held (locked at line {}); unlock it first or pick another name",
+    "requests": "request {!r} is already running (started at line {}); finish it first",
+}
 
 
 def _define(table: dict[str, int], value: str, here: int, name: str, line: Optional[int], field: str, message: str) -> None:

@@ -1,38 +1,15 @@
-"""The scenario schema's tables (schema 1): every op with its fields and results, the
-state fields a step may expect, and the config and scenario fields. ``scenario``
-checks files against them; the TUI's live ops and completion read them too."""
+"""The scenario schema's tables (schema 1): the state fields a step may expect, and the
+config and scenario fields. ``scenario`` checks files against them; the TUI's live ops
+and completion read them too. Ops are declared in ``ops/``."""
 
 from __future__ import annotations
 
-# op -> (required fields, optional fields, result fields)
-OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
-    "insert": (("key",), ("as", "swa_evicted_seqlen", "extra_key"), ("prefix_len",)),
-    "match": (("key",), ("as", "extra_key"), ("prefix_len", "host_hit_length", "swa_host_hit_length",
-                                              "mamba_host_hit_length", "mamba_branching_seqlen")),
-    "lock": (("match", "as"), (), ()),
-    "unlock": (("lock",), (), ()),
-    "release_window": (("lock",), (), ()),
-    "evict": ((), ("full", "swa", "mamba"), ("full_evicted", "swa_evicted", "mamba_evicted")),
-    "req_prefill": (("req", "tokens"), (), ("prefix_len",)),
-    "req_decode": (("req", "tokens"), ("slide_window",), ()),
-    "req_chunk": (("req",), (), ()),
-    "req_finish": (("req",), ("insert",), ()),
-    "check": ((), (), ()),
-    # the host tier ([config] hicache)
-    "load_back": (("key",), ("extra_key", "mem_quota"), ("loaded", "host_hit_length")),
-    "evict_host": ((), ("full", "swa", "mamba"), ("full_host_evicted", "swa_host_evicted", "mamba_host_evicted")),
-    "flush": ((), (), ("completed",)),
-}
-HOST_OPS = ("load_back", "evict_host", "flush")
-# State fields of the host tier (only with [config] hicache): its pool, host-only nodes,
-# and nodes in a copy held in flight (transfers = "held") until a flush
-HOST_FIELDS = tuple(f"{c}_host_{k}" for c in ("full", "swa", "mamba") for k in ("available", "total", "evictable")) + (
-    "host_nodes", "in_flight_nodes")
+# The ops themselves, their fields and results, are declared in ``ops/``.
+HOST_SUFFIXES = ("available", "total", "evictable")  # "<component>_host_<suffix>": a host pool's counters
+# State fields of the host tier (only with [config] hicache): host-only nodes, and nodes in
+# a copy held in flight (transfers = "held") until a flush
+HOST_NODE_FIELDS = ("host_nodes", "in_flight_nodes")
 COMMON_FIELDS = ("op", "expect", "expect_error", "description")
-# fields one component reports (the scenario must list it)
-OWNED_FIELDS = {f: f.split("_")[0] for f in ("mamba_branching_seqlen", "mamba_host_hit_length", "mamba_host_evicted",
-                                             "swa_host_hit_length", "swa_host_evicted", *HOST_FIELDS)
-                if f.split("_")[0] in ("swa", "mamba")}
 
 # State fields any step may expect (all ints). Per-name tables come after.
 STATE_FIELDS = tuple(
@@ -63,3 +40,11 @@ CONFIG_FIELDS = {
 SCENARIO_FIELDS = {"name": str, "description": str, "source": str}
 # Any other listed component gets the same per-component fields: "<component>_<suffix>"
 COMPONENT_COUNTERS = ("evictable", "protected", "available", "held", "total", "tombstones")
+
+
+def host_state_field(key: str) -> bool:
+    """Whether ``key`` is a host-tier state field (``swa_host_available``, ``host_nodes``)."""
+    if key in HOST_NODE_FIELDS:
+        return True
+    head, _, suffix = key.partition("_host_")
+    return bool(head) and suffix in HOST_SUFFIXES

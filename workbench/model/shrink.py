@@ -15,9 +15,28 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
+from . import ops
+
 Steps = list[dict[str, Any]]
-TOKEN_FIELDS = ("key", "tokens")
-AMOUNT_FIELDS = ("full", "swa", "mamba", "swa_evicted_seqlen")
+_NOT_FIELDS = ("op", "expect", "expect_error", "description")
+
+
+def _fields_of(step: dict, kind: str) -> list[str]:
+    """The step's fields of one kind, by its op's declaration (a ``<component>=N`` field
+    is an amount)."""
+    spec = ops.get(step.get("op"))
+    if spec is None:
+        return []
+    declared = [f.name for f in spec.fields if f.kind == kind and f.name in step]
+    if kind == ops.COUNT and spec.per_component:
+        declared += [k for k in step if k not in _NOT_FIELDS and spec.field(k) is None]
+    return declared
+
+
+def _page_multiple(step: dict, field: str) -> bool:
+    spec = ops.get(step.get("op"))
+    declared = spec.field(field) if spec is not None else None
+    return declared is not None and declared.page_multiple
 
 
 class Shrinker:
@@ -83,7 +102,7 @@ class Shrinker:
     def _shorten_tokens(self, steps: Steps) -> Optional[Steps]:
         best, improved = steps, False
         for index in range(len(best)):
-            for field in TOKEN_FIELDS:
+            for field in _fields_of(best[index], ops.TOKENS):
                 for shorter in self._shorter_lists(best[index].get(field)):
                     if self._out_of_time():
                         return best if improved else None
@@ -106,11 +125,11 @@ class Shrinker:
     def _lower_amounts(self, steps: Steps) -> Optional[Steps]:
         best, improved = steps, False
         for index in range(len(best)):
-            for field in AMOUNT_FIELDS:
+            for field in _fields_of(best[index], ops.COUNT):
                 value = best[index].get(field)
                 if type(value) is not int or value <= 0:
                     continue
-                step = self.page_size if field == "swa_evicted_seqlen" else 1
+                step = self.page_size if _page_multiple(best[index], field) else 1
                 for lower in sorted({0, step, value // 2 // step * step, value - step}):
                     if 0 <= lower < value and not self._out_of_time():
                         candidate = _with(best, index, field, lower) if lower else _without(best, index, field)
@@ -145,18 +164,16 @@ def dependents(steps: Steps, index: int) -> set[int]:
 
 
 def _defines(step: dict) -> set[tuple[str, str]]:
-    op = step.get("op")
-    if op == "match" and "as" in step:
-        return {("match", step["as"])}
-    if op == "lock":
-        return {("lock", step["as"])}
-    if op == "req_prefill":
-        return {("req", step["req"])}
-    return set()
+    """(namespace, name) pairs the step defines: a match's ``as``, a lock's, a request."""
+    spec = ops.get(step.get("op"))
+    fields = spec.fields if spec is not None else ()
+    return {(f.defines, step[f.name]) for f in fields if f.defines and f.name in step}
 
 
 def _uses(step: dict) -> set[tuple[str, str]]:
-    return {(field, step[field]) for field in ("match", "lock", "req") if field in step and step.get("op") != "req_prefill"}
+    spec = ops.get(step.get("op"))
+    fields = spec.fields if spec is not None else ()
+    return {(f.uses, step[f.name]) for f in fields if f.uses and f.name in step}
 
 
 def renumber(steps: Steps) -> Steps:
@@ -164,30 +181,27 @@ def renumber(steps: Steps) -> Steps:
     same structure: equal tokens stay equal, different ones different)."""
     tokens: dict[int, int] = {}
     names: dict[tuple[str, str], str] = {}
-    counters = {"match": 0, "lock": 0, "req": 0}
-    prefix = {"match": "m", "lock": "L", "req": "r"}
+    counters = dict.fromkeys(ops.NAMESPACES, 0)
 
-    def name(kind: str, old: str) -> str:
-        key = (kind, old)
+    def name(space: str, old: str) -> str:
+        key = (space, old)
         if key not in names:
-            counters[kind] += 1
-            names[key] = f"{prefix[kind]}{counters[kind]}"
+            counters[space] += 1
+            names[key] = f"{ops.NAMESPACES[space]}{counters[space]}"
         return names[key]
 
     out = []
     for step in steps:
         new = dict(step)
-        for field in TOKEN_FIELDS:
-            if isinstance(step.get(field), list):
-                new[field] = [tokens.setdefault(t, len(tokens) + 1) for t in step[field]]
-        op = step.get("op")
-        if "as" in step:
-            new["as"] = name("lock" if op == "lock" else "match", step["as"])
-        for field in ("match", "lock", "req"):
-            if field in step:
-                new[field] = name(field, step[field])
-        if isinstance(step.get("expect"), dict):
-            new["expect"] = {k: ({name("match", m): v for m, v in val.items()} if isinstance(val, dict) else val)
+        spec = ops.get(step.get("op"))
+        for field in spec.fields if spec is not None else ():
+            value = step.get(field.name)
+            if field.kind == ops.TOKENS and isinstance(value, list):
+                new[field.name] = [tokens.setdefault(t, len(tokens) + 1) for t in value]
+            elif (field.defines or field.uses) and isinstance(value, str):
+                new[field.name] = name(field.defines or field.uses, value)
+        if isinstance(step.get("expect"), dict):  # per-match tables: {match name: lock_ref}
+            new["expect"] = {k: ({name("matches", m): v for m, v in val.items()} if isinstance(val, dict) else val)
                              for k, val in step["expect"].items()}
         out.append(new)
     return out

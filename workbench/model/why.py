@@ -18,7 +18,9 @@ from typing import Optional
 
 from cache.events import Cause, Event, EventKind
 
+from . import ops
 from .fmt import event_text, plural
+from .ops.evict import EVICT
 from .timeline import StepRecord, Timeline
 
 StepsTouching = Callable[[int], list[int]]  # node id -> steps (ascending) whose events name it
@@ -101,18 +103,8 @@ def _record(timeline: Timeline, step: int) -> StepRecord:
 
 def _op_text(record: StepRecord) -> str:
     """``evict swa=4``, ``req_prefill r3``, ``unlock L1``: the op and the names it uses."""
-    op, fields = record.step.op, record.step.fields
-    if op.startswith("req_") and "req" in fields:
-        return f"{op} {fields['req']}"
-    if op == "lock":
-        return f"lock {fields.get('match')} as {fields.get('as')}"
-    if op in ("unlock", "release_window"):
-        return f"{op} {fields.get('lock')}"
-    if op == "evict":
-        return " ".join([op] + [f"{k}={v}" for k, v in fields.items()])
-    if op == "match" and "as" in fields:
-        return f"match as {fields['as']}"
-    return op
+    spec = ops.get(record.step.op)
+    return spec.words(record.step.fields) if spec is not None else record.step.op
 
 
 def _at(record: StepRecord) -> str:
@@ -154,7 +146,7 @@ def _capacity_text(event: Event) -> str:
     """``SWA capacity eviction needed 6 slots (asked by the evict op)``."""
     need = _need(event)
     asked = f"needed {_amount(event.component, need)}" if need else "ran"
-    who = "asked by the evict op" if event.op == "evict" else f"an allocation in {event.op} fell short"
+    who = f"asked by the {event.op} op" if event.op == EVICT.name else f"an allocation in {event.op} fell short"
     return f"{_name(event.component)} capacity eviction {asked} ({who})"
 
 
@@ -336,10 +328,11 @@ def _component_line(timeline: Timeline, node: int, component: str, value_len, se
 def _holder(record: StepRecord, event: Event) -> str:
     """Who a lock event is for: a named lock, a request, or (else) the step itself."""
     op, fields = record.step.op, record.step.fields
-    if op == "lock":
-        return f"lock {fields.get('as')}"
-    if op in ("unlock", "release_window"):
-        return f"lock {fields.get('lock')}"
+    spec = ops.get(op)
+    lock_name = next((fields[f.name] for f in (spec.fields if spec else ()) if "locks" in (f.defines, f.uses)
+                      and f.name in fields), None)
+    if lock_name is not None:  # a lock op's own lock
+        return f"lock {lock_name}"
     if event.request:
         if event.request.startswith(("backup #", "load #")):  # the host tier's transfer in flight
             return f"the {event.request} in flight"

@@ -12,6 +12,11 @@ import random
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from .ops.evict import CHECK, EVICT
+from .ops.keys import INSERT, MATCH
+from .ops.locks import LOCK, UNLOCK
+from .ops.requests import DECODE, FINISH, PREFILL
+
 VOCAB = 32000
 
 
@@ -49,10 +54,10 @@ def trace_records(requests: int, seed: int = 0, components: tuple[str, ...] = ("
     yield {"schema": 1, "scenario": {"name": name, "description": "urc bench --write-trace workload"},
            "config": trace_config(components)}
     for i, key in enumerate(build_workload(requests, seed)):
-        yield {"op": "match", "key": key, "as": f"m{i}"}
-        yield {"op": "lock", "match": f"m{i}", "as": f"L{i}"}
-        yield {"op": "insert", "key": key}
-        yield {"op": "unlock", "lock": f"L{i}"}
+        yield MATCH.step(key=key, as_=f"m{i}")
+        yield LOCK.step(match=f"m{i}", as_=f"L{i}")
+        yield INSERT.step(key=key)
+        yield UNLOCK.step(lock=f"L{i}")
 
 
 def write_trace(stream: TextIO, requests: int, seed: int = 0, components: tuple[str, ...] = ("full",)) -> int:
@@ -84,25 +89,25 @@ def random_records(steps: int, seed: int = 0, components: tuple[str, ...] = ("fu
     for i in range(steps):
         roll = rng.random()
         if roll < 0.3:
-            yield {"op": "insert", "key": key()}
+            yield INSERT.step(key=key())
         elif roll < 0.55:
-            yield {"op": "match", "key": key(0), "as": f"m{i}"}
+            yield MATCH.step(key=key(0), as_=f"m{i}")
             if len(held) < 8 and rng.random() < 0.4:  # lock at once: a later lock could find its node evicted
                 held.append(f"l{i}")
-                yield {"op": "lock", "match": f"m{i}", "as": f"l{i}"}
+                yield LOCK.step(match=f"m{i}", as_=f"l{i}")
         elif roll < 0.7 and held:
-            yield {"op": "unlock", "lock": held.pop(rng.randrange(len(held)))}
+            yield UNLOCK.step(lock=held.pop(rng.randrange(len(held))))
         elif roll < 0.76:
-            yield {"op": "evict", **{c: rng.randint(1, 8) for c in components}}
+            yield EVICT.step(**{c: rng.randint(1, 8) for c in components})
         elif roll < 0.84 and len(running) < 4:
             running.append(f"r{i}")
-            yield {"op": "req_prefill", "req": f"r{i}", "tokens": key()}
+            yield PREFILL.step(req=f"r{i}", tokens=key())
         elif roll < 0.93 and running:
-            step = {"op": "req_decode", "req": rng.choice(running), "tokens": key(1, 4)}
+            step = DECODE.step(req=rng.choice(running), tokens=key(1, 4))
             if "swa" in components and rng.random() < 0.5:
                 step["slide_window"] = True
             yield step
         elif running:
-            yield {"op": "req_finish", "req": running.pop(rng.randrange(len(running)))}
+            yield FINISH.step(req=running.pop(rng.randrange(len(running))))
         else:
-            yield {"op": "check"}
+            yield CHECK.step()

@@ -17,15 +17,19 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ..bridge.sglang_env import installed_version
-from .mapping import Line, TraceMapper, state_expect
+from ..model import ops
+from .mapping import Line, RecordedCall, TraceMapper, state_expect
 
-RECORDED = ("match_prefix", "insert", "evict", "evict_for_alloc", "inc_lock_ref", "dec_lock_ref", "release_swa")
 NOTED = ("checkpoint", "evict_sliding_windows", "release_swa_prefix_lock")
-STATE_OPS = ("insert", "evict", "lock", "unlock", "release_window")  # steps that may change the sizes
-# state_every counts written steps of every op; the sizes go on those of STATE_OPS
+# state_every counts written steps of every op; the sizes go on those that are not read-only
+
+
+def recorded_calls() -> dict[str, ops.OpSpec]:
+    """SGLang cache method -> the op that records it, from the ops' declarations."""
+    return {call: spec for spec in ops.all_ops() for call in spec.records}
 
 
 def cache_config(cache) -> dict:
@@ -56,7 +60,8 @@ class Recorder:
         self.cache = cache
         self.path = Path(path)
         self.config = cache_config(cache)
-        self.mapper = TraceMapper(self.config["components"])
+        self.mapper = TraceMapper(self.config["components"], self.config["page_size"])
+        self.calls = recorded_calls()
         self.state_every = state_every
         self.written = 0  # steps written
         self._depth = 0
@@ -78,7 +83,7 @@ class Recorder:
                     "so its first results may differ")
             self._comment(note)
             print(f"workbench.record: {note}", file=sys.stderr)
-        for name in RECORDED + NOTED:
+        for name in (*self.calls, *NOTED):
             if hasattr(cache, name):
                 self._originals[name] = getattr(cache, name)
                 setattr(cache, name, self._wrap(name, self._originals[name]))
@@ -92,7 +97,8 @@ class Recorder:
                 self._safely(self._comment, f"{name}({_describe_args(args, kwargs)}): its tree calls follow")
                 return call(*args, **kwargs)
             # read before the call what the call changes (a lock's window flag)
-            already = name == "release_swa" and bool(getattr(_arg(args, kwargs, 0, "lock"), "swa_released", False))
+            before = self.calls[name].record_before
+            already = before(args, kwargs) if before is not None else None
             self._depth += 1
             try:
                 result = call(*args, **kwargs)
@@ -142,7 +148,7 @@ class Recorder:
         nested, self._nested = self._nested, []
         self._emit(line)
         for name, args, kwargs, result in nested:
-            if name in ("evict", "evict_for_alloc"):
+            if self.calls[name].records_nested:
                 step = self._map(name, args, kwargs, result)
                 step["description"] = (step.get("description", "") + " (made inside the call above)").strip()
                 self._emit(step)
@@ -154,7 +160,8 @@ class Recorder:
             self._comment(line)
             return
         self.written += 1
-        if line["op"] in STATE_OPS and self.written % self.state_every == 0:
+        spec = ops.get(line["op"])
+        if spec is not None and not spec.read_only and self.written % self.state_every == 0:
             line.setdefault("expect", {}).update(state_expect(self._sizes()))
         self._write(line)
 
@@ -175,58 +182,10 @@ class Recorder:
             sizes["mamba"] = (c.mamba_evictable_size(), c.mamba_protected_size())
         return {k: (int(a), int(b)) for k, (a, b) in sizes.items()}
 
-    # ---- SGLang's objects to plain values ------------------------------------------------
-    def _map(self, name: str, args: tuple, kwargs: dict, result, already: bool = False) -> Line:
-        m = self.mapper
-        if name == "match_prefix":
-            params = _arg(args, kwargs, 0, "params")
-            return m.match(_tokens(params.key), params.key.extra_key, result.last_device_node,
-                           int(result.device_prefix_len), result.mamba_branching_seqlen, bool(params.cow_mamba))
-        if name == "insert":
-            params = _arg(args, kwargs, 0, "params")
-            floor = next((int(v) for k, v in params.component_evicted_seqlens.items() if k.name == "SWA"), 0)
-            return m.insert(_tokens(params.key), params.key.extra_key, floor, result.last_device_node,
-                            int(result.prefix_len), self.config["page_size"])
-        if name in ("evict", "evict_for_alloc"):
-            params = _arg(args, kwargs, 0, "params")
-            asked = {"full": params.num_tokens, "swa": params.swa_num_tokens, "mamba": params.mamba_num}
-            evicted = {"full": result.num_tokens_evicted, "swa": result.swa_num_tokens_evicted,
-                       "mamba": result.mamba_num_evicted}
-            return m.evict(asked, evicted, name == "evict_for_alloc")
-        if name == "inc_lock_ref":
-            node = _arg(args, kwargs, 0, "node_id")
-            skipped = tuple(k.name.lower() for k in _arg(args, kwargs, 1, "skip_lock_components", ()))
-            return m.lock(node, _hashable(result.to_dec_params()), skipped, self._is_root(node))
-        if name == "dec_lock_ref":
-            node = _arg(args, kwargs, 0, "node_id")
-            return m.unlock(node, _hashable(_arg(args, kwargs, 1, "params")), self._is_root(node))
-        if name == "release_swa":
-            lock = _arg(args, kwargs, 0, "lock")
-            if lock is None:
-                return "release_swa(None): nothing to release"
-            return m.release_window(lock.node, _hashable(lock.receipt), self._is_root(lock.node), already)
-        raise AssertionError(name)
-
-    def _is_root(self, node) -> bool:
-        try:
-            return bool(self.cache.is_root(node))
-        except Exception:
-            return False
-
-
-def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Optional[Any] = None):
-    if len(args) > index:
-        return args[index]
-    return kwargs.get(name, default)
-
-
-def _tokens(key) -> list[int]:
-    return [int(t) for t in key.raw_token_ids()]
-
-
-def _hashable(receipt) -> Any:
-    """A receipt's content, comparable after the caller rebuilt the object."""
-    return repr(receipt)
+    # ---- SGLang's objects to steps: each op's ``record`` ------------------------------------
+    def _map(self, name: str, args: tuple, kwargs: dict, result, already=None) -> Line:
+        call = RecordedCall(name, args, kwargs, result, already, self.cache.is_root)
+        return self.calls[name].record(self.mapper, call)
 
 
 def _describe_args(args: tuple, kwargs: dict) -> str:

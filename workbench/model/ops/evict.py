@@ -1,0 +1,71 @@
+"""``evict`` (free N units of any components, SGLang's ``evict``) and ``check`` (a
+step that only checks: the state fields and invariants after everything before it)."""
+
+from __future__ import annotations
+
+from .spec import DEVICE, FuzzRule, OpSpec, declare
+
+
+def run_evict(session, f: dict) -> dict:
+    from cache import EvictParams  # torch: only once an op runs
+
+    result = session.cache.evict(EvictParams.of(f))
+    named = {"full_evicted": result.num_tokens_evicted, "swa_evicted": result.swa_num_tokens_evicted,
+             "mamba_evicted": result.mamba_num_evicted}  # reported whatever the components, as SGLang does
+    return {**named, **{f"{c}_evicted": n for c, n in result.by_component.items() if f"{c}_evicted" not in named}}
+
+
+def sglang_evict(side, f: dict) -> dict:
+    params = side.sg.EvictParams(num_tokens=f.get("full", 0), swa_num_tokens=f.get("swa", 0),
+                                 mamba_num=f.get("mamba", 0))
+    result = side.cache.evict(params)
+    return {"full_evicted": int(result.num_tokens_evicted), "swa_evicted": int(result.swa_num_tokens_evicted),
+            "mamba_evicted": int(result.mamba_num_evicted)}
+
+
+def fuzz_evict(gen) -> dict:
+    step = {"op": EVICT.name}
+    comps = gen.config.components
+    for c in gen.rng.sample(list(comps), gen.rng.randint(1, len(comps))):
+        step[c] = gen.rng.randint(1, 3 if c == "mamba" else 4 * gen.page)
+    return step
+
+
+def record_evict(mapper, asked: dict[str, int], evicted: dict[str, int], for_alloc: bool) -> dict:
+    """``evict`` replays as itself; ``evict_for_alloc`` (which evicts until the
+    pools reach a target) as an evict of what it evicted: the same victims, in
+    the same order, when the two trees agree."""
+    amounts = evicted if for_alloc else asked
+    step: dict = {"op": EVICT.name, **{c: n for c, n in amounts.items() if c in mapper.components and n}}
+    step["expect"] = {f"{c}_evicted": evicted.get(c, 0) for c in ("full", "swa", "mamba") if c in mapper.components}
+    if for_alloc:
+        asked_text = ", ".join(f"{c}={n}" for c, n in asked.items() if n) or "nothing"
+        step["description"] = f"evict_for_alloc({asked_text}): recorded as what it evicted"
+    return step
+
+
+def _recorded_evict(mapper, call):
+    params, result = call.arg(0, "params"), call.result
+    asked = {"full": params.num_tokens, "swa": params.swa_num_tokens, "mamba": params.mamba_num}
+    evicted = {"full": result.num_tokens_evicted, "swa": result.swa_num_tokens_evicted,
+               "mamba": result.mamba_num_evicted}
+    return record_evict(mapper, asked, evicted, call.name == "evict_for_alloc")
+
+
+EVICT = declare(OpSpec(
+    "evict", "free at least N units of each named component, least recently used first",
+    run_evict,
+    per_component=DEVICE, per_component_result="_evicted",
+    results=("full_evicted", "swa_evicted", "mamba_evicted"), reports_all_results=True,
+    run_sglang=sglang_evict,
+    fuzz=(FuzzRule(2, lambda gen: 10 if "swa" in gen.config.components else 7, fuzz_evict),),
+    records=("evict", "evict_for_alloc"), record=_recorded_evict, records_nested=True,
+    describe=lambda f: " ".join([EVICT.name] + [f"{k}={v}" for k, v in f.items()]),
+))
+
+CHECK = declare(OpSpec(
+    "check", "change nothing: check the state fields and invariants here",
+    lambda session, f: None,
+    run_sglang=lambda side, f: None,
+    read_only=True,
+))

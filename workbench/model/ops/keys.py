@@ -1,0 +1,209 @@
+"""Ops on keys: ``insert`` (what a scheduler does to cache a sequence) and ``match``
+(a prefix lookup), on our cache and on SGLang's."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .spec import COUNT, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
+
+
+# ---- insert -------------------------------------------------------------------------------------
+def run_insert(session, f: dict) -> dict:
+    """Allocate slots for the whole key, write its KV, free the SWA below
+    ``swa_evicted_seqlen``, take a Mamba state, insert, then free the unaligned
+    tail (and the state, when the tree already had one).
+
+    All the allocations are checked together first, so a refusal changes nothing:
+    no slot taken, nothing evicted. Should a call before the insert fail anyway
+    (after the check only a fault can), what was taken goes back before the error
+    does; eviction an allocation already did cannot be undone, which is why the
+    check comes ahead of every allocation. After the insert (the commit) only
+    returns of what the tree did not take are left."""
+    from cache import CacheError, InsertParams, RadixKey  # torch: only once an op runs
+    from cache.errors import InvalidValueError
+
+    cache = session.cache
+    tokens = f["key"]
+    key = RadixKey(tokens, f.get("extra_key"))
+    aligned = len(tokens) - len(tokens) % cache.page_size
+    window_floor = f.get("swa_evicted_seqlen", 0)
+    if window_floor:  # a request whose window slid: its SWA KV below the floor is gone
+        if "swa" not in cache.by_name:
+            raise CacheError("swa_evicted_seqlen needs the swa component")
+        if type(window_floor) is not int or window_floor < 0 or window_floor % cache.page_size:
+            # freeing part of a page's SWA would free the whole page under the rest
+            raise InvalidValueError(
+                f"swa_evicted_seqlen must be a non-negative multiple of page_size {cache.page_size}"
+                f" (got {window_floor!r})"
+            )
+    mamba = "mamba" in cache.by_name
+    cache.check_capacity(len(tokens), mamba_states=1 if mamba else 0)
+    slots = cache.alloc_kv(len(tokens))
+    state = None
+    try:
+        cache.write_kv(slots, tokens)
+        if window_floor:
+            cache.free_swa(slots[:window_floor])
+        if mamba:
+            state = cache.alloc_mamba_state(tokens[:aligned])
+        result = cache.insert(InsertParams(key, slots, state, swa_evicted_seqlen=window_floor))
+    except BaseException:  # refused: the tree took nothing, so everything goes back
+        cache.free_kv([slots])
+        if state is not None:
+            cache.free_mamba_state(state)
+        raise
+    if aligned < len(tokens):
+        cache.free_kv([slots[aligned:]])
+    if state is not None and result.mamba_exist:
+        cache.free_mamba_state(state)  # the tree kept its own state
+    if "as" in f:  # a name for the node the insert ended on, for a later lock
+        session.name_match(f["as"], result.last_device_node, result.prefix_len, key, None)
+    return {"prefix_len": result.prefix_len}
+
+
+def sglang_insert(side, f: dict) -> dict:
+    """The same calls on SGLang's allocators and cache."""
+    sg, torch = side.sg, side.sg.torch
+    tokens = f["key"]
+    n = len(tokens)
+    aligned = n - n % side.ps
+    floor = f.get("swa_evicted_seqlen", 0)
+    side.check_capacity(n, 1 if side.has_mamba else 0)
+    slots, extra = side.alloc_kv(n)
+    state = None
+    try:
+        if floor:  # the request's window slid: its SWA slots below the floor are gone already
+            side.alloc.free_swa_segment(slots[: min(floor, aligned)], start_pos=0)
+        if side.has_mamba:
+            state = side.alloc_mamba()
+        params = sg.InsertParams(key=side.key(tokens, f.get("extra_key")), value=slots, mamba_value=state)
+        if floor:
+            params.component_evicted_seqlens[sg.ComponentType.SWA] = floor
+        result = side.cache.insert(params)
+    except BaseException:
+        side.alloc.free(torch.cat([slots, extra]))
+        if state is not None:
+            side.r2t.mamba_allocator.free(state)
+        raise
+    tail = torch.cat([slots[aligned:], extra])
+    if tail.numel():
+        side.alloc.free_segment(tail, start_pos=aligned)
+    if state is not None and result.mamba_exist:
+        side.r2t.mamba_allocator.free(state)  # the tree kept its own state
+    if "as" in f:
+        side.matches[f["as"]] = result.last_device_node
+    return {"prefix_len": int(result.prefix_len)}
+
+
+def fuzz_insert(gen) -> dict:
+    step: dict[str, Any] = {"op": INSERT.name, "key": gen.key()}
+    if "swa" in gen.config.components and gen.rng.random() < 0.3 and len(step["key"]) >= gen.page:
+        step["swa_evicted_seqlen"] = gen.rng.randint(0, len(step["key"]) // gen.page) * gen.page
+    return step
+
+
+def record_insert(mapper, tokens: list[int], extra_key: Optional[str], swa_evicted_seqlen: int, node: Any,
+                  prefix_len: int, page_size: int):
+    if swa_evicted_seqlen % page_size:
+        return (f"insert of {len(tokens)} tokens with swa_evicted_seqlen {swa_evicted_seqlen}, not a multiple "
+                f"of page_size {page_size}: not expressible as an insert op")
+    name = mapper.new_name("i")
+    mapper.name_node(node, name)
+    step: dict = {"op": INSERT.name, "key": tokens, "as": name}
+    if extra_key is not None:
+        step["extra_key"] = extra_key
+    if swa_evicted_seqlen:
+        step["swa_evicted_seqlen"] = swa_evicted_seqlen
+    step["expect"] = {"prefix_len": prefix_len}
+    return step
+
+
+def _recorded_insert(mapper, call):
+    params = call.arg(0, "params")
+    floor = next((int(v) for k, v in params.component_evicted_seqlens.items() if k.name == "SWA"), 0)
+    return record_insert(mapper, call.tokens(params.key), params.key.extra_key, floor, call.result.last_device_node,
+                         int(call.result.prefix_len), mapper.page_size)
+
+
+INSERT = declare(OpSpec(
+    "insert", "cache a sequence: allocate, write KV, insert, free the unaligned tail",
+    run_insert,
+    fields=(Field("key", TOKENS, required=True), Field("as", NAME, defines="matches"), Field("extra_key", NAME, placeholder="NS"),
+            Field("swa_evicted_seqlen", COUNT, needs="swa", page_multiple=True)),
+    results=("prefix_len",),
+    run_sglang=sglang_insert,
+    fuzz=(FuzzRule(0, lambda gen: 24, fuzz_insert),),
+    records=("insert",), record=_recorded_insert,
+))
+
+
+# ---- match --------------------------------------------------------------------------------------
+def run_match(session, f: dict) -> dict:
+    from cache import MatchPrefixParams, RadixKey
+
+    cache = session.cache
+    key = RadixKey(f["key"], f.get("extra_key"))
+    result = cache.match_prefix(MatchPrefixParams(key))
+    session.last_match = session.name_match(f.get("as"), result.last_device_node, result.prefix_len, key, result)
+    out = {"prefix_len": result.prefix_len, "host_hit_length": result.host_hit_length}
+    if "swa" in cache.by_name:
+        out["swa_host_hit_length"] = result.swa_host_hit_length
+    if "mamba" in cache.by_name:
+        out["mamba_branching_seqlen"] = result.mamba_branching_seqlen
+        out["mamba_host_hit_length"] = result.mamba_host_hit_length
+    return out
+
+
+def sglang_match(side, f: dict) -> dict:
+    result = side.cache.match_prefix(side.sg.MatchPrefixParams(key=side.key(f["key"], f.get("extra_key"))))
+    if "as" in f:
+        side.matches[f["as"]] = result.last_device_node
+    out = {"prefix_len": int(result.device_prefix_len), "host_hit_length": int(result.host_hit_length)}
+    if side.has_swa:
+        out["swa_host_hit_length"] = int(getattr(result, "swa_host_hit_length", 0) or 0)
+    if side.has_mamba:
+        out["mamba_branching_seqlen"] = result.mamba_branching_seqlen
+        out["mamba_host_hit_length"] = int(getattr(result, "mamba_host_hit_length", 0) or 0)
+    return out
+
+
+def fuzz_match(gen) -> dict:
+    name = f"m{gen.count}"
+    gen.matches = (gen.matches + [name])[-6:]
+    return {"op": MATCH.name, "key": gen.key(), "as": name}
+
+
+def record_match(mapper, tokens: list[int], extra_key: Optional[str], node: Any, prefix_len: int,
+                 mamba_branching_seqlen: Optional[int] = None, cow: bool = False) -> dict:
+    name = mapper.new_name("m")
+    mapper.name_node(node, name)
+    step = {"op": MATCH.name, "key": tokens, "as": name}
+    if extra_key is not None:
+        step["extra_key"] = extra_key
+    expect = {"prefix_len": prefix_len}
+    if "mamba" in mapper.components:
+        expect["mamba_branching_seqlen"] = mamba_branching_seqlen
+    step["expect"] = expect
+    if cow:
+        step["description"] = "cow_mamba: the request's own copy of the state is not part of the trace"
+    return step
+
+
+def _recorded_match(mapper, call):
+    params, result = call.arg(0, "params"), call.result
+    return record_match(mapper, call.tokens(params.key), params.key.extra_key, result.last_device_node,
+                        int(result.device_prefix_len), result.mamba_branching_seqlen, bool(params.cow_mamba))
+
+
+MATCH = declare(OpSpec(
+    "match", "look a key up: the longest cached prefix, and what the host tier holds past it",
+    run_match,
+    fields=(Field("key", TOKENS, required=True), Field("as", NAME, defines="matches", offered=True),
+            Field("extra_key", NAME, placeholder="NS")),
+    results=("prefix_len", "host_hit_length", "swa_host_hit_length", "mamba_host_hit_length", "mamba_branching_seqlen"),
+    run_sglang=sglang_match,
+    fuzz=(FuzzRule(1, lambda gen: 20, fuzz_match),),
+    records=("match_prefix",), record=_recorded_match, read_only=True,
+    describe=lambda f: f"match as {f['as']}" if "as" in f else "match",
+))

@@ -1,0 +1,214 @@
+"""What an op is, said once: its fields, results, needs, live syntax, executors (ours and
+SGLang's), how the fuzzer draws it and how the recorder writes it.
+
+Everything that knows ops — the scenario checks, the live parser and completion, the
+session, the bridge, the fuzzer, the shrinker, the recorder, ``why`` and the README's
+op table — reads these declarations, so an op is one module of ``ops/`` and nothing
+else. A test can declare an op of its own and ``withdraw`` it afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Optional
+
+# field kinds: how a value is checked, parsed from a live command and shrunk
+TOKENS = "tokens"  # a list of token ids
+NAME = "name"  # a non-empty string: a name or a namespace
+COUNT = "count"  # a non-negative int (an amount: the shrinker lowers it)
+FLAG = "flag"  # true / false
+
+# what a name field refers to, and the prefix the shrinker renumbers it with
+NAMESPACES = {"matches": "m", "locks": "L", "requests": "r"}
+HOST = "host tier"  # an op's need: the config has [config] hicache
+DEVICE, HOST_PARTS = "device", "host"  # per-component fields: every listed component, or those with a host part
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    name: str
+    kind: str
+    required: bool = False
+    defines: Optional[str] = None  # the namespace its value names anew (a match's ``as``)
+    uses: Optional[str] = None  # the namespace its value must be live in (a lock's ``match``)
+    ends: bool = False  # using the name ends it (an unlock, a finish)
+    positional: bool = False  # live syntax: the first word after the op
+    flag_word: Optional[str] = None  # live syntax: this bare word sets the flag …
+    flag_value: bool = True  # … to this value
+    needs: Optional[str] = None  # the component a truthy value needs
+    page_multiple: bool = False  # a multiple of page_size (the shrinker lowers it by pages)
+    placeholder: str = ""  # live syntax help (default from the kind)
+    nonempty: bool = False  # a token list needs at least one token
+    offered: bool = False  # live completion offers this keyword once the positional words are in
+
+
+@dataclasses.dataclass(frozen=True)
+class FuzzRule:
+    """One kind of step the fuzzer draws: ``weight`` (0: not now) and ``make`` read and
+    update the generator's model of live names. ``rank`` is the rule's place in the
+    weighted draw, so a seed replays the same sequence whatever order ops load in."""
+
+    rank: int
+    weight: Callable[[Any], int]
+    make: Callable[[Any], dict]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    name: str
+    summary: str  # the help line
+    run: Callable[[Any, dict], Optional[dict]]  # on our cache: (Session, fields) -> results
+    fields: tuple[Field, ...] = ()
+    results: tuple[str, ...] = ()  # result fields a step may expect
+    reports_all_results: bool = False  # every result, whatever the components (else a component's only with it)
+    per_component: Optional[str] = None  # DEVICE / HOST_PARTS: ``<component>=N`` fields …
+    per_component_result: str = ""  # … and ``<component><suffix>`` results
+    needs: tuple[str, ...] = ()  # components (or HOST) the op needs at all
+    run_sglang: Optional[Callable[[Any, dict], Optional[dict]]] = None  # on SGLang's: (SGLangSide, fields)
+    fuzz: tuple[FuzzRule, ...] = ()
+    records: tuple[str, ...] = ()  # SGLang cache methods the recorder writes as this op …
+    record: Optional[Callable[[Any, Any], Any]] = None  # … (TraceMapper, RecordedCall) -> step or comment
+    record_before: Optional[Callable[[tuple, dict], Any]] = None  # read before the call (RecordedCall.before)
+    wraps: tuple[str, ...] = ()  # SGLang methods that wrap this op's recorded call (timed as it, not recorded)
+    records_nested: bool = False  # made inside another recorded call, it is still its own step (after it)
+    read_only: bool = False  # never changes the pools (the recorder adds no sizes to it)
+    describe: Optional[Callable[[dict], str]] = None  # ``why``'s words for a step of it
+
+    def field(self, name: str) -> Optional[Field]:
+        return next((f for f in self.fields if f.name == name), None)
+
+    @property
+    def token_field(self) -> Optional[Field]:
+        return next((f for f in self.fields if f.kind == TOKENS), None)
+
+    @property
+    def slot(self) -> Optional[Field]:
+        return next((f for f in self.fields if f.positional), None)
+
+    def component_fields(self, components, host_parts=()) -> tuple[str, ...]:
+        """The ``<component>=N`` fields it takes with these components."""
+        if self.per_component == DEVICE:
+            return tuple(components)
+        if self.per_component == HOST_PARTS:
+            return tuple(host_parts)
+        return ()
+
+    def results_for(self, components, host_parts=()) -> tuple[str, ...]:
+        made = tuple(f"{c}{self.per_component_result}" for c in self.component_fields(components, host_parts))
+        return self.results + tuple(r for r in made if r not in self.results)
+
+    def usage(self) -> str:
+        """The live command's syntax, from the fields."""
+        words = [self.name]
+        if self.slot is not None:
+            words.append(self.slot.placeholder or self.slot.name.upper())
+        tokens = self.token_field
+        if tokens is not None:
+            words.append("TOKENS…")
+        for f in self.fields:
+            if f.positional or f.kind == TOKENS:
+                continue
+            if f.flag_word:
+                words.append(f"[{f.flag_word}]")
+            elif f.name == "as":
+                words.append("as NAME" if f.required else "[as NAME]")
+            else:
+                value = f.placeholder or ("NAME" if f.kind == NAME else "N" if f.kind == COUNT else "true|false")
+                words.append(f"{f.name}={value}" if f.required else f"[{f.name}={value}]")
+        if self.per_component:
+            words.append("[COMPONENT=N]")
+        return " ".join(words)
+
+    def step(self, **fields: Any) -> dict:
+        """A raw step of this op (``as_`` for ``as``), for generators and tests."""
+        return {"op": self.name, **{k.rstrip("_"): v for k, v in fields.items()}}
+
+    def words(self, fields: dict) -> str:
+        """``lock m1 as L1``, ``evict swa=4``: the op and the names it uses."""
+        if self.describe is not None:
+            return self.describe(fields)
+        slot = self.slot
+        return f"{self.name} {fields[slot.name]}" if slot is not None and slot.name in fields else self.name
+
+
+# ---- the registry ---------------------------------------------------------------------------------
+
+_REGISTRY: dict[str, OpSpec] = {}
+
+
+def declare(spec: OpSpec) -> OpSpec:
+    """Add an op; its name must be new."""
+    if spec.name in _REGISTRY:
+        raise ValueError(f"op {spec.name!r} is already declared")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def withdraw(name: str) -> None:
+    """Remove an op (a test's own op, once the test is done)."""
+    _REGISTRY.pop(name, None)
+
+
+def get(name: Any) -> Optional[OpSpec]:
+    return _REGISTRY.get(name) if isinstance(name, str) else None
+
+
+def all_ops() -> tuple[OpSpec, ...]:
+    return tuple(_REGISTRY.values())
+
+
+class OpTable(Mapping):
+    """A read-only view of the registry, op name -> spec, in declaration order (a
+    test's declared op shows up as soon as it is declared)."""
+
+    def __getitem__(self, name: str) -> OpSpec:
+        return _REGISTRY[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(_REGISTRY))
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
+
+
+OPS = OpTable()
+
+
+def timed_calls(wrappers: bool = False) -> dict[str, str]:
+    """SGLang cache method -> the op it is timed under: the calls each op records (and,
+    with ``wrappers``, SGLang's wrappers around them)."""
+    return {call: spec.name for spec in all_ops() for call in spec.records + (spec.wraps if wrappers else ())}
+
+
+def name_fields() -> frozenset[str]:
+    """Every field whose value is a name or text, whatever the op."""
+    return frozenset(f.name for spec in all_ops() for f in spec.fields if f.kind == NAME)
+
+
+def flag_words() -> frozenset[str]:
+    return frozenset(f.flag_word for spec in all_ops() for f in spec.fields if f.flag_word)
+
+
+def owner(field: str) -> Optional[str]:
+    """The non-Full component a result or state field belongs to (``swa_evicted`` -> swa):
+    a step may expect it only when that component is listed."""
+    from cache.components import COMPONENT_REGISTRY  # names only: no torch
+
+    head = field.split("_")[0]
+    return head if head != "full" and head in COMPONENT_REGISTRY else None
+
+
+def reference_table() -> str:
+    """The README's op reference: one row an op, from the declarations."""
+    rows = ["| op | live syntax | results | needs |", "|---|---|---|---|"]
+    for spec in all_ops():
+        results = ", ".join(spec.results + ((f"COMPONENT{spec.per_component_result}",) if spec.per_component else ()))
+        needs = ", ".join(spec.needs) or "—"
+        rows.append(f"| `{spec.name}` — {spec.summary} | `{spec.usage()}` | {results or '—'} | {needs} |")
+    return "\n".join(rows)
+
+
+def host_parts(components) -> tuple[str, ...]:
+    """The listed components that keep copies on the host tier."""
+    return tuple(c for c in components if c in ("full", "swa", "mamba"))
