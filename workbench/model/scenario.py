@@ -20,6 +20,8 @@ try:  # the compiled parser reads a large key several times faster than the stdl
 except ImportError:  # pragma: no cover - tomli is a dependency; stdlib fallback
     import tomllib
 
+from cache.host_config import host_components
+
 from .scenario_fields import (  # noqa: F401  (re-exported: the schema's tables)
     OPS, HOST_OPS, HOST_FIELDS, COMMON_FIELDS, OWNED_FIELDS, STATE_FIELDS,
     ORDER_FIELDS, NAMED_FIELDS, CONFIG_FIELDS, SCENARIO_FIELDS, COMPONENT_COUNTERS,
@@ -389,7 +391,7 @@ def _check_field(op: str, key: str, value, name: str, line: Optional[int]) -> No
     elif key in ("as", "match", "lock", "req", "extra_key"):
         if not isinstance(value, str) or not value:
             raise ScenarioError("must be a non-empty string (a name)", name, line, key)
-    elif key in ("full", "swa", "mamba", "swa_evicted_seqlen", "mem_quota") or op == "evict":
+    elif key in ("full", "swa", "mamba", "swa_evicted_seqlen", "mem_quota") or op in ("evict", "evict_host"):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ScenarioError("must be a non-negative int", name, line, key)
     elif key in ("slide_window", "insert"):
@@ -457,8 +459,9 @@ def _check_components(op: str, fields: dict, config: dict, name: str, line_of) -
     needs_swa = op == "release_window" or fields.get("slide_window") or "swa" in fields or fields.get("swa_evicted_seqlen")
     if needs_swa and "swa" not in comps:
         raise ScenarioError(f"op {op!r} as written needs the swa component", name, line_of(), "op")
-    if "mamba" in fields and "mamba" not in comps:
-        raise ScenarioError("evicting mamba needs the mamba component", name, line_of("mamba"), "mamba")
+    for component in ("mamba", *host_components()[1:]):  # evict's and evict_host's fields
+        if component in fields and component not in comps:
+            raise ScenarioError(f"evicting {component} needs the {component} component", name, line_of(component), component)
     if op in HOST_OPS and not config.get("hicache"):
         raise ScenarioError(f"op {op!r} needs the host tier ([config] hicache = {{ write_policy = … }})", name,
                             line_of(), "op")

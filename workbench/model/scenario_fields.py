@@ -4,6 +4,10 @@ checks files against them; the TUI's live ops and completion read them too."""
 
 from __future__ import annotations
 
+from cache.host_config import host_components
+
+HOST_PARTS = host_components()  # Full and every registered component with a host part
+
 # op -> (required fields, optional fields, result fields)
 OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "insert": (("key",), ("as", "swa_evicted_seqlen", "extra_key"), ("prefix_len",)),
@@ -20,19 +24,19 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "check": ((), (), ()),
     # the host tier ([config] hicache)
     "load_back": (("key",), ("extra_key", "mem_quota"), ("loaded", "host_hit_length")),
-    "evict_host": ((), ("full", "swa", "mamba"), ("full_host_evicted", "swa_host_evicted", "mamba_host_evicted")),
+    "evict_host": ((), HOST_PARTS, tuple(f"{c}_host_evicted" for c in HOST_PARTS)),
     "flush": ((), (), ("completed",)),
 }
 HOST_OPS = ("load_back", "evict_host", "flush")
 # State fields of the host tier (only with [config] hicache): its pool, host-only nodes,
 # and nodes in a copy held in flight (transfers = "held") until a flush
-HOST_FIELDS = tuple(f"{c}_host_{k}" for c in ("full", "swa", "mamba") for k in ("available", "total", "evictable")) + (
+HOST_FIELDS = tuple(f"{c}_host_{k}" for c in HOST_PARTS for k in ("available", "total", "evictable")) + (
     "host_nodes", "in_flight_nodes")
 COMMON_FIELDS = ("op", "expect", "expect_error", "description")
 # fields one component reports (the scenario must list it)
-OWNED_FIELDS = {f: f.split("_")[0] for f in ("mamba_branching_seqlen", "mamba_host_hit_length", "mamba_host_evicted",
-                                             "swa_host_hit_length", "swa_host_evicted", *HOST_FIELDS)
-                if f.split("_")[0] in ("swa", "mamba")}
+OWNED_FIELDS = {f: f.split("_")[0] for f in ("mamba_branching_seqlen", "mamba_host_hit_length", "swa_host_hit_length",
+                                             *OPS["evict_host"][2], *HOST_FIELDS)
+                if f.split("_")[0] in HOST_PARTS[1:]}
 
 # State fields any step may expect (all ints). Per-name tables come after.
 STATE_FIELDS = tuple(

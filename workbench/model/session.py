@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional
 
 from cache import CacheError, EvictParams, InsertParams, MatchPrefixParams, RadixKey, UnifiedRadixCache
 from cache.errors import InvalidValueError
+from cache.host_config import host_components
 from cache.params import IncLockRefResult, MatchResult
 from cache.request import Req
 
@@ -131,7 +132,7 @@ class Session:
 
     def evict_host(self, f: dict) -> dict:
         out = {"full_host_evicted": self.cache.evict_host(f.get("full", 0))}
-        for component in ("swa", "mamba"):
+        for component in host_components(self.cache.config.components)[1:]:
             if component in f:
                 out[f"{component}_host_evicted"] = self.cache.evict_host(f[component], component)
         return out
