@@ -20,10 +20,8 @@ try:  # the compiled parser reads a large key several times faster than the stdl
 except ImportError:  # pragma: no cover - tomli is a dependency; stdlib fallback
     import tomllib
 
-from cache.host_config import host_components
-
 from .scenario_fields import (  # noqa: F401  (re-exported: the schema's tables)
-    OPS, HOST_OPS, HOST_FIELDS, COMMON_FIELDS, OWNED_FIELDS, STATE_FIELDS,
+    HOST_PARTS, OPS, HOST_OPS, HOST_FIELDS, COMMON_FIELDS, OWNED_FIELDS, STATE_FIELDS,
     ORDER_FIELDS, NAMED_FIELDS, CONFIG_FIELDS, SCENARIO_FIELDS, COMPONENT_COUNTERS,
 )
 
@@ -459,7 +457,7 @@ def _check_components(op: str, fields: dict, config: dict, name: str, line_of) -
     needs_swa = op == "release_window" or fields.get("slide_window") or "swa" in fields or fields.get("swa_evicted_seqlen")
     if needs_swa and "swa" not in comps:
         raise ScenarioError(f"op {op!r} as written needs the swa component", name, line_of(), "op")
-    for component in ("mamba", *host_components()[1:]):  # evict's and evict_host's fields
+    for component in ("mamba", *HOST_PARTS[1:]):  # evict's and evict_host's fields
         if component in fields and component not in comps:
             raise ScenarioError(f"evicting {component} needs the {component} component", name, line_of(component), component)
     if op in HOST_OPS and not config.get("hicache"):
