@@ -67,18 +67,10 @@ class CacheConfig:
             from .faults import check_fault_names
 
             check_fault_names(self.faults, comps)
-        if self.hicache is not None:
+        if self.hicache is not None:  # checked by host_config.py, with each component's host part
             from .host_config import HiCacheConfig
 
-            if not isinstance(self.hicache, (Mapping, HiCacheConfig)):
-                raise ValueError("hicache must be a table of write_policy, host_kv_size, load_back_threshold")
-            if not set(comps) <= {"full", "swa", "mamba"}:
-                raise ValueError("hicache is built for the full, swa and mamba components (not for "
-                                 f"{', '.join(sorted(set(comps) - {'full', 'swa', 'mamba'}))})")
-            if not isinstance(self.hicache, HiCacheConfig):
-                object.__setattr__(self, "hicache", HiCacheConfig.of(
-                    self.hicache, self.kv_size, self.page_size, self.mamba_size if "mamba" in comps else None,
-                    self.swa_pool_size if "swa" in comps else None))
+            object.__setattr__(self, "hicache", HiCacheConfig.of(self.hicache, self))
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda (got {self.device!r})")
 

@@ -1,15 +1,40 @@
-"""The host tier's configuration (SGLang's HiCache), checked with the cache's."""
+"""The host tier's configuration (SGLang's HiCache), checked with the cache's.
+
+Full KV's host pool is ``host_kv_size``; every other component takes part through its
+host part (components/base_host.py), whose pool is sized by ``host_<name>_size``."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, Optional
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Optional
 
 from .config import MAX_POOL
 
+if TYPE_CHECKING:
+    from .config import CacheConfig
+
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 TRANSFER_MODES = ("immediate", "held")
+
+
+def host_components(components: Optional[Iterable[str]] = None) -> tuple[str, ...]:
+    """Of ``components`` (default: every registered one), in their order: Full and
+    those with a host part, i.e. the ones a host tier keeps copies of. Torch-free."""
+    from .components import COMPONENT_REGISTRY
+
+    names = COMPONENT_REGISTRY if components is None else components
+    return ("full", *(c for c in names if c != "full" and COMPONENT_REGISTRY.host_part(c) is not None))
+
+
+def host_size_field(component: str) -> str:
+    """The hicache field sizing a component's host pool."""
+    return "host_kv_size" if component == "full" else f"host_{component}_size"
+
+
+def hicache_ratio_size(units: int, page: int = 1) -> int:
+    """SGLang's host pool for hicache_ratio 2: twice the device pool plus one page."""
+    return (2 * units // page + 1) * page
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,18 +42,19 @@ class HiCacheConfig:
     """The host tier (SGLang's HiCache). ``write_through``: a new leaf is backed up on
     its first hit (insert); ``write_through_selective``: on its second; ``write_back``:
     when device eviction would drop it. ``host_kv_size`` (tokens) defaults to SGLang's
-    size for hicache_ratio 2: twice the device pool plus one page; a match whose host part is shorter than
-    ``load_back_threshold`` tokens is not loaded back (SGLang's default 10). ``transfers``: ``immediate``
-    completes every copy within its op (SGLang on the CPU, polled every step); ``held``
-    keeps each write-through backup and each load-back in flight — its node locked —
-    until a ``flush`` (SGLang's ``check_hicache_events``), as a GPU stream would."""
+    size for hicache_ratio 2: twice the device pool plus one page; ``host_sizes``: each
+    other component's host pool (``host_<name>_size``, default its host part's). A match
+    whose host part is shorter than ``load_back_threshold`` tokens is not loaded back
+    (SGLang's default 10). ``transfers``: ``immediate`` completes every copy within its
+    op (SGLang on the CPU, polled every step); ``held`` keeps each write-through backup
+    and each load-back in flight — its node locked — until a ``flush`` (SGLang's
+    ``check_hicache_events``), as a GPU stream would."""
 
     write_policy: str = "write_through"
     host_kv_size: Optional[int] = None
-    host_mamba_size: Optional[int] = None  # states; default twice the device pool plus one (SGLang's)
-    host_swa_size: Optional[int] = None  # SWA tokens; default as host_kv_size, from the SWA pool
     load_back_threshold: int = 10
     transfers: str = "immediate"
+    host_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict, hash=False)
 
     @property
     def write_through_threshold(self) -> Optional[int]:
@@ -36,43 +62,46 @@ class HiCacheConfig:
         return {"write_through": 1, "write_through_selective": 2}.get(self.write_policy)
 
     @classmethod
-    def of(cls, fields: Mapping[str, Any], kv_size: int, page_size: int, mamba_size: Optional[int] = None,
-           swa_size: Optional[int] = None) -> HiCacheConfig:
-        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown hicache field {sorted(unknown)[0]!r}; known: write_policy, host_kv_size, "
-                             "host_mamba_size, host_swa_size, load_back_threshold, transfers")
-        config = cls(**fields)
+    def of(cls, fields: Mapping[str, Any] | HiCacheConfig, cache: CacheConfig) -> HiCacheConfig:
+        from .components import COMPONENT_REGISTRY
+
+        if isinstance(fields, HiCacheConfig):
+            return fields
+        if not isinstance(fields, Mapping):
+            raise ValueError("hicache must be a table of write_policy, host_kv_size, load_back_threshold")
+        parts = host_components(cache.components)
+        if len(parts) < len(cache.components):
+            lacking = sorted(set(cache.components) - set(parts))
+            raise ValueError(f"hicache needs a host part of every component ({', '.join(lacking)} has none)")
+        own = [f.name for f in dataclasses.fields(cls) if f.name != "host_sizes"]
+        sized = {host_size_field(c): c for c in parts}
+        anywhere = {host_size_field(c): c for c in host_components()}
+        for key in fields:
+            if key not in own and key not in sized:
+                if key in anywhere:
+                    raise ValueError(f"hicache {key} needs the {anywhere[key]} component")
+                raise ValueError(f"unknown hicache field {key!r}; known: {', '.join(own + list(sized))}")
+        config = cls(**{k: v for k, v in fields.items() if k in own})
         if config.write_policy not in WRITE_POLICIES:
             raise ValueError(f"hicache write_policy must be one of {', '.join(WRITE_POLICIES)} (got {config.write_policy!r})")
         if config.transfers not in TRANSFER_MODES:
             raise ValueError(f"hicache transfers must be one of {', '.join(TRANSFER_MODES)} (got {config.transfers!r})")
-        # SGLang sizes the host pool from hicache_ratio (default 2) plus one page
-        size = _host_tokens("host_kv_size", config.host_kv_size, kv_size, page_size)
-        swa = None
-        if swa_size is None:
-            if config.host_swa_size is not None:
-                raise ValueError("hicache host_swa_size needs the swa component")
-        else:
-            swa = _host_tokens("host_swa_size", config.host_swa_size, swa_size, page_size)
-        states = config.host_mamba_size
-        if mamba_size is None:
-            if states is not None:
-                raise ValueError("hicache host_mamba_size needs the mamba component")
-        else:
-            states = 2 * mamba_size + 1 if states is None else states  # SGLang: the ratio's share plus one slot
-            if isinstance(states, bool) or not isinstance(states, int) or not 0 < states <= MAX_POOL:
-                raise ValueError(f"hicache host_mamba_size must be a positive int (got {states!r})")
+        sizes = {}
+        for field, name in sized.items():
+            part = None if name == "full" else COMPONENT_REGISTRY.host_part(name)
+            page = cache.page_size if part is None or part.host_paged else None
+            default = hicache_ratio_size(cache.kv_size, page) if part is None else part.default_host_size(cache)
+            sizes[name] = _host_size(field, default if fields.get(field) is None else fields[field], page)
         threshold = config.load_back_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
             raise ValueError(f"hicache load_back_threshold must be a non-negative int (got {threshold!r})")
-        return dataclasses.replace(config, host_kv_size=size, host_mamba_size=states, host_swa_size=swa)
+        return dataclasses.replace(config, host_kv_size=sizes.pop("full"), host_sizes=sizes)
 
 
-def _host_tokens(field: str, size: Optional[int], device_size: int, page_size: int) -> int:
-    """A host KV pool's size: given, or SGLang's for hicache_ratio 2 (twice the device
-    pool plus one page)."""
-    size = size if size is not None else (2 * device_size // page_size + 1) * page_size
-    if isinstance(size, bool) or not isinstance(size, int) or size <= 0 or size % page_size or size > MAX_POOL:
-        raise ValueError(f"hicache {field} must be a positive multiple of page_size {page_size} (got {size!r})")
+def _host_size(field: str, size, page: Optional[int]) -> int:
+    """A host pool's size: a positive multiple of ``page`` (None: a positive int, one
+    slot per unit)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0 or size % (page or 1) or size > MAX_POOL:
+        what = "a positive int" if page is None else f"a positive multiple of page_size {page}"
+        raise ValueError(f"hicache {field} must be {what} (got {size!r})")
     return size

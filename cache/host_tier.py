@@ -23,7 +23,7 @@ from .errors import CacheError
 from .events import Cause, EventBus, EventKind
 from .keys import as_key
 from .params import EvictParams, MatchPrefixParams
-from .pools.host_pool import HostKVPool, HostMambaPool
+from .pools.host_pool import HostKVPool
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
@@ -61,15 +61,12 @@ class HostTier:
         self.config = config
         self.held = config.transfers == "held"
         self.kv = HostKVPool(config.host_kv_size, cache.page_size)
-        # the auxiliary components' host pools, by component name ("mamba" before "swa", as SGLang allocates)
-        self.aux: dict[str, HostMambaPool | HostKVPool] = {}
-        if "mamba" in cache.by_name:
-            self.aux["mamba"] = HostMambaPool(config.host_mamba_size)
-        if "swa" in cache.by_name:
-            self.aux["swa"] = HostKVPool(config.host_swa_size, cache.page_size, "swa_host")
         self.in_flight: list[Transfer] = []
         self.acks = 0  # transfer ids handed out
         cache.tree.enable_host_tier(config.write_policy, config.write_through_threshold)
+        # each other component's host pool, from its host part, in name order (Mamba's before SWA's, as SGLang)
+        self.aux = {c.name: c.make_host_pool(config.host_sizes[c.name])
+                    for c in sorted(cache.tree.host_components, key=lambda c: c.name)}
         cache.tree.backup_before_tombstone = self._backup_before_tombstone
 
     def reset(self) -> None:

@@ -70,8 +70,9 @@ def _check_transfers(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vio
 
 
 def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Violation) -> None:
-    """Each auxiliary component's host copies: one unit each, exactly the pool's used
-    slots, and its host LRU exactly the host-only, not host-locked ones."""
+    """Each auxiliary component's host copies: its units each, exactly the pool's used
+    slots, what its host part says they hold, and its host LRU exactly the host-only,
+    not host-locked ones."""
     tree = cache.tree
     for component in tree.host_components:
         i, name = component.index, component.name
@@ -89,6 +90,7 @@ def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vi
         total = sum(int(c.shape[0]) for c in copies)
         if len(copies) > 1 and torch.unique(torch.cat(copies)).shape[0] != total:
             out.append(Violation("host.shared_slots", f"two {name} host copies share a host slot"))
+        out.extend(Violation(*v) for v in component.check_host_copies(pool, cols.nodes))  # what they hold
         expected = {n.id for n in cols.nodes if n.data[i].value is None and n.data[i].host_value is not None
                     and n.data[i].host_lock_ref == 0}
         actual = {n.id for n in tree.host_lru[name]}
@@ -107,6 +109,8 @@ def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
         pool = host.aux[component.name]
         held = tree.host_units[component.name]
         if pool.size - pool.available_size() != pool.allocator.pages_for(held) * pool.allocator.page_size:
+            return False
+        if not component.probe_host_copies(pool, nodes):
             return False
     marks = {t.mark for t in host.in_flight}
     if any(tree.nodes.get(t.node.id) is not t.node for t in host.in_flight):

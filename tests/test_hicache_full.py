@@ -196,11 +196,22 @@ def test_load_back_refused_when_the_device_cannot_cover_it_changes_no_host_data(
     assert cache.load_back(RadixKey(A)).loaded == 16
 
 
-def test_host_calls_need_the_host_tier_and_hicache_is_not_built_for_the_sidecar():
+def test_host_calls_need_the_host_tier_and_hicache_a_host_part_of_every_component():
+    from cache.components import COMPONENT_REGISTRY, TreeComponent
+    from cache.config import CacheConfig
+
     with pytest.raises(CacheError, match="needs the host tier"):
         UnifiedRadixCache(kv_size=16, device="cpu").evict_host(1)
-    with pytest.raises(ValueError, match="not for sidecar"):
-        UnifiedRadixCache(kv_size=16, components=("full", "sidecar"), device="cpu", hicache={})
+
+    class DeviceOnly(TreeComponent):  # registered without a host part
+        name = "device_only"
+
+    COMPONENT_REGISTRY.register("device_only", DeviceOnly)
+    try:
+        with pytest.raises(ValueError, match=r"host part of every component \(device_only has none\)"):
+            CacheConfig(components=("full", "device_only"), hicache={})
+    finally:
+        COMPONENT_REGISTRY.unregister("device_only")
     with pytest.raises(ValueError, match="write_policy must be one of"):
         make("write_sometimes")
 

@@ -16,6 +16,8 @@ from cache.errors import PoolExhaustedError
 CASES = [  # (components, page size)
     (("full",), 1), (("full",), 4), (("full", "mamba"), 1), (("full", "swa"), 1), (("full", "swa"), 4),
     (("full", "swa", "mamba"), 1),
+    # the sidecar's host part (components/sidecar_host.py): alone, paged, and ranked between SWA and Mamba
+    (("full", "sidecar"), 1), (("full", "sidecar"), 4), (("full", "swa", "sidecar", "mamba"), 1),
 ]
 
 
@@ -26,9 +28,13 @@ def make(components, page_size: int, policy: str, transfers: str) -> UnifiedRadi
         host["host_swa_size"] = 24
     if mamba:
         host["host_mamba_size"] = 5
+    own = {}
+    if "sidecar" in components:  # strides of 2 tokens (one page at page size 4): entries on most nodes
+        host["host_sidecar_size"] = 10
+        own = {"sidecar_stride": max(2, page_size), "sidecar_size": 12}
     return UnifiedRadixCache(kv_size=48, page_size=page_size, components=components, device="cpu",
                              sliding_window=4 if swa else None, swa_kv_size=32 if swa else None,
-                             mamba_size=8 if mamba else None, hicache=host)
+                             mamba_size=8 if mamba else None, hicache=host, **own)
 
 
 def insert(cache, tokens: list[int], floor: int) -> None:
@@ -56,7 +62,7 @@ def test_random_operations_keep_every_invariant(components, page_size, policy, t
     ps = page_size
     prompts = [[rng.randrange(1, 6) for _ in range(rng.randrange(1, 4) * ps)] for _ in range(6)]
     names = list(components)
-    locks, peak = [], 0
+    locks, peak, used = [], 0, {}
     for step in range(250):
         tokens = rng.choice(prompts) + [rng.randrange(1, 6) for _ in range(rng.randrange(0, 3) * ps)]
         op = rng.choice(["insert", "insert", "match", "lock", "unlock", "evict", "evict", "evict_host", "evict_host",
@@ -88,4 +94,6 @@ def test_random_operations_keep_every_invariant(components, page_size, policy, t
         violations = check_invariants(cache)
         assert violations == [], (step, op, [str(v) for v in violations])
         peak = max(peak, cache.host.kv.size - cache.host_available_size())
-    assert peak > 0  # the host tier was used
+        for name, pool in cache.host.aux.items():
+            used[name] = max(used.get(name, 0), pool.size - pool.available_size())
+    assert peak > 0 and all(used.values()), used  # the host tier was used, by every component

@@ -29,10 +29,13 @@ class HostTierMachine(RuleBasedStateMachine):
             host["host_swa_size"] = 24
         if "mamba" in comps:
             host["host_mamba_size"] = 4
+        own = {"sidecar_stride": 2, "sidecar_size": 10} if "sidecar" in comps else {}
+        if own:
+            host["host_sidecar_size"] = 8
         self.cache = UnifiedRadixCache(kv_size=48, components=comps, device="cpu",
                                        sliding_window=4 if "swa" in comps else None,
                                        swa_kv_size=32 if "swa" in comps else None,
-                                       mamba_size=6 if "mamba" in comps else None, hicache=host)
+                                       mamba_size=6 if "mamba" in comps else None, hicache=host, **own)
         self.locks: list = []
 
     @rule(tokens=keys, floor=st.booleans())
@@ -101,7 +104,7 @@ class HostTierMachine(RuleBasedStateMachine):
 
 SETTINGS = settings(max_examples=25, stateful_step_count=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow], derandomize=True)
-for components in [("full",), ("full", "swa"), ("full", "mamba"), ("full", "swa", "mamba")]:
+for components in [("full",), ("full", "swa"), ("full", "mamba"), ("full", "swa", "mamba"), ("full", "sidecar")]:
     for policy in ("write_through", "write_through_selective", "write_back"):
         name = "Test" + "".join(c.title() for c in components) + "".join(p.title() for p in policy.split("_"))
         machine = type(name + "Machine", (HostTierMachine,), {"components": components, "policy": policy})

@@ -354,7 +354,7 @@ def test_a_scenario_evicts_sidecar_entries_by_name_and_expects_how_many_went():
     assert timeline.records[-1].state.pools["sidecar"].evictable == 3
     assert "sidecar=" in complete("evict ", {}, ["full", "sidecar"])
     appender = StepAppender(scenario_from_records({**header, "config": {"components": ["full"], "kv_size": 64}}, []))
-    with pytest.raises(ScenarioError, match="unknown field 'sidecar' for op 'evict'"):
+    with pytest.raises(ScenarioError, match="op 'evict' as written needs the sidecar component"):
         appender.append({"op": "evict", "sidecar": 1})
     with pytest.raises(ScenarioError, match="non-negative int"):
         StepAppender(scenario_from_records(header, [])).append({"op": "evict", "sidecar": -1})

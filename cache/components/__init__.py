@@ -2,6 +2,9 @@
 
 Each entry names its class as ``module:Class`` so that checking a config (a scenario
 file in the CLI) never imports torch; a class loads the first time it is looked up.
+A component with a part in the host tier (HiCache) names it second: the class its
+component mixes in (its ``<name>_host.py``, torch-free, see base_host.py), which the
+config reads for its host pool's size field and default.
 """
 
 from __future__ import annotations
@@ -11,27 +14,29 @@ from collections.abc import Iterator, Mapping
 
 _ENTRIES = {
     "full": "full:FullComponent",
-    "swa": "swa:SWAComponent",
-    "mamba": "mamba:MambaComponent",
-    "sidecar": "sidecar:SidecarComponent",
+    "swa": ("swa:SWAComponent", "swa_host:SWAHostMixin"),
+    "mamba": ("mamba:MambaComponent", "mamba_host:MambaHostMixin"),
+    "sidecar": ("sidecar:SidecarComponent", "sidecar_host:SidecarHostMixin"),
 }
 
 
 class ComponentRegistry(Mapping):
     """name -> component class, imported on first lookup; names are known up front."""
 
-    def __init__(self, entries: dict[str, str]) -> None:
-        self._entries = dict(entries)
+    def __init__(self, entries: dict[str, str | tuple[str, str]]) -> None:
+        self._entries = {name: (e,) if isinstance(e, str) else tuple(e) for name, e in entries.items()}
         self._loaded: dict[str, type] = {}
 
     def __getitem__(self, name: str) -> type:
         cls = self._loaded.get(name)
         if cls is None:
-            module, _, attr = self._entries[name].partition(":")
-            package = None if "." in module else __name__  # a bare name is a module of this package
-            cls = getattr(importlib.import_module(module if package is None else f"{package}.{module}"), attr)
-            self._loaded[name] = cls
+            cls = self._loaded[name] = _load(self._entries[name][0])
         return cls
+
+    def host_part(self, name: str) -> type | None:
+        """The component's host part (imported without its component), or None."""
+        entry = self._entries[name]
+        return _load(entry[1]) if len(entry) > 1 else None
 
     def register(self, name: str, component: type | str) -> None:
         """Add a component at run time: a class, or ``"package.module:Class"`` (imported
@@ -41,11 +46,11 @@ class ComponentRegistry(Mapping):
         if isinstance(component, str):
             if ":" not in component:
                 raise ValueError(f"expected 'module:Class', got {component!r}")
-            self._entries[name] = component
+            self._entries[name] = (component,)
             return
         if getattr(component, "name", None) != name:
             raise ValueError(f"{component.__name__}.name is {getattr(component, 'name', None)!r}, not {name!r}")
-        self._entries[name] = f"{component.__module__}:{component.__qualname__}"
+        self._entries[name] = (f"{component.__module__}:{component.__qualname__}",)
         self._loaded[name] = component
 
     def unregister(self, name: str) -> None:
@@ -63,6 +68,12 @@ class ComponentRegistry(Mapping):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _load(path: str) -> type:
+    module, _, attr = path.partition(":")
+    package = None if "." in module else __name__  # a bare name is a module of this package
+    return getattr(importlib.import_module(module if package is None else f"{package}.{module}"), attr)
 
 
 COMPONENT_REGISTRY = ComponentRegistry(_ENTRIES)

@@ -333,7 +333,7 @@ class LRUEvictionMixin:
 
 
 class AnchorLockMixin:
-    """A lock on one node only, the match's anchor (Mamba's state, the sidecar's entry):
+    """A lock on one node only, the match's anchor (Mamba's state, a per-stride entry):
     unlike Full's path lock no ancestor is touched, and the root is never locked."""
 
     def acquire_lock(self, node: TreeNode, receipt) -> None:

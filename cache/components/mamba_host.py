@@ -6,15 +6,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .base_host import HostPart
+
 if TYPE_CHECKING:
     import torch
 
+    from ..config import CacheConfig
     from ..tree_node import TreeNode
 
 
-class MambaHostMixin:
+class MambaHostMixin(HostPart):
     index: int
-    keeps_host_copy = True  # the host tier backs this component up beside Full KV
+
+    @staticmethod
+    def default_host_size(config: CacheConfig) -> int:
+        from ..host_config import hicache_ratio_size
+
+        return hicache_ratio_size(config.mamba_size)  # SGLang: the ratio's share plus one slot
+
+    def make_host_pool(self, size: int):
+        from ..pools.host_pool import HostMambaPool
+
+        return HostMambaPool(size)
 
     def create_host_match_validator(self):
         i = self.index

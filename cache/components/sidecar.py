@@ -11,8 +11,8 @@ and requests are cached up to whole strides. A split hands the upper node the
 entries of the strides ending above the cut. Eviction ranks between SWA and Mamba:
 evicting SWA (or Full) takes the entries along, evicting entries takes Mamba's state.
 
-This file, its checks (sidecar_checks.py) and one registry line are the whole
-component: nothing else in the cache names it.
+This file, its checks (sidecar_checks.py), its part in the host tier (sidecar_host.py)
+and one registry line are the whole component: nothing else in the cache names it.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ..params import EvictParams
 from ..pools.slot_pool import FingerprintedSlotPool
 from ..pools.kv_buffer import prefix_fingerprints
 from .base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
+from .sidecar_host import SidecarHostMixin
 
 if TYPE_CHECKING:
     from ..eviction import EvictionBatch
@@ -53,9 +54,14 @@ class SidecarPool(FingerprintedSlotPool):
         self.fingerprint[slots] = fingerprints
 
     def consistent(self, slots: torch.Tensor) -> torch.Tensor:
-        """Per slot: the entry still agrees with its recorded fingerprint."""
-        expect = (self.fingerprint[slots] % 1_000_003).to(torch.float32).unsqueeze(1)
-        return (self.entries[slots] == expect).all(1)
+        return entries_agree(self, slots)
+
+
+def entries_agree(pool, slots: torch.Tensor) -> torch.Tensor:
+    """Per slot of ``pool`` (the device's or the host's): the entry still agrees with
+    its recorded fingerprint."""
+    expect = (pool.fingerprint[slots] % 1_000_003).to(torch.float32).unsqueeze(1)
+    return (pool.entries[slots] == expect).all(1)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -77,7 +83,7 @@ def strides_ending_in(start: int, length: int, stride: int) -> int:
     return (start + length) // stride - start // stride
 
 
-class SidecarComponent(AnchorLockMixin, LRUEvictionMixin, TreeComponent):
+class SidecarComponent(SidecarHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComponent):
     name = "sidecar"
     uses_lru = True
     leaf_priority = 0
@@ -92,7 +98,8 @@ class SidecarComponent(AnchorLockMixin, LRUEvictionMixin, TreeComponent):
 
     # ---- inspection -------------------------------------------------------
     def value_len(self, node: TreeNode) -> int:
-        value = node.data[self.index].value
+        cd = node.data[self.index]
+        value = cd.value if cd.value is not None else cd.host_value  # the host tier's copy counts alike
         return 0 if value is None else int(value.shape[0])
 
     def node_extras(self, node: TreeNode) -> dict:
@@ -198,14 +205,18 @@ class SidecarComponent(AnchorLockMixin, LRUEvictionMixin, TreeComponent):
 
     # ---- split: entries of the strides ending above the cut move up --------
     def redistribute_on_split(self, new_parent: TreeNode, child: TreeNode) -> None:
-        i, tree = self.index, self.tree
-        lower = child.data[i]
-        if lower.value is None:
+        lower = child.data[self.index]
+        if lower.value is None and lower.host_value is None:
             return
         k = strides_ending_in(self.path_start(new_parent), new_parent.length, self.stride)
-        if k == 0:
-            return
-        upper = new_parent.data[i]
+        if k and lower.value is not None:
+            self._move_entries_up(new_parent, child, k)
+        if k and lower.host_value is not None:
+            self.split_host_copies(new_parent, child, k)  # sidecar_host.py
+
+    def _move_entries_up(self, new_parent: TreeNode, child: TreeNode, k: int) -> None:
+        i, tree = self.index, self.tree
+        lower, upper = child.data[i], new_parent.data[i]
         value = lower.value
         upper.value = value[:k]
         if lower.lock_ref > 0:  # the lock stays below: the moved entries become evictable

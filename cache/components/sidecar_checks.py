@@ -9,7 +9,7 @@ import torch
 from ..invariants import NodeColumns, Violation
 from ..invariants_pools import pool_balance
 from ..pools.kv_buffer import continue_fingerprints, node_path_fingerprints, prefix_fingerprints
-from .sidecar import strides_ending_in
+from .sidecar import entries_agree, strides_ending_in
 
 if TYPE_CHECKING:
     from .sidecar import SidecarComponent
@@ -59,9 +59,11 @@ def _path_starts(tree, nodes: list) -> dict[int, int]:
     return starts
 
 
-def _wrong_entries(sidecar: SidecarComponent, nodes: list, starts: dict[int, int], slots: torch.Tensor) -> list:
+def _wrong_entries(sidecar: SidecarComponent, nodes: list, starts: dict[int, int], slots: torch.Tensor,
+                   pool=None) -> list:
     """The nodes whose entries' fingerprints (or entry tensors) disagree with the
-    prefix fingerprints at their stride boundaries, every node in one batch."""
+    prefix fingerprints at their stride boundaries, every node in one batch; ``slots``
+    are in ``pool`` (default: the device's; the host tier's for host copies)."""
     device, stride = sidecar.pool.device, sidecar.stride
     parents = node_path_fingerprints(nodes, device, targets=[n.parent for n in nodes])
     per_token = continue_fingerprints([n.key for n in nodes], [fp or 0 for fp in parents], device)
@@ -74,7 +76,9 @@ def _wrong_entries(sidecar: SidecarComponent, nodes: list, starts: dict[int, int
             owner.append(k)
         offset += node.length
     want = per_token[torch.tensor(picks, dtype=torch.int64, device=device)]
-    bad = (sidecar.pool.fingerprint[slots] != want) | ~sidecar.pool.consistent(slots)
+    pool = sidecar.pool if pool is None else pool
+    slots = slots.to(pool.fingerprint.device)
+    bad = (pool.fingerprint[slots] != want.to(pool.fingerprint.device)) | ~entries_agree(pool, slots)
     flagged = sorted({owner[j] for j in bad.nonzero().flatten().tolist()})
     return [nodes[k] for k in flagged]
 
@@ -111,11 +115,37 @@ def verify_sidecar_match(sidecar: SidecarComponent, tokens: list[int], result) -
         return []
     if n % sidecar.stride:
         return [Violation("match.sidecar_boundary", f"match of {n} tokens does not end on a stride boundary ({sidecar.stride})")]
-    node = sidecar.tree.nodes.get(result.best_match_node)
+    end = result.last_device_node  # the device prefix's end (a host hit may go on below it)
+    node = sidecar.tree.nodes.get(end)
     value = None if node is None else node.data[sidecar.index].value
     if value is None or value.shape[0] == 0:
-        return [Violation("match.sidecar_entry", f"match of {n} tokens ends on node {result.best_match_node} with no entry")]
+        return [Violation("match.sidecar_entry", f"match of {n} tokens ends on node {end} with no entry")]
     expected = int(prefix_fingerprints(tokens[:n], sidecar.pool.device)[-1])
     if int(sidecar.pool.fingerprint[value[-1]]) != expected:
-        return [Violation("match.sidecar_entry", f"the entry at node {result.best_match_node} is not the KV of the first {n} tokens")]
+        return [Violation("match.sidecar_entry", f"the entry at node {end} is not the KV of the first {n} tokens")]
     return []
+
+
+def check_sidecar_host(sidecar: SidecarComponent, pool, nodes: list) -> list[tuple[str, str]]:
+    """The host tier: each host copy among ``nodes`` holds one entry per stride ending
+    in its node's span, each the compressed KV of the prefix up to its boundary (as
+    a device entry does), so a load-back brings back the right entries."""
+    i = sidecar.index
+    held = [n for n in nodes if n.data[i].host_value is not None]
+    if not held:
+        return []
+    out, good = [], []
+    starts = _path_starts(sidecar.tree, held)
+    for node in held:
+        value = node.data[i].host_value
+        want = strides_ending_in(starts[node.id], node.length, sidecar.stride)
+        if value.dim() != 1 or value.shape[0] != want or want == 0:
+            out.append(("sidecar.host_value_len", f"node {node.id} host copy holds {tuple(value.shape)} entries, "
+                                                  f"{want} stride(s) end in its span"))
+        else:
+            good.append(node)
+    if good:
+        slots = _cat([n.data[i].host_value for n in good], pool.fingerprint.device)
+        for node in _wrong_entries(sidecar, good, starts, slots, pool):
+            out.append(("sidecar.host_entry", f"node {node.id}: a host entry does not hold the KV of its stride's prefix"))
+    return out

@@ -8,19 +8,31 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from ..actions import RebuildSWA
+from .base_host import HostPart
 
 if TYPE_CHECKING:
     import torch
 
+    from ..config import CacheConfig
     from ..params import MatchResult
     from ..tree_node import ComponentData, TreeNode
 
 
-class SWAHostMixin:
+class SWAHostMixin(HostPart):
     index: int
     window: int
-    keeps_host_copy = True
+    host_paged = True  # SWA tokens, page-granular like the device SWA pool
+
+    @staticmethod
+    def default_host_size(config: CacheConfig) -> int:
+        from ..host_config import hicache_ratio_size
+
+        return hicache_ratio_size(config.swa_pool_size, config.page_size)
+
+    def make_host_pool(self, size: int):
+        from ..pools.host_pool import HostKVPool
+
+        return HostKVPool(size, self.page_size, "swa_host")
 
     def create_host_match_validator(self):
         i, window = self.index, self.window
@@ -101,6 +113,8 @@ class SWAHostMixin:
     def recover_after_unevict(self, node: TreeNode, start: int, end: int, value, params, actions) -> None:
         """An insert brought a host-only node's Full KV back: its in-window part gets
         the incoming SWA (the host copy stays)."""
+        from ..actions import RebuildSWA
+
         live = self._clip_to_window(node, start, end, params.swa_evicted_seqlen)
         if live is not None:
             node, live_start = live

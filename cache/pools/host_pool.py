@@ -1,4 +1,4 @@
-"""The host tier's pools (HiCache): Full KV and Mamba states kept in CPU memory.
+"""The host tier's pools (HiCache): KV, Mamba states and other slot data kept in CPU memory.
 
 A host pool is the device pool's twin on the CPU — page-granular slots for KV, single
 slots for states — holding the same fingerprints, so a copy back to the device is
@@ -93,3 +93,37 @@ class HostMambaPool(MambaStatePool):
         dst.conv[dst_slot] = src.conv[src_slot].to(target)
         dst.ssm[dst_slot] = src.ssm[src_slot].to(target)
         dst.fingerprint[dst_slot] = src.fingerprint[src_slot].to(target)
+
+
+class HostSlotPool:
+    """Single slots in host memory for any device slot pool (a component's entries,
+    one per slot): the device pool's per-slot ``tensors`` mirrored on the CPU and
+    copied whole, slot for slot, to and from it."""
+
+    def __init__(self, device_pool, tensors: tuple[str, ...], size: int, name: str) -> None:
+        self.allocator = PagedAllocator(size, 1, HOST, name)
+        self.tensors = tensors
+        for attr in tensors:
+            like = getattr(device_pool, attr)
+            setattr(self, attr, _pinned(torch.zeros((size, *like.shape[1:]), dtype=like.dtype)))
+
+    @property
+    def size(self) -> int:
+        return self.allocator.size
+
+    def available_size(self) -> int:
+        return self.allocator.available_size()
+
+    def clear(self) -> None:
+        self.allocator.clear()
+        for attr in self.tensors:
+            getattr(self, attr).zero_()
+
+    def copy_in(self, device, slots: torch.Tensor, host: torch.Tensor) -> None:
+        for attr in self.tensors:
+            getattr(self, attr)[host] = getattr(device, attr)[slots].to(HOST)
+
+    def load(self, device, host: torch.Tensor, slots: torch.Tensor) -> None:
+        for attr in self.tensors:
+            target = getattr(device, attr)
+            target[slots] = getattr(self, attr)[host].to(target.device)

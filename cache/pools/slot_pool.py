@@ -1,7 +1,7 @@
 """A pool of single slots (one state, one entry each), each recording the fingerprint
 of the token prefix it stands for, so a slot copied from the wrong source or filed
-under the wrong node shows. Mamba's state pool and the sidecar's entry pool add their
-own tensors on top."""
+under the wrong node shows. Mamba's state pool, and any component's pool of per-slot
+entries, add their own tensors on top."""
 
 from __future__ import annotations
 

@@ -391,7 +391,7 @@ def _component_fields(spec, components: list[str]) -> tuple[str, ...]:
     from cache.components import COMPONENT_REGISTRY  # names only: no torch
 
     known = tuple(COMPONENT_REGISTRY) + tuple(c for c in components if c not in COMPONENT_REGISTRY)
-    return spec.component_fields(known, known)
+    return spec.component_fields(known, ops.host_parts())
 
 
 def _check_field(field, key: str, value, name: str, line: Optional[int]) -> None:

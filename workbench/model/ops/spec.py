@@ -209,6 +209,9 @@ def reference_table() -> str:
     return "\n".join(rows)
 
 
-def host_parts(components) -> tuple[str, ...]:
-    """The listed components that keep copies on the host tier."""
-    return tuple(c for c in components if c in ("full", "swa", "mamba"))
+def host_parts(components=None) -> tuple[str, ...]:
+    """The listed components (None: every registered one) that keep copies on the host
+    tier: Full and each component with a host part."""
+    from cache.host_config import host_components  # names only: no torch
+
+    return tuple(host_components(components))

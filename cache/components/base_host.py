@@ -1,0 +1,48 @@
+"""What a component's part in the host tier (HiCache) declares and does.
+
+A component takes part in the host tier by mixing a ``HostPart`` subclass (its own
+``<name>_host.py``) into its class and naming it second on its registry line. The
+module stays free of torch at import: the config reads its declarations (the host
+pool's size field ``host_<name>_size`` and its default) before anything is built.
+
+Hooks (the host tier and the tree core call them on every component with a host part):
+  config    host_paged, default_host_size; make_host_pool builds the pool the cache uses
+  match     create_host_match_validator (accepts data on either tier)
+  backup    device_store, backup_nodes (the nodes whose data a backup of a node copies)
+  load      load_back_nodes, load_shortfall, alloc_for_load, free_load, commit_load
+  locks     lock_host_copies / unlock_host_copies (what a load reads stays on the host)
+  checks    check_host_copies, probe_host_copies (what the host copies hold)
+A split of a node with a host copy is the component's own ``redistribute_on_split``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import CacheConfig
+    from ..tree_node import TreeNode
+
+
+class HostPart:
+    keeps_host_copy = True  # the host tier backs this component up beside Full KV
+    host_paged = False  # its host pool is page-granular (KV tokens); else one slot per unit
+
+    @staticmethod
+    def default_host_size(config: CacheConfig) -> int:
+        """The host pool's size when the config gives none (SGLang: hicache_ratio 2)."""
+        raise NotImplementedError
+
+    def make_host_pool(self, size: int):
+        """The host pool: ``allocator``, ``size``, ``available_size``, ``clear`` and
+        ``copy_in(device_store, slots, host)`` / ``load(device_store, host, slots)``."""
+        raise NotImplementedError
+
+    def check_host_copies(self, pool, nodes: list[TreeNode]) -> list[tuple[str, str]]:
+        """(name, message) for host copies among ``nodes`` that hold the wrong data
+        (the generic checks of slots, counts and balance are invariants_host.py's)."""
+        return []
+
+    def probe_host_copies(self, pool, nodes: list[TreeNode]) -> bool:
+        """The per-step twin of ``check_host_copies`` over the touched nodes."""
+        return not self.check_host_copies(pool, nodes)
