@@ -169,3 +169,20 @@ async def test_a_panel_is_one_module_and_one_line_in_the_layout():
 def test_a_layout_names_known_areas_only():
     with pytest.raises(ValueError, match="unknown layout area 'left'"):
         WorkbenchApp([load_scenario(ROOT / "scenarios" / "tour.toml")], layout=(Slot("left", ProbePanel, "p"),))
+
+
+@pytest.mark.asyncio
+async def test_a_node_inside_a_folded_chain_lands_on_its_row_and_the_inspector_names_the_row():
+    steps = [{"op": "insert", "key": [1, 2, 3, 4, 5, 6][:k]} for k in range(1, 7)] + [{"op": "insert", "key": [50]}]
+    app = WorkbenchApp([records({"components": ["full"], "kv_size": 64}, steps)], background=False)
+    async with app.run_test(size=SIZE) as pilot:
+        app.cursor.go(7)
+        app.selected = 3  # a middle member of the chain #1 +5
+        app.refresh_view(follow=False)
+        await pilot.pause()
+        tree = app.query_one(TreePanel)
+        assert tree.cursor_node is not None and tree.cursor_node.data[1] == 1
+        assert str(tree.cursor_node.label).startswith("#1 +5 [1 2 3 4 5 6] 6t")
+        from workbench.tui.widgets.inspector import Inspector
+        text = str(app.query_one(Inspector).render())
+        assert "in the tree's row #1 +5: #1 #2 #3 #4 #5 #6" in text

@@ -31,6 +31,10 @@ class Inspector(Panel, Static):
         text.append("  (evicted this step)\n" if ghost is not None and node_id not in state else "\n", style="dim")
         if record.parent is not None:
             text.append(f"parent #{record.parent}\n")
+        row = view.tree.row(view.tree.row_of(node_id)) if node_id in state else None
+        if row is not None and row.folded:  # the tree shows it in a folded chain
+            text.append(f"in the tree's row #{row.id} +{row.folded}: " + " ".join(f"#{m}" for m in row.members) + "\n",
+                        style="dim")
         key = unpack_tokens(record.key)
         text.append(f"key  {tokens_text(key)}  ({len(key):,} tokens)\n")
         if node_id in state:
