@@ -10,7 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ["scenario", "scenario_fields", "session", "runner", "timeline", "states", "diff", "export", "outputs", "workload", "fmt", "cursor",
-         "why", "breakpoints", "follow", "live", "regression_test", "scenario_writer", "fuzz", "shrink"]
+         "why", "breakpoints", "follow", "live", "regression_test", "scenario_writer", "fuzz", "shrink",
+         "shown_tree", "step_view"]
 
 
 def imported_after(code: str) -> set[str]:

@@ -19,6 +19,7 @@ from .diff import StateDiff
 from .runner import Runner, settle
 from .scenario import Scenario, ScenarioError, StepAppender
 from .states import TimelineState
+from .step_view import StepView
 from .timeline import StepRecord, Timeline
 from .why import node_steps
 
@@ -169,6 +170,15 @@ class TimelineCursor:
             return None
         with self.lock:
             return self.timeline.diff(self.step - 1, self.step)
+
+    def view(self, follow: bool = True, selected: Optional[int] = None,
+             divergence: Optional[tuple[int, str]] = None) -> StepView:
+        """What every panel shows at this position: one object per step. ``follow``
+        selects the node the step is about, else ``selected`` stays selected."""
+        with self.lock:
+            state, available = self.timeline.state_after(self.step), self.available
+        return StepView(self, self.chapter_index, len(self.chapters), self.chapter.scenario, self.step, self.total,
+                        available, self.record, state, self.focus_node() if follow else selected, divergence)
 
     def steps_touching(self, node_id: int) -> list[int]:
         """Steps whose events name the node: the index ``why`` answers from (one per

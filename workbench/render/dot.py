@@ -17,23 +17,20 @@ import graphviz
 import networkx as nx
 
 from ..model.fmt import plural, tokens_text
+from ..model.shown_tree import CHANGE_MEANING, CHANGE_ORDER
 
 FONT = "Helvetica"
-CHANGE_FILL = {  # what the step did, strongest first
+CHANGE_FILL = {  # what the step did: a fill per change kind (the model's CHANGE_ORDER picks one)
     "added": "#d9f2d9", "split": "#fff2b3", "tombstoned": "#e6e0f0", "recovered": "#d6f0f5",
-    "lock": "#fde2c8", "removed": "#f2f2f2", "value": "#f5f5dc", "lru": "#ffffff",
+    "lock": "#fde2c8", "removed": "#f2f2f2", "value": "#f5f5dc", "lru": "#edf2f8",
 }
 COMPONENT_COLOR = {"full": "#1f6fb2", "swa": "#8e3b9e", "mamba": "#2e7d32"}
 HOST_FILL = "#1565c0"  # a host-only value: white on blue, as in the tree view
-LEGEND = [  # (label, fill, border, style): identical on every picture
-    ("added", CHANGE_FILL["added"], "black", "solid"),
-    ("split", CHANGE_FILL["split"], "black", "solid"),
-    ("tombstoned (✝)", CHANGE_FILL["tombstoned"], "black", "solid"),
-    ("recovered", CHANGE_FILL["recovered"], "black", "solid"),
-    ("lock changed", CHANGE_FILL["lock"], "black", "solid"),
+LEGEND = [  # (label, fill, border, style): identical on every picture; every change kind, in the model's order
+    *((CHANGE_MEANING[k], CHANGE_FILL[k], "#9e9e9e" if k == "removed" else "black",
+       "dashed" if k == "removed" else "solid") for k in CHANGE_ORDER),
     ("locked (lock n: lock_ref)", "white", "#c62828", "bold"),
     ("evictable leaf", "white", "#2e7d32", "solid"),
-    ("evicted (ghost)", CHANGE_FILL["removed"], "#9e9e9e", "dashed"),
 ]
 
 
@@ -63,14 +60,15 @@ def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, .
                              f'{html.escape(", ".join(components))}</TD></TR></TABLE>>',
                  id=name, tooltip="the root: an empty key, locked once per component", **{"class": "root"})
         return
-    changes = data["changes"]
     ghost = data["kind"] == "ghost"
     locked = any(c["lock_ref"] > 0 for c in data["components"].values())
-    fill = next((CHANGE_FILL[k] for k in CHANGE_FILL if k in changes), "white")
+    fill = CHANGE_FILL[data["mark"]] if data["mark"] else "white"
     border = "#9e9e9e" if ghost else "#c62828" if locked else "#2e7d32" if data["evictable_leaf"] else "black"
     members = data["members"]
     title = f"#{data['id']}" + (f" +{len(members) - 1}" if len(members) > 1 else "")
     head = f" {data['tokens']}t {html.escape(_head(data))}"
+    if data["extra_key"] is not None:  # the namespace, as the tree panel shows it
+        head += f' <FONT COLOR="#8d6e00">ns={html.escape(str(data["extra_key"]))}</FONT>'
     rows = [f'<TR><TD COLSPAN="4" ALIGN="LEFT"><B>{html.escape(title)}</B>{head}</TD></TR>']
     for comp in components:
         facts = data["components"][comp]

@@ -1,8 +1,10 @@
 """A timeline state as a networkx ``DiGraph``: the model every picture is drawn from.
 
-Nodes are ``n<id>`` (stable across steps, so two pictures diff cleanly) with their
-facts as attributes; removed nodes of a diff come back as ghosts. Subtree sizes,
-chain collapsing and elision are graph operations here, so the DOT writer only draws.
+Nodes are ``n<id>`` (stable across steps, so two pictures diff cleanly), one per row
+of ``model.shown_tree`` — the same rows the TUI's tree panel shows: single-child
+chains already folded, removed nodes of a diff as ghosts — with their facts as
+attributes. Subtree sizes and elision are graph operations here, so the DOT writer
+only draws.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from typing import Optional
 
 import networkx as nx
 
-from cache.keys import unpack_tokens
+from cache.keys import TOKEN_BYTES, unpack_tokens
 
 from ..model.diff import StateDiff
+from ..model.shown_tree import ShownNode, ShownTree
 from ..model.states import TimelineState
 
 HEAD_TOKENS = 4  # tokens shown in a node's header
@@ -25,51 +28,38 @@ def node_name(node_id: int) -> str:
 
 
 def state_graph(state: TimelineState, diff: Optional[StateDiff] = None) -> nx.DiGraph:
-    """Every node of ``state`` with per-component facts; with ``diff``, each node's
-    change kinds and the removed nodes as ghosts under their old parents."""
+    """Every row of ``state``'s tree view (``ShownTree``), in its preorder, so DOT
+    output is deterministic; ``graph.graph["folded"]`` counts the nodes folded into
+    chains."""
+    tree = ShownTree(state, diff)
     graph = nx.DiGraph(components=state.components, page_size=state.page_size, root=node_name(state.root_id))
-    stack = [state.root_id]
-    while stack:  # preorder in the tree's child order, so DOT output is deterministic
-        node_id = stack.pop()
-        record = state.record(node_id)
-        graph.add_node(node_name(node_id), **_facts(state, record, diff))
-        if record.parent is not None:
-            graph.add_edge(node_name(record.parent), node_name(node_id))
-        stack.extend(reversed(state.children(node_id)))
-    if diff is not None:
-        for node_id, record in sorted(diff.ghosts.items()):
-            parent = node_name(record.parent) if record.parent is not None else graph.graph["root"]
-            if parent not in graph:
-                parent = graph.graph["root"]
-            facts = _facts(state, record, None, ranked=False)
-            facts.update(kind="ghost", changes=frozenset({"removed"}))
-            graph.add_node(node_name(node_id), **facts)
-            graph.add_edge(parent, node_name(node_id))
+    folded = 0
+    for row in tree.walk():
+        graph.add_node(node_name(row.id), **_facts(row))
+        folded += row.folded
+        for child in tree.shown_children(row.id):
+            graph.add_edge(node_name(row.id), node_name(child))
+    graph.graph["folded"] = folded
     return graph
 
 
-def _facts(state: TimelineState, record, diff: Optional[StateDiff], ranked: bool = True) -> dict:
-    tokens = unpack_tokens(record.key[: 4 * (HEAD_TOKENS + 1)])
-    components = {}
-    for name, comp in zip(state.components, record.components):
-        components[name] = {
-            "len": comp.value_len,
-            "lock_ref": comp.lock_ref,
-            "rank": state.rank(name, record) if ranked else None,
-            "extras": dict(comp.extras),
-            "host": comp.host_len,  # the host tier's copy (None: none)
-        }
+def _facts(row: ShownNode) -> dict:
+    components = {c.name: {"len": c.value_len, "lock_ref": c.lock_ref, "rank": c.rank, "extras": dict(c.extras),
+                           "host": c.host_len}  # the host tier's copy (None: none)
+                  for c in row.components}
     return {
-        "kind": "node",
-        "id": record.id,
-        "members": (record.id,),
-        "tokens": len(record.key) // 4,
-        "head": tokens,
-        "key": record.key,
-        "parent": record.parent,
-        "evictable_leaf": record.evictable_leaf,
+        "kind": "ghost" if row.ghost else "node",
+        "id": row.id,
+        "members": row.members,
+        "tokens": row.tokens,
+        "head": unpack_tokens(row.key[: TOKEN_BYTES * (HEAD_TOKENS + 1)]),
+        "key": row.key,
+        "extra_key": row.extra_key,
+        "parent": row.parent,
+        "evictable_leaf": row.evictable_leaf,
         "components": components,
-        "changes": diff.kinds(record.id) if diff is not None else frozenset(),
+        "changes": row.changes,
+        "mark": row.mark,
     }
 
 
@@ -80,52 +70,6 @@ def subtree_sizes(graph: nx.DiGraph) -> None:
         kids = [graph.nodes[c] for c in graph.successors(name)]
         data["subtree_nodes"] = len(data["members"]) + sum(k["subtree_nodes"] for k in kids)
         data["subtree_tokens"] = data["tokens"] + sum(k["subtree_tokens"] for k in kids)
-
-
-def collapse_chains(graph: nx.DiGraph) -> int:
-    """Fold each run of single-child nodes whose component states agree (same
-    tombstones and locks, nothing changed, no ghost) into its top node; returns how
-    many nodes were folded. The top node keeps its id; ``members`` lists them all."""
-    folded = 0
-    for name in list(nx.dfs_preorder_nodes(graph, graph.graph["root"])):
-        if name not in graph or name == graph.graph["root"]:
-            continue
-        top = graph.nodes[name]
-        while True:
-            kids = list(graph.successors(name))
-            if len(kids) != 1 or not _agree(top, graph.nodes[kids[0]]):
-                break
-            child = kids[0]
-            below = graph.nodes[child]
-            top["members"] = top["members"] + below["members"]
-            top["tokens"] += below["tokens"]
-            top["head"] = (top["head"] + below["head"])[: HEAD_TOKENS + 1]
-            top["key"] = top["key"] + below["key"]
-            top["evictable_leaf"] = below["evictable_leaf"]
-            for comp, facts in top["components"].items():
-                if facts["len"] is not None:
-                    facts["len"] += below["components"][comp]["len"]
-                if facts["host"] is not None:
-                    facts["host"] += below["components"][comp]["host"]
-            for grandchild in list(graph.successors(child)):
-                graph.add_edge(name, grandchild)
-            graph.remove_node(child)
-            folded += 1
-    return folded
-
-
-def _agree(a: dict, b: dict) -> bool:
-    if a["kind"] != "node" or b["kind"] != "node" or a["changes"] or b["changes"]:
-        return False
-    for name, facts in a["components"].items():
-        other = b["components"][name]
-        if (facts["len"] is None) != (other["len"] is None) or facts["lock_ref"] != other["lock_ref"]:
-            return False
-        if (facts["host"] is None) != (other["host"] is None):
-            return False
-        if facts["extras"] or other["extras"]:
-            return False
-    return True
 
 
 def elide(graph: nx.DiGraph, max_nodes: int) -> int:

@@ -10,14 +10,14 @@ import graphviz
 from ..model.fmt import fields_text
 from ..model.timeline import Timeline
 from .dot import caption_text, to_dot
-from .graph import collapse_chains, elide, state_graph, subtree_sizes
+from .graph import elide, state_graph, subtree_sizes
 
 
 def picture(timeline: Timeline, step: int, diff_from: Optional[int] = None, max_nodes: int = 500) -> graphviz.Digraph:
     state = timeline.state_after(step)
     diff = timeline.diff(diff_from, step) if diff_from is not None else None
     graph = state_graph(state, diff)
-    chained = collapse_chains(graph)
+    chained = graph.graph["folded"]  # the tree view's chains (model.shown_tree)
     subtree_sizes(graph)
     elided = elide(graph, max_nodes)
     record = timeline.records[step - 1] if step else None

@@ -2,10 +2,15 @@
 it through one widget per panel and turns keys into cursor commands; it never
 touches a runner or the cache. Long traces load in a worker thread, and the UI is
 usable from the first checked step. With a ``TraceFollower`` it tails a growing
-trace, adding its steps as they arrive."""
+trace, adding its steps as they arrive.
+
+Panels: ``LAYOUT`` lists them, one line each (where, widget class, id, title). On every
+step the app builds one ``StepView`` (``cursor.view``) and calls each panel's
+``show(view)``; a new panel is one widget module and one line here."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Optional
 
@@ -16,6 +21,7 @@ from textual.widgets import Footer, Header, Input, ProgressBar
 
 from ..model.cursor import TimelineCursor
 from ..model.scenario import Scenario, ScenarioError
+from ..model.step_view import StepView
 from .bindings import COMMANDS as COMMAND_TABLE
 from .bindings import Command, bindings, commands, is_printable
 from .commands import WorkbenchCommands
@@ -32,10 +38,37 @@ from .widgets.command_bar import CommandBar
 from .widgets.events_panel import EventsPanel
 from .widgets.inspector import Inspector
 from .widgets.lru_panel import LRUPanel
+from .widgets.panel import Panel
 from .widgets.pools_panel import PoolsPanel
 from .widgets.step_list import StepList
 from .widgets.step_panel import StepPanel
 from .widgets.tree_panel import TreePanel
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One panel on screen: its area (``top``: full-width banners; ``main``: the left
+    column; ``middle`` and ``side``: the columns beside it; ``bottom``: the lower row),
+    its widget class (a ``Panel``), its id (workbench.tcss styles it) and border title."""
+
+    area: str
+    panel: type[Panel]
+    id: str
+    title: str = ""
+
+
+AREAS = ("top", "main", "middle", "side", "bottom")
+LAYOUT: tuple[Slot, ...] = (
+    Slot("top", Banner, "banner"),
+    Slot("top", DivergenceBanner, "divergence"),
+    Slot("main", StepList, "steps", "steps"),
+    Slot("middle", StepPanel, "step", "step"),
+    Slot("middle", TreePanel, "tree", "tree"),
+    Slot("side", Inspector, "inspector", "node"),
+    Slot("side", EventsPanel, "events", "events"),
+    Slot("bottom", PoolsPanel, "pools", "pools"),
+    Slot("bottom", LRUPanel, "lru", "LRU"),
+)
 
 
 class WorkbenchApp(App[None]):
@@ -47,8 +80,15 @@ class WorkbenchApp(App[None]):
     FOLLOW_EVERY = 0.5  # seconds between looks at a followed trace
 
     def __init__(self, scenarios: list[Scenario], keymap: Optional[dict[str, str]] = None,
-                 background: bool = True, follower=None, divergences: Optional[dict] = None) -> None:
+                 background: bool = True, follower=None, divergences: Optional[dict] = None,
+                 layout: tuple[Slot, ...] = LAYOUT) -> None:
         super().__init__()
+        unknown = [slot.area for slot in layout if slot.area not in AREAS]
+        if unknown:
+            raise ValueError(f"unknown layout area {unknown[0]!r}; known: {', '.join(AREAS)}")
+        self.panel_layout = layout
+        self.panels: list[Panel] = []  # in layout order, once composed
+        self.view: Optional[StepView] = None
         self.divergences = divergences or {}  # file -> (step, text): urc tui --against sglang
         self.cursor = TimelineCursor(scenarios)
         self.follower = follower  # a model.follow.TraceFollower on the first chapter's file, or None
@@ -60,30 +100,32 @@ class WorkbenchApp(App[None]):
         self._bottom_rows = 4  # pools the bottom row is sized for (workbench.tcss: #bottom)
         self.selected: Optional[int] = None
 
+    def _panels_in(self, area: str) -> ComposeResult:
+        for slot in self.panel_layout:
+            if slot.area == area:
+                panel = slot.panel(id=slot.id)
+                panel.border_title = slot.title or None
+                self.panels.append(panel)
+                yield panel
+
     def compose(self) -> ComposeResult:
+        self.panels = []
         yield Header()
-        yield Banner(id="banner")
-        yield DivergenceBanner(id="divergence")
+        yield from self._panels_in("top")
         with Horizontal(id="main"):
-            yield StepList(id="steps")
+            yield from self._panels_in("main")
             with Vertical(id="middle"):
-                yield StepPanel(id="step")
-                yield TreePanel(id="tree")
+                yield from self._panels_in("middle")
             with Vertical(id="side"):
-                yield Inspector(id="inspector")
-                yield EventsPanel(id="events")
+                yield from self._panels_in("side")
         with Horizontal(id="bottom"):
-            yield PoolsPanel(id="pools")
-            yield LRUPanel(id="lru")
+            yield from self._panels_in("bottom")
         yield ProgressBar(id="loading", show_eta=False)
         yield CommandBar(self.cursor.names, lambda: list(self.cursor.chapter.scenario.config["components"]),
                          id="command")
         yield Footer()
 
     def on_mount(self) -> None:
-        for widget_id, title in (("steps", "steps"), ("tree", "tree"), ("inspector", "node"), ("events", "events"),
-                                 ("pools", "pools"), ("lru", "LRU"), ("step", "step")):
-            self.query_one(f"#{widget_id}").border_title = title
         self.query_one(StepList).reset()
         self.query_one("#loading", ProgressBar).display = False
         self.open_chapter(0)
@@ -134,15 +176,9 @@ class WorkbenchApp(App[None]):
         if new:
             self.query_one(StepList).extend(new)
             self._shown_steps += len(new)
-        self.query_one(StepPanel).border_title = self._subtitle()
+        self.query_one(StepPanel).border_title = self.cursor.view(follow=False).heading  # steps checked so far
 
     # ---- rendering -----------------------------------------------------------------------------
-    def _subtitle(self) -> str:
-        c = self.cursor
-        chapter = f"  (chapter {c.chapter_index + 1}/{len(c.chapters)})" if len(c.chapters) > 1 else ""
-        loading = f", {c.available:,} checked" if c.available < c.total else ""
-        return f"{c.chapter.scenario.name} — step {c.step:,}/{c.total:,}{loading}{chapter}"
-
     def _fit_pools(self, pools: int) -> None:
         """A host tier adds a pool per component: the bottom row grows to show them
         all, once per chapter that needs it (never a relayout per step)."""
@@ -152,27 +188,23 @@ class WorkbenchApp(App[None]):
             self.query_one("#bottom").styles.height = rows + 3  # the table's header and the borders
 
     def refresh_view(self, follow: bool = True) -> None:
+        """One view of the step, shown by every panel."""
         cursor = self.cursor
-        state, diff = cursor.state, cursor.diff()
-        focus = cursor.focus_node() if follow else self.selected
-        self.query_one(StepPanel).show_cursor(cursor)
-        self.query_one(Banner).show_cursor(cursor)
-        self.query_one(DivergenceBanner).show_divergence(self.divergences.get(cursor.chapter.scenario.path), cursor.step)
-        self.query_one(TreePanel).show(state, diff, focus)
-        self.query_one(EventsPanel).show_step(cursor.record)
-        self.query_one(PoolsPanel).show_state(state, cursor.previous_state, cursor.record)
-        self.query_one(LRUPanel).show_state(state, diff)
-        self._fit_pools(len(state.pools))
-        self.selected = focus
-        self.query_one(Inspector).show_node(cursor, focus)
-        self.query_one(StepList).select_step(cursor.step)
-        self.query_one(StepPanel).border_title = self._subtitle()  # not the header: it would relayout every step
+        view = self.view = cursor.view(follow, self.selected, self.divergences.get(cursor.chapter.scenario.path))
+        self.selected = view.selected
+        self._fit_pools(len(view.state.pools))
+        for panel in self.panels:
+            panel.show(view)
 
     # ---- messages from the panels ------------------------------------------------------------
     @on(NodeChosen)
     def node_chosen(self, message: NodeChosen) -> None:
         self.selected = message.node_id
-        self.query_one(Inspector).show_node(self.cursor, message.node_id)
+        if self.view is not None:
+            self.view = self.view.selecting(message.node_id)
+            for panel in self.panels:
+                if panel.follows_selection:
+                    panel.show(self.view)
 
     @on(StepChosen)
     def step_chosen(self, message: StepChosen) -> None:

@@ -1,5 +1,7 @@
-"""How a node and its change kinds look in the terminal: shared by the tree panel and
-the help screen's legend, so the legend always matches what is drawn."""
+"""How a row of the tree view and its change kinds look in the terminal: shared by the
+tree panel, the diff view and the help screen's legend, so the legend always matches
+what is drawn. Which rows there are, what they fold and which kind marks them is the
+model's (``model.shown_tree``); this only styles them."""
 
 from __future__ import annotations
 
@@ -8,30 +10,33 @@ from rich.text import Text
 from cache.keys import unpack_tokens
 from cache.snapshot import NodeRecord
 
+from ...model.shown_tree import CHANGE_MEANING, CHANGE_ORDER, ShownNode
 from ...render.tree_view import COMPONENT_STYLE, badge_line
 
-__all__ = ["CHANGE_LEGEND", "CHANGE_STYLE", "COMPONENT_STYLE", "node_label"]
-CHANGE_STYLE = {  # strongest first; one style per node
-    "removed": "dim strike",
+__all__ = ["CHANGE_LEGEND", "CHANGE_STYLE", "COMPONENT_STYLE", "node_label", "row_label"]
+CHANGE_STYLE = {  # one style per change kind, in the model's order (strongest first)
     "added": "bold black on green",
     "split": "bold black on yellow",
     "tombstoned": "bold white on purple",
     "recovered": "bold black on cyan",
     "lock": "bold black on dark_orange",
+    "removed": "dim strike",
+    "value": "black on wheat1",
+    "lru": "italic",
 }
-CHANGE_LEGEND = {
-    "added": "added this step", "split": "split this step", "tombstoned": "a component's data became a tombstone",
-    "recovered": "a tombstone got its data back", "lock": "lock_ref changed", "removed": "evicted (ghost, one step)",
-}
+CHANGE_LEGEND = CHANGE_MEANING
+
+
+def row_label(row: ShownNode) -> Text:
+    """The tree view's line for a row, styled by the change that marks it."""
+    comps = ((c.name, c.value_len, c.lock_ref, c.rank, c.extras, c.host_len) for c in row.components)
+    text = badge_line(row.id, unpack_tokens(row.key), row.extra_key, comps, row.evictable_leaf, row.folded)
+    if row.mark is not None:
+        text.stylize(CHANGE_STYLE[row.mark])
+    return text
 
 
 def node_label(record: NodeRecord, components: tuple[str, ...], ranks: dict[str, int | None],
-               changes: frozenset[str] = frozenset(), chain: int = 0) -> Text:
-    """The tree view's line for a record, styled by the strongest change the step made."""
-    comps = ((name, c.value_len, c.lock_ref, ranks.get(name), c.extras, c.host_len)
-             for name, c in zip(components, record.components))
-    text = badge_line(record.id, unpack_tokens(record.key), record.extra_key, comps, record.evictable_leaf, chain)
-    style = next((CHANGE_STYLE[k] for k in CHANGE_STYLE if k in changes), None)
-    if style:
-        text.stylize(style)
-    return text
+               changes: frozenset[str] = frozenset()) -> Text:
+    """One record on its own line, as a row of it would look."""
+    return row_label(ShownNode.of_record(record, components, ranks, changes))

@@ -5,14 +5,15 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ...model.cursor import TimelineCursor
+from ...model.step_view import StepView
+from .panel import Panel
 
 
-class Banner(Static):
+class Banner(Panel, Static):
     """Hidden while the step passed."""
 
-    def show_cursor(self, cursor: TimelineCursor) -> None:
-        record = cursor.record
+    def show(self, view: StepView) -> None:
+        record = view.record
         if record is None or record.passed:
             self.display = False
             return

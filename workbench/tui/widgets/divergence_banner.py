@@ -3,16 +3,18 @@ cache (``urc tui --against sglang``): from that step on, with both sides."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 from rich.text import Text
 from textual.widgets import Static
 
+from ...model.step_view import StepView
+from .panel import Panel
 
-class DivergenceBanner(Static):
+
+class DivergenceBanner(Panel, Static):
     """Hidden before the divergence, and in chapters that agree."""
 
-    def show_divergence(self, at: Optional[tuple[int, str]], step: int) -> None:
+    def show(self, view: StepView) -> None:
+        at, step = view.divergence, view.step
         if at is None or step < at[0]:
             self.display = False
             return

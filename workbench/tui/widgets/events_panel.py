@@ -6,11 +6,13 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from ...model.fmt import event_text
+from ...model.step_view import StepView
 from ...model.timeline import StepRecord
 from ..messages import NodeChosen
+from .panel import Panel
 
 
-class EventsPanel(OptionList):
+class EventsPanel(Panel, OptionList):
     """``only`` filters by component (``None``: every event); ``cycle_filter`` steps it."""
 
     def __init__(self, **kwargs) -> None:
@@ -24,6 +26,9 @@ class EventsPanel(OptionList):
         self.only = choices[(choices.index(self.only) + 1) % len(choices)] if self.only in choices else None
         self.border_subtitle = f"only {self.only}" if self.only else ""
         self.show_step(self._record)
+
+    def show(self, view: StepView) -> None:
+        self.show_step(view.record)
 
     def show_step(self, record: StepRecord | None) -> None:
         self._record = record

@@ -3,21 +3,21 @@ LRU rank, access time, and every step whose events named it."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 from rich.text import Text
 from textual.widgets import Static
 
 from cache.keys import unpack_tokens
 
-from ...model.cursor import TimelineCursor
 from ...model.fmt import tokens_text
+from ...model.step_view import StepView
+from .panel import Panel
 
 
-class Inspector(Static):
-    def show_node(self, cursor: TimelineCursor, node_id: Optional[int]) -> None:
-        state = cursor.state
-        diff = cursor.diff()
+class Inspector(Panel, Static):
+    follows_selection = True
+
+    def show(self, view: StepView) -> None:
+        state, diff, node_id = view.state, view.diff, view.selected
         if node_id is None:
             self.update(Text("select a node in the tree", style="dim"))
             return
@@ -31,6 +31,10 @@ class Inspector(Static):
         text.append("  (evicted this step)\n" if ghost is not None and node_id not in state else "\n", style="dim")
         if record.parent is not None:
             text.append(f"parent #{record.parent}\n")
+        row = view.tree.row(view.tree.row_of(node_id)) if node_id in state else None
+        if row is not None and row.folded:  # the tree shows it in a folded chain
+            text.append(f"in the tree's row #{row.id} +{row.folded}: " + " ".join(f"#{m}" for m in row.members) + "\n",
+                        style="dim")
         key = unpack_tokens(record.key)
         text.append(f"key  {tokens_text(key)}  ({len(key):,} tokens)\n")
         if node_id in state:
@@ -53,7 +57,7 @@ class Inspector(Static):
             text.append("evictable Full leaf\n", style="green")
         if diff is not None and diff.kinds(node_id):
             text.append("this step: " + ", ".join(sorted(diff.kinds(node_id))) + "\n", style="yellow")
-        steps = cursor.steps_touching(node_id)
+        steps = view.steps_touching(node_id)
         if steps:
             shown = ", ".join(map(str, steps[:20])) + (f", … ({len(steps)} steps)" if len(steps) > 20 else "")
             text.append(f"touched at steps {shown}\n", style="dim")

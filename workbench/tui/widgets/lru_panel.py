@@ -7,15 +7,16 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ...model.diff import StateDiff
-from ...model.states import TimelineState
+from ...model.step_view import StepView
 from .badges import COMPONENT_STYLE
+from .panel import Panel
 
 SHOWN = 24
 
 
-class LRUPanel(Static):
-    def show_state(self, state: TimelineState, diff: StateDiff | None) -> None:
+class LRUPanel(Panel, Static):
+    def show(self, view: StepView) -> None:
+        state, diff = view.state, view.diff
         text = Text()
         for name in ("full", *state.shape.lru_components):
             order = [node_id for _, node_id in state.sorted_order(name)[:SHOWN]]

@@ -7,14 +7,15 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ...model.states import TimelineState
-from ...model.timeline import StepRecord
+from ...model.step_view import StepView
+from .panel import Panel
 
 COUNTERS = ("total", "available", "evictable", "protected", "held")
 
 
-class PoolsPanel(Static):
-    def show_state(self, state: TimelineState, before: TimelineState, record: StepRecord | None) -> None:
+class PoolsPanel(Panel, Static):
+    def show(self, view: StepView) -> None:
+        state, before, record = view.state, view.previous_state, view.record
         table = Table(box=None, padding=(0, 1), expand=False)
         table.add_column("pool", min_width=6)
         for counter in COUNTERS:

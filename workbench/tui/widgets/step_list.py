@@ -9,8 +9,10 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from ...model.fmt import fields_text
+from ...model.step_view import StepView
 from ...model.timeline import StepRecord
 from ..messages import StepChosen
+from .panel import Panel
 
 LINE_WIDTH = 34  # one line per step: the 40-column panel less its border, padding and scrollbar
 
@@ -26,7 +28,7 @@ def step_line(record: StepRecord) -> Text:
     return text
 
 
-class StepList(OptionList):
+class StepList(Panel, OptionList):
     _measured_width: int | None = None  # the content width at the last resize
 
     def reset(self) -> None:
@@ -36,9 +38,9 @@ class StepList(OptionList):
     def extend(self, records: list[StepRecord]) -> None:
         self.add_options(Option(step_line(r), id=f"s{r.index}") for r in records)
 
-    def select_step(self, step: int) -> None:
-        if step < self.option_count:
-            self.highlighted = step
+    def show(self, view: StepView) -> None:
+        if view.step < self.option_count:
+            self.highlighted = view.step
 
     def _on_resize(self, event: events.Resize) -> None:
         """OptionList re-measures every option after any resize (~20 ms at 10,000 steps,

@@ -7,14 +7,16 @@ from rich.console import Group
 from rich.text import Text
 from textual.widgets import Static
 
-from ...model.cursor import TimelineCursor
+from ...model.step_view import StepView
 from ...model.fmt import fields_text, result_text
+from .panel import Panel
 
 
-class StepPanel(Static):
-    def show_cursor(self, cursor: TimelineCursor) -> None:
-        record = cursor.record
-        scenario = cursor.chapter.scenario
+class StepPanel(Panel, Static):
+    def show(self, view: StepView) -> None:
+        record = view.record
+        scenario = view.scenario
+        self.border_title = view.heading  # not the header: it would relayout every step
         parts = []
         if record is None:
             parts.append(Text(f"{scenario.name}: the start", style="bold"))

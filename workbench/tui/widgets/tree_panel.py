@@ -1,7 +1,7 @@
-"""The radix tree at the current step: badges per component, the step's changes
-highlighted (evicted nodes stay one step as ghosts), single-child chains folded, and
-children added only when a node is expanded, a page at a time, so a 10,000-node tree
-stays responsive."""
+"""The radix tree at the current step, as ``model.shown_tree`` lays it out (the same rows
+the SVG picture draws): badges per component, the step's changes marked, evicted nodes
+shown once as ghosts, single-child chains folded. Children are added only when a row
+is expanded, a page at a time, so a 10,000-node tree stays responsive."""
 
 from __future__ import annotations
 
@@ -10,34 +10,36 @@ from typing import Optional
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from ...model.diff import StateDiff
-from ...model.states import TimelineState
+from ...model.shown_tree import ShownTree
+from ...model.step_view import StepView
 from ..messages import NodeChosen
-from .badges import node_label
+from .badges import row_label
+from .panel import Panel
 
 PAGE = 100  # children added per expansion step
 
 
-class TreePanel(Tree):
-    """Nodes carry their node id as data (a chain: its deepest member's id)."""
+class TreePanel(Panel, Tree):
+    """Tree nodes carry ``(kind, row id, start)``: kind ``node``, ``ghost`` or ``more``
+    (the next page of a row's children from ``start``)."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__("root", **kwargs)
-        self.state: Optional[TimelineState] = None
-        self.diff: Optional[StateDiff] = None
+        self.rows: Optional[ShownTree] = None
         self.show_root = True
         self.guide_depth = 3
 
-    def show(self, state: TimelineState, diff: Optional[StateDiff], focus: Optional[int]) -> None:
-        """Redraw for a new step, expanding the path to ``focus``."""
-        self.state, self.diff = state, diff
+    def show(self, view: StepView) -> None:
+        """Redraw for a new step, opening the rows on the path to the selected node."""
+        rows = self.rows = view.tree
+        state = view.state
         self.clear()
         self.root.set_label(f"root  ({', '.join(state.components)}, page {state.page_size})")
-        self.root.data = ("node", state.root_id, 0)
-        path = self._path(focus)
-        self._fill(self.root, state.root_id, 0, set(path))
+        self.root.data = ("node", rows.root_id, 0)
+        self._fill(self.root, rows.root_id, 0, set(rows.path(view.selected)))
         self.root.expand()
-        target = self._find(self.root, focus) if focus is not None else None
+        row = rows.row_of(view.selected) if view.selected is not None else None
+        target = self._find(self.root, row) if row is not None else None
         if target is not None:  # lines are laid out on the next refresh
             self.call_after_refresh(self._land_on, target)
 
@@ -45,84 +47,51 @@ class TreePanel(Tree):
         self.move_cursor(target)
         self.scroll_to_node(target, animate=False)
 
-    def _path(self, node_id: Optional[int]) -> list[int]:
-        out = []
-        state = self.state
-        while node_id is not None and node_id in state:
-            out.append(node_id)
-            node_id = state.record(node_id).parent
-        if self.diff is not None and node_id is not None and node_id in self.diff.ghosts:  # a ghost: its old parent
-            ghost = self.diff.ghosts[node_id]
-            out = [node_id] + self._path(ghost.parent)
-        return out
-
-    def _fill(self, branch: TreeNode, node_id: int, start: int, open_path: set[int]) -> None:
-        state, diff = self.state, self.diff
-        kids = list(state.children(node_id))
-        ghosts = [g for g, r in (diff.ghosts.items() if diff else ()) if r.parent == node_id] if start == 0 else []
-        page = kids[start:start + PAGE]
+    def _fill(self, branch: TreeNode, row_id: int, start: int, open_path: set[int]) -> None:
+        rows = self.rows
+        kids = rows.children(row_id)
+        page = list(kids[start:start + PAGE])
         page += [k for k in kids[start + PAGE:] if k in open_path]  # the followed node, even past the page
+        ghosts = rows.ghosts(row_id) if start == 0 else ()
         for child in page:
-            members = self._chain(child)
-            bottom = members[-1]
-            label = node_label(state.record(child), state.components, self._ranks(child),
-                               diff.kinds(child) if diff else frozenset(), len(members) - 1)
-            has_kids = bool(state.children(bottom))
-            leaf = branch.add(label, data=("node", bottom, 0), allow_expand=has_kids)
-            if has_kids and (bottom in open_path or any(m in open_path for m in members)):
-                self._fill(leaf, bottom, 0, open_path)
-                leaf.expand()
+            self._add(branch, child, "node", open_path)
         if len(kids) > start + PAGE:
             more = len(kids) - start - PAGE
-            branch.add_leaf(f"… {more:,} more (enter to show {min(more, PAGE)})", data=("more", node_id, start + PAGE))
+            branch.add_leaf(f"… {more:,} more (enter to show {min(more, PAGE)})", data=("more", row_id, start + PAGE))
         for ghost in ghosts:
-            record = diff.ghosts[ghost]
-            branch.add_leaf(node_label(record, state.components, {}, frozenset({"removed"})), data=("ghost", ghost, 0))
+            self._add(branch, ghost, "ghost", open_path)
 
-    def _chain(self, node_id: int) -> list[int]:
-        """``node_id`` and the single-child run below it whose component states agree
-        and that the step did not change."""
-        state = self.state
-        members = [node_id]
-        while True:
-            kids = state.children(members[-1])
-            if len(kids) != 1 or not self._agree(members[-1], kids[0]):
-                return members
-            members.append(kids[0])
+    def _add(self, branch: TreeNode, row_id: int, kind: str, open_path: set[int]) -> None:
+        rows = self.rows
+        row = rows.row(row_id)
+        has_kids = bool(rows.shown_children(row_id))
+        leaf = branch.add(row_label(row), data=(kind, row_id, 0), allow_expand=has_kids)
+        if has_kids and any(m in open_path for m in row.members):
+            self._fill(leaf, row_id, 0, open_path)
+            leaf.expand()
 
-    def _agree(self, a: int, b: int) -> bool:
-        if self.diff is not None and (self.diff.kinds(a) or self.diff.kinds(b)):
-            return False
-        ra, rb = self.state.record(a), self.state.record(b)
-        return all((x.value_len is None) == (y.value_len is None) and x.lock_ref == y.lock_ref and not x.extras
-                   and not y.extras for x, y in zip(ra.components, rb.components))
-
-    def _ranks(self, node_id: int) -> dict[str, Optional[int]]:
-        record = self.state.record(node_id)
-        return {name: self.state.rank(name, record) for name in ("full", *self.state.shape.lru_components)}
-
-    def _find(self, branch: TreeNode, node_id: int) -> Optional[TreeNode]:
+    def _find(self, branch: TreeNode, row_id: int) -> Optional[TreeNode]:
         for child in branch.children:
-            if child.data and child.data[1] == node_id:
+            if child.data and child.data[0] != "more" and child.data[1] == row_id:
                 return child
-            found = self._find(child, node_id)
+            found = self._find(child, row_id)
             if found is not None:
                 return found
         return None
 
     def on_tree_node_expanded(self, event: Tree.NodeExpanded) -> None:
         node = event.node
-        if node.data and node.data[0] == "node" and not node.children and self.state is not None:
+        if node.data and node.data[0] in ("node", "ghost") and not node.children and self.rows is not None:
             self._fill(node, node.data[1], 0, set())
 
     def on_tree_node_selected(self, event: Tree.NodeSelected) -> None:
-        kind, node_id, start = event.node.data or ("", None, 0)
+        kind, row_id, start = event.node.data or ("", None, 0)
         if kind == "more":
             parent = event.node.parent
             event.node.remove()
-            self._fill(parent, node_id, start, set())
-        elif node_id is not None:
-            self.post_message(NodeChosen(node_id))
+            self._fill(parent, row_id, start, set())
+        elif row_id is not None:
+            self.post_message(NodeChosen(row_id))
 
     def on_tree_node_highlighted(self, event: Tree.NodeHighlighted) -> None:
         data = event.node.data

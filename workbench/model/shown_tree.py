@@ -1,0 +1,235 @@
+"""What a tree view shows at one step: one rule for the TUI's tree panel and the SVG
+picture, so both fold, place and mark the same nodes (they used to decide apart, and
+drifted: the panel folded across host copies, hid a ghost under a folded node and a
+ghost's removed children, and marked neither value nor LRU changes).
+
+**Rows.** A view draws rows: a live node, a folded chain of live nodes, or a ghost.
+A row is named by its top member's id; ``members`` lists the nodes it folds.
+
+**Ghosts.** A node the diff removed is drawn once, as a ghost, under its old parent
+when that parent is live or itself a ghost (a removed subtree keeps its shape), else
+under the root. A ghost never folds.
+
+**Children.** A row's shown children are the live children of its bottom member, in
+the tree's child order, then the ghosts under that member, by id.
+
+**Folding.** A row goes on from node ``a`` into ``b`` when ``b`` is ``a``'s only shown
+child (ghosts count: a node that lost a child this step ends its row), neither is the
+root or a ghost, the step changed neither, and per component they agree: both a value
+or both a tombstone, the same lock_ref, both with a host copy or both without, and
+neither has extras (an SWA boundary, a Mamba slot, a host transfer in flight). A
+folded row shows the whole chain's key and token count, summed value and host-copy
+lengths, the top member's LRU ranks and the bottom member's evictable-leaf flag.
+
+**Marks.** A row's change kinds are the diff's for its node (a changed node never
+folds, so there is one); ``mark`` is the strongest, in ``CHANGE_ORDER``. Every renderer
+styles every kind, and its legend reads ``CHANGE_MEANING``.
+
+**Paths.** ``path(n)``: ``n`` and its ancestors up to the root, passing from a ghost to
+its old parent; ``row_of(n)``: the row that shows ``n`` (a view opens the rows of a path
+and lands on the row of the node a step is about).
+
+Rows are built on demand and kept, so a view that shows one page of a 10,000-node tree
+pays for that page only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from cache.keys import TOKEN_BYTES
+from cache.snapshot import NodeRecord
+
+from .diff import StateDiff
+from .states import TimelineState
+
+CHANGE_ORDER = ("added", "split", "tombstoned", "recovered", "lock", "removed", "value", "lru")  # strongest first
+CHANGE_MEANING = {
+    "added": "added this step", "split": "split this step", "tombstoned": "a component's data became a tombstone",
+    "recovered": "a tombstone got its data back", "lock": "lock_ref changed", "removed": "evicted (ghost, one step)",
+    "value": "a value's length changed", "lru": "moved in an LRU order",
+}
+
+
+def strongest(kinds: frozenset[str]) -> Optional[str]:
+    """The change kind a view highlights a node by (None: unchanged)."""
+    return next((k for k in CHANGE_ORDER if k in kinds), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShownComponent:
+    name: str
+    value_len: Optional[int]  # summed over a chain; None: tombstone
+    lock_ref: int
+    rank: Optional[int]  # the top member's LRU rank (0 = most recent); None: not ranked, or a ghost
+    extras: tuple[tuple[str, object], ...]
+    host_len: Optional[int]  # the host tier's copy, summed over a chain; None: none
+
+
+@dataclasses.dataclass(frozen=True)
+class ShownNode:
+    """One row: a node, a folded chain (``members``, top first) or a ghost."""
+
+    id: int
+    members: tuple[int, ...]
+    parent: Optional[int]  # the top member's parent (a ghost's: its old parent)
+    key: bytes  # the chain's key
+    extra_key: Optional[str]
+    evictable_leaf: bool
+    components: tuple[ShownComponent, ...]
+    changes: frozenset[str]
+    ghost: bool = False
+
+    @property
+    def bottom(self) -> int:
+        return self.members[-1]
+
+    @property
+    def folded(self) -> int:
+        """How many nodes below the top the row folds in (``+k``)."""
+        return len(self.members) - 1
+
+    @property
+    def tokens(self) -> int:
+        return len(self.key) // TOKEN_BYTES
+
+    @property
+    def mark(self) -> Optional[str]:
+        return strongest(self.changes)
+
+    @classmethod
+    def of_record(cls, record: NodeRecord, components: tuple[str, ...], ranks: Optional[dict] = None,
+                  changes: frozenset[str] = frozenset(), ghost: bool = False) -> ShownNode:
+        """One unfolded node (a ghost, or a record shown on its own, as the diff view does)."""
+        ranks = ranks or {}
+        comps = tuple(ShownComponent(name, c.value_len, c.lock_ref, ranks.get(name), c.extras, c.host_len)
+                      for name, c in zip(components, record.components))
+        return cls(record.id, (record.id,), record.parent, record.key, record.extra_key, record.evictable_leaf,
+                   comps, changes, ghost)
+
+
+def _fold(rows: list[NodeRecord], top: ShownNode) -> ShownNode:
+    """``top`` with the records below it in its chain folded in."""
+    comps = []
+    for i, comp in enumerate(top.components):
+        value, host = comp.value_len, comp.host_len
+        for record in rows:
+            below = record.components[i]
+            value = None if value is None else value + below.value_len
+            host = None if host is None else host + below.host_len
+        comps.append(dataclasses.replace(comp, value_len=value, host_len=host))
+    return dataclasses.replace(top, members=top.members + tuple(r.id for r in rows),
+                               key=top.key + b"".join(r.key for r in rows), evictable_leaf=rows[-1].evictable_leaf,
+                               components=tuple(comps))
+
+
+class ShownTree:
+    """The rows of one state, with a diff's changes and ghosts (``diff`` None: none)."""
+
+    def __init__(self, state: TimelineState, diff: Optional[StateDiff] = None) -> None:
+        self.state, self.diff = state, diff
+        self.root_id = state.root_id
+        self.components = state.components
+        self._ghosts = {n: diff.records_before[n] for n in diff.removed} if diff is not None else {}
+        self._ghosts_under: dict[int, list[int]] = {}
+        for node_id in sorted(self._ghosts):
+            parent = self._ghosts[node_id].parent
+            if parent not in self._ghosts and (parent is None or parent not in state):
+                parent = self.root_id
+            self._ghosts_under.setdefault(parent, []).append(node_id)
+        self._rows: dict[int, ShownNode] = {}
+
+    # ---- structure -------------------------------------------------------------------------------
+    def is_ghost(self, node_id: int) -> bool:
+        return node_id in self._ghosts
+
+    def children(self, row_id: int) -> tuple[int, ...]:
+        """The live rows under a row (each live child of its bottom member starts one)."""
+        return () if row_id in self._ghosts else self.state.children(self._bottom(row_id))
+
+    def ghosts(self, row_id: int) -> tuple[int, ...]:
+        """The ghost rows under a row, by id."""
+        return tuple(self._ghosts_under.get(self._bottom(row_id), ()))
+
+    def shown_children(self, row_id: int) -> tuple[int, ...]:
+        return self.children(row_id) + self.ghosts(row_id)
+
+    def _bottom(self, row_id: int) -> int:
+        return row_id if row_id in self._ghosts or row_id == self.root_id else self.row(row_id).bottom
+
+    def row(self, row_id: int) -> ShownNode:
+        """The row whose top member is ``row_id`` (built once, then kept)."""
+        row = self._rows.get(row_id)
+        if row is None:
+            row = self._rows[row_id] = self._build(row_id)
+        return row
+
+    def _build(self, node_id: int) -> ShownNode:
+        if node_id in self._ghosts:
+            return ShownNode.of_record(self._ghosts[node_id], self.components, changes=frozenset({"removed"}), ghost=True)
+        record = self.state.record(node_id)
+        ranks = {name: self.state.rank(name, record) for name in self.components}
+        top = ShownNode.of_record(record, self.components, ranks, self._kinds(node_id))
+        below, last = [], node_id
+        while (nxt := self._continues_into(last)) is not None:
+            below.append(self.state.record(nxt))
+            last = nxt
+        return _fold(below, top) if below else top
+
+    def _kinds(self, node_id: int) -> frozenset[str]:
+        return self.diff.kinds(node_id) if self.diff is not None else frozenset()
+
+    def _continues_into(self, node_id: int) -> Optional[int]:
+        """The child a row goes on into from ``node_id`` (the folding rule), or None."""
+        if node_id == self.root_id or node_id in self._ghosts or self._ghosts_under.get(node_id):
+            return None
+        kids = self.state.children(node_id)
+        if len(kids) != 1 or not self.agree(node_id, kids[0]):
+            return None
+        return kids[0]
+
+    def agree(self, a: int, b: int) -> bool:
+        """Two live nodes may share a row: unchanged, and alike per component."""
+        if self._kinds(a) or self._kinds(b):
+            return False
+        ra, rb = self.state.record(a), self.state.record(b)
+        return all((x.value_len is None) == (y.value_len is None) and x.lock_ref == y.lock_ref
+                   and (x.host_len is None) == (y.host_len is None) and not x.extras and not y.extras
+                   for x, y in zip(ra.components, rb.components))
+
+    # ---- paths -----------------------------------------------------------------------------------
+    def parent_of(self, node_id: int) -> Optional[int]:
+        if node_id in self._ghosts:
+            parent = self._ghosts[node_id].parent
+            return parent if parent in self._ghosts or (parent is not None and parent in self.state) else self.root_id
+        record = self.state.record(node_id)
+        return record.parent if record is not None else None
+
+    def path(self, node_id: Optional[int]) -> list[int]:
+        """``node_id`` and its ancestors up to the root (empty for a node not shown)."""
+        out: list[int] = []
+        while node_id is not None and (node_id in self._ghosts or node_id in self.state):
+            out.append(node_id)
+            node_id = None if node_id == self.root_id else self.parent_of(node_id)
+        return out
+
+    def row_of(self, node_id: int) -> Optional[int]:
+        """The row that shows ``node_id``: the top of its chain (None: not shown)."""
+        if node_id in self._ghosts or node_id == self.root_id:
+            return node_id
+        if node_id not in self.state:
+            return None
+        while True:
+            parent = self.state.record(node_id).parent
+            if parent is None or self._continues_into(parent) != node_id:
+                return node_id
+            node_id = parent
+
+    def walk(self):
+        """Every row, preorder from the root (live children, then ghosts)."""
+        stack = [self.root_id]
+        while stack:
+            row_id = stack.pop()
+            yield self.row(row_id)
+            stack.extend(reversed(self.shown_children(row_id)))

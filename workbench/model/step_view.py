@@ -1,0 +1,71 @@
+"""Everything a viewer's panels show for one step, in one object: the TUI builds one per
+step (``TimelineCursor.view``) and hands it to every panel's ``show(view)``, so a new
+panel reads what it needs from here and nothing else changes.
+
+The dearer reads (the diff, the previous state, the tree view's rows) are computed
+on first use and kept, so a panel that does not read them costs nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+from typing import TYPE_CHECKING, Optional
+
+from .diff import StateDiff
+from .scenario import Scenario
+from .shown_tree import ShownTree
+from .states import TimelineState
+from .timeline import StepRecord
+
+if TYPE_CHECKING:
+    from .cursor import TimelineCursor
+
+
+@dataclasses.dataclass(eq=False)
+class StepView:
+    cursor: TimelineCursor
+    chapter_index: int
+    chapters: int
+    scenario: Scenario
+    step: int
+    total: int  # steps in the chapter's file
+    available: int  # steps checked so far
+    record: Optional[StepRecord]  # the step that led here (None at the start)
+    state: TimelineState
+    selected: Optional[int]  # the node the panels show in detail (the step's own, or the user's choice)
+    divergence: Optional[tuple[int, str]] = None  # where the chapter first diverged from SGLang (step, text)
+
+    @cached_property
+    def diff(self) -> Optional[StateDiff]:
+        """What this step changed (None at the start)."""
+        if not self.step:
+            return None
+        with self.cursor.lock:
+            return self.cursor.timeline.diff(self.step - 1, self.step)
+
+    @cached_property
+    def previous_state(self) -> TimelineState:
+        with self.cursor.lock:
+            return self.cursor.timeline.state_after(max(0, self.step - 1))
+
+    @cached_property
+    def tree(self) -> ShownTree:
+        """The tree view's rows: chains folded, ghosts, marks (``model.shown_tree``)."""
+        return ShownTree(self.state, self.diff)
+
+    @property
+    def heading(self) -> str:
+        """``tour — step 3/14, 9 checked  (chapter 1/3)``."""
+        chapter = f"  (chapter {self.chapter_index + 1}/{self.chapters})" if self.chapters > 1 else ""
+        loading = f", {self.available:,} checked" if self.available < self.total else ""
+        return f"{self.scenario.name} — step {self.step:,}/{self.total:,}{loading}{chapter}"
+
+    def steps_touching(self, node_id: int) -> list[int]:
+        return self.cursor.steps_touching(node_id)
+
+    def selecting(self, node_id: Optional[int]) -> StepView:
+        """The same step with another node selected (what it has computed is kept)."""
+        view = dataclasses.replace(self, selected=node_id)
+        view.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("diff", "previous_state", "tree")})
+        return view
