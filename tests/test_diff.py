@@ -87,7 +87,7 @@ def test_lock_ref_changes():
     parent, child = node(t, 4, 1, 2, 3), node(t, 4, 1, 2, 3, 4)
     d = last(t)
     assert d.locks == {"full": {parent: (0, 1), child: (0, 1)}}
-    assert d.kinds(parent) == d.kinds(child) == {"lock"} and not d.added and not d.lru_moves
+    assert d.kinds(parent) == d.kinds(child) == {"lock_ref"} and not d.added and not d.lru_moves
     assert diff_text(d) == [f"#{parent} full lock_ref 0 → 1", f"#{child} full lock_ref 0 → 1",
                             "full pool: evictable 7 → 3, protected 0 → 4"]
 

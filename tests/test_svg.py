@@ -61,7 +61,7 @@ def test_svg_has_every_node_id_the_legend_and_tooltips():
     ("added", {"components": ["full"], "kv_size": 32}, [{"op": "insert", "key": [1, 2]}], lambda t: 1),
     ("split", {"components": ["full"], "kv_size": 32},
      [{"op": "insert", "key": [1, 2, 3, 4]}, {"op": "match", "key": [1, 2, 9], "as": "m"}], lambda t: 2),
-    ("lock", {"components": ["full"], "kv_size": 32},
+    ("lock_ref", {"components": ["full"], "kv_size": 32},
      [{"op": "insert", "key": [1, 2]}, {"op": "match", "key": [1, 2], "as": "m"}, {"op": "lock", "match": "m", "as": "l"}],
      lambda t: 1),
     ("tombstoned", {"components": ["full", "swa"], "kv_size": 32, "sliding_window": 2},

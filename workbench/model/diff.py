@@ -24,7 +24,7 @@ from cache.snapshot import NodeRecord, PoolView
 from .fmt import plural
 from .states import TimelineState
 
-CHANGE_KINDS = ("added", "removed", "split", "tombstoned", "recovered", "value", "lock", "lru")
+CHANGE_KINDS = ("added", "removed", "split", "tombstoned", "recovered", "value", "lock_ref", "lru")
 POOL_COUNTERS = ("total", "available", "evictable", "protected", "held")
 PerNode = Mapping[int, tuple]  # node id -> (before, after)
 EMPTY: Mapping = MappingProxyType({})
@@ -115,7 +115,7 @@ def diff_states(timeline, a: int, b: int) -> StateDiff:
         mark(child, "split")
 
     comps = old.components
-    found: dict[str, dict[str, dict]] = {"tombstoned": {}, "recovered": {}, "value": {}, "lock": {}}
+    found: dict[str, dict[str, dict]] = {"tombstoned": {}, "recovered": {}, "value": {}, "lock_ref": {}}
 
     def note(kind: str, name: str, node_id: int, pair: tuple) -> None:
         found[kind].setdefault(name, {})[node_id] = pair
@@ -130,7 +130,7 @@ def diff_states(timeline, a: int, b: int) -> StateDiff:
                 kind = "tombstoned" if ca.value_len is None else "recovered" if cb.value_len is None else "value"
                 note(kind, name, node_id, (cb.value_len, ca.value_len))
             if cb.lock_ref != ca.lock_ref:
-                note("lock", name, node_id, (cb.lock_ref, ca.lock_ref))
+                note("lock_ref", name, node_id, (cb.lock_ref, ca.lock_ref))
 
     lru_moves, moved_to_mru = {}, {}
     for name in (("full", *old.shape.lru_components) if changed else ()):
@@ -154,7 +154,7 @@ def diff_states(timeline, a: int, b: int) -> StateDiff:
         _frozen({k: tuple(v) for k, v in found["tombstoned"].items()}),
         _frozen({k: tuple(v) for k, v in found["recovered"].items()}),
         _frozen({k: MappingProxyType(v) for k, v in found["value"].items()}),
-        _frozen({k: MappingProxyType(v) for k, v in found["lock"].items()}),
+        _frozen({k: MappingProxyType(v) for k, v in found["lock_ref"].items()}),
         _frozen(lru_moves), _frozen(moved_to_mru), _frozen(pools),
         tuple(r.rid for r in new.requests if r.rid not in rids_before),
         tuple(r.rid for r in old.requests if r.rid not in rids_after),

@@ -44,10 +44,10 @@ from cache.snapshot import NodeRecord
 from .diff import StateDiff
 from .states import TimelineState
 
-CHANGE_ORDER = ("added", "split", "tombstoned", "recovered", "lock", "removed", "value", "lru")  # strongest first
+CHANGE_ORDER = ("added", "split", "tombstoned", "recovered", "lock_ref", "removed", "value", "lru")  # strongest first
 CHANGE_MEANING = {
     "added": "added this step", "split": "split this step", "tombstoned": "a component's data became a tombstone",
-    "recovered": "a tombstone got its data back", "lock": "lock_ref changed", "removed": "evicted (ghost, one step)",
+    "recovered": "a tombstone got its data back", "lock_ref": "lock_ref changed", "removed": "evicted (ghost, one step)",
     "value": "a value's length changed", "lru": "moved in an LRU order",
 }
 

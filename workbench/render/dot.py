@@ -22,7 +22,7 @@ from ..model.shown_tree import CHANGE_MEANING, CHANGE_ORDER
 FONT = "Helvetica"
 CHANGE_FILL = {  # what the step did: a fill per change kind (the model's CHANGE_ORDER picks one)
     "added": "#d9f2d9", "split": "#fff2b3", "tombstoned": "#e6e0f0", "recovered": "#d6f0f5",
-    "lock": "#fde2c8", "removed": "#f2f2f2", "value": "#f5f5dc", "lru": "#edf2f8",
+    "lock_ref": "#fde2c8", "removed": "#f2f2f2", "value": "#f5f5dc", "lru": "#edf2f8",
 }
 COMPONENT_COLOR = {"full": "#1f6fb2", "swa": "#8e3b9e", "mamba": "#2e7d32"}
 HOST_FILL = "#1565c0"  # a host-only value: white on blue, as in the tree view

@@ -19,7 +19,7 @@ CHANGE_STYLE = {  # one style per change kind, in the model's order (strongest f
     "split": "bold black on yellow",
     "tombstoned": "bold white on purple",
     "recovered": "bold black on cyan",
-    "lock": "bold black on dark_orange",
+    "lock_ref": "bold black on dark_orange",
     "removed": "dim strike",
     "value": "black on wheat1",
     "lru": "italic",
