@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from .canonical import CanonicalState, NodeState
 from .sglang_env import BridgeError, sglang_api
+from .sglang_host import HostTier, server_args_fields
 
 COMPONENTS = ("full", "swa", "mamba")  # what SGLang 0.5.23's unified cache has
 SHAPE = dict(layers=2, full_layers=(1,), heads=1, head_dim=8)  # one Full and one SWA/Mamba layer
@@ -62,7 +63,7 @@ class SGLangSide:
     def _build(self, config: dict, core: str, max_requests: int, max_context: int) -> None:
         sg, ps = self.sg, self.ps
         torch = sg.torch
-        server_args = sg.ServerArgs(model_path="dummy", page_size=ps)
+        server_args = sg.ServerArgs(model_path="dummy", page_size=ps, **server_args_fields(config))
         server_args._mamba_cache_chunk_size = max(MAMBA_CHUNK, ps)  # else it reads the model's HF config
         sg.set_global_server_args_for_scheduler(server_args)
         full_ids = list(SHAPE["full_layers"])
@@ -106,15 +107,20 @@ class SGLangSide:
             eviction_policy="lru", tree_core_backend=core,
         )
         self.cache = sg.UnifiedRadixCache(params=params)
+        self.host = HostTier(self, server_args, params, config) if config.get("hicache") else None
         self.core = self.cache.tree_core
         self.inspectable = type(self.core).__name__ != "RustUnifiedTreeCore"
 
     # ---- ops -----------------------------------------------------------------------
     def run(self, op: str, fields: dict) -> Optional[dict]:
-        handler = getattr(self, f"op_{op}", None)
+        handler = getattr(self, f"op_{op}", None) or getattr(self.host, f"op_{op}", None)  # host ops: sglang_host
         if handler is None:
             raise BridgeError(f"the bridge cannot run op {op!r} on SGLang")
-        return handler(fields)
+        try:
+            return handler(fields)
+        finally:
+            if self.host is not None:
+                self.host.after_op()
 
     def op_check(self, f: dict) -> None:
         return None
@@ -156,8 +162,11 @@ class SGLangSide:
         if "as" in f:
             self.matches[f["as"]] = result.last_device_node
         out = {"prefix_len": int(result.device_prefix_len), "host_hit_length": int(result.host_hit_length)}
+        if self.has_swa:  # MatchResult's per-component host hits (0 without a host tier), as ours reports them
+            out["swa_host_hit_length"] = int(result.swa_host_hit_length)
         if self.has_mamba:
             out["mamba_branching_seqlen"] = result.mamba_branching_seqlen
+            out["mamba_host_hit_length"] = int(result.mamba_host_hit_length)
         return out
 
     def op_lock(self, f: dict) -> None:
@@ -358,8 +367,9 @@ class SGLangSide:
         available = self.available()
         for name, kind in self.types.items():
             pools[name] = (available[name], int(core.component_evictable_size(kind)), int(core.component_protected_size(kind)))
+        host_pools = self.host.host_pools() if self.host is not None else {}
         if not self.inspectable:
-            return CanonicalState(None, None, {}, pools)
+            return CanonicalState(None, None, {}, pools, host_pools)
         nodes: dict[tuple, NodeState] = {}
         ident_of: dict[int, tuple] = {}
         root = core.root_node
@@ -375,7 +385,8 @@ class SGLangSide:
                 for name, kind in self.types.items():
                     data = node.component_data[kind]
                     comps[name] = (None if data.value is None else int(len(data.value)), int(data.lock_ref))
-                nodes[ident] = NodeState(len(key.raw_token_ids()), node.id, comps)
+                host = self.host.node_host_lens(node) if self.host is not None else {}
+                nodes[ident] = NodeState(len(key.raw_token_ids()), node.id, comps, host)
             stack.extend((child, path) for child in node.children.values())
         leaves = frozenset(ident_of[id(n)] for n in core.evictable_device_leaves if id(n) in ident_of)
         lru = {}
@@ -389,7 +400,7 @@ class SGLangSide:
                     order.append(ident_of.get(id(x), ("unreachable", x.id)))
                 x = x.lru_next[pt]
             lru[name] = tuple(order)
-        return CanonicalState(nodes, leaves, lru, pools)
+        return CanonicalState(nodes, leaves, lru, pools, host_pools)
 
 
 def request_sizes(scenario) -> tuple[int, int]:
