@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 TORCH   := torch==2.13.0
 
-.PHONY: run test bench setup clean graphviz
+.PHONY: run test bench setup clean graphviz bridge-test bridge-setup
 
 LOG     := $(VENV)/setup.log
 
@@ -36,5 +36,36 @@ test: setup
 bench: setup
 	@$(BIN)/urc bench
 
+# The SGLang bridge against the real SGLang 0.5.23, CPU only, in a venv of its own so
+# `make test` stays SGLang-free. Every install but the project's is --no-deps: SGLang's
+# own requirements (and torchvision's, compressed-tensors') would pull a CUDA torch,
+# nvidia-* and triton wheels. tools/sglang-cpu-requirements.txt lists what its cache
+# modules need to import; workbench/bridge/triton_standin.py replaces triton.
+SGL_VENV  := .venv-sglang
+SGL_BIN   := $(SGL_VENV)/bin
+SGL_STAMP := $(SGL_VENV)/.installed
+SGL_LOG   := $(SGL_VENV)/setup.log
+SGL_REQS  := tools/sglang-cpu-requirements.txt
+
+$(SGL_STAMP): pyproject.toml $(SGL_REQS)
+	@test -x $(SGL_BIN)/python || $(PY) -m venv $(SGL_VENV)
+	@echo "setting up $(SGL_VENV) (log: $(SGL_LOG))" >&2
+	@$(BIN_SGL_PIP) -q --upgrade pip >$(SGL_LOG) 2>&1 || { cat $(SGL_LOG); exit 1; }
+	@$(BIN_SGL_PIP) -q $(TORCH) >>$(SGL_LOG) 2>&1 || { cat $(SGL_LOG); exit 1; }
+	@$(BIN_SGL_PIP) -q --no-deps -r $(SGL_REQS) sglang==0.5.23 >>$(SGL_LOG) 2>&1 || { cat $(SGL_LOG); exit 1; }
+	@$(BIN_SGL_PIP) -q -e '.[dev]' >>$(SGL_LOG) 2>&1 || { cat $(SGL_LOG); exit 1; }
+	@# refuse a venv that something upgraded to another torch or filled with GPU wheels
+	@$(SGL_BIN)/python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') and not torch.version.cuda else 'torch ' + torch.__version__ + ' is not the CPU 2.13.0')"
+	@! $(SGL_BIN)/pip list 2>/dev/null | grep -iE '^(nvidia-|triton |cuda-)' || { echo "GPU wheels in $(SGL_VENV)"; exit 1; }
+	@touch $(SGL_STAMP)
+
+BIN_SGL_PIP := $(SGL_BIN)/pip install
+
+bridge-setup: $(SGL_STAMP)
+
+# URC_REQUIRE_SGLANG: a bridge test file that would skip (SGLang not importable) fails instead
+bridge-test: $(SGL_STAMP)
+	@URC_REQUIRE_SGLANG=1 $(SGL_BIN)/python -m pytest -p no:cacheprovider tests/test_bridge_sglang.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(SGL_VENV) .pytest_cache .hypothesis

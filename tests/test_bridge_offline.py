@@ -204,6 +204,19 @@ def test_first_difference_names_the_field_and_the_node():
     assert d.field == "lru.swa" and d.where == "position 0 (0 = most recent)"
 
 
+def test_host_copies_and_host_pools_are_compared():
+    node = {(None, (1, 2)): NodeState(2, 1, {"full": (None, 0), "swa": (None, 0)}, {"full": 2, "swa": None})}
+    hosted = CanonicalState(node, frozenset(), {"swa": ()}, {"full": (10, 2, 0)}, {"full": (7, 9)})
+    assert first_difference(hosted, hosted) is None
+    gone = {(None, (1, 2)): NodeState(2, 1, {"full": (None, 0), "swa": (None, 0)}, {"full": None, "swa": None})}
+    d = first_difference(hosted, CanonicalState(gone, frozenset(), {"swa": ()}, {"full": (10, 2, 0)}, {"full": (7, 9)}))
+    assert (d.field, d.ours, d.theirs) == ("node.full.host_len", 2, None) and "ending at token 2" in d.where
+    d = first_difference(hosted, CanonicalState(node, frozenset(), {"swa": ()}, {"full": (10, 2, 0)}, {"full": (9, 9)}))
+    assert (d.field, d.ours, d.theirs) == ("host_pools.full.available", 7, 9)
+    d = first_difference(hosted, CanonicalState(node, frozenset(), {"swa": ()}, {"full": (10, 2, 0)}))
+    assert (d.field, d.ours, d.theirs) == ("host_pools.full", (7, 9), None)
+
+
 def test_without_nodes_only_the_pools_are_compared():
     rust = CanonicalState(None, None, {}, {"full": (10, 2, 0)})
     assert first_difference(_state(), rust) is None

@@ -22,6 +22,7 @@ class NodeState:
     tokens: int  # the node's own edge length
     id: int  # that side's node id (for the report only, never compared)
     components: dict[str, tuple[Optional[int], int]]  # name -> (value length or None, lock_ref)
+    host: dict[str, Optional[int]] = dataclasses.field(default_factory=dict)  # host tier: name -> host copy length
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +31,7 @@ class CanonicalState:
     evictable_leaves: Optional[frozenset]
     lru: dict[str, tuple[Ident, ...]]
     pools: dict[str, tuple[int, int, int]]  # name -> (available, evictable, protected)
+    host_pools: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # host tier: (available, total)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,21 +46,26 @@ class Difference:
 
 
 POOL_FIELDS = ("available", "evictable", "protected")
+HOST_POOL_FIELDS = ("available", "total")
 
 
 def from_snapshot(snapshot, components: list[str]) -> CanonicalState:
     """Our cache's state, read from its inspection snapshot."""
     nodes: dict[Ident, NodeState] = {}
     ident_of: dict[int, Ident] = {}
+    hosted = "full_host" in snapshot.pools  # the host tier
     for view in snapshot.nodes[1:]:
         ident = (view.extra_key, view.path)
         ident_of[view.id] = ident
         comps = {name: (view.components[name].value_len, view.components[name].lock_ref) for name in components}
-        nodes[ident] = NodeState(len(view.key), view.id, comps)
+        host = {name: view.components[name].host_len for name in components} if hosted else {}
+        nodes[ident] = NodeState(len(view.key), view.id, comps, host)
     leaves = frozenset(ident_of[i] for i in snapshot.evictable_leaves)
     lru = {name: tuple(ident_of[i] for i in snapshot.lru[name]) for name in components if name != "full"}
     pools = {name: (p.available, p.evictable, p.protected) for name, p in snapshot.pools.items() if name in components}
-    return CanonicalState(nodes, leaves, lru, pools)
+    host_pools = {name: (p.available, p.total) for name in components
+                  if (p := snapshot.pools.get(f"{name}_host")) is not None}
+    return CanonicalState(nodes, leaves, lru, pools, host_pools)
 
 
 def describe(ident: Ident) -> str:
@@ -79,6 +86,13 @@ def first_difference(ours: CanonicalState, theirs: CanonicalState) -> Optional[D
         for field, x, y in zip(POOL_FIELDS, a, b):
             if x != y:
                 return Difference(f"pools.{name}.{field}", x, y)
+    for name in sorted(set(ours.host_pools) | set(theirs.host_pools)):
+        a, b = ours.host_pools.get(name), theirs.host_pools.get(name)
+        if a is None or b is None:
+            return Difference(f"host_pools.{name}", a, b)
+        for field, x, y in zip(HOST_POOL_FIELDS, a, b):
+            if x != y:
+                return Difference(f"host_pools.{name}.{field}", x, y)
     if ours.nodes is None or theirs.nodes is None:
         return None
     only_ours = [i for i in ours.nodes if i not in theirs.nodes]
@@ -96,6 +110,8 @@ def first_difference(ours: CanonicalState, theirs: CanonicalState) -> Optional[D
                 return Difference(f"node.{name}.value_len", len_a, len_b, where)
             if lock_a != lock_b:
                 return Difference(f"node.{name}.lock_ref", lock_a, lock_b, where)
+            if a.host.get(name) != b.host.get(name):
+                return Difference(f"node.{name}.host_len", a.host.get(name), b.host.get(name), where)
     if ours.evictable_leaves != theirs.evictable_leaves:
         extra = sorted(ours.evictable_leaves ^ theirs.evictable_leaves, key=lambda i: (len(i[1]), i[1]))[0]
         side = "ours" if extra in ours.evictable_leaves else "SGLang"

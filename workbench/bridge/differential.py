@@ -91,9 +91,6 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
     if missing:
         report.skipped = f"SGLang's unified cache has no {missing[0]!r} component"
         return report
-    if scenario.config.get("hicache"):
-        report.skipped = "the bridge does not drive SGLang's host tier (hicache) yet"
-        return report
     config = dict(scenario.config)
     if config.pop("faults", None):
         report.by_design.append(ByDesign(

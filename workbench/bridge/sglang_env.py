@@ -89,7 +89,11 @@ NAMES = {
 def _import(version: str) -> SimpleNamespace:
     import importlib
 
-    api = SimpleNamespace(version=version)
+    import torch  # noqa: F401  (first, so torch's own start-up sees no stand-in)
+
+    from .import_standins import install_if_missing
+
+    api = SimpleNamespace(version=version, stand_ins=install_if_missing())
     for name, module in NAMES.items():
         loaded = importlib.import_module(module)
         setattr(api, name, loaded if name == module else getattr(loaded, name))

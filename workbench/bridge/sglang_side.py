@@ -17,6 +17,7 @@ from typing import Any, Optional
 from ..model import ops
 from .canonical import CanonicalState, NodeState
 from .sglang_env import BridgeError, sglang_api
+from .sglang_host import HostTier, server_args_fields
 
 COMPONENTS = ("full", "swa", "mamba")  # what SGLang 0.5.23's unified cache has
 SHAPE = dict(layers=2, full_layers=(1,), heads=1, head_dim=8)  # one Full and one SWA/Mamba layer
@@ -63,7 +64,7 @@ class SGLangSide:
     def _build(self, config: dict, core: str, max_requests: int, max_context: int) -> None:
         sg, ps = self.sg, self.ps
         torch = sg.torch
-        server_args = sg.ServerArgs(model_path="dummy", page_size=ps)
+        server_args = sg.ServerArgs(model_path="dummy", page_size=ps, **server_args_fields(config))
         server_args._mamba_cache_chunk_size = max(MAMBA_CHUNK, ps)  # else it reads the model's HF config
         sg.set_global_server_args_for_scheduler(server_args)
         full_ids = list(SHAPE["full_layers"])
@@ -107,6 +108,7 @@ class SGLangSide:
             eviction_policy="lru", tree_core_backend=core,
         )
         self.cache = sg.UnifiedRadixCache(params=params)
+        self.host = HostTier(self, server_args, params, config) if config.get("hicache") else None
         self.core = self.cache.tree_core
         self.inspectable = type(self.core).__name__ != "RustUnifiedTreeCore"
 
@@ -115,7 +117,11 @@ class SGLangSide:
         spec = ops.get(op)
         if spec is None or spec.run_sglang is None:
             raise BridgeError(f"the bridge cannot run op {op!r} on SGLang")
-        return spec.run_sglang(self, fields)
+        try:
+            return spec.run_sglang(self, fields)
+        finally:
+            if self.host is not None:  # the host tier's transfers, acknowledged as SGLang's scheduler polls
+                self.host.after_op()
 
     @staticmethod
     def refused(message: str) -> SGLangOpError:
@@ -247,8 +253,9 @@ class SGLangSide:
         available = self.available()
         for name, kind in self.types.items():
             pools[name] = (available[name], int(core.component_evictable_size(kind)), int(core.component_protected_size(kind)))
+        host_pools = self.host.host_pools() if self.host is not None else {}
         if not self.inspectable:
-            return CanonicalState(None, None, {}, pools)
+            return CanonicalState(None, None, {}, pools, host_pools)
         nodes: dict[tuple, NodeState] = {}
         ident_of: dict[int, tuple] = {}
         root = core.root_node
@@ -264,7 +271,8 @@ class SGLangSide:
                 for name, kind in self.types.items():
                     data = node.component_data[kind]
                     comps[name] = (None if data.value is None else int(len(data.value)), int(data.lock_ref))
-                nodes[ident] = NodeState(len(key.raw_token_ids()), node.id, comps)
+                host = self.host.node_host_lens(node) if self.host is not None else {}
+                nodes[ident] = NodeState(len(key.raw_token_ids()), node.id, comps, host)
             stack.extend((child, path) for child in node.children.values())
         leaves = frozenset(ident_of[id(n)] for n in core.evictable_device_leaves if id(n) in ident_of)
         lru = {}
@@ -278,7 +286,7 @@ class SGLangSide:
                     order.append(ident_of.get(id(x), ("unreachable", x.id)))
                 x = x.lru_next[pt]
             lru[name] = tuple(order)
-        return CanonicalState(nodes, leaves, lru, pools)
+        return CanonicalState(nodes, leaves, lru, pools, host_pools)
 
 
 def request_sizes(scenario) -> tuple[int, int]:

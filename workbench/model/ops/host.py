@@ -21,6 +21,7 @@ LOAD_BACK = declare(OpSpec(
             Field("mem_quota", COUNT)),
     results=("loaded", "host_hit_length"),
     needs=(HOST,),
+    run_sglang=lambda side, f: side.host.op_load_back(f),  # workbench/bridge/sglang_host.py
 ))
 
 
@@ -39,6 +40,7 @@ EVICT_HOST = declare(OpSpec(
     per_component=HOST_PARTS, per_component_result="_host_evicted",
     results=("full_host_evicted",),
     needs=(HOST,),
+    run_sglang=lambda side, f: side.host.op_evict_host(f),
 ))
 
 FLUSH = declare(OpSpec(
@@ -46,4 +48,5 @@ FLUSH = declare(OpSpec(
     lambda session, f: {"completed": session.cache.check_hicache_events()},
     results=("completed",),
     needs=(HOST,),
+    run_sglang=lambda side, f: side.host.op_flush(f),
 ))
