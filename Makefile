@@ -40,7 +40,7 @@ bench: setup
 # `make test` stays SGLang-free. Every install but the project's is --no-deps: SGLang's
 # own requirements (and torchvision's, compressed-tensors') would pull a CUDA torch,
 # nvidia-* and triton wheels. tools/sglang-cpu-requirements.txt lists what its cache
-# modules need to import; workbench/bridge/triton_standin.py replaces triton.
+# modules need to import; workbench/bridge/import_standins.py stands in for triton and torchvision.
 SGL_VENV  := .venv-sglang
 SGL_BIN   := $(SGL_VENV)/bin
 SGL_STAMP := $(SGL_VENV)/.installed
@@ -65,7 +65,7 @@ bridge-setup: $(SGL_STAMP)
 
 # URC_REQUIRE_SGLANG: a bridge test file that would skip (SGLang not importable) fails instead
 bridge-test: $(SGL_STAMP)
-	@URC_REQUIRE_SGLANG=1 $(SGL_BIN)/python -m pytest -p no:cacheprovider tests/test_bridge_sglang.py
+	@URC_REQUIRE_SGLANG=1 $(SGL_BIN)/python -m pytest -p no:cacheprovider tests/test_bridge_sglang.py tests/test_op_registry.py
 
 clean:
 	rm -rf $(VENV) $(SGL_VENV) .pytest_cache .hypothesis
