@@ -12,7 +12,6 @@ plus one line in ``SUBCOMMANDS``.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Optional
 
 from ..model.scenario import ScenarioError
