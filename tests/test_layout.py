@@ -118,3 +118,93 @@ def test_every_op_is_named_in_at_most_two_workbench_files():
     assert not crowded, crowded
     for name, where in files.items():
         assert any("/ops/" in w for w in where), (name, where)  # declared in the registry
+
+
+CLI = ROOT / "workbench" / "cli"
+CLI_SHARED = {"__init__", "__main__", "common", "against"}  # the package, and what subcommands share
+
+
+def _cli_imports(path: Path) -> set[str]:
+    """The workbench/cli modules a module imports, at the top or inside a function
+    (a lazy import closes a cycle just as well); ``__init__`` stands for the package."""
+    import ast
+
+    modules = {p.stem for p in CLI.glob("*.py")}
+    own = path.stem
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level == 1:  # relative to workbench.cli
+                base = f"workbench.cli.{base}".rstrip(".")
+            elif node.level > 1:  # .. reaches outside the package
+                base = "outside"
+            names = [f"{base}.{alias.name}" for alias in node.names] if base == "workbench.cli" else [base]
+        else:
+            continue
+        for name in names:
+            if name == "workbench.cli":
+                found.add("__init__")
+            elif name.startswith("workbench.cli."):
+                part = name.split(".")[2]
+                found.add(part if part in modules else "__init__")
+    return found - {own}
+
+
+def test_no_import_cycle_among_the_cli_modules():
+    """cli.py and cli_bench.py once imported each other. Now every module of workbench/cli
+    imports only modules below it: a subcommand imports common and against, against imports
+    common, common none; only the package imports the subcommands. Nothing else in the
+    workbench imports the command line but ``python -m workbench``."""
+    graph = {p.stem: _cli_imports(p) for p in CLI.glob("*.py")}
+    subcommands = set(graph) - CLI_SHARED
+    assert graph["__init__"] >= subcommands  # the package builds its parser from them all
+    for name in subcommands:
+        assert graph[name] <= {"common", "against"}, (name, graph[name])
+    assert graph["against"] <= {"common"} and graph["common"] == set()
+
+    def cycle_from(start: str, path: tuple[str, ...]) -> tuple[str, ...] | None:
+        for nxt in sorted(graph[path[-1]]):
+            if nxt == start:
+                return path + (nxt,)
+            if nxt not in path and (found := cycle_from(start, path + (nxt,))):
+                return found
+        return None
+
+    cycles = [c for m in graph if (c := cycle_from(m, (m,)))]
+    assert not cycles, cycles
+    outside = [p for p in (ROOT / "workbench").rglob("*.py") if CLI not in p.parents and p.name != "__main__.py"]
+    users = [str(p.relative_to(ROOT)) for p in outside
+             if "workbench.cli" in p.read_text(encoding="utf-8") or "from .cli" in p.read_text(encoding="utf-8")]
+    assert users == []
+    assert list((ROOT / "workbench").glob("cli_*.py")) == []
+
+
+def test_cycle_finder_sees_a_lazy_import_back(tmp_path, monkeypatch):
+    """The check above would have caught the old cli <-> cli_bench cycle (a lazy import)."""
+    (tmp_path / "__init__.py").write_text("from . import bench\n")
+    (tmp_path / "bench.py").write_text("def run():\n    from . import _load_all\n")
+    (tmp_path / "common.py").write_text("from ..model import scenario\n")
+    monkeypatch.setattr(sys.modules[__name__], "CLI", tmp_path)
+    assert _cli_imports(tmp_path / "bench.py") == {"__init__"}
+    assert _cli_imports(tmp_path / "__init__.py") == {"bench"}
+    assert _cli_imports(tmp_path / "common.py") == set()
+
+
+def test_each_subcommand_is_its_own_module():
+    """``urc X`` is built and run by workbench/cli/X.py alone (its add_parser and run),
+    listed once in SUBCOMMANDS; adding one is a module and a line."""
+    import importlib
+
+    from workbench.cli import SUBCOMMANDS, build_parser
+
+    sub = next(a for a in build_parser()._actions if a.choices and a.dest == "command")
+    names = list(sub.choices)
+    assert names == [m.__name__.rsplit(".", 1)[1] for m in SUBCOMMANDS]
+    assert sorted(p.stem for p in CLI.glob("*.py") if p.stem not in CLI_SHARED) == sorted(names)
+    for name in names:
+        module = importlib.import_module(f"workbench.cli.{name}")
+        assert callable(module.add_parser)
+        assert sub.choices[name].get_default("handler") is module.run, name

@@ -1,18 +1,36 @@
-"""A small built-in sequence that shows splits, duplicate freeing, a path lock and
-LRU eviction, printing the tree after each step (``urc demo``)."""
+"""``urc demo``: a small built-in sequence that shows splits, duplicate freeing, a path
+lock and LRU eviction, printing the tree after each step. The cache (torch) and rich are
+imported only when it runs."""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.rule import Rule
-from rich.text import Text
+from typing import TYPE_CHECKING
 
-from cache import EventLog, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants
+if TYPE_CHECKING:
+    from rich.console import Console
 
-from .model.fmt import event_text
+
+def add_parser(command) -> None:
+    command("demo", "run a small built-in sequence and print the tree after each step",
+            "A tiny built-in sequence on the Full component; needs no file.")
+
+
+def run(args) -> int:
+    from ..render.report import make_console
+
+    return run_demo(make_console())
 
 
 def run_demo(console: Console | None = None) -> int:
+    from rich.console import Console
+    from rich.rule import Rule
+    from rich.text import Text
+
+    from cache import EventLog, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants
+
+    from ..model.fmt import event_text
+    from ..render.tree_view import render_state
+
     console = console or Console()
     cache = UnifiedRadixCache(kv_size=64, page_size=1, device="auto")
     log = EventLog(cache.events)
@@ -50,8 +68,6 @@ def run_demo(console: Console | None = None) -> int:
         for event in log.take():
             console.print(Text(f"  {event_text(event)}", style="dim"))
         snap = cache.snapshot()
-        from .render.tree_view import render_state
-
         console.print(render_state(snap))
         violations = check_invariants(cache)
         if violations:

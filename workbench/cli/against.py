@@ -1,5 +1,6 @@
 """The bridge's options on ``urc run``, ``urc tui`` and ``urc bench`` (``--against
-sglang``), kept out of cli.py. SGLang is imported only when one of them is used."""
+sglang``) and what each runs. Not a subcommand: shared by those three. SGLang is
+imported only when one of them is used."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .model.scenario import ScenarioError
+from ..model.scenario import ScenarioError
 
-EXIT_OK, EXIT_DIVERGED = 0, 1
+from .common import EXIT_CHECK_FAILED as EXIT_DIVERGED, EXIT_OK
 
 
 def add_against_options(parser, run: bool = False) -> None:
@@ -46,7 +47,7 @@ def check_against_use(args, clashes: dict[str, bool]) -> None:
 def run_against(args, scenarios) -> int:
     """``urc run --against sglang``: one line per file (and the divergence's two sides),
     or a JSON array; exit 1 when any file diverges."""
-    from .bridge.differential import detail_lines, run_against as differential, summary_line
+    from ..bridge.differential import detail_lines, run_against as differential, summary_line
 
     if args.compare_every <= 0:
         raise ScenarioError("--compare-every must be a positive int")
@@ -66,7 +67,7 @@ def run_against(args, scenarios) -> int:
 def divergences(args, scenarios) -> dict[str, tuple[int, str]]:
     """For ``urc tui --against sglang``: file -> (step, one line) of each file's first
     divergence, shown as a banner when the timeline reaches that step."""
-    from .bridge.differential import detail_lines, run_against as differential, summary_line
+    from ..bridge.differential import detail_lines, run_against as differential, summary_line
 
     found = {}
     for scenario in scenarios:
@@ -80,7 +81,7 @@ def divergences(args, scenarios) -> dict[str, tuple[int, str]]:
 
 
 def bench_against(args, scenario) -> int:
-    from .bridge.side_by_side import bench_against as side_by_side, table_lines
+    from ..bridge.side_by_side import bench_against as side_by_side, table_lines
 
     cores = (args.sglang_core,) if args.sglang_core else ("python", "rust")
     if scenario is None:  # the seeded workload (--requests, --seed, --components), written as a trace
@@ -100,8 +101,8 @@ def bench_against(args, scenario) -> int:
 
 
 def _workload_trace(args, folder: Path):
-    from .model.scenario import load_scenario
-    from .model.workload import write_trace
+    from ..model.scenario import load_scenario
+    from ..model.workload import write_trace
 
     path = folder / "workload.jsonl"
     with path.open("w", encoding="utf-8") as stream:

@@ -1,0 +1,74 @@
+"""``urc``: the workbench's command line, one module per subcommand.
+
+One error path for every command: an expected failure is one line on stderr and an
+exit code (see ``EXIT_CODES``); a closed pipe ends quietly; anything unexpected is one
+line that points at ``--debug``. Scenario files are checked before torch is imported,
+so a typo is reported at once: subcommand modules import nothing heavy at the top.
+
+Adding a subcommand is one module here (``add_parser(command)`` and ``run(args)``)
+plus one line in ``SUBCOMMANDS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Optional
+
+from ..model.scenario import ScenarioError
+from . import bench, demo, diff, fuzz, ops, run, show, svg, tui, why
+from .common import (EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, Parser, say,
+                     silence_stdout, version)
+
+__all__ = ["EXIT_CODES", "SUBCOMMANDS", "build_parser", "main"]
+
+# In the order ``urc --help`` lists them.
+SUBCOMMANDS = (run, diff, why, show, svg, tui, fuzz, ops, demo, bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    form = argparse.RawDescriptionHelpFormatter
+    parser = Parser(
+        prog="urc", description="Unified Radix Cache workbench: run, inspect and time cache scenarios.",
+        epilog=EXIT_CODES, formatter_class=form,
+    )
+    parser.add_argument("--version", action="version", version=f"urc {version()}")
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an internal error")
+    debug = Parser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
+
+    for module in SUBCOMMANDS:
+        def command(name: str, help: str, description: str, handler=module.run) -> argparse.ArgumentParser:
+            parsed = sub.add_parser(name, help=help, description=description, epilog=EXIT_CODES, formatter_class=form,
+                                    parents=[debug])
+            parsed.set_defaults(handler=handler)
+            return parsed
+
+        module.add_parser(command)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    name = f"urc {args.command}"
+    try:
+        return args.handler(args)
+    except ScenarioError as exc:
+        say(f"{name}: {exc}")
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        say(f"{name}: interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (``| head``): nothing more to say
+        silence_stdout()
+        return EXIT_OK
+    except Exception as exc:
+        if getattr(args, "debug", False):
+            raise
+        first = (str(exc).splitlines() or [""])[0][:300]
+        say(f"{name}: internal error: {type(exc).__name__}: {first} (run again with --debug for the traceback)")
+        return EXIT_INTERNAL

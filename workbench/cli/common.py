@@ -1,0 +1,85 @@
+"""What every ``urc`` subcommand shares: exit codes, the one-line usage error, stderr
+notes and loading scenario files. Knows no subcommand, so any of them may import it
+without an import cycle."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..model.scenario import STDIN, ScenarioError
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES = """\
+exit codes:
+  0    every check passed
+  1    a check failed: an expectation, an invariant or a KV fingerprint (urc fuzz: it found a failure)
+  2    bad input: an invalid scenario file, option or output path
+  3    an internal error in urc (run again with --debug for the traceback)
+  130  interrupted (Ctrl-C)"""
+
+FILE_HELP = "a .toml scenario or .jsonl trace; - reads one from standard input"
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as dist_version
+
+        return dist_version("unified-cache-workbench")
+    except Exception:  # running from a source tree that was never installed
+        return "unknown"
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors: one line, exit 2, like invalid files
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def load_all(files: list[str]):
+    """Load and check every file (and its config) before running any: no torch yet."""
+    from ..model.scenario import cache_config, load_scenario
+
+    if files.count(STDIN) > 1:
+        raise ScenarioError("standard input (-) can be read only once")
+    scenarios = [load_scenario(path) for path in files]
+    for scenario in scenarios:
+        cache_config(scenario)
+        for notice in scenario.notices:
+            say(f"note: {notice}")
+    return scenarios
+
+
+def step_in_range(option: str, step: int, scenario) -> int:
+    total = len(scenario.steps)
+    if not 0 <= step <= total:
+        raise ScenarioError(f"{option} must be between 0 and {total} (the scenario has {total} steps)", scenario.path)
+    return step
+
+
+def walk(scenarios, console) -> int:
+    """Print every step of every scenario (the tour's walk-through: urc show --walk, and
+    urc tui when stdout is not a terminal)."""
+    from ..model.runner import run_scenario
+    from ..render.report import walk as walk_timeline
+
+    timelines = [run_scenario(s) for s in scenarios]
+    for timeline in timelines:
+        walk_timeline(timeline, console)
+    return EXIT_OK if all(t.passed for t in timelines) else EXIT_CHECK_FAILED

@@ -1,0 +1,22 @@
+"""``urc ops``: list the scenario ops from the op registry (or the README's table)."""
+
+from __future__ import annotations
+
+
+def add_parser(command) -> None:
+    listing = command("ops", "list the scenario ops: syntax, results and needs",
+                      "Every op a scenario, a live command or the fuzzer can use, from the op registry "
+                      "(workbench/model/ops): one line each, or the README's reference table with --markdown.")
+    listing.add_argument("--markdown", action="store_true", help="print the README's op reference table")
+
+
+def run(args) -> int:
+    from ..model import ops
+
+    if args.markdown:
+        print(ops.reference_table())
+        return 0
+    for spec in ops.all_ops():
+        needs = f"  (needs {', '.join(spec.needs)})" if spec.needs else ""
+        print(f"{spec.usage()}\n    {spec.summary}{needs}")
+    return 0

@@ -1,0 +1,120 @@
+"""``urc run``: run scenario files headlessly, checking every step (or ``--until`` a
+condition holds, or ``--against sglang``)."""
+
+from __future__ import annotations
+
+import sys
+
+from ..model.scenario import ScenarioError
+from .against import add_against_options, check_against_use
+from .common import EXIT_CHECK_FAILED, EXIT_OK, FILE_HELP, load_all
+
+
+def add_parser(command) -> None:
+    run = command("run", "run scenario files headlessly and check every step",
+                  "Run each scenario, checking invariants, fingerprints and expectations after every step.")
+    run.add_argument("files", nargs="+", metavar="FILE", help=FILE_HELP)
+    run.add_argument("--json", action="store_true", help="print a JSON array on stdout, one object per file")
+    run.add_argument("--states", action="store_true", help="with --json: add the state after every step")
+    run.add_argument("--record", metavar="OUT.jsonl",
+                     help="write a JSONL trace of the executed steps, one line per step as it runs (one FILE only)")
+    run.add_argument("--force", action="store_true", help="let --record overwrite an existing file (never an input)")
+    run.add_argument("--full-checks", action="store_true",
+                     help="run the full invariant sweep after every step (default: what the step touched, "
+                          "and the whole tree every 256 steps and at the end)")
+    run.add_argument("--until", action="append", default=[], metavar="COND",
+                     help="stop at the first step where COND holds and print that step (exit 0; exit 1 when it never "
+                          "holds); repeat for any of several. COND is space-separated terms that must all hold, e.g. "
+                          "'event=cascade component=swa', 'violation', 'failed', 'node=7', 'swa_available<4', "
+                          "'op=req_prefill req=r3' (the full list: the TUI's breakpoint editor, b)")
+    add_against_options(run, run=True)
+
+
+def run(args) -> int:
+    check_against_use(args, {"--record": bool(args.record), "--states": args.states, "--until": bool(args.until),
+                             "--full-checks": args.full_checks, "--force": args.force})
+    if args.against:
+        from .against import run_against
+
+        return run_against(args, load_all(args.files))
+    if args.record and len(args.files) != 1:
+        raise ScenarioError("--record takes exactly one scenario file")
+    if args.states and not args.json:
+        raise ScenarioError("--states only applies with --json")
+    if args.force and not args.record:
+        raise ScenarioError("--force only applies with --record")
+    if args.until and args.json:
+        raise ScenarioError("--until prints the step it stops at as text: leave out --json")
+    scenarios = load_all(args.files)
+    if args.until:
+        from ..model.breakpoints import ConditionError, parse_conditions
+
+        try:
+            args.conditions = [parse_conditions(args.until, s.config["components"]) for s in scenarios]
+        except ConditionError as exc:
+            raise ScenarioError(f"--until: {exc}") from None
+    if args.record:
+        from ..model.outputs import check_output
+
+        check_output(args.record, args.files, args.force, "--record")
+    from ..render.report import make_console
+
+    console = make_console(sys.stderr if args.json else sys.stdout)
+    if args.json:
+        sys.stdout.write("[\n")
+    passed = True
+    for n, scenario in enumerate(scenarios):
+        if args.json and n:
+            sys.stdout.write(",\n")
+        conditions = args.conditions[n] if args.until else None
+        if args.record:
+            from ..model.outputs import open_output
+
+            with open_output(args.record, args.files, args.force, "--record", live=True) as stream:
+                passed &= _run_one(scenario, args, console, stream, conditions)
+        else:
+            passed &= _run_one(scenario, args, console, None, conditions)
+    if args.json:
+        sys.stdout.write("\n]\n")
+    return EXIT_OK if passed else EXIT_CHECK_FAILED
+
+
+def _run_one(scenario, args, console, record, conditions=None) -> bool:
+    """Run one scenario, streaming its JSON and showing progress on a terminal; on
+    Ctrl-C report what was checked so far, then stop. With ``conditions`` (--until)
+    stop at the first step where one holds and print it; True when one did."""
+    from ..model.breakpoints import any_holds, describe_hit
+    from ..model.export import TimelineJsonWriter
+    from ..model.runner import Runner
+    from ..render.report import is_plain, print_run_report, progress, step_view
+
+    runner = Runner(scenario, record=record, full_checks=args.full_checks)
+    timeline = runner.timeline
+    writer = TimelineJsonWriter(sys.stdout, timeline, args.states) if args.json else None
+    if writer is not None:
+        timeline.on_step(writer.step)
+    try:
+        with progress(len(scenario.steps), scenario.path) as advance:
+            while not runner.done:
+                step = runner.step()
+                advance()
+                hit = any_holds(timeline, conditions, step.index) if conditions else None
+                if hit is not None:
+                    console.print(f"stopped at {describe_hit(step, hit)}", markup=False, highlight=False)
+                    console.print(step_view(step, scenario.path, plain=is_plain(console)))
+                    return True
+    except KeyboardInterrupt:
+        if writer is not None:
+            writer.close(interrupted=True)
+            sys.stdout.write("\n]\n")
+        print_run_report(timeline, console, interrupted=True)
+        raise
+    if writer is not None:
+        writer.close()
+    elif conditions:
+        console.print(f"{scenario.path}: no step matched --until ({len(timeline):,} steps run)", markup=False,
+                      highlight=False)
+        return False
+    else:
+        print_run_report(timeline, console)
+    return timeline.passed

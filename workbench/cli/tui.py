@@ -1,0 +1,89 @@
+"""``urc tui``: open the Textual workbench on scenarios, a followed trace or the bundled
+tour; the walk-through instead when stdout is not a terminal."""
+
+from __future__ import annotations
+
+import sys
+
+from ..model.scenario import STDIN, ScenarioError
+from .against import add_against_options, check_against_use
+from .common import EXIT_OK, FILE_HELP, load_all, say, walk
+
+TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml", "tour_hicache.toml",
+        "tour_hicache_hybrid.toml")
+
+
+def add_parser(command) -> None:
+    tui = command("tui", "open the workbench: step through scenarios and watch the cache change",
+                  "Open the Textual workbench on the given scenarios or traces (each a chapter), or on the bundled tour. "
+                  "When stdout is not a terminal it prints the walk-through instead.")
+    tui.add_argument("files", nargs="*", metavar="FILE", help=FILE_HELP + "; none: the bundled tour")
+    tui.add_argument("--keymap", metavar="KEYMAP.toml",
+                     help="rebind keys: binding_id = \"key\" per line (ids are listed in the help screen, f1)")
+    tui.add_argument("--follow", metavar="TRACE.jsonl",
+                     help="tail a JSONL trace while it is written (urc run --record, a fuzzer, a live recorder): "
+                          "its steps are added as they arrive; waits for the file and its header line")
+    add_against_options(tui)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    check_against_use(args, {"--follow": bool(args.follow)})
+
+    follower = None
+    if args.follow:
+        if args.files:
+            raise ScenarioError("--follow opens one trace: leave out the other files")
+        follower, scenarios = _start_following(args.follow)
+        files = [args.follow]
+    else:
+        tour = Path(__file__).resolve().parent.parent.parent / "scenarios"
+        files = args.files or [str(tour / name) for name in TOUR]
+        scenarios = load_all(files)
+    keymap = None
+    if args.keymap:
+        from ..tui.bindings import KeymapError, load_keymap
+
+        try:
+            keymap = load_keymap(Path(args.keymap))
+        except KeymapError as exc:
+            raise ScenarioError(str(exc)) from None
+    diverged = {}
+    if args.against:
+        from .against import divergences
+
+        diverged = divergences(args, scenarios)
+    if not sys.stdout.isatty():
+        from ..render.report import make_console
+
+        console = make_console()
+        code = walk(scenarios, console)
+        console.print("(stdout is not a terminal: this is the walk-through; run `urc tui` in a terminal for the workbench)")
+        return code
+    from ..tui.app import WorkbenchApp
+
+    WorkbenchApp(scenarios, keymap, follower=follower, divergences=diverged).run()
+    return EXIT_OK
+
+
+def _start_following(path: str):
+    """Open a trace to follow: wait (saying so once) for the file and its header line."""
+    import time
+
+    from ..model.follow import TraceFollower
+    from ..model.scenario import cache_config
+
+    if path == STDIN or not path.endswith(".jsonl"):
+        raise ScenarioError("--follow reads a .jsonl trace file", path)
+    follower = TraceFollower(path)
+    said = None
+    while (scenario := follower.start()) is None:
+        if follower.waiting != said:
+            said = follower.waiting
+            say(f"{said} (Ctrl-C stops)")
+        time.sleep(0.2)
+    cache_config(scenario)
+    for notice in scenario.notices:
+        say(f"note: {notice}")
+    return follower, [scenario]

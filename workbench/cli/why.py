@@ -1,0 +1,31 @@
+"""``urc why``: the chain of causes behind a node, or behind where a match stopped."""
+
+from __future__ import annotations
+
+from ..model.scenario import ScenarioError
+from .common import EXIT_OK, FILE_HELP, load_all, step_in_range
+
+
+def add_parser(command) -> None:
+    why = command("why", "explain how a node came to be as it is, or why a match stopped where it did",
+                  "The chain of causes, in sentences built from the events: when each component's data on the node "
+                  "was set, tombstoned, locked or evicted, by which step, op and request; without --node, why the "
+                  "step's match stopped where it did (each component's verdict).")
+    why.add_argument("file", metavar="FILE", help=FILE_HELP)
+    why.add_argument("--step", type=int, default=None, metavar="N", help="the state after step N (default: the last)")
+    why.add_argument("--node", type=int, default=None, metavar="ID", help="the node to explain (see urc show)")
+
+
+def run(args) -> int:
+    scenario = load_all([args.file])[0]
+    step = step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
+    from ..model.runner import run_scenario
+    from ..model.why import why_match, why_node
+
+    timeline = run_scenario(scenario)
+    try:
+        answer = why_match(timeline, step) if args.node is None else why_node(timeline, step, args.node)
+    except ValueError as exc:
+        raise ScenarioError(str(exc), scenario.path) from None
+    print(answer.text())
+    return EXIT_OK
