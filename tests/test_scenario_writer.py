@@ -49,7 +49,7 @@ def test_toml_values():
 def test_appended_steps_are_checked_like_the_file_and_a_refusal_changes_nothing():
     scenario = load_scenario(ROOT / "scenarios" / "tour_swa.toml")
     appender = StepAppender(scenario)
-    assert appender.names["match"] == ["head", "m"] and appender.names["lock"] == []  # tour_swa unlocks "l"
+    assert appender.names["matches"] == ["head", "m"] and appender.names["locks"] == []  # tour_swa unlocks "l"
     with pytest.raises(ScenarioError, match="unknown match name 'nosuch'"):
         appender.append({"op": "lock", "match": "nosuch", "as": "L"})
     with pytest.raises(ScenarioError, match="match name 'm' is already taken"):
@@ -61,7 +61,7 @@ def test_appended_steps_are_checked_like_the_file_and_a_refusal_changes_nothing(
     assert step.index == len(scenario.steps) + 1 and appender.count == len(scenario.steps) + 1
     grown = appender.scenario
     assert grown.steps[:-1] == scenario.steps and grown.steps[-1] is step
-    assert appender.names["lock"] == ["L2"]
+    assert appender.names["locks"] == ["L2"]
     with pytest.raises(ScenarioError, match="lock name 'L2' is still held"):
         appender.check({"op": "lock", "match": "m", "as": "L2"})
 
