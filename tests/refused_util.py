@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from cache import UnifiedRadixCache
-from workbench.model.session import Session
+from workbench.model.timeline.session import Session
 
 
 def _req_state(cache, req) -> tuple:

@@ -112,9 +112,9 @@ def test_a_swa_rebuild_is_an_action_event_and_unobserved_caches_emit_none():
 
 
 def test_why_an_action_names_the_tree_decision_and_its_first_effect():
-    from workbench.model.runner import Runner
-    from workbench.model.scenario import scenario_from_records
-    from workbench.model.why import why_event
+    from workbench.model.timeline.runner import Runner
+    from workbench.model.scenarios.scenario import scenario_from_records
+    from workbench.model.debugging.why import why_event
     header = {"schema": 1, "scenario": {"name": "t"}, "config": {"components": ["full"], "kv_size": 32}}
     steps = [{"op": "insert", "key": [1, 2, 3, 4]}, {"op": "insert", "key": [1, 2, 3, 4]}]
     timeline = Runner(scenario_from_records(header, steps)).run()

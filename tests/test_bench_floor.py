@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from cache import InsertParams, RadixKey, UnifiedRadixCache
-from workbench.bench_floor import BareTree, floor_timed
+from workbench.bench.floor import BareTree, floor_timed
 
 
 def test_the_floor_answers_like_the_cache_on_random_shared_prefixes():

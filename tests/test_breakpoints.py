@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from urc_util import urc
-from workbench.model.breakpoints import ConditionError, holds, parse_condition, search
-from workbench.model.cursor import TimelineCursor
-from workbench.model.diff import diff_text
-from workbench.model.runner import Runner, run_scenario
-from workbench.model.scenario import scenario_from_records
-from workbench.model.workload import random_records
+from workbench.model.debugging.breakpoints import ConditionError, holds, parse_condition, search
+from workbench.model.timeline.cursor import TimelineCursor
+from workbench.model.timeline.diff import diff_text
+from workbench.model.timeline.runner import Runner, run_scenario
+from workbench.model.scenarios.scenario import scenario_from_records
+from workbench.model.scenarios.workload import random_records
 
 ROOT = Path(__file__).resolve().parent.parent
 TOUR_SWA = str(ROOT / "scenarios" / "tour_swa.toml")

@@ -18,8 +18,8 @@ from urc_util import JSONL_HEADER, jsonl, toml, urc
 from workbench.bridge import sglang_env
 from workbench.bridge.canonical import CanonicalState, NodeState, first_difference
 from workbench.bridge.sglang_env import BridgeError, check_version
-from workbench.model.runner import run_scenario
-from workbench.model.scenario import ScenarioError, load_scenario, scenario_from_records
+from workbench.model.timeline.runner import run_scenario
+from workbench.model.scenarios.scenario import ScenarioError, load_scenario, scenario_from_records
 from workbench.record.hook import next_free
 from workbench.model.ops import evict as evict_ops, keys, locks
 from workbench.record.mapping import TraceMapper, state_expect

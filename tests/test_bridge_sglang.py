@@ -38,9 +38,9 @@ from workbench.bridge.differential import run_against  # noqa: E402
 from workbench.bridge.sglang_env import BridgeError  # noqa: E402
 from workbench.bridge.side_by_side import bench_against  # noqa: E402
 from workbench.bridge.sglang_side import SGLangSide  # noqa: E402
-from workbench.model.runner import run_scenario  # noqa: E402
-from workbench.model.scenario import load_scenario, scenario_from_records  # noqa: E402
-from workbench.model.workload import write_trace  # noqa: E402
+from workbench.model.timeline.runner import run_scenario  # noqa: E402
+from workbench.model.scenarios.scenario import load_scenario, scenario_from_records  # noqa: E402
+from workbench.model.scenarios.workload import write_trace  # noqa: E402
 from workbench.record import attach, detach  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -63,7 +63,7 @@ def test_record_into_a_bad_path_is_one_line(tmp_path, target, says):
 
 
 def test_an_interrupted_recording_keeps_every_finished_step(capsys, tmp_path, monkeypatch):
-    import workbench.model.runner as runner
+    import workbench.model.timeline.runner as runner
 
     monkeypatch.chdir(tmp_path)
     real_step, calls = runner.Runner.step, []
@@ -88,8 +88,8 @@ def test_an_interrupted_recording_keeps_every_finished_step(capsys, tmp_path, mo
 def test_a_new_recording_can_be_followed_while_it_is_written(capsys, tmp_path, monkeypatch):
     """``urc tui --follow`` reads a recording as it grows: each finished step is in the
     file (flushed) before the next one runs, and a follower sees it."""
-    import workbench.model.runner as runner
-    from workbench.model.follow import TraceFollower
+    import workbench.model.timeline.runner as runner
+    from workbench.model.timeline.follow import TraceFollower
 
     monkeypatch.chdir(tmp_path)
     real_step, seen = runner.Runner.step, []
@@ -126,7 +126,7 @@ def test_a_closed_pipe_exits_quietly(tmp_path, command):
 
 
 def test_an_unexpected_error_is_one_line_that_points_at_debug(capsys, monkeypatch):
-    import workbench.model.runner as runner
+    import workbench.model.timeline.runner as runner
 
     def broken(self):
         raise RuntimeError("something nobody expected\nsecond line")
@@ -170,7 +170,7 @@ def test_deeply_nested_json_is_a_clear_error(tmp_path):
 
 
 def test_a_key_over_the_size_limit_is_a_clear_error(capsys, tmp_path, monkeypatch):
-    import workbench.model.scenario as scenario
+    import workbench.model.scenarios.scenario as scenario
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(scenario, "MAX_KEY_TOKENS", 100)
@@ -308,7 +308,7 @@ def test_bench_runs_small(capsys):
 
 
 def test_timeline_bench_parts_run_small():
-    from workbench.bench_timeline import part_random, part_trace, part_tree
+    from workbench.bench.timeline import part_random, part_trace, part_tree
 
     assert part_trace(5, ("full",))["steps"] == 20
     assert part_random(200, ("full", "swa", "mamba"))["passed"]
@@ -317,7 +317,7 @@ def test_timeline_bench_parts_run_small():
 
 
 def test_a_trace_over_the_size_limit_is_refused_not_truncated(capsys, tmp_path, monkeypatch):
-    import workbench.model.scenario as scenario
+    import workbench.model.scenarios.scenario as scenario
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(scenario, "MAX_FILE_BYTES", 1000)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from urc_util import urc
-from workbench.model.runner import run_scenario
-from workbench.model.why import why_match, why_node
+from workbench.model.timeline.runner import run_scenario
+from workbench.model.debugging.why import why_match, why_node
 
 ROOT = Path(__file__).resolve().parent.parent
 TOUR_MAMBA = str(ROOT / "scenarios" / "tour_mamba.toml")

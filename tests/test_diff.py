@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from workbench.model.diff import diff_states, diff_text
-from workbench.model.runner import Runner
-from workbench.model.scenario import load_scenario, scenario_from_records
-from workbench.model.states import TimelineState
+from workbench.model.timeline.diff import diff_states, diff_text
+from workbench.model.timeline.runner import Runner
+from workbench.model.scenarios.scenario import load_scenario, scenario_from_records
+from workbench.model.timeline.states import TimelineState
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL = {"components": ["full"], "kv_size": 64}

@@ -8,9 +8,9 @@ import pytest
 
 from cache import Cause, Event, EventKind, EventLog, EvictParams, InsertParams, RadixKey, UnifiedRadixCache
 from cache.eviction import EvictionBatch
-from workbench.model.runner import Runner
-from workbench.model.scenario import scenario_from_records
-from workbench.model.workload import random_records
+from workbench.model.timeline.runner import Runner
+from workbench.model.scenarios.scenario import scenario_from_records
+from workbench.model.scenarios.workload import random_records
 
 HYBRID = {"components": ["full", "swa", "mamba"], "page_size": 1, "kv_size": 64, "sliding_window": 4,
           "swa_kv_size": 64, "mamba_size": 16}

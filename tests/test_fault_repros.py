@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from cache.faults import catalogue
-from workbench.model.fuzz import DETECT_EPISODE, SCALE_CONFIGS, first_finding, fuzz
-from workbench.model.runner import Runner
-from workbench.model.scenario import load_scenario
+from workbench.model.fuzzing.fuzz import DETECT_EPISODE, SCALE_CONFIGS, first_finding, fuzz
+from workbench.model.timeline.runner import Runner
+from workbench.model.scenarios.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "scenarios" / "fuzz"

@@ -37,9 +37,9 @@ from cache.controller import UnifiedRadixCache as ControllerClass
 from cache.faults import catalogue
 from cache.tree_core import UnifiedTreeCore
 from urc_util import urc
-from workbench.model.runner import Runner
-from workbench.model.scenario import load_scenario
-from workbench.model.scenario_writer import scenario_toml
+from workbench.model.timeline.runner import Runner
+from workbench.model.scenarios.scenario import load_scenario
+from workbench.model.scenarios.writer import scenario_toml
 
 BUGS = Path(__file__).resolve().parents[1] / "scenarios" / "bugs"
 

@@ -31,9 +31,9 @@ import pytest
 
 from cache.faults import catalogue
 from urc_util import urc
-from workbench.model.runner import Runner
-from workbench.model.scenario import load_scenario
-from workbench.model.scenario_writer import scenario_toml
+from workbench.model.timeline.runner import Runner
+from workbench.model.scenarios.scenario import load_scenario
+from workbench.model.scenarios.writer import scenario_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 BUGS = ROOT / "scenarios" / "bugs"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from workbench.model.cursor import TimelineCursor
-from workbench.model.follow import FINGERPRINT_BYTES, FollowError, TraceFollower
-from workbench.model.runner import run_scenario, same_state
-from workbench.model.scenario import ScenarioError, load_scenario
-from workbench.model.scenario_writer import scenario_jsonl
+from workbench.model.timeline.cursor import TimelineCursor
+from workbench.model.timeline.follow import FINGERPRINT_BYTES, FollowError, TraceFollower
+from workbench.model.timeline.runner import run_scenario, same_state
+from workbench.model.scenarios.scenario import ScenarioError, load_scenario
+from workbench.model.scenarios.writer import scenario_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = {"schema": 1, "scenario": {"name": "followed"}, "config": {"components": ["full"], "kv_size": 64}}

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from urc_util import urc
-from workbench.model.fuzz import (SCALE_CONFIGS, FuzzConfig, LockstepRun, OpGenerator, configs_for, fuzz, reproduce,
+from workbench.model.fuzzing.fuzz import (SCALE_CONFIGS, FuzzConfig, LockstepRun, OpGenerator, configs_for, fuzz, reproduce,
                                   sanity_check_would_catch)
-from workbench.model.scenario import load_scenario
-from workbench.model.shrink import Shrinker, renumber
+from workbench.model.scenarios.scenario import load_scenario
+from workbench.model.fuzzing.shrink import Shrinker, renumber
 
 # ---- the shrinker --------------------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from urc_util import toml, urc
-from workbench.model.runner import run_scenario
-from workbench.model.scenario import ScenarioError, load_scenario
+from workbench.model.timeline.runner import run_scenario
+from workbench.model.scenarios.scenario import ScenarioError, load_scenario
 
 HOST_HEADER = """\
 schema = 1
@@ -96,7 +96,7 @@ def test_host_tier_bad_input_is_refused_with_file_and_line(tmp_path, monkeypatch
         config + "\n" if config else "")
     toml("bad.toml", steps, header=header)
     with pytest.raises(ScenarioError) as info:
-        from workbench.model.scenario import cache_config
+        from workbench.model.scenarios.scenario import cache_config
 
         cache_config(load_scenario("bad.toml"))
     assert f"bad.toml:{line}:" in str(info.value) and says in str(info.value)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import workbench.model.session as session_module
-from workbench.model.runner import Runner
-from workbench.model.scenario import load_scenario
+import workbench.model.timeline.session as session_module
+from workbench.model.timeline.runner import Runner
+from workbench.model.scenarios.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 TOUR = ROOT / "scenarios" / "tour.toml"

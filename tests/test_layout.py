@@ -1,5 +1,7 @@
 """The layers stay apart: the cache knows nothing of the workbench, and the
-workbench's model (what the TUI and SVG will render) pulls in no rendering library."""
+workbench's model (what the TUI and SVG will render) pulls in no rendering library.
+The workbench is rooms by role (command line, benchmarks, bridge, recorder, model,
+renderers, TUI) and the model is rooms by subject, so a newcomer finds code by name."""
 
 from __future__ import annotations
 
@@ -9,9 +11,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL = ["scenario", "scenario_fields", "session", "runner", "timeline", "states", "diff", "export", "outputs", "workload", "fmt", "cursor",
-         "why", "breakpoints", "follow", "live", "regression_test", "scenario_writer", "fuzz", "shrink",
-         "shown_tree", "step_view"]
+# the model's rooms and what each holds
+ROOMS = {
+    "ops": ["spec", "keys", "locks", "evict", "requests", "host"],  # every op, declared once
+    "scenarios": ["scenario", "fields", "writer", "live", "workload", "outputs"],  # scenario files in and out
+    "timeline": ["session", "runner", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
+                 "shown_tree", "step_view"],  # running a scenario, the states it leaves, moving through them
+    "debugging": ["why", "breakpoints", "regression_test"],
+    "fuzzing": ["fuzz", "shrink"],
+}
+MODEL = [f"{room}.{module}" for room, modules in ROOMS.items() for module in modules]
+# the workbench's rooms by role; its root holds only its entry points
+WORKBENCH = ["bench", "bridge", "cli", "model", "record", "render", "tui"]
 
 
 def imported_after(code: str) -> set[str]:
@@ -22,7 +33,7 @@ def imported_after(code: str) -> set[str]:
 
 
 def test_the_model_imports_no_rendering_library():
-    modules = imported_after("\n".join(f"import workbench.model.{m}" for m in MODEL + ["ops"]))
+    modules = imported_after("\n".join(f"import workbench.model.{m}" for m in MODEL))
     assert {m.split(".")[0] for m in modules} & {"rich", "textual"} == set()
 
 
@@ -36,12 +47,23 @@ def test_the_tui_reaches_the_cache_only_through_the_model():
     """Widgets render the model; no TUI module imports the controller, runner or session."""
     for path in (ROOT / "workbench" / "tui").rglob("*.py"):
         text = path.read_text(encoding="utf-8")
-        for forbidden in ("cache.controller", "UnifiedRadixCache", "model.runner", "model.session"):
+        for forbidden in ("cache.controller", "UnifiedRadixCache", "timeline.runner", "timeline.session"):
             assert forbidden not in text, f"{path.relative_to(ROOT)} uses {forbidden}"
 
 
-def test_every_model_module_is_in_the_model_package():
-    assert sorted(p.stem for p in (ROOT / "workbench" / "model").glob("*.py") if p.stem != "__init__") == sorted(MODEL)
+def test_every_model_module_is_in_its_room():
+    model = ROOT / "workbench" / "model"
+    assert sorted(p.name for p in model.iterdir() if p.name != "__pycache__") == sorted(["__init__.py", *ROOMS])
+    for room, modules in ROOMS.items():
+        found = sorted(p.stem for p in (model / room).glob("*.py") if p.stem != "__init__")
+        assert found == sorted(modules), room
+        assert (model / room / "__init__.py").read_text().startswith('"""'), f"{room}: say what the room holds"
+
+
+def test_the_workbench_root_holds_rooms_and_its_entry_points():
+    root = ROOT / "workbench"
+    assert sorted(p.name for p in root.glob("*.py")) == ["__init__.py", "__main__.py"]
+    assert sorted(p.name for p in root.iterdir() if p.is_dir() and p.name != "__pycache__") == WORKBENCH
 
 
 def code_lines(path: Path) -> int:

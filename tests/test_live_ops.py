@@ -1,4 +1,4 @@
-"""The TUI's command bar language (workbench/model/live.py): parsing, its inverse,
+"""The TUI's command bar language (workbench/model/scenarios/live.py): parsing, its inverse,
 completion, and a live op run at the end of a loaded timeline."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from workbench.model.cursor import TimelineCursor
-from workbench.model.live import OP_HELP, complete, format_command, parse_command
-from workbench.model.scenario import MAX_KEY_TOKENS, OPS, ScenarioError, StepAppender, load_scenario
+from workbench.model.timeline.cursor import TimelineCursor
+from workbench.model.scenarios.live import OP_HELP, complete, format_command, parse_command
+from workbench.model.scenarios.scenario import MAX_KEY_TOKENS, OPS, ScenarioError, StepAppender, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted((ROOT / "scenarios").glob("**/*.toml"))

@@ -13,11 +13,11 @@ import pytest
 from cache import MatchPrefixParams, RadixKey
 from urc_util import urc
 from workbench.model import ops
-from workbench.model.fuzz import FuzzConfig, OpGenerator, fuzz
-from workbench.model.live import OP_HELP, complete, format_command, parse_command
-from workbench.model.runner import run_scenario
-from workbench.model.scenario import ScenarioError, StepAppender, load_scenario, scenario_from_records
-from workbench.model.shrink import renumber
+from workbench.model.fuzzing.fuzz import FuzzConfig, OpGenerator, fuzz
+from workbench.model.scenarios.live import OP_HELP, complete, format_command, parse_command
+from workbench.model.timeline.runner import run_scenario
+from workbench.model.scenarios.scenario import ScenarioError, StepAppender, load_scenario, scenario_from_records
+from workbench.model.fuzzing.shrink import renumber
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = {"schema": 1, "scenario": {"name": "probe"}, "config": {"components": ["full"], "kv_size": 32}}

@@ -19,7 +19,7 @@ from refused_util import assert_same, deep_state
 
 from cache import CacheError, Cause, EventLog, UnifiedRadixCache, check_invariants
 from cache.errors import DoubleFreeError, LockError, PoolExhaustedError, UnknownNodeError
-from workbench.model.session import Session
+from workbench.model.timeline.session import Session
 
 # ---- part (a): every call of every op fails in turn -----------------------------
 

@@ -10,8 +10,8 @@ import textwrap
 import pytest
 from refused_util import assert_same, deep_state
 
-from workbench.model.runner import Runner
-from workbench.model.scenario import load_scenario
+from workbench.model.timeline.runner import Runner
+from workbench.model.scenarios.scenario import load_scenario
 
 # ---- part (b): real refusals, through the runner --------------------------------
 

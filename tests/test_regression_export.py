@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.model.runner import run_scenario
-from workbench.model.scenario import ScenarioError
-from workbench.model.regression_test import regression_test_name, regression_test_source, write_regression_test
+from workbench.model.timeline.runner import run_scenario
+from workbench.model.scenarios.scenario import ScenarioError
+from workbench.model.debugging.regression_test import regression_test_name, regression_test_source, write_regression_test
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTS = [  # (scenario, step to export at)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from urc_util import HEADER, JSONL_HEADER, jsonl, run_json, toml, urc, write
-from workbench.model.runner import Runner, run_scenario
-from workbench.model.scenario import ScenarioError, load_scenario
+from workbench.model.timeline.runner import Runner, run_scenario
+from workbench.model.scenarios.scenario import ScenarioError, load_scenario
 
 SMOKE = Path(__file__).resolve().parent.parent / "scenarios" / "smoke.toml"
 # A frozen copy of scenarios/smoke.toml, so the line numbers below stay put.
@@ -146,7 +146,7 @@ def test_report_lists_every_failing_step_with_its_line_and_command(capsys):
 
 def test_report_shows_violations(capsys, monkeypatch):
     """Invariants are checked after every step, fingerprints after every match."""
-    import workbench.model.runner as runner
+    import workbench.model.timeline.runner as runner
     from cache.invariants import Violation
 
     calls = []

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.model.runner import Runner
-from workbench.model.scenario import ScenarioError, StepAppender, load_scenario, scenario_from_records
-from workbench.model.scenario_writer import scenario_jsonl, scenario_toml, toml_value
+from workbench.model.timeline.runner import Runner
+from workbench.model.scenarios.scenario import ScenarioError, StepAppender, load_scenario, scenario_from_records
+from workbench.model.scenarios.writer import scenario_jsonl, scenario_toml, toml_value
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = sorted((ROOT / "scenarios").rglob("*.toml"))

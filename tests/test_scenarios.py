@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.model.runner import run_scenario
+from workbench.model.timeline.runner import run_scenario
 
 ROOT = Path(__file__).resolve().parents[1] / "scenarios"
 # scenarios/fuzz/ holds the fuzzer's fault repros, which fail on purpose (tests/test_fault_repros.py)

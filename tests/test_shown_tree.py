@@ -1,4 +1,4 @@
-"""One model of what a tree view shows (``workbench/model/shown_tree.py``): the TUI's tree
+"""One model of what a tree view shows (``workbench/model/timeline/shown_tree.py``): the TUI's tree
 panel and the SVG picture fold, place and mark the same rows for the same step, and a
 panel is one module plus one line in the app's layout."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from textual.widgets import Static
 
-from workbench.model.runner import Runner
-from workbench.model.scenario import load_scenario, scenario_from_records
-from workbench.model.shown_tree import CHANGE_ORDER, ShownTree
+from workbench.model.timeline.runner import Runner
+from workbench.model.scenarios.scenario import load_scenario, scenario_from_records
+from workbench.model.timeline.shown_tree import CHANGE_ORDER, ShownTree
 from workbench.render.dot import CHANGE_FILL
 from workbench.render.picture import picture
 from workbench.tui.app import LAYOUT, Slot, WorkbenchApp

@@ -297,8 +297,8 @@ def tag_registered():
 
 
 def test_a_component_registered_at_run_time_runs_a_scenario_end_to_end(tag_registered):
-    from workbench.model.runner import Runner
-    from workbench.model.scenario import scenario_from_records
+    from workbench.model.timeline.runner import Runner
+    from workbench.model.scenarios.scenario import scenario_from_records
 
     header = {"schema": 1, "scenario": {"name": "tagged"},
               "config": {"components": ["full", "tag"], "kv_size": 32, "tag_label": 3}}
@@ -330,7 +330,7 @@ def test_the_registry_refuses_a_name_twice_and_a_class_under_another_name():
 
 
 def test_the_sidecar_tour_passes():
-    from workbench.model.runner import run_scenario
+    from workbench.model.timeline.runner import run_scenario
 
     timeline = run_scenario(ROOT / "scenarios" / "tour_sidecar.toml")
     assert timeline.passed
@@ -340,9 +340,9 @@ def test_the_sidecar_tour_passes():
 
 
 def test_a_scenario_evicts_sidecar_entries_by_name_and_expects_how_many_went():
-    from workbench.model.live import complete, parse_command
-    from workbench.model.runner import Runner
-    from workbench.model.scenario import ScenarioError, StepAppender, scenario_from_records
+    from workbench.model.scenarios.live import complete, parse_command
+    from workbench.model.timeline.runner import Runner
+    from workbench.model.scenarios.scenario import ScenarioError, StepAppender, scenario_from_records
 
     config = {"components": ["full", "sidecar"], "page_size": 1, "kv_size": 64, "sidecar_stride": 4, "sidecar_size": 8}
     header = {"schema": 1, "scenario": {"name": "evict-entries"}, "config": config}

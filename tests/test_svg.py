@@ -12,8 +12,8 @@ import graphviz
 import pytest
 
 from urc_util import urc
-from workbench.model.runner import Runner, run_scenario
-from workbench.model.scenario import scenario_from_records
+from workbench.model.timeline.runner import Runner, run_scenario
+from workbench.model.scenarios.scenario import scenario_from_records
 from workbench.render.picture import picture
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workbench.model.runner import Runner, same_state
-from workbench.model.scenario import load_scenario, scenario_from_records
-from workbench.model.states import StateStore
+from workbench.model.timeline.runner import Runner, same_state
+from workbench.model.scenarios.scenario import load_scenario, scenario_from_records
+from workbench.model.timeline.states import StateStore
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted(p for p in (ROOT / "scenarios").rglob("*.toml") if p.parent.name != "fuzz")  # fuzz/: faulted caches

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from urc_util import urc
-from workbench.model.scenario import load_scenario, scenario_from_records
+from workbench.model.scenarios.scenario import load_scenario, scenario_from_records
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.bindings import COMMANDS
 from workbench.tui.screens.goto import GotoScreen

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.model.breakpoints import holds, parse_condition
-from workbench.model.runner import run_scenario, same_state
-from workbench.model.scenario import load_scenario
+from workbench.model.debugging.breakpoints import holds, parse_condition
+from workbench.model.timeline.runner import run_scenario, same_state
+from workbench.model.scenarios.scenario import load_scenario
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.screens.breakpoints import BreakpointScreen
 from workbench.tui.screens.diff import DiffScreen
@@ -226,8 +226,8 @@ async def test_why_on_a_node_and_on_the_match():
 
 @pytest.mark.asyncio
 async def test_follow_appends_a_growing_trace_and_survives_its_deletion(tmp_path):
-    from workbench.model.follow import TraceFollower
-    from workbench.model.scenario_writer import scenario_jsonl
+    from workbench.model.timeline.follow import TraceFollower
+    from workbench.model.scenarios.writer import scenario_jsonl
 
     lines = scenario_jsonl(TOUR_SWA).splitlines(keepends=True)
     trace = tmp_path / "growing.jsonl"

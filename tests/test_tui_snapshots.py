@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cache.invariants import Violation
-from workbench.model.scenario import load_scenario
+from workbench.model.scenarios.scenario import load_scenario
 from workbench.tui.app import WorkbenchApp
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def test_mamba_copy_on_write_step(snap_compare):
 
 
 def test_invariant_failure_banner(snap_compare, monkeypatch):
-    import workbench.model.runner as runner
+    import workbench.model.timeline.runner as runner
 
     real = runner.check_invariants
 

@@ -1,4 +1,4 @@
-"""``workbench.model.why``: the sentences name the right step, op, request, component
+"""``workbench.model.debugging.why``: the sentences name the right step, op, request, component
 and cascade, locks are traced to the steps that still hold them, and a node's story
 reads only the steps that concern it."""
 
@@ -9,10 +9,10 @@ import re
 import pytest
 
 from cache import EventKind
-from workbench.model.runner import Runner
-from workbench.model.scenario import scenario_from_records
-from workbench.model.why import Explanation, node_steps, why_event, why_match, why_node
-from workbench.model.workload import random_records
+from workbench.model.timeline.runner import Runner
+from workbench.model.scenarios.scenario import scenario_from_records
+from workbench.model.debugging.why import Explanation, node_steps, why_event, why_match, why_node
+from workbench.model.scenarios.workload import random_records
 
 HYBRID = {"components": ["full", "swa", "mamba"], "page_size": 1, "kv_size": 64, "sliding_window": 4,
           "mamba_size": 16}

@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 from cache.errors import ForeignIndexError, InvalidKeyError, InvalidValueError, LockError, UnknownNodeError
 
-from ..model.runner import build_cache
-from ..model.scenario import Scenario
-from ..model.session import RunError, Session
+from ..model.timeline.runner import build_cache
+from ..model.scenarios.scenario import Scenario
+from ..model.timeline.session import RunError, Session
 from .canonical import Difference, first_difference, from_snapshot
 from .sglang_env import BridgeError, check_version
 from .sglang_side import COMPONENTS, SGLangSide

@@ -9,7 +9,7 @@ from importlib import metadata
 from types import SimpleNamespace
 from typing import Callable, Optional
 
-from ..model.scenario import ScenarioError
+from ..model.scenarios.scenario import ScenarioError
 
 SGLANG_VERSION = "0.5.23"  # the version our cache follows
 INSTALL = f"pip install 'unified-cache-workbench[sglang]' (or: pip install sglang=={SGLANG_VERSION})"

@@ -14,10 +14,10 @@ from __future__ import annotations
 import gc
 from typing import Optional
 
-from ..bench import stats
-from ..model.scenario import Scenario
+from ..bench.synthetic import stats
+from ..model.scenarios.scenario import Scenario
 from ..model import ops
-from ..replay import CallTimer, _steps, replay_timed
+from ..bench.replay import CallTimer, _steps, replay_timed
 from .sglang_env import check_version
 from .sglang_side import SGLangSide
 

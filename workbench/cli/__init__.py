@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Optional
 
-from ..model.scenario import ScenarioError
+from ..model.scenarios.scenario import ScenarioError
 from . import bench, demo, diff, fuzz, ops, run, show, svg, tui, why
 from .common import (EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, Parser, say,
                      silence_stdout, version)

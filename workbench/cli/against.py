@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..model.scenario import ScenarioError
+from ..model.scenarios.scenario import ScenarioError
 
 from .common import EXIT_CHECK_FAILED as EXIT_DIVERGED, EXIT_OK
 
@@ -101,8 +101,8 @@ def bench_against(args, scenario) -> int:
 
 
 def _workload_trace(args, folder: Path):
-    from ..model.scenario import load_scenario
-    from ..model.workload import write_trace
+    from ..model.scenarios.scenario import load_scenario
+    from ..model.scenarios.workload import write_trace
 
     path = folder / "workload.jsonl"
     with path.open("w", encoding="utf-8") as stream:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..model.scenario import ScenarioError
+from ..model.scenarios.scenario import ScenarioError
 from .against import add_against_options, check_against_use
 from .common import EXIT_CHECK_FAILED, EXIT_OK, load_all
 DEVICES = ("cpu", "cuda", "auto")
@@ -60,8 +60,8 @@ def run(args) -> int:
         raise ScenarioError("--tree-sizes must be positive")
     components = tuple(args.components.split(","))
     if args.write_trace:
-        from ..model.outputs import open_output
-        from ..model.workload import write_trace
+        from ..model.scenarios.outputs import open_output
+        from ..model.scenarios.workload import write_trace
 
         with open_output(args.write_trace, (), args.force, "--write-trace") as stream:
             steps = write_trace(stream, args.requests, args.seed, components)
@@ -71,7 +71,7 @@ def run(args) -> int:
     if args.force:
         raise ScenarioError("--force only applies with --write-trace")
     if args.fuzz:
-        from ..bench_fuzz import fuzz_report
+        from ..bench.fuzz import fuzz_report
 
         if args.ops <= 0:
             raise ScenarioError("--ops must be a positive int")
@@ -80,13 +80,13 @@ def run(args) -> int:
             print(json.dumps(rows, indent=1))
         return EXIT_OK if all(r.get("finding") is None and "error" not in r for r in rows) else EXIT_CHECK_FAILED
     if args.tui:
-        from ..bench_tui import tui_report
+        from ..bench.tui import tui_report
 
         report = tui_report()
         print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
         return EXIT_OK
     if args.timeline or args.svg:
-        from ..bench_timeline import PARTS, SVG_PARTS, timeline_report
+        from ..bench.timeline import PARTS, SVG_PARTS, timeline_report
 
         report = timeline_report(args.requests if args.requests != 5000 else 2000, SVG_PARTS if args.svg else PARTS)
         print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
@@ -100,7 +100,7 @@ def run(args) -> int:
     from ..render.report import make_console
 
     if trace is not None:
-        from ..replay import replay_timed
+        from ..bench.replay import replay_timed
 
         report = replay_timed(trace, device=args.device)
         if args.json:
@@ -114,7 +114,7 @@ def run(args) -> int:
             for op, s in report["floor"].items():
                 print(f"  {op:8s} n={s['n']:6d}  mean {s['mean_us']:8.2f}  p50 {s['p50_us']:8.2f}  p99 {s['p99_us']:8.2f}")
         return EXIT_OK
-    from ..bench import BenchConfig, full_report, print_report
+    from ..bench.synthetic import BenchConfig, full_report, print_report
 
     config = BenchConfig(requests=args.requests, seed=args.seed, device=args.device, components=components)
     report = full_report(config, sizes if components == ("full",) else ())

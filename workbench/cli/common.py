@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 
-from ..model.scenario import STDIN, ScenarioError
+from ..model.scenarios.scenario import STDIN, ScenarioError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_CODES = """\
@@ -54,7 +54,7 @@ def silence_stdout() -> None:
 
 def load_all(files: list[str]):
     """Load and check every file (and its config) before running any: no torch yet."""
-    from ..model.scenario import cache_config, load_scenario
+    from ..model.scenarios.scenario import cache_config, load_scenario
 
     if files.count(STDIN) > 1:
         raise ScenarioError("standard input (-) can be read only once")
@@ -76,7 +76,7 @@ def step_in_range(option: str, step: int, scenario) -> int:
 def walk(scenarios, console) -> int:
     """Print every step of every scenario (the tour's walk-through: urc show --walk, and
     urc tui when stdout is not a terminal)."""
-    from ..model.runner import run_scenario
+    from ..model.timeline.runner import run_scenario
     from ..render.report import walk as walk_timeline
 
     timelines = [run_scenario(s) for s in scenarios]

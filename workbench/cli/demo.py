@@ -28,7 +28,7 @@ def run_demo(console: Console | None = None) -> int:
 
     from cache import EventLog, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants
 
-    from ..model.fmt import event_text
+    from ..model.timeline.fmt import event_text
     from ..render.tree_view import render_state
 
     console = console or Console()

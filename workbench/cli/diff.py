@@ -22,8 +22,8 @@ def run(args) -> int:
     scenario = load_all([args.file])[0]
     end = step_in_range("--to", len(scenario.steps) if args.end is None else args.end, scenario)
     start = step_in_range("--from", max(0, end - 1) if args.start is None else args.start, scenario)
-    from ..model.diff import diff_json, diff_text
-    from ..model.runner import run_scenario
+    from ..model.timeline.diff import diff_json, diff_text
+    from ..model.timeline.runner import run_scenario
 
     timeline = run_scenario(scenario)
     diff = timeline.diff(start, end)

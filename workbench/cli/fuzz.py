@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..model.scenario import ScenarioError
+from ..model.scenarios.scenario import ScenarioError
 
 COMPONENT_SETS = ("full", "full,swa", "full,mamba", "full,swa,mamba")
 
@@ -50,7 +50,7 @@ def add_parser(command) -> None:
 
 
 def run(args) -> int:
-    from ..model.fuzz import FuzzConfig
+    from ..model.fuzzing.fuzz import FuzzConfig
 
     if args.list_faults:
         return _list_faults()
@@ -89,9 +89,9 @@ def _check_config(config) -> None:
 
 
 def _fuzz_once(config, args) -> int:
-    from ..model.fuzz import fuzz, repro_scenario, shrink_result
-    from ..model.outputs import check_output, open_output
-    from ..model.scenario_writer import scenario_jsonl, scenario_toml
+    from ..model.fuzzing.fuzz import fuzz, repro_scenario, shrink_result
+    from ..model.scenarios.outputs import check_output, open_output
+    from ..model.scenarios.writer import scenario_jsonl, scenario_toml
     from ..render.report import progress
 
     label = "+".join(config.faults) or "unfaulted"
@@ -109,7 +109,7 @@ def _fuzz_once(config, args) -> int:
         return 0
     finding = result.finding
     if args.trace:
-        from ..model.scenario import scenario_from_records
+        from ..model.scenarios.scenario import scenario_from_records
 
         header = {"schema": 1, "scenario": {"name": f"fuzz-{label}-seed{args.seed}-run", "source": "urc fuzz"},
                   "config": config.scenario_config()}
@@ -143,9 +143,9 @@ def _detection_table(args) -> int:
 
     from cache.faults import catalogue
 
-    from ..model.fuzz import detect, repro_scenario
-    from ..model.outputs import check_output, open_output
-    from ..model.scenario_writer import scenario_toml
+    from ..model.fuzzing.fuzz import detect, repro_scenario
+    from ..model.scenarios.outputs import check_output, open_output
+    from ..model.scenarios.writer import scenario_toml
 
     folder = Path(args.output) if args.output else None
     if folder is not None and not folder.is_dir():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from ..model.scenario import ScenarioError
+from ..model.scenarios.scenario import ScenarioError
 from .against import add_against_options, check_against_use
 from .common import EXIT_CHECK_FAILED, EXIT_OK, FILE_HELP, load_all
 
@@ -47,14 +47,14 @@ def run(args) -> int:
         raise ScenarioError("--until prints the step it stops at as text: leave out --json")
     scenarios = load_all(args.files)
     if args.until:
-        from ..model.breakpoints import ConditionError, parse_conditions
+        from ..model.debugging.breakpoints import ConditionError, parse_conditions
 
         try:
             args.conditions = [parse_conditions(args.until, s.config["components"]) for s in scenarios]
         except ConditionError as exc:
             raise ScenarioError(f"--until: {exc}") from None
     if args.record:
-        from ..model.outputs import check_output
+        from ..model.scenarios.outputs import check_output
 
         check_output(args.record, args.files, args.force, "--record")
     from ..render.report import make_console
@@ -68,7 +68,7 @@ def run(args) -> int:
             sys.stdout.write(",\n")
         conditions = args.conditions[n] if args.until else None
         if args.record:
-            from ..model.outputs import open_output
+            from ..model.scenarios.outputs import open_output
 
             with open_output(args.record, args.files, args.force, "--record", live=True) as stream:
                 passed &= _run_one(scenario, args, console, stream, conditions)
@@ -83,9 +83,9 @@ def _run_one(scenario, args, console, record, conditions=None) -> bool:
     """Run one scenario, streaming its JSON and showing progress on a terminal; on
     Ctrl-C report what was checked so far, then stop. With ``conditions`` (--until)
     stop at the first step where one holds and print it; True when one did."""
-    from ..model.breakpoints import any_holds, describe_hit
-    from ..model.export import TimelineJsonWriter
-    from ..model.runner import Runner
+    from ..model.debugging.breakpoints import any_holds, describe_hit
+    from ..model.timeline.export import TimelineJsonWriter
+    from ..model.timeline.runner import Runner
     from ..render.report import is_plain, print_run_report, progress, step_view
 
     runner = Runner(scenario, record=record, full_checks=args.full_checks)

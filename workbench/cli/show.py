@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model.scenario import ScenarioError
+from ..model.scenarios.scenario import ScenarioError
 from .common import EXIT_OK, FILE_HELP, load_all, step_in_range, walk
 
 
@@ -21,7 +21,7 @@ def run(args) -> int:
     if args.walk and args.step is not None:
         raise ScenarioError("--step and --walk do not go together")
     scenarios = load_all(args.files)
-    from ..model.runner import run_scenario
+    from ..model.timeline.runner import run_scenario
     from ..render.report import make_console, step_view
     from ..render.tree_view import render_state
 

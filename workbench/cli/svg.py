@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..model.scenario import STDIN, ScenarioError
+from ..model.scenarios.scenario import STDIN, ScenarioError
 from .common import EXIT_OK, FILE_HELP, load_all, say, step_in_range
 
 
@@ -33,10 +33,10 @@ def run(args) -> int:
         step_in_range("--diff", args.diff, scenario)
     stem = "stdin" if args.file == STDIN else os.path.splitext(os.path.basename(args.file))[0]
     output = args.output or f"{stem}-step{step}.{'dot' if args.dot else 'svg'}"
-    from ..model.outputs import check_output, open_output
+    from ..model.scenarios.outputs import check_output, open_output
 
     check_output(output, [args.file], args.force, "-o")
-    from ..model.runner import run_scenario
+    from ..model.timeline.runner import run_scenario
     from ..render.dot import render_svg
     from ..render.picture import picture
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from ..model.scenario import STDIN, ScenarioError
+from ..model.scenarios.scenario import STDIN, ScenarioError
 from .against import add_against_options, check_against_use
 from .common import EXIT_OK, FILE_HELP, load_all, say, walk
 
@@ -71,8 +71,8 @@ def _start_following(path: str):
     """Open a trace to follow: wait (saying so once) for the file and its header line."""
     import time
 
-    from ..model.follow import TraceFollower
-    from ..model.scenario import cache_config
+    from ..model.timeline.follow import TraceFollower
+    from ..model.scenarios.scenario import cache_config
 
     if path == STDIN or not path.endswith(".jsonl"):
         raise ScenarioError("--follow reads a .jsonl trace file", path)

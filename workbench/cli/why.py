@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model.scenario import ScenarioError
+from ..model.scenarios.scenario import ScenarioError
 from .common import EXIT_OK, FILE_HELP, load_all, step_in_range
 
 
@@ -19,8 +19,8 @@ def add_parser(command) -> None:
 def run(args) -> int:
     scenario = load_all([args.file])[0]
     step = step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
-    from ..model.runner import run_scenario
-    from ..model.why import why_match, why_node
+    from ..model.timeline.runner import run_scenario
+    from ..model.debugging.why import why_match, why_node
 
     timeline = run_scenario(scenario)
     try:

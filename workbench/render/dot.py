@@ -16,8 +16,8 @@ from typing import Optional
 import graphviz
 import networkx as nx
 
-from ..model.fmt import plural, tokens_text
-from ..model.shown_tree import CHANGE_MEANING, CHANGE_ORDER
+from ..model.timeline.fmt import plural, tokens_text
+from ..model.timeline.shown_tree import CHANGE_MEANING, CHANGE_ORDER
 
 FONT = "Helvetica"
 CHANGE_FILL = {  # what the step did: a fill per change kind (the model's CHANGE_ORDER picks one)

@@ -16,9 +16,9 @@ import networkx as nx
 
 from cache.keys import TOKEN_BYTES, unpack_tokens
 
-from ..model.diff import StateDiff
-from ..model.shown_tree import ShownNode, ShownTree
-from ..model.states import TimelineState
+from ..model.timeline.diff import StateDiff
+from ..model.timeline.shown_tree import ShownNode, ShownTree
+from ..model.timeline.states import TimelineState
 
 HEAD_TOKENS = 4  # tokens shown in a node's header
 

@@ -7,8 +7,8 @@ from typing import Optional
 
 import graphviz
 
-from ..model.fmt import fields_text
-from ..model.timeline import Timeline
+from ..model.timeline.fmt import fields_text
+from ..model.timeline.timeline import Timeline
 from .dot import caption_text, to_dot
 from .graph import elide, state_graph, subtree_sizes
 

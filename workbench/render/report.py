@@ -15,9 +15,9 @@ from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from ..model.fmt import event_text, fields_text, plural, result_text, value_text
-from ..model.scenario import STDIN_NAME
-from ..model.timeline import StepRecord, Timeline
+from ..model.timeline.fmt import event_text, fields_text, plural, result_text, value_text
+from ..model.scenarios.scenario import STDIN_NAME
+from ..model.timeline.timeline import StepRecord, Timeline
 from .tree_view import render_state
 
 DETAILED_FAILURES = 10  # failing steps reported in full; later ones get one line each

@@ -14,7 +14,7 @@ from rich.tree import Tree
 
 from cache.snapshot import CacheSnapshot, NodeView
 
-from ..model.fmt import tokens_text
+from ..model.timeline.fmt import tokens_text
 
 COMPONENT_STYLE = {"full": "cyan", "swa": "magenta", "mamba": "green"}
 

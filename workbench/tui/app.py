@@ -19,9 +19,9 @@ from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Input, ProgressBar
 
-from ..model.cursor import TimelineCursor
-from ..model.scenario import Scenario, ScenarioError
-from ..model.step_view import StepView
+from ..model.timeline.cursor import TimelineCursor
+from ..model.scenarios.scenario import Scenario, ScenarioError
+from ..model.timeline.step_view import StepView
 from .bindings import COMMANDS as COMMAND_TABLE
 from .bindings import Command, bindings, commands, is_printable
 from .commands import WorkbenchCommands
@@ -322,7 +322,7 @@ class WorkbenchApp(App[None]):
 
     def action_why(self) -> None:
         """Explain the chosen event, the selected node, or the step's match."""
-        from ..model.why import why_event, why_match, why_node
+        from ..model.debugging.why import why_event, why_match, why_node
 
         cursor, events = self.cursor, self.query_one(EventsPanel)
         try:
@@ -348,7 +348,7 @@ class WorkbenchApp(App[None]):
 
     @on(Input.Submitted, "#command")
     def run_command(self, event: Input.Submitted) -> None:
-        from ..model.live import parse_command
+        from ..model.scenarios.live import parse_command
 
         try:
             record = self.cursor.append(parse_command(event.value))
@@ -371,7 +371,7 @@ class WorkbenchApp(App[None]):
         def save(path: str | None) -> None:
             if path is None:
                 return
-            from ..model.scenario_writer import scenario_jsonl, scenario_toml
+            from ..model.scenarios.writer import scenario_jsonl, scenario_toml
 
             scenario = self.cursor.chapter.scenario
             if not path.endswith((".toml", ".jsonl")):
@@ -390,7 +390,7 @@ class WorkbenchApp(App[None]):
         def export(path: str | None) -> None:
             if path is None:
                 return
-            from ..model.regression_test import regression_test_source
+            from ..model.debugging.regression_test import regression_test_source
 
             try:
                 with self.cursor.lock:
@@ -405,7 +405,7 @@ class WorkbenchApp(App[None]):
 
     def _write(self, path: str, write, inputs: list[str]) -> None:
         """Write through ``outputs`` (never over a file or an input); say what happened."""
-        from ..model.outputs import check_output, open_output
+        from ..model.scenarios.outputs import check_output, open_output
 
         try:
             check_output(path, inputs)
@@ -421,7 +421,7 @@ class WorkbenchApp(App[None]):
 
     def poll_follower(self) -> None:
         """Add the followed trace's new steps; keep the cursor at the end if it was there."""
-        from ..model.follow import FollowError
+        from ..model.timeline.follow import FollowError
 
         follower, cursor = self.follower, self.cursor
         if follower is None or cursor.chapter_index != 0 or not cursor.chapter.loaded:

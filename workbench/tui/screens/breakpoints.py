@@ -13,8 +13,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ...model.breakpoints import ConditionError
-from ...model.cursor import DEFAULT_BREAKPOINTS, TimelineCursor
+from ...model.debugging.breakpoints import ConditionError
+from ...model.timeline.cursor import DEFAULT_BREAKPOINTS, TimelineCursor
 
 EXAMPLES = (
     "violation · fingerprint · failed · error",

@@ -11,8 +11,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, Label, Static
 
-from ...model.cursor import TimelineCursor
-from ...model.diff import StateDiff, diff_text
+from ...model.timeline.cursor import TimelineCursor
+from ...model.timeline.diff import StateDiff, diff_text
 from ..widgets.badges import node_label
 
 MAX_ROWS = 500  # a diff across a whole trace can name every node: show the first ones and say so

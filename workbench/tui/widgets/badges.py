@@ -10,7 +10,7 @@ from rich.text import Text
 from cache.keys import unpack_tokens
 from cache.snapshot import NodeRecord
 
-from ...model.shown_tree import CHANGE_MEANING, CHANGE_ORDER, ShownNode
+from ...model.timeline.shown_tree import CHANGE_MEANING, CHANGE_ORDER, ShownNode
 from ...render.tree_view import COMPONENT_STYLE, badge_line
 
 __all__ = ["CHANGE_LEGEND", "CHANGE_STYLE", "COMPONENT_STYLE", "node_label", "row_label"]

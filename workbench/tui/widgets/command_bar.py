@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.suggester import Suggester
 from textual.widgets import Input
 
-from ...model.live import complete
+from ...model.scenarios.live import complete
 
 
 class LiveOpSuggester(Suggester):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ...model.step_view import StepView
+from ...model.timeline.step_view import StepView
 from .panel import Panel
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from ...model.fmt import event_text
-from ...model.step_view import StepView
-from ...model.timeline import StepRecord
+from ...model.timeline.fmt import event_text
+from ...model.timeline.step_view import StepView
+from ...model.timeline.timeline import StepRecord
 from ..messages import NodeChosen
 from .panel import Panel
 

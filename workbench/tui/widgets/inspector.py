@@ -8,8 +8,8 @@ from textual.widgets import Static
 
 from cache.keys import unpack_tokens
 
-from ...model.fmt import tokens_text
-from ...model.step_view import StepView
+from ...model.timeline.fmt import tokens_text
+from ...model.timeline.step_view import StepView
 from .panel import Panel
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ...model.step_view import StepView
+from ...model.timeline.step_view import StepView
 from .badges import COMPONENT_STYLE
 from .panel import Panel
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ...model.step_view import StepView
+from ...model.timeline.step_view import StepView
 
 
 class Panel:

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ...model.step_view import StepView
+from ...model.timeline.step_view import StepView
 from .panel import Panel
 
 COUNTERS = ("total", "available", "evictable", "protected", "held")

@@ -8,9 +8,9 @@ from textual import events
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from ...model.fmt import fields_text
-from ...model.step_view import StepView
-from ...model.timeline import StepRecord
+from ...model.timeline.fmt import fields_text
+from ...model.timeline.step_view import StepView
+from ...model.timeline.timeline import StepRecord
 from ..messages import StepChosen
 from .panel import Panel
 

@@ -7,8 +7,8 @@ from rich.console import Group
 from rich.text import Text
 from textual.widgets import Static
 
-from ...model.step_view import StepView
-from ...model.fmt import fields_text, result_text
+from ...model.timeline.step_view import StepView
+from ...model.timeline.fmt import fields_text, result_text
 from .panel import Panel
 
 

@@ -10,8 +10,8 @@ from typing import Optional
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from ...model.shown_tree import ShownTree
-from ...model.step_view import StepView
+from ...model.timeline.shown_tree import ShownTree
+from ...model.timeline.step_view import StepView
 from ..messages import NodeChosen
 from .badges import row_label
 from .panel import Panel

@@ -13,7 +13,7 @@ from typing import Any, Optional, TextIO
 from cache import CacheError, EventKind, EventLog, UnifiedRadixCache, Violation, check_invariants, verify_match
 from cache.snapshot import GlobalRecord, global_record, node_record
 
-from .scenario import NAMED_FIELDS, Scenario, ScenarioError, Step, cache_config
+from ..scenarios.scenario import NAMED_FIELDS, Scenario, ScenarioError, Step, cache_config
 from .session import Session
 from .states import StateShape, StateStore, TimelineState, all_records
 from .timeline import Failure, StepRecord, Timeline
@@ -260,7 +260,7 @@ def _write_line(stream: TextIO, obj: Any) -> None:
 
 def run_scenario(scenario: Scenario | str | Path, record: Optional[str | Path] = None, checks: bool = True) -> Timeline:
     """Library entry point: load (if given a path), run, return the timeline."""
-    from .scenario import load_scenario
+    from ..scenarios.scenario import load_scenario
 
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)

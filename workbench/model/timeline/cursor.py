@@ -14,14 +14,14 @@ import threading
 from collections.abc import Callable
 from typing import Optional
 
-from .breakpoints import Condition, parse_condition, search
+from ..debugging.breakpoints import Condition, parse_condition, search
 from .diff import StateDiff
 from .runner import Runner, settle
-from .scenario import Scenario, ScenarioError, StepAppender
+from ..scenarios.scenario import Scenario, ScenarioError, StepAppender
 from .states import TimelineState
 from .step_view import StepView
 from .timeline import StepRecord, Timeline
-from .why import node_steps
+from ..debugging.why import node_steps
 
 
 @dataclasses.dataclass

@@ -27,7 +27,7 @@ def tui_report(parts: tuple[str, ...] = PARTS) -> dict:
     """Every part, each in its own interpreter."""
     out = {}
     for name in parts:
-        argv = [sys.executable, "-m", "workbench.bench_tui", name]
+        argv = [sys.executable, "-m", "workbench.bench.tui", name]
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         failed = {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
         out[name] = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else failed
@@ -39,9 +39,9 @@ def _scenario(part: str):
     root, kv_size (10,000 + 10) * 4) from generated records."""
     import tempfile
 
-    from .model.ops.keys import INSERT
-    from .model.scenario import load_scenario, scenario_from_records
-    from .model.workload import write_trace
+    from ..model.ops.keys import INSERT
+    from ..model.scenarios.scenario import load_scenario, scenario_from_records
+    from ..model.scenarios.workload import write_trace
 
     if part == "trace-2k":
         with tempfile.TemporaryDirectory() as tmp:
@@ -98,8 +98,8 @@ async def _measure(part: str) -> dict:
     The TUI's imports (a user waits for them too) are timed apart: the clock for first
     paint starts at the app's construction."""
     scenario, started = _scenario(part), time.perf_counter()
-    from .tui.app import WorkbenchApp
-    from .tui.widgets.step_list import StepList
+    from ..tui.app import WorkbenchApp
+    from ..tui.widgets.step_list import StepList
     start = time.perf_counter()
     app = WorkbenchApp([scenario], background=True)
     async with app.run_test(size=SIZE) as pilot:

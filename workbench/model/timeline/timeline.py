@@ -16,7 +16,7 @@ from cache.events import Event
 from cache.invariants import Violation
 
 from .fmt import value_text
-from .scenario import Scenario, Step
+from ..scenarios.scenario import Scenario, Step
 from .states import StateStore, TimelineState
 
 

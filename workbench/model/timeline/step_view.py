@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Optional
 
 from .diff import StateDiff
-from .scenario import Scenario
+from ..scenarios.scenario import Scenario
 from .shown_tree import ShownTree
 from .states import TimelineState
 from .timeline import StepRecord

@@ -14,7 +14,7 @@ from cache import CacheError, RadixKey, UnifiedRadixCache
 from cache.params import IncLockRefResult, MatchResult
 from cache.request import Req
 
-from . import ops
+from .. import ops
 
 
 class RunError(CacheError):

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
-from . import ops
+from .. import ops
 
 Steps = list[dict[str, Any]]
 _NOT_FIELDS = ("op", "expect", "expect_error", "description")

@@ -13,13 +13,13 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from .outputs import open_output
-from .runner import state_field
-from .ops import host_parts, owner as ops_owner
-from .scenario import NAMED_FIELDS, OPS, STATE_FIELDS, Scenario, ScenarioError, Step, scenario_from_records
-from .scenario_writer import scenario_toml
-from .states import TimelineState
-from .timeline import StepRecord, Timeline
+from ..scenarios.outputs import open_output
+from ..timeline.runner import state_field
+from ..ops import host_parts, owner as ops_owner
+from ..scenarios.scenario import NAMED_FIELDS, OPS, STATE_FIELDS, Scenario, ScenarioError, Step, scenario_from_records
+from ..scenarios.writer import scenario_toml
+from ..timeline.states import TimelineState
+from ..timeline.timeline import StepRecord, Timeline
 
 try:  # the same parser the loader uses
     import tomli as tomllib
@@ -56,7 +56,7 @@ def regression_test_source(timeline: Timeline, upto: int) -> str:
     expected_state = {name: state_field(state, name) for name in fields}
     parts = [
         _docstring(scenario, upto, pinned),
-        "from workbench.model.runner import run_scenario, state_field",
+        "from workbench.model.timeline.runner import run_scenario, state_field",
         "",
         f"SCENARIO_TOML = {_string_literal(toml)}",
         "",
@@ -203,7 +203,7 @@ def _docstring(scenario: Scenario, upto: int, pinned: list[tuple[Step, list[str]
         f"Regression test for scenario {scenario.name!r}: its first {upto} of {len(scenario.steps)} steps.",
         "",
         f"Exported from the timeline of {source} at step {upto} (the TUI's `t` key,",
-        "workbench.model.regression_test). Every step expects the results it had then; the test",
+        "workbench.model.debugging.regression_test). Every step expects the results it had then; the test",
         "also checks the state after the last step: every counter and the tree's shape.",
     ]
     notes = [note for _, step_notes in pinned for note in step_notes]

@@ -40,7 +40,7 @@ def timeline_report(requests: int = 2000, parts: dict = PARTS) -> dict:
     out = {}
     for name, (kind, size, comps) in parts.items():
         size = requests if kind == "trace" else size
-        proc = subprocess.run([sys.executable, "-m", "workbench.bench_timeline", kind, str(size), ",".join(comps)],
+        proc = subprocess.run([sys.executable, "-m", "workbench.bench.timeline", kind, str(size), ",".join(comps)],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             out[name] = {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
@@ -54,8 +54,8 @@ def _peak_mb() -> float:
 
 
 def _run_records(records) -> tuple:
-    from .model.runner import Runner
-    from .model.scenario import scenario_from_records
+    from ..model.timeline.runner import Runner
+    from ..model.scenarios.scenario import scenario_from_records
 
     records = list(records)
     scenario = scenario_from_records(records[0], records[1:])
@@ -68,9 +68,9 @@ def part_trace(requests: int, components: tuple[str, ...]) -> dict:
     """As ``urc run trace.jsonl`` does it: from a file, so the figures are a user's."""
     import tempfile
 
-    from .model.runner import Runner
-    from .model.scenario import load_scenario
-    from .model.workload import write_trace
+    from ..model.timeline.runner import Runner
+    from ..model.scenarios.scenario import load_scenario
+    from ..model.scenarios.workload import write_trace
 
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/trace.jsonl"
@@ -84,7 +84,7 @@ def part_trace(requests: int, components: tuple[str, ...]) -> dict:
 
 
 def part_random(steps: int, components: tuple[str, ...]) -> dict:
-    from .model.workload import random_records
+    from ..model.scenarios.workload import random_records
 
     timeline, seconds = _run_records(random_records(steps, 0, components))
     return {"steps": len(timeline), "ms_per_step": round(seconds / len(timeline) * 1e3, 3), "passed": timeline.passed,
@@ -93,7 +93,7 @@ def part_random(steps: int, components: tuple[str, ...]) -> dict:
 
 def part_tree(nodes: int, components: tuple[str, ...]) -> dict:
     """A tree of ``nodes`` leaves under the root, then a few hundred ops on it."""
-    from .model.ops.keys import INSERT, MATCH
+    from ..model.ops.keys import INSERT, MATCH
     from cache import check_invariants
 
     rng = random.Random(0)
@@ -114,8 +114,8 @@ def part_tree(nodes: int, components: tuple[str, ...]) -> dict:
     diffs = [ms(lambda i=i: timeline.diff(i, i + 1)) for i in range(base, base + 20)]
     store._cache.clear()
     current = ms(lambda: timeline.state_after(n))
-    from .model.runner import Runner  # the sweep on the same tree, rebuilt
-    from .model.scenario import scenario_from_records
+    from ..model.timeline.runner import Runner  # the sweep on the same tree, rebuilt
+    from ..model.scenarios.scenario import scenario_from_records
 
     runner = Runner(scenario_from_records(header, steps))
     runner.run()
@@ -133,10 +133,10 @@ def part_debugger(steps: int, components: tuple[str, ...], workload: str = "rand
     workload: ``steps / 4`` requests on a large tree): reverse-continue from the last
     step to the first with conditions that never hold (the worst case: every step is
     read), forward continue likewise, and ``why`` answers (node and match)."""
-    from .model.ops.keys import MATCH
-    from .model.breakpoints import parse_condition, search
-    from .model.why import why_match, why_node
-    from .model.workload import random_records, trace_records
+    from ..model.ops.keys import MATCH
+    from ..model.debugging.breakpoints import parse_condition, search
+    from ..model.debugging.why import why_match, why_node
+    from ..model.scenarios.workload import random_records, trace_records
 
     records = random_records(steps, 0, components) if workload == "random" else trace_records(steps // 4, 0, components)
     timeline, _ = _run_records(records)
@@ -160,11 +160,11 @@ def part_debugger(steps: int, components: tuple[str, ...], workload: str = "rand
 def part_svg(nodes: int, components: tuple[str, ...]) -> dict:
     """``urc svg`` of a tree of ``nodes`` distinct branches: all of them at 2,000, 500
     of them (``--max-nodes 500``) at 10,000; timed from the timeline to SVG text."""
-    from .model.ops.keys import INSERT
-    from .model.runner import Runner
-    from .model.scenario import scenario_from_records
-    from .render.dot import render_svg
-    from .render.picture import picture
+    from ..model.ops.keys import INSERT
+    from ..model.timeline.runner import Runner
+    from ..model.scenarios.scenario import scenario_from_records
+    from ..render.dot import render_svg
+    from ..render.picture import picture
 
     header = {"schema": 1, "scenario": {"name": "svg"},
               "config": {"components": list(components), "kv_size": (nodes + 10) * 4}}

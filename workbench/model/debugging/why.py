@@ -18,10 +18,10 @@ from typing import Optional
 
 from cache.events import Cause, Event, EventKind
 
-from . import ops
-from .fmt import event_text, plural
-from .ops.evict import EVICT
-from .timeline import StepRecord, Timeline
+from .. import ops
+from ..timeline.fmt import event_text, plural
+from ..ops.evict import EVICT
+from ..timeline.timeline import StepRecord, Timeline
 
 StepsTouching = Callable[[int], list[int]]  # node id -> steps (ascending) whose events name it
 

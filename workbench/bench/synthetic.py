@@ -18,10 +18,10 @@ from typing import Optional
 
 from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants
 
-from .model import workload
-from .model.ops.evict import EVICT
-from .model.ops.keys import INSERT, MATCH
-from .model.ops.locks import LOCK, UNLOCK
+from ..model.scenarios import workload
+from ..model.ops.evict import EVICT
+from ..model.ops.keys import INSERT, MATCH
+from ..model.ops.locks import LOCK, UNLOCK
 
 OPS = tuple(spec.name for spec in (MATCH, LOCK, EVICT, INSERT, UNLOCK))
 

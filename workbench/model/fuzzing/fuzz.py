@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
-from . import ops
-from .runner import Runner, state_field
-from .scenario import Scenario, ScenarioError, StepAppender, scenario_from_records
+from .. import ops
+from ..timeline.runner import Runner, state_field
+from ..scenarios.scenario import Scenario, ScenarioError, StepAppender, scenario_from_records
 from .shrink import Shrinker, Steps
-from .timeline import StepRecord
+from ..timeline.timeline import StepRecord
 
 SANITY_PREFIXES = ("counter.", "lru.")  # what upstream's sanity check looks at: counters and LRU order
 SANITY_SUFFIXES = (".balance",)  # … and its idle memory check: available + cached + held == total

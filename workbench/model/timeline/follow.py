@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
-from .scenario import MAX_FILE_BYTES, Scenario, ScenarioError, _load_jsonl
+from ..scenarios.scenario import MAX_FILE_BYTES, Scenario, ScenarioError, _load_jsonl
 
 FINGERPRINT_BYTES = 64  # the last bytes read, re-read to notice a rewrite in place
 

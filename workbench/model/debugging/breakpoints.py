@@ -33,7 +33,7 @@ from typing import Optional
 
 from cache.events import Cause, Event, EventKind
 
-from .timeline import StepRecord, Timeline
+from ..timeline.timeline import StepRecord, Timeline
 
 COMPARISONS: dict[str, Callable[[int, int], bool]] = {
     "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "=": operator.eq, "<": operator.lt, ">": operator.gt,

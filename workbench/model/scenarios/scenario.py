@@ -20,9 +20,9 @@ try:  # the compiled parser reads a large key several times faster than the stdl
 except ImportError:  # pragma: no cover - tomli is a dependency; stdlib fallback
     import tomllib
 
-from . import ops
-from .ops import OPS  # noqa: F401  (re-exported: the registry's view, op name -> declaration)
-from .scenario_fields import (  # noqa: F401  (re-exported: the schema's tables)
+from .. import ops
+from ..ops import OPS  # noqa: F401  (re-exported: the registry's view, op name -> declaration)
+from .fields import (  # noqa: F401  (re-exported: the schema's tables)
     COMMON_FIELDS, STATE_FIELDS, ORDER_FIELDS, NAMED_FIELDS, CONFIG_FIELDS, SCENARIO_FIELDS, COMPONENT_COUNTERS,
     host_state_field,
 )

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from cache import CacheError, RadixKey
 
-from .bench import stats
-from .bench_floor import floor_timed
-from .model import ops
-from .model.runner import build_cache
-from .model.scenario import COMMON_FIELDS, Scenario, load_scenario
-from .model.session import Session
+from .synthetic import stats
+from .floor import floor_timed
+from ..model import ops
+from ..model.timeline.runner import build_cache
+from ..model.scenarios.scenario import COMMON_FIELDS, Scenario, load_scenario
+from ..model.timeline.session import Session
 
 # cache method -> the op it is timed under (trace_timer.py reports the same names): the
 # calls each op records, from the ops' declarations

@@ -13,11 +13,11 @@ import sys
 
 
 def fuzz_report(ops: int, seed: int = 0, emit=print) -> list[dict]:
-    from .model.fuzz import SCALE_CONFIGS
+    from ..model.fuzzing.fuzz import SCALE_CONFIGS
 
     rows = []
     for index, config in enumerate(SCALE_CONFIGS):
-        proc = subprocess.run([sys.executable, "-m", "workbench.bench_fuzz", str(index), str(ops), str(seed)],
+        proc = subprocess.run([sys.executable, "-m", "workbench.bench.fuzz", str(index), str(ops), str(seed)],
                               capture_output=True, text=True)
         row = json.loads(proc.stdout) if proc.returncode == 0 else {
             "config": config.label(), "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
@@ -27,7 +27,7 @@ def fuzz_report(ops: int, seed: int = 0, emit=print) -> list[dict]:
 
 
 def one_config(index: int, ops: int, seed: int) -> dict:
-    from .model.fuzz import SCALE_CONFIGS, fuzz
+    from ..model.fuzzing.fuzz import SCALE_CONFIGS, fuzz
 
     config = SCALE_CONFIGS[index]
     result = fuzz(config, seed, ops)

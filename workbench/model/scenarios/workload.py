@@ -12,10 +12,10 @@ import random
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from .ops.evict import CHECK, EVICT
-from .ops.keys import INSERT, MATCH
-from .ops.locks import LOCK, UNLOCK
-from .ops.requests import DECODE, FINISH, PREFILL
+from ..ops.evict import CHECK, EVICT
+from ..ops.keys import INSERT, MATCH
+from ..ops.locks import LOCK, UNLOCK
+from ..ops.requests import DECODE, FINISH, PREFILL
 
 VOCAB = 32000
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from cache.keys import TOKEN_BYTES, common_prefix_tokens
 
-from .bench import stats
+from .synthetic import stats
 
 
 class BareNode:

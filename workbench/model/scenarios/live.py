@@ -23,7 +23,7 @@ from typing import Any, NoReturn, Optional
 
 from collections.abc import Mapping
 
-from . import ops
+from .. import ops
 from .scenario import MAX_KEY_TOKENS, MAX_TOKEN, OPS, ORDER_FIELDS, STATE_FIELDS, ScenarioError
 
 

@@ -1,0 +1,1 @@
+"""Debugging a run: why (causes from events), breakpoints, regression-test export."""

@@ -1,0 +1,1 @@
+"""Fuzzing: generated op sequences checked step by step, and shrinking a failure."""
