@@ -29,6 +29,9 @@ def add_parser(command) -> None:
     fuzz.add_argument("--kv-size", type=int, metavar="N", help="Full pool tokens (default 48 pages)")
     fuzz.add_argument("--swa-kv-size", type=int, metavar="N", help="SWA pool tokens (default 3/4 of --kv-size)")
     fuzz.add_argument("--mamba-size", type=int, metavar="N", help="Mamba state slots (default 4)")
+    fuzz.add_argument("--hicache", choices=("write_through", "write_through_selective", "write_back"),
+                      metavar="POLICY", help="turn the host tier on with this write policy (write_through | "
+                      "write_through_selective | write_back) and draw its ops too: load_back, evict_host, flush")
     fuzz.add_argument("--seed", type=int, default=0, metavar="S", help="the seed: a run is the same for a seed")
     fuzz.add_argument("--steps", type=int, default=10_000, metavar="N", help="steps to run (default 10,000; in "
                       "episodes of 2,000 on a fresh cache)")
@@ -63,7 +66,7 @@ def run(args) -> int:
             raise ScenarioError("--faults all runs the whole catalogue: leave out --fault and --trace")
         return _detection_table(args)
     config = FuzzConfig(tuple(args.config.split(",")), args.page_size, args.sliding_window, args.kv_size,
-                        args.swa_kv_size, args.mamba_size, tuple(args.fault))
+                        args.swa_kv_size, args.mamba_size, tuple(args.fault), args.hicache)
     _check_config(config)
     return _fuzz_once(config, args)
 

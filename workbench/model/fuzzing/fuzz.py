@@ -42,6 +42,7 @@ class FuzzConfig:
     swa_kv_size: Optional[int] = None  # default 3/4 of kv_size
     mamba_size: Optional[int] = None  # default 6 states
     faults: tuple[str, ...] = ()
+    hicache: Optional[str] = None  # a write policy: the host tier is on, and the host ops are drawn
 
     def scenario_config(self, faults: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
         page = self.page_size
@@ -55,12 +56,15 @@ class FuzzConfig:
         faults = self.faults if faults is None else faults
         if faults:
             config["faults"] = list(faults)
+        if self.hicache:  # host pools of SGLang's default sizes, so a run replays against SGLang's too
+            config["hicache"] = {"write_policy": self.hicache, "load_back_threshold": 2}
         return config
 
     def label(self) -> str:
         comps = "+".join(c.capitalize() if c != "swa" else "SWA" for c in self.components)
         window = f" w{self.sliding_window}" if "swa" in self.components else ""
-        return f"{comps} p{self.page_size}{window}"
+        host = f" {self.hicache}" if self.hicache else ""
+        return f"{comps} p{self.page_size}{window}{host}"
 
 
 # ---- generation ----------------------------------------------------------------------------------

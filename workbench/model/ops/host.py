@@ -4,7 +4,27 @@ back to the device), ``evict_host`` (free host copies) and ``flush``
 
 from __future__ import annotations
 
-from .spec import COUNT, HOST, HOST_PARTS, NAME, TOKENS, Field, OpSpec, declare
+from .spec import COUNT, HOST, HOST_PARTS, NAME, TOKENS, Field, FuzzRule, OpSpec, declare, host_parts
+
+
+def _hosted(weight: int):
+    """A fuzz weight that holds only when the fuzzed config has a host tier."""
+    return lambda gen: weight if gen.config.hicache else 0
+
+
+def fuzz_load_back(gen) -> dict:
+    step = {"op": LOAD_BACK.name, "key": gen.key(min_len=1)}
+    if gen.rng.random() < 0.2:  # an admission budget that may refuse the load
+        step["mem_quota"] = gen.rng.randint(0, 8 * gen.page)
+    return step
+
+
+def fuzz_evict_host(gen) -> dict:
+    parts = host_parts(gen.config.components)
+    step = {"op": EVICT_HOST.name}
+    for c in gen.rng.sample(list(parts), gen.rng.randint(1, len(parts))):
+        step[c] = gen.rng.randint(1, 2 if c == "mamba" else 4 * gen.page)
+    return step
 
 
 def run_load_back(session, f: dict) -> dict:
@@ -22,6 +42,7 @@ LOAD_BACK = declare(OpSpec(
     results=("loaded", "host_hit_length"),
     needs=(HOST,),
     run_sglang=lambda side, f: side.host.op_load_back(f),  # workbench/bridge/sglang_host.py
+    fuzz=(FuzzRule(11, _hosted(5), fuzz_load_back),),
 ))
 
 
@@ -41,6 +62,7 @@ EVICT_HOST = declare(OpSpec(
     results=("full_host_evicted",),
     needs=(HOST,),
     run_sglang=lambda side, f: side.host.op_evict_host(f),
+    fuzz=(FuzzRule(12, _hosted(3), fuzz_evict_host),),
 ))
 
 FLUSH = declare(OpSpec(
@@ -49,4 +71,5 @@ FLUSH = declare(OpSpec(
     results=("completed",),
     needs=(HOST,),
     run_sglang=lambda side, f: side.host.op_flush(f),
+    fuzz=(FuzzRule(13, _hosted(2), lambda gen: {"op": FLUSH.name}),),
 ))
