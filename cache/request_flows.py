@@ -52,9 +52,10 @@ class RequestFlows:
         already have room, every slot is taken before the match, so nothing can fail
         after it. When eviction is needed the prefix is matched and locked first (so
         eviction cannot take it), then the request's own slots (Mamba's states) are
-        taken before its KV, in v0.5.23's order; the room was checked, so only a fault (a bug, or one
-        a test injects) fails after that, and then the slots and the lock go back but
-        the match's split and LRU refresh, and what was evicted, stay."""
+        taken before its KV, in v0.5.23's order; the room was checked, so only a
+        fault (a bug, or one a test injects) fails after that, and then the slots and
+        the lock go back but the match's split and LRU refresh, and what was
+        evicted, stay."""
         key = RadixKey(tokens, extra_key)
         rid = rid if rid is not None else f"req{next(self._rids)}"
         if rid in self.requests:
