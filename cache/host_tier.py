@@ -242,10 +242,10 @@ class HostTier:
         unless auxiliary data comes too, and none when its Full tokens and those its
         prefix lock newly protects exceed ``mem_quota`` (SGLang's admission budget).
         Device room is made by eviction, with the
-        match's device path locked and the host copies read host-locked meanwhile;
-        the device pools are checked first, and when they cannot cover it the load is
-        refused (PoolExhaustedError) before anything changes but the match's own
-        effects (access times, a split). ``loaded`` counts every token below the old
+        best match locked and the host copies read host-locked meanwhile; the device
+        pools are checked first, and when they cannot cover it the load is refused
+        (PoolExhaustedError) before anything changes but the match's own effects
+        (access times, a split) and the host LRU places of the copies it locked. ``loaded`` counts every token below the old
         device prefix, as SGLang's does."""
         cache, tree = self.cache, self.cache.tree
         match = cache.match_prefix(MatchPrefixParams(key))
@@ -253,22 +253,30 @@ class HostTier:
         path = tree.host_path(best)
         aux = [(c, ns) for c in tree.host_components if (ns := c.load_back_nodes(best))]
         hit = match.host_hit_length
+        if not path and not aux:  # nothing on the host: v0.5.23's init_load_back does not try
+            return LoadBackResult(0, hit, match.last_device_node)
         kv_tokens = sum(node.length for node in path)
-        if kv_tokens < max(1, self.config.load_back_threshold) and not aux:
-            return LoadBackResult(0, hit, match.last_device_node)
-        anchor = path[0].parent if path else best  # the deepest node with device KV
-        receipt = tree.inc_lock_ref(anchor.id)  # eviction for the load must not take the prefix
-        if mem_quota is not None and kv_tokens + receipt.delta > mem_quota:
-            tree.dec_lock_ref(anchor.id, receipt)
-            return LoadBackResult(0, hit, match.last_device_node)
-        tree.hold_host(path, +1)  # nor (write-back: backups evict host data) what it reads
+        # v0.5.23's load_back: host-lock what it reads (write-back: backups evict host
+        # data), then lock the best match itself (Full: its path; SWA: one window up
+        # from it; Mamba: that node only, so the device prefix's own state stays
+        # evictable), and only then decide; a refusal unlocks (host LRU: MRU end)
+        tree.hold_host(path, +1)
         host_locks = tree.lock_aux_host(best)
+        receipt = tree.inc_lock_ref(best.id, host_only=True)
+
+        def unlock() -> None:
+            tree.dec_lock_ref(best.id, receipt)
+            tree.unlock_aux_host(best, host_locks)
+            tree.hold_host(path, -1)
+
+        if (kv_tokens < max(1, self.config.load_back_threshold) and not aux) or (
+                mem_quota is not None and kv_tokens + receipt.delta > mem_quota):
+            unlock()
+            return LoadBackResult(0, hit, match.last_device_node)
         try:
             slots, taken = self._alloc_for_load(kv_tokens, aux)
         except BaseException:
-            tree.unlock_aux_host(best, host_locks)
-            tree.hold_host(path, -1)
-            tree.dec_lock_ref(anchor.id, receipt)
+            unlock()
             raise
         start = 0
         for node in path:
@@ -281,7 +289,7 @@ class HostTier:
             for node, value in zip(nodes, values):
                 self.aux[component.name].load(component.device_store, node.data[component.index].host_value, value)
                 tree.set_component_value(node.id, component.name, value)
-        tree.dec_lock_ref(anchor.id, receipt)
+        tree.dec_lock_ref(best.id, receipt)
         loaded = 0
         node, top = best, tree.node_by_id(match.last_device_node)
         while node is not top and node is not tree.root:

@@ -51,9 +51,11 @@ class RequestFlows:
         Refused before anything changes when eviction cannot make room. When the pools
         already have room, every slot is taken before the match, so nothing can fail
         after it. When eviction is needed the prefix is matched and locked first (so
-        eviction cannot take it); the room was checked, so only a fault (a bug, or one
-        a test injects) fails after that, and then the slots and the lock go back but
-        the match's split and LRU refresh, and what was evicted, stay."""
+        eviction cannot take it), then the request's own slots (Mamba's states) are
+        taken before its KV, in v0.5.23's order; the room was checked, so only a
+        fault (a bug, or one a test injects) fails after that, and then the slots and
+        the lock go back but the match's split and LRU refresh, and what was
+        evicted, stay."""
         key = RadixKey(tokens, extra_key)
         rid = rid if rid is not None else f"req{next(self._rids)}"
         if rid in self.requests:
@@ -88,6 +90,10 @@ class RequestFlows:
             prefix_len = match.prefix_len
             lock = self.tree.inc_lock_ref(match.last_device_node)
             if fresh is None:
+                # v0.5.23's alloc_for_extend: the request's own slots first (their
+                # eviction may free KV with the leaves it deletes), then the KV
+                for component in hooks.reserve_request:
+                    component.reserve_request(req)
                 fresh = self.alloc_kv(len(req.origin_input_ids) - prefix_len)
             assert fresh.shape[0] == len(req.origin_input_ids) - prefix_len, "peek_match and match_prefix disagree"
             self.write_kv(fresh, req.origin_input_ids, prefix_len)

@@ -21,11 +21,14 @@ if TYPE_CHECKING:
 class TreeLocks:
     """Mixed into UnifiedTreeCore; uses its nodes, components and leaf sets."""
 
-    def inc_lock_ref(self, node_id: int, skip: tuple[str, ...] = ()) -> IncLockRefResult:
+    def inc_lock_ref(self, node_id: int, skip: tuple[str, ...] = (), host_only: bool = False) -> IncLockRefResult:
+        """``host_only``: the node may be host-only (a load-back locks its best match
+        before loading it, as v0.5.23 does; its device-less nodes are locked without
+        moving any count, and a value restored under the lock counts as protected)."""
         node = self.nodes.get(node_id)
         if node is None:
             raise UnknownNodeError(f"node {node_id} is not in the tree (evicted or never existed)")
-        if node.data[0].value is None:  # the host tier's host-only nodes: nothing on the device to lock
+        if node.data[0].value is None and not host_only:  # the host tier's host-only nodes: nothing on the device to lock
             raise LockError(f"node {node_id} is host-only: lock the match's last_device_node, or load it back first")
         if skip:
             unknown = [name for name in skip if name not in self.by_name or name == "full"]

@@ -73,7 +73,7 @@ class FullComponent(FullHostMixin, TreeComponent):
         events = tree.events.enabled
         while node is not root:
             cd = node.data[i]
-            if cd.lock_ref == 0:
+            if cd.lock_ref == 0 and cd.value is not None:  # a load's host-only bottom: lock only
                 delta += node.length
                 if node.in_leaf_set:
                     leaves.discard(node)
@@ -103,9 +103,9 @@ class FullComponent(FullHostMixin, TreeComponent):
             cd = node.data[i]
             assert cd.lock_ref > 0, f"full lock_ref=0 on node {node.id} under a live receipt"
             if cd.lock_ref == 1:
-                n = node.length
-                tree.evictable[i] += n
-                tree.protected[i] -= n
+                if cd.value is not None:
+                    tree.evictable[i] += node.length
+                    tree.protected[i] -= node.length
                 cd.lock_ref = 0
                 tree.update_leaf_state(node)
             else:
