@@ -169,3 +169,15 @@ def test_a_counters_and_lru_check_sees_only_its_own_families():
     for name, caught in (("counter.evictable", True), ("lru.links", True), ("pool.full.balance", True),
                          ("lock.negative", False), ("match.fingerprint", False)):
         assert sanity_check_would_catch(dataclasses.replace(record, violations=(Violation(name, "x"),))) is caught
+
+
+def test_the_fuzzer_draws_the_host_ops_only_with_a_host_tier():
+    from workbench.model.ops.host import EVICT_HOST, FLUSH, LOAD_BACK
+
+    host_ops = {LOAD_BACK.name, EVICT_HOST.name, FLUSH.name}
+    with_host = OpGenerator(FuzzConfig(("full", "swa", "mamba"), hicache="write_back"), seed=1)
+    assert host_ops <= {with_host.next_step()["op"] for _ in range(400)}
+    without = OpGenerator(FuzzConfig(("full", "swa", "mamba")), seed=1)
+    assert not host_ops & {without.next_step()["op"] for _ in range(400)}
+    result = fuzz(FuzzConfig(("full", "swa", "mamba"), hicache="write_back"), seed=1, steps=600)
+    assert result.finding is None and result.steps_run == 600

@@ -41,6 +41,8 @@ LOAD_BACK = declare(OpSpec(
             Field("mem_quota", COUNT)),
     results=("loaded", "host_hit_length"),
     needs=(HOST,),
+    refusal_changes="v0.5.23 locks what it would load before it decides; a refusal lets go, so the host-only "
+                    "data moves to the host LRU's most recent end",
     run_sglang=lambda side, f: side.host.op_load_back(f),  # workbench/bridge/sglang_host.py
     fuzz=(FuzzRule(11, _hosted(5), fuzz_load_back),),
 ))
