@@ -79,20 +79,15 @@ def describe(ident: Ident) -> str:
 def first_difference(ours: CanonicalState, theirs: CanonicalState) -> Optional[Difference]:
     """The first field where the two states differ (pools, then nodes, leaves, LRU
     lists), or None. Nodes are compared only when both sides show them."""
-    for name in sorted(set(ours.pools) | set(theirs.pools)):
-        a, b = ours.pools.get(name), theirs.pools.get(name)
-        if a is None or b is None:
-            return Difference(f"pools.{name}", a, b)
-        for field, x, y in zip(POOL_FIELDS, a, b):
-            if x != y:
-                return Difference(f"pools.{name}.{field}", x, y)
-    for name in sorted(set(ours.host_pools) | set(theirs.host_pools)):
-        a, b = ours.host_pools.get(name), theirs.host_pools.get(name)
-        if a is None or b is None:
-            return Difference(f"host_pools.{name}", a, b)
-        for field, x, y in zip(HOST_POOL_FIELDS, a, b):
-            if x != y:
-                return Difference(f"host_pools.{name}.{field}", x, y)
+    for label, fields, mine, other in (("pools", POOL_FIELDS, ours.pools, theirs.pools),
+                                       ("host_pools", HOST_POOL_FIELDS, ours.host_pools, theirs.host_pools)):
+        for name in sorted(set(mine) | set(other)):
+            a, b = mine.get(name), other.get(name)
+            if a is None or b is None:
+                return Difference(f"{label}.{name}", a, b)
+            for field, x, y in zip(fields, a, b):
+                if x != y:
+                    return Difference(f"{label}.{name}.{field}", x, y)
     if ours.nodes is None or theirs.nodes is None:
         return None
     only_ours = [i for i in ours.nodes if i not in theirs.nodes]
