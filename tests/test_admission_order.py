@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mamba_util import MambaChecked
-from workbench.model.runner import run_scenario
+from workbench.model.timeline.runner import run_scenario
 
 REPROS = Path(__file__).resolve().parent / "repros"
 
