@@ -14,6 +14,7 @@ from workbench.model.scenarios.scenario import load_scenario, scenario_from_reco
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.bindings import COMMANDS
 from workbench.tui.screens.goto import GotoScreen
+from workbench.model.scenarios.live import OP_HELP
 from workbench.tui.screens.help import HelpScreen
 from workbench.tui.widgets.banner import Banner
 from workbench.tui.widgets.events_panel import EventsPanel
@@ -176,6 +177,7 @@ async def test_help_lists_every_binding_and_the_legend():
         assert isinstance(app.screen, HelpScreen)
         text = " ".join(shown(w) for w in app.screen.query("Static"))
         assert all(c.id in text for c in COMMANDS) and "tombstone" in text and "lock_ref" in text
+        assert all(usage in text for usage in OP_HELP.values())  # the live ops, from the op registry
         await pilot.press("escape")
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)

@@ -1,5 +1,6 @@
-"""F1 / ? help: the keys (from the one binding table), the focused panel's purpose and
-the legend of badges and colours (from the same styles the tree uses)."""
+"""F1 / ? help: the keys (from the one binding table), the focused panel's purpose, the
+legend of badges and colours (from the same styles the tree uses) and the live ops'
+syntax (from the op registry)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ...model.scenarios.live import CLAUSE_HELP, OP_HELP
 from ..bindings import Command, key_label
 from ..widgets.badges import CHANGE_LEGEND, CHANGE_STYLE
 
@@ -45,3 +47,4 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Text(f"this panel: {panel}"))
             yield Static(keys)
             yield Static(legend)
+            yield Static(Text("live ops (:), any op then " + CLAUSE_HELP + "\n" + "\n".join(OP_HELP.values())))
