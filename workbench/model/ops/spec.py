@@ -76,8 +76,12 @@ class OpSpec:
     read_only: bool = False  # never changes the pools (the recorder adds no sizes to it)
     describe: Optional[Callable[[dict], str]] = None  # ``why``'s words for a step of it
 
+    def __post_init__(self) -> None:
+        # fields by name, looked up for every field of every step a file holds
+        object.__setattr__(self, "_by_name", {f.name: f for f in self.fields})
+
     def field(self, name: str) -> Optional[Field]:
-        return next((f for f in self.fields if f.name == name), None)
+        return self._by_name.get(name)
 
     @property
     def token_field(self) -> Optional[Field]:
@@ -96,6 +100,8 @@ class OpSpec:
         return ()
 
     def results_for(self, components, host_parts=()) -> tuple[str, ...]:
+        if not self.per_component:
+            return self.results
         made = tuple(f"{c}{self.per_component_result}" for c in self.component_fields(components, host_parts))
         return self.results + tuple(r for r in made if r not in self.results)
 

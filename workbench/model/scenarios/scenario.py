@@ -390,8 +390,9 @@ def _component_fields(spec, components: list[str]) -> tuple[str, ...]:
         return ()
     from cache.components import COMPONENT_REGISTRY  # names only: no torch
 
-    known = tuple(COMPONENT_REGISTRY) + tuple(c for c in components if c not in COMPONENT_REGISTRY)
-    return spec.component_fields(known, ops.host_parts())
+    if spec.per_component == ops.HOST_PARTS:
+        return spec.component_fields((), ops.host_parts())
+    return spec.component_fields(tuple(COMPONENT_REGISTRY) + tuple(c for c in components if c not in COMPONENT_REGISTRY))
 
 
 def _check_field(field, key: str, value, name: str, line: Optional[int]) -> None:
