@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 from .. import ops
+from ..scenarios.fields import COMMON_FIELDS
 
 Steps = list[dict[str, Any]]
-_NOT_FIELDS = ("op", "expect", "expect_error", "description")
 
 
 def _fields_of(step: dict, kind: str) -> list[str]:
@@ -29,7 +29,7 @@ def _fields_of(step: dict, kind: str) -> list[str]:
         return []
     declared = [f.name for f in spec.fields if f.kind == kind and f.name in step]
     if kind == ops.COUNT and spec.per_component:
-        declared += [k for k in step if k not in _NOT_FIELDS and spec.field(k) is None]
+        declared += [k for k in step if k not in COMMON_FIELDS and spec.field(k) is None]
     return declared
 
 

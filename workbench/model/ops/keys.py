@@ -160,11 +160,11 @@ def sglang_match(side, f: dict) -> dict:
     if "as" in f:
         side.matches[f["as"]] = result.last_device_node
     out = {"prefix_len": int(result.device_prefix_len), "host_hit_length": int(result.host_hit_length)}
-    if side.has_swa:
-        out["swa_host_hit_length"] = int(getattr(result, "swa_host_hit_length", 0) or 0)
+    if side.has_swa:  # MatchResult's per-component host hits (0 without a host tier), as ours reports them
+        out["swa_host_hit_length"] = int(result.swa_host_hit_length)
     if side.has_mamba:
         out["mamba_branching_seqlen"] = result.mamba_branching_seqlen
-        out["mamba_host_hit_length"] = int(getattr(result, "mamba_host_hit_length", 0) or 0)
+        out["mamba_host_hit_length"] = int(result.mamba_host_hit_length)
     return out
 
 

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, NoReturn, Optional
-
 from collections.abc import Mapping
+from typing import Any, NoReturn, Optional
 
 from .. import ops
 from .scenario import MAX_KEY_TOKENS, MAX_TOKEN, OPS, ORDER_FIELDS, STATE_FIELDS, ScenarioError
-
 
 
 class _Usages(Mapping):
@@ -69,6 +67,8 @@ def _slot(spec) -> Optional[str]:
 
 def _token_field(spec) -> Optional[str]:
     return spec.token_field.name if spec.token_field is not None else None
+
+
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/@+-]*")  # written without quotes by format_command
 _INT = re.compile(r"-?[0-9]{1,4000}")  # int() refuses longer digit strings
