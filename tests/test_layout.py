@@ -14,11 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # the model's rooms and what each holds
 ROOMS = {
     "ops": ["spec", "keys", "locks", "evict", "requests", "host"],  # every op, declared once
-    "scenarios": ["scenario", "fields", "writer", "live", "workload", "outputs"],  # scenario files in and out
+    "scenarios": ["scenario", "errors", "inputs", "fields", "writer", "live", "workload", "outputs"],  # scenario files in and out
     "timeline": ["session", "runner", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
                  "shown_tree", "step_view"],  # running a scenario, the states it leaves, moving through them
     "debugging": ["why", "breakpoints", "regression_test"],
-    "fuzzing": ["fuzz", "shrink"],
+    "fuzzing": ["config", "fuzz", "shrink"],
 }
 MODEL = [f"{room}.{module}" for room, modules in ROOMS.items() for module in modules]
 # the workbench's rooms by role; its root holds only its entry points

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn, Optional
 
 from .. import ops
+from .errors import elide, shown
 from .scenario import MAX_KEY_TOKENS, MAX_TOKEN, OPS, ORDER_FIELDS, STATE_FIELDS, ScenarioError
 
 
@@ -76,7 +77,6 @@ _ID_LIST = re.compile(r"\[(?:[0-9]{1,18}(?:,[0-9]{1,18})*)?\]")  # [3,1,2]: node
 _TOKEN = re.compile(r"[0-9]{1,20}")
 _RANGE = re.compile(r"([0-9]{1,20})\.\.([0-9]{1,20})")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
-_SHOWN_CHARS = 40  # a culprit word longer than this is cut in messages
 
 
 # ---- words --------------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def parse_command(text: str) -> dict[str, Any]:
         raise ScenarioError(f"empty command; start with an op: {', '.join(OPS)}")
     op = words[0].text
     if op not in OPS:
-        raise ScenarioError(f"unknown op {_shown(op)!r}; known: {', '.join(OPS)}")
+        raise ScenarioError(f"unknown op {shown(op)}; known: {', '.join(OPS)}")
     return _Parser(op).parse(words[1:])
 
 
@@ -195,7 +195,7 @@ class _Parser:
             elif (option := word.split("=")) is not None:
                 self.option(word, *option)
             elif self.in_expect:
-                raise ScenarioError(f"after 'expect' write FIELD=N (got {_shown(word.text)!r})")
+                raise ScenarioError(f"after 'expect' write FIELD=N (got {shown(word.text)})")
             else:
                 self.positional(word)
         return self.raw
@@ -218,19 +218,19 @@ class _Parser:
         elif self.token_field:
             self.tokens(word)
         else:
-            raise ScenarioError(f"unexpected {_shown(word.text)!r}; usage: {self.usage()}")
+            raise ScenarioError(f"unexpected {shown(word.text)}; usage: {self.usage()}")
 
     def tokens(self, word: _Word) -> None:
         tokens: list[int] = self.raw[self.token_field]
         text = word.text
         if word.quoted:
-            _bad_token(json.dumps(_shown(text)))
+            _bad_token(json.dumps(text))
         if (span := _RANGE.fullmatch(text)) is not None:
+            if int(span.group(2)) > MAX_TOKEN:
+                _bad_token(span.group(2))
             first, last = int(span.group(1)), int(span.group(2))
-            if last > MAX_TOKEN:
-                _bad_token(str(last))
             if first > last:
-                raise ScenarioError(f"range {text!r} runs backwards; write FIRST..LAST with FIRST <= LAST")
+                raise ScenarioError(f"range {shown(text)} runs backwards; write FIRST..LAST with FIRST <= LAST")
             _check_count(len(tokens) + last - first + 1)
             tokens.extend(range(first, last + 1))
         elif _TOKEN.fullmatch(text) is not None:
@@ -239,10 +239,9 @@ class _Parser:
             _check_count(len(tokens) + 1)
             tokens.append(int(text))
         elif ".." in text:
-            raise ScenarioError(f"a range is FIRST..LAST, two token ids (got {_shown(text)!r})")
+            raise ScenarioError(f"a range is FIRST..LAST, two token ids (got {shown(text)})")
         else:
-            shown = _shown(text)
-            _bad_token(shown if _INT.fullmatch(shown) else json.dumps(shown))
+            _bad_token(text if _INT.fullmatch(text) else json.dumps(text))
 
     def option(self, word: _Word, name_part: _Word, value_part: _Word) -> None:
         dotted = name_part.split(".") if self.in_expect else None
@@ -250,8 +249,8 @@ class _Parser:
         field = field_word.text
         if field_word.quoted or not _FIELD_NAME.fullmatch(field):
             if name_part.split(".") is not None and not self.in_expect:
-                raise ScenarioError(f"FIELD.MATCH=N goes in the expect clause (got {_shown(word.text)!r})")
-            raise ScenarioError(f"an option is FIELD=VALUE (got {_shown(word.text)!r}); usage: {self.usage()}")
+                raise ScenarioError(f"FIELD.MATCH=N goes in the expect clause (got {shown(word.text)})")
+            raise ScenarioError(f"an option is FIELD=VALUE (got {shown(word.text)}); usage: {self.usage()}")
         value = _value(field if not self.in_expect else "", value_part)
         if self.in_expect:
             self.expect(field, member, value)
@@ -259,7 +258,7 @@ class _Parser:
             raise ScenarioError(f"write the tokens as words after the op, not {field}=; usage: {self.usage()}")
         elif field in ("op", "expect"):
             what = "the op is the first word" if field == "op" else "write expect FIELD=N …"
-            raise ScenarioError(f"{what} (got {_shown(word.text)!r})")
+            raise ScenarioError(f"{what} (got {shown(word.text)})")
         else:
             self.set(field, value)
 
@@ -290,16 +289,12 @@ def _value(field: str, word: _Word) -> Any:
 
 
 def _bad_token(shown: str) -> NoReturn:
-    raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {shown})")
+    raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {elide(shown)})")
 
 
 def _check_count(count: int) -> None:
     if count > MAX_KEY_TOKENS:
         raise ScenarioError(f"{count:,} tokens is more than the {MAX_KEY_TOKENS:,} a key may hold")
-
-
-def _shown(text: str) -> str:
-    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
 
 
 # ---- formatting ---------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ except ImportError:  # pragma: no cover - tomli is a dependency; stdlib fallback
 
 from .. import ops
 from ..ops import OPS  # noqa: F401  (re-exported: the registry's view, op name -> declaration)
+from .errors import ScenarioError, elide, shown, shown_name  # noqa: F401  (re-exported: the error of bad input)
+from .inputs import DuplicateKeyError, loads_unique, read_bounded, read_regular
 from .fields import (  # noqa: F401  (re-exported: the schema's tables)
     COMMON_FIELDS, STATE_FIELDS, ORDER_FIELDS, NAMED_FIELDS, CONFIG_FIELDS, SCENARIO_FIELDS, COMPONENT_COUNTERS,
     host_state_field,
@@ -33,16 +35,6 @@ MAX_KEY_TOKENS = 1 << 20  # tokens in one key: a 1M-token context is the largest
 MAX_FILE_BYTES = 1 << 30  # a parsed trace takes ~7x its file size in memory: 1 GiB stays within a 24 GiB machine
 STDIN = "-"
 STDIN_NAME = "<stdin>"
-
-
-class ScenarioError(Exception):
-    """An invalid scenario file or usage: ``file:line: message`` (exit code 2)."""
-
-    def __init__(self, message: str, file: str = "", line: Optional[int] = None, field: Optional[str] = None):
-        self.file, self.line, self.field, self.message = file, line, field, message
-        where = file + (f":{line}" if line else "")
-        what = f" (field {field!r})" if field else ""
-        super().__init__(f"{where}: {message}{what}" if where else f"{message}{what}")
 
 
 def component_field(key: str, components) -> Optional[tuple[str, str]]:
@@ -103,41 +95,43 @@ def cache_config(scenario: Scenario, device: Optional[str] = None):
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and check a scenario; ``-`` reads standard input (JSONL when its first
-    character is ``{``, TOML otherwise)."""
+    character is ``{``, TOML otherwise). Only regular files are read, and never more
+    than ``MAX_FILE_BYTES`` (``inputs``)."""
     if str(path) == STDIN:
         name = STDIN_NAME
         try:
-            data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
-            if len(data) > MAX_FILE_BYTES:
-                raise ScenarioError(_too_large(), name)
-            text = data.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            data = read_bounded(sys.stdin.buffer.fileno(), MAX_FILE_BYTES)
+        except (OSError, ValueError) as exc:
             raise ScenarioError(f"cannot read standard input: {exc}", name) from None
-        text = text.removeprefix("\ufeff")
-        return _load_jsonl(text, name) if text.lstrip().startswith("{") else _load_toml(text, name)
+        return _parse(data, name, None)
     path = Path(path)
     name = str(path)
     if path.suffix not in (".toml", ".jsonl"):
         raise ScenarioError("scenario files end in .toml (hand-written) or .jsonl (recorded)", name)
+    return _parse(read_regular(name, MAX_FILE_BYTES, "scenario file"), name, path.suffix)
+
+
+def _parse(data: Optional[bytes], name: str, suffix: Optional[str]) -> Scenario:
+    if data is None:
+        raise ScenarioError(_too_large(), name)
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ScenarioError(_too_large(path.stat().st_size), name)
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError("no such file", name) from None
-    except IsADirectoryError:
-        raise ScenarioError("is a directory, not a scenario file", name) from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ScenarioError(f"not UTF-8 text (byte {exc.start})", name) from None
-    except OSError as exc:
-        raise ScenarioError(f"cannot read file: {exc.strerror or exc}", name) from None
     text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
-    return _load_jsonl(text, name) if path.suffix == ".jsonl" else _load_toml(text, name)
+    if not text.strip() and suffix != ".jsonl":  # (an empty JSONL file is told about its header line)
+        if suffix is None:
+            raise ScenarioError("nothing came on standard input: pipe a scenario (TOML) or a trace (JSONL) into it",
+                                name)
+        raise ScenarioError("empty file: a scenario starts with schema = 1", name, 1)
+    if suffix is None:
+        suffix = ".jsonl" if text.lstrip().startswith("{") else ".toml"
+    return _load_jsonl(text, name) if suffix == ".jsonl" else _load_toml(text, name)
 
 
-def _too_large(size: Optional[int] = None) -> str:
-    got = f"{size / 2**30:.1f} GiB; " if size else ""
-    return f"{got}urc reads scenario files and traces up to {MAX_FILE_BYTES // 2**30} GiB (split the trace)"
+def _too_large() -> str:
+    limit = f"{MAX_FILE_BYTES // 2**30} GiB" if MAX_FILE_BYTES >= 2**30 else f"{MAX_FILE_BYTES:,} bytes"
+    return f"urc reads scenario files and traces up to {limit} (split the trace)"
 
 
 def scenario_from_records(header: dict[str, Any], steps: list[dict[str, Any]], name: str = "<generated>") -> Scenario:
@@ -159,7 +153,7 @@ def _load_toml(text: str, name: str) -> Scenario:
     unknown = set(doc) - {"schema", "scenario", "config", "step"}
     if unknown:
         key = sorted(unknown)[0]
-        raise ScenarioError(f"unknown top-level key {key!r}", name, lines.top(key))
+        raise ScenarioError(f"unknown top-level key {shown(key)}", name, lines.top(key))
     _check_schema(doc.get("schema"), name, lines.top("schema"))
     steps = doc.get("step", [])
     if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
@@ -175,7 +169,9 @@ def _load_jsonl(text: str, name: str) -> Scenario:
         if not raw.strip() or raw.lstrip().startswith("#"):  # blank, or a comment (a recorder's note)
             continue
         try:
-            records.append((lineno, json.loads(raw)))
+            records.append((lineno, loads_unique(raw)))
+        except DuplicateKeyError as exc:
+            raise ScenarioError(f"key {shown(exc.key)} is given twice in one object", name, lineno, exc.key) from None
         except RecursionError:
             raise ScenarioError("a value is nested too deeply", name, lineno) from None
         except json.JSONDecodeError as exc:
@@ -191,7 +187,7 @@ def _load_jsonl(text: str, name: str) -> Scenario:
         raise ScenarioError("line 1 must be the header {\"schema\": 1, \"scenario\": …, \"config\": …}", name, head_line)
     unknown = set(head) - {"schema", "scenario", "config"}
     if unknown:
-        raise ScenarioError(f"unknown header key {sorted(unknown)[0]!r}", name, head_line)
+        raise ScenarioError(f"unknown header key {shown(sorted(unknown)[0])}", name, head_line)
     _check_schema(head.get("schema"), name, head_line)
     step_lines = [ln for ln, _ in records[1:]]
     steps = [rec for _, rec in records[1:]]
@@ -208,7 +204,7 @@ def _load_jsonl(text: str, name: str) -> Scenario:
 
 def _check_schema(value, name: str, line: Optional[int]) -> None:
     if value != SCHEMA:
-        raise ScenarioError(f"schema must be {SCHEMA} (got {value!r})", name, line, "schema")
+        raise ScenarioError(f"schema must be {SCHEMA} (got {shown(value)})", name, line, "schema")
 
 
 def _build(meta, config, steps: list, name: str, section_line, step_line) -> Scenario:
@@ -217,7 +213,7 @@ def _build(meta, config, steps: list, name: str, section_line, step_line) -> Sce
     for key, value in meta.items():
         want = SCENARIO_FIELDS.get(key)
         if want is None:
-            raise ScenarioError(f"unknown [scenario] field {key!r}", name, section_line("scenario", key), key)
+            raise ScenarioError(f"unknown [scenario] field {shown(key)}", name, section_line("scenario", key), key)
         if not isinstance(value, want):
             raise ScenarioError(f"must be a {want.__name__}", name, section_line("scenario", key), key)
     if not meta.get("name"):
@@ -245,7 +241,7 @@ def _check_config(config, name: str, section_line) -> dict[str, Any]:
         if want is None and component_field(key, listed) is not None:
             continue  # a component's own field: its component checks it when the cache is built
         if want is None:
-            raise ScenarioError(f"unknown [config] field {key!r}", name, line, key)
+            raise ScenarioError(f"unknown [config] field {shown(key)}", name, line, key)
         if not isinstance(value, want) or (want is int and isinstance(value, bool)):
             raise ScenarioError(f"must be {_article(want)}", name, line, key)
     for required in ("components", "kv_size"):
@@ -279,11 +275,11 @@ class _Names:
     def __init__(self, components: list[str], host: bool = False) -> None:
         self.components = components
         self.host = host  # the config has a host tier
-        self.live: dict[str, dict[str, int]] = {space: {} for space in ops.NAMESPACES}
+        self.live: dict[str, dict[str, str]] = {space: {} for space in ops.NAMESPACES}
         self.ended: dict[str, set[str]] = {space: set() for space in ops.NAMESPACES}
 
     @property
-    def matches(self) -> dict[str, int]:
+    def matches(self) -> dict[str, str]:
         return self.live["matches"]
 
     def copy(self) -> "_Names":
@@ -352,12 +348,12 @@ def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: _Nam
         raise ScenarioError(f"step {i + 1} has no op", name, line_of(), "op")
     spec = ops.get(op)
     if spec is None:
-        raise ScenarioError(f"unknown op {op!r}; known: {', '.join(OPS)}", name, line_of("op"), "op")
+        raise ScenarioError(f"unknown op {shown(op)}; known: {', '.join(OPS)}", name, line_of("op"), "op")
     components = [c for c in config.get("components", []) if isinstance(c, str)]
     per_component = _component_fields(spec, components)
     for key in raw:
         if spec.field(key) is None and key not in per_component and key not in COMMON_FIELDS:
-            raise ScenarioError(f"unknown field {key!r} for op {op!r}", name, line_of(key), key)
+            raise ScenarioError(f"unknown field {shown(key)} for op {op!r}", name, line_of(key), key)
     for field in spec.fields:
         if field.required and field.name not in raw:
             raise ScenarioError(f"op {op!r} needs {field.name!r}", name, line_of(), field.name)
@@ -422,8 +418,8 @@ def _check_tokens(value: list, name: str, line: Optional[int], key: str) -> None
         return
     for tok in value:
         if type(tok) is not int or not 0 <= tok <= MAX_TOKEN:
-            shown = json.dumps(tok) if isinstance(tok, (bool, int, float, str, type(None))) else f"a {type(tok).__name__}"
-            raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {shown})", name, line, key)
+            what = elide(json.dumps(tok)) if isinstance(tok, (bool, int, float, str, type(None))) else f"a {type(tok).__name__}"
+            raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {what})", name, line, key)
 
 
 def _check_expect(spec, results: tuple, key: str, value, name: str, line: Optional[int], names: _Names) -> None:
@@ -469,13 +465,13 @@ def _check_expect(spec, results: tuple, key: str, value, name: str, line: Option
             raise ScenarioError("must be a table {match_name = lock_ref}", name, line, f"expect.{key}")
         for match, ref in value.items():
             if match not in names.matches:
-                raise ScenarioError(f"unknown match name {match!r}", name, line, f"expect.{key}")
+                raise ScenarioError(f"unknown match name {shown(match)}", name, line, f"expect.{key}")
             if isinstance(ref, bool) or not isinstance(ref, int):
                 raise ScenarioError("expected lock_ref must be an int", name, line, f"expect.{key}.{match}")
         return
     other = [spec.name for spec in ops.all_ops() if key in spec.results]
     hint = f" (a result of {', '.join(other)})" if other else ""
-    raise ScenarioError(f"cannot expect {key!r} on op {op!r}{hint}", name, line, f"expect.{key}")
+    raise ScenarioError(f"cannot expect {shown(key)} on op {op!r}{hint}", name, line, f"expect.{key}")
 
 
 def _check_needs(spec, fields: dict, config: dict, name: str, line_of) -> None:
@@ -500,7 +496,7 @@ def _track_names(spec, fields: dict, names: _Names, expects_error: bool, name: s
     purpose (to show the cache's own error), so those skip the checks. A name is
     defined once while it is live: re-using a held lock's name would orphan its lock.
     A match name may be defined again only by a step that is not expected to fail."""
-    here = line_of() or 0
+    here = f"at line {line_of()}" if line_of() else "by a live op"  # a live op has no line
     for field in spec.fields:
         value, space = fields.get(field.name), field.uses or field.defines
         if value is None or space is None or expects_error and field.defines != "matches":
@@ -508,9 +504,9 @@ def _track_names(spec, fields: dict, names: _Names, expects_error: bool, name: s
         live = names.live[space]
         if field.uses:
             if space in _ENDED and field.ends and value in names.ended[space] and value not in live:
-                raise ScenarioError(_ENDED[space].format(value), name, line_of(field.name), field.name)
+                raise ScenarioError(_ENDED[space].format(shown(value)), name, line_of(field.name), field.name)
             if value not in live:
-                raise ScenarioError(f"{_UNKNOWN[space]} {value!r}", name, line_of(field.name), field.name)
+                raise ScenarioError(f"{_UNKNOWN[space]} {shown(value)}", name, line_of(field.name), field.name)
             if field.ends:
                 del live[value]
                 names.ended[space].add(value)
@@ -519,20 +515,20 @@ def _track_names(spec, fields: dict, names: _Names, expects_error: bool, name: s
             names.ended[space].discard(value)
 
 
-_ENDED = {"locks": "lock {!r} was already unlocked"}  # a second unlock is named as such
+_ENDED = {"locks": "lock {} was already unlocked"}  # a second unlock is named as such
 _UNKNOWN = {"matches": "unknown match name", "locks": "unknown lock name", "requests": "unknown or finished request"}
 _TAKEN = {
-    "matches": "match name {!r} is already taken (line {}); give each match its own name",
-    "locks": "lock name {!r} is still held (locked at line {}); unlock it first or pick another name",
-    "requests": "request {!r} is already running (started at line {}); finish it first",
+    "matches": "match name {} is already taken (named {}); give each match its own name",
+    "locks": "lock name {} is still held (locked {}); unlock it first or pick another name",
+    "requests": "request {} is already running (started {}); finish it first",
 }
 
 
-def _define(table: dict[str, int], value: str, here: int, name: str, line: Optional[int], field: str, message: str) -> None:
+def _define(table: dict[str, str], value: str, here: str, name: str, line: Optional[int], field: str, message: str) -> None:
     """Record where a live name was defined; a second definition names both lines."""
     first = table.get(value)
     if first is not None:
-        raise ScenarioError(message.format(value, first), name, line, field)
+        raise ScenarioError(message.format(shown(value), first), name, line, field)
     table[value] = here
 
 

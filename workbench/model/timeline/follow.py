@@ -24,6 +24,8 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
+from ..scenarios.errors import shown
+from ..scenarios.inputs import DuplicateKeyError, loads_unique, special_kind
 from ..scenarios.scenario import MAX_FILE_BYTES, Scenario, ScenarioError, _load_jsonl
 
 FINGERPRINT_BYTES = 64  # the last bytes read, re-read to notice a rewrite in place
@@ -73,6 +75,9 @@ class TraceFollower:
             return None
         except OSError as exc:
             raise ScenarioError(f"cannot read file: {exc.strerror or exc}", self.name) from None
+        kind = special_kind(stat.st_mode)
+        if kind is not None:  # a FIFO or a device never ends; only a file grows line by line
+            raise ScenarioError(f"is {kind}, not a trace; urc follows only regular files", self.name)
         if (stat.st_size, stat.st_mtime_ns) == self._seen and _identity(stat) == self._identity:
             return None  # nothing changed while waiting for the header
         data = self._read_whole(stat)
@@ -102,7 +107,10 @@ class TraceFollower:
         try:
             self._file = open(self.path, "rb")
             stat = os.fstat(self._file.fileno())
-            data = self._file.read(stat.st_size)
+            if special_kind(stat.st_mode) is not None:  # replaced between the stat and the open
+                self.close()
+                return b""
+            data = self._file.read(min(stat.st_size, MAX_FILE_BYTES))
         except FileNotFoundError:
             self.close()
             return b""  # deleted between the stat and the open: wait for it again
@@ -178,7 +186,9 @@ class TraceFollower:
     def _step(self, raw: bytes) -> dict[str, Any]:
         """One complete line as a step's fields, with the loader's messages."""
         try:
-            value = json.loads(raw.decode("utf-8"))
+            value = loads_unique(raw.decode("utf-8"))
+        except DuplicateKeyError as exc:
+            raise self._error(f"key {shown(exc.key)} is given twice in one object", self.lines) from None
         except UnicodeDecodeError as exc:
             raise self._error(f"not UTF-8 text (byte {exc.start} of the line)", self.lines) from None
         except RecursionError:
