@@ -166,7 +166,7 @@ def test_an_insert_may_name_its_node_for_a_lock(capsys, tmp_path, monkeypatch):
         key = [1]
         as = "a"
     """)
-    with pytest.raises(ScenarioError, match=r"dup.toml:18: match name 'a' is already taken \(line 10\)"):
+    with pytest.raises(ScenarioError, match=r"dup.toml:18: match name 'a' is already taken \(named at line 10\)"):
         load_scenario("dup.toml")
 
 

@@ -268,7 +268,7 @@ LOCK = '[[step]]\nop = "lock"\nmatch = "m"\nas = "l"\n'
 
 @pytest.mark.parametrize("steps, where, says", [
     (MATCH + LOCK + LOCK, "bad.toml:23", "lock name 'l' is still held (locked at line 16)"),
-    (MATCH + MATCH, "bad.toml:22", "match name 'm' is already taken (line 12)"),
+    (MATCH + MATCH, "bad.toml:22", "match name 'm' is already taken (named at line 12)"),
     ('[[step]]\nop = "req_prefill"\nreq = "r"\ntokens = [1]\n' * 2, "bad.toml:15",
      "request 'r' is already running (started at line 9)"),
 ])

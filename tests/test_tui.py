@@ -223,23 +223,37 @@ async def test_chapters_switch_with_brackets():
 
 
 @pytest.mark.asyncio
-async def test_export_writes_an_svg_and_a_failure_is_a_notification(tmp_path, monkeypatch):
+async def test_export_asks_where_defaults_beside_the_scenario_and_never_overwrites(tmp_path, monkeypatch):
     import graphviz
 
-    monkeypatch.chdir(tmp_path)
-    app = app_for()
+    from workbench.tui.screens.prompt import PromptScreen
+
+    folder, elsewhere = tmp_path / "scenarios", tmp_path / "cwd"
+    folder.mkdir(), elsewhere.mkdir()
+    (folder / "tour.toml").write_text((ROOT / "scenarios" / "tour.toml").read_text())
+    monkeypatch.chdir(elsewhere)  # exports never land in the current directory by default
+    app = app_for(load_scenario(folder / "tour.toml"))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("n", "e")
+        assert isinstance(app.screen, PromptScreen) and app.screen.default == str(folder / "tour-step1.svg")
+        await pilot.press("enter")
         await pilot.pause()
-        assert (tmp_path / "tour-step1.svg").read_text().startswith("<?xml")
-        await pilot.press("e")  # never over the first
-        assert (tmp_path / "tour-step1-1.svg").exists()
+        assert (folder / "tour-step1.svg").read_text().startswith("<?xml")
+        await pilot.press("e")  # the next default is a free name
+        assert app.screen.default == str(folder / "tour-step1-1.svg")
+        app.screen.query_one("Input").value = str(folder / "tour-step1.svg")  # typed over a file: refused
+        await pilot.press("enter")
+        await pilot.pause()
+        refused = [n.message for n in app._notifications if n.title == "not saved"]
+        assert refused and "file exists; pick another name" in refused[-1] and "--force" not in refused[-1]
+        assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in folder.iterdir()) == ["tour-step1.svg",
+                                                                                              "tour.toml"]
 
         def missing(*args, **kwargs):
             raise graphviz.ExecutableNotFound(("dot",))
 
         monkeypatch.setattr(graphviz.Digraph, "pipe", missing)
-        await pilot.press("e")
+        await pilot.press("e", "enter")
         await pilot.pause()
         assert any("export failed" in n.message for n in app._notifications)
 

@@ -166,8 +166,9 @@ async def test_command_bar_completes_live_names():
 
 @pytest.mark.asyncio
 async def test_a_live_session_saved_with_ctrl_s_replays_to_the_same_states(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    app = app_for()
+    copy = tmp_path / "tour_swa.toml"
+    copy.write_text((ROOT / "scenarios" / "tour_swa.toml").read_text())
+    app = app_for(load_scenario(copy))
     async with app.run_test(size=SIZE) as pilot:
         for command in ("insert 1..9", "match 1 2 3 4 5 as live_m", "lock live_m as L", "evict swa=2",
                         "unlock L", "evict full=3"):
@@ -177,11 +178,21 @@ async def test_a_live_session_saved_with_ctrl_s_replays_to_the_same_states(tmp_p
         timeline = app.cursor.timeline
         await pilot.press("ctrl+s")
         assert isinstance(app.screen, PromptScreen)
-        await pilot.press("enter")  # the suggested name
+        await pilot.press("enter")  # the suggested name, beside the scenario
         saved = tmp_path / "tour_swa-session.toml"
         assert saved.exists()
-        await pilot.press("ctrl+s")  # again: the file exists, so it is refused
+        written = saved.read_bytes()
+        await pilot.press("ctrl+s")  # again: a free name is suggested; typed over the first, it is refused
+        assert app.screen.default == str(tmp_path / "tour_swa-session-1.toml")
+        app.screen.query_one("#prompt-input").value = str(saved)
         await pilot.press("enter")
+        await pilot.pause()
+        assert saved.read_bytes() == written and not (tmp_path / "tour_swa-session-1.toml").exists()
+        await pilot.press("ctrl+s")  # nor over the scenario it shows
+        app.screen.query_one("#prompt-input").value = str(copy)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert any("scenario being shown" in n.message for n in app._notifications)
         replayed = run_scenario(saved)
         assert len(replayed) == len(timeline) and replayed.passed
         for i in range(len(timeline) + 1):
@@ -260,13 +271,14 @@ async def test_t_exports_a_regression_test_that_passes(tmp_path, monkeypatch):
     import subprocess
     import sys
 
-    monkeypatch.chdir(tmp_path)
-    app = app_for()
+    copy = tmp_path / "tour_swa.toml"
+    copy.write_text((ROOT / "scenarios" / "tour_swa.toml").read_text())
+    app = app_for(load_scenario(copy))
     async with app.run_test(size=SIZE) as pilot:
         app.cursor.go(8)
         app.refresh_view()
         await pilot.press("t")
-        assert isinstance(app.screen, PromptScreen) and app.screen.default == "test_tour_swa_step8.py"
+        assert isinstance(app.screen, PromptScreen) and app.screen.default == str(tmp_path / "test_tour_swa_step8.py")
         await pilot.press("enter")
     exported = tmp_path / "test_tour_swa_step8.py"
     assert exported.exists()

@@ -60,7 +60,12 @@ def run(args) -> int:
         raise ScenarioError("--tree-sizes must be positive")
     components = tuple(args.components.split(","))
     if args.write_trace:
-        from ..model.scenarios.outputs import open_output
+        from ..model.scenarios.outputs import check_output, open_output
+
+        if args.trace:  # the output may not be the input, and --write-trace writes the workload, not a replay
+            check_output(args.write_trace, [args.trace], args.force, "--write-trace")
+            raise ScenarioError("--write-trace writes the seeded workload (--requests, --seed, --components): "
+                                "leave out --trace")
         from ..model.scenarios.workload import write_trace
 
         with open_output(args.write_trace, (), args.force, "--write-trace") as stream:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -67,11 +68,18 @@ class Recorder:
         self._depth = 0
         self._nested: list[str] = []
         self._originals: dict[str, Any] = {}
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+        # never through a link, never into a pipe or device (non-blocking: a FIFO fails at once)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_TRUNC if force else os.O_EXCL)
         try:
             fd = os.open(self.path, flags, 0o644)
         except FileExistsError:
             raise FileExistsError(f"{self.path} exists: pick another name, or force=True to overwrite it") from None
+        except OSError as exc:
+            raise ValueError(f"{self.path}: cannot record there ({exc.strerror or exc}): name a regular file") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ValueError(f"{self.path}: not a regular file; a recording goes only to a regular file")
+        os.set_blocking(fd, True)
         self._stream = os.fdopen(fd, "w", encoding="utf-8")
         version = installed_version() or "?"
         header = {"schema": 1, "scenario": {"name": self.path.stem, "source": f"workbench.record of SGLang {version}"},

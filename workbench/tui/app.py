@@ -11,6 +11,7 @@ step the app builds one ``StepView`` (``cursor.view``) and calls each panel's
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +21,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Input, ProgressBar
 
 from ..model.timeline.cursor import TimelineCursor
+from ..model.scenarios.errors import one_line
 from ..model.scenarios.scenario import Scenario, ScenarioError
 from ..model.timeline.step_view import StepView
 from .bindings import COMMANDS as COMMAND_TABLE
@@ -269,27 +271,27 @@ class WorkbenchApp(App[None]):
         self.push_screen(HelpScreen(self.command_table, focused))
 
     def action_export_svg(self) -> None:
-        """Write the current step as SVG (what it changed highlighted) beside the scenario."""
-        from ..render.dot import render_svg
-        from ..render.picture import picture
+        """Write the current step as SVG (what it changed highlighted) where the user says."""
+        step = self.cursor.step
 
-        cursor = self.cursor
-        stem = Path(cursor.chapter.scenario.path).stem
-        out = Path(f"{stem}-step{cursor.step}.svg")
-        n = 1
-        while out.exists():  # never over a user's file
-            out = Path(f"{stem}-step{cursor.step}-{n}.svg")
-            n += 1
-        try:
-            with cursor.lock:
-                dot = picture(cursor.timeline, cursor.step, cursor.step - 1 if cursor.step else None)
-            svg = render_svg(dot)
-            out.write_text(svg, encoding="utf-8")
-        except Exception as exc:  # no dot, a read-only folder …: say so, never crash
-            self.notify(f"export failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                        severity="error", timeout=8)
-            return
-        self.notify(f"wrote {out}")
+        def export(path: str | None) -> None:
+            if path is None:
+                return
+            from ..render.dot import render_svg
+            from ..render.picture import picture
+
+            try:
+                with self.cursor.lock:
+                    dot = picture(self.cursor.timeline, step, step - 1 if step else None)
+                svg = render_svg(dot)
+            except Exception as exc:  # no dot, a broken Graphviz …: say so, never crash
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                self.notify(f"export failed: {type(exc).__name__}: {one_line(first)}", severity="error", timeout=8)
+                return
+            self._write(path, lambda stream: stream.write(svg))
+
+        self.push_screen(PromptScreen(f"export step {step} as SVG (an existing file is never overwritten):",
+                                      self._beside_scenario(f"{self._output_stem()}-step{step}.svg")), export)
 
     # ---- breakpoints, diff, why ----------------------------------------------------------------
     def action_continue(self, forward: bool) -> None:
@@ -353,7 +355,7 @@ class WorkbenchApp(App[None]):
         try:
             record = self.cursor.append(parse_command(event.value))
         except ScenarioError as exc:
-            self.notify(exc.message if exc.message else str(exc), title="not run", severity="error", timeout=10)
+            self.notify(exc.brief, title="not run", severity="error", timeout=10)
             return
         event.input.value = ""
         self.steps_loaded()
@@ -365,6 +367,17 @@ class WorkbenchApp(App[None]):
     def _output_stem(self) -> str:
         path = self.cursor.chapter.scenario.path
         return "stdin" if path.startswith("<") else Path(path).stem
+
+    def _beside_scenario(self, name: str) -> str:
+        """An export's default path: the first free ``name`` beside the chapter's scenario
+        file (from standard input: in the current directory), never an existing file."""
+        path = self.cursor.chapter.scenario.path
+        folder = Path(".") if path.startswith("<") else Path(path).parent
+        stem, suffix = Path(name).stem, Path(name).suffix
+        candidate, n = folder / name, 1
+        while os.path.lexists(candidate):
+            candidate, n = folder / f"{stem}-{n}{suffix}", n + 1
+        return str(candidate)
 
     def action_save_session(self) -> None:
         """Save this chapter (with live ops) as a scenario: .toml or .jsonl by the name."""
@@ -378,10 +391,10 @@ class WorkbenchApp(App[None]):
                 self.notify("a scenario file ends in .toml or .jsonl", severity="error")
                 return
             text = scenario_toml(scenario) if path.endswith(".toml") else scenario_jsonl(scenario)
-            self._write(path, lambda stream: stream.write(text), [scenario.path])
+            self._write(path, lambda stream: stream.write(text))
 
         self.push_screen(PromptScreen("save the session as (.toml or .jsonl; an existing file is never "
-                                      "overwritten):", f"{self._output_stem()}-session.toml"), save)
+                                      "overwritten):", self._beside_scenario(f"{self._output_stem()}-session.toml")), save)
 
     def action_export_test(self) -> None:
         """Save the timeline up to this step as a pytest regression test."""
@@ -396,28 +409,29 @@ class WorkbenchApp(App[None]):
                 with self.cursor.lock:
                     source = regression_test_source(self.cursor.timeline, step)
             except (ScenarioError, ValueError) as exc:
-                self.notify(str(exc), title="not exported", severity="error", timeout=10)
+                self.notify(getattr(exc, "brief", str(exc)), title="not exported", severity="error", timeout=10)
                 return
-            self._write(path, lambda stream: stream.write(source), [self.cursor.chapter.scenario.path])
+            self._write(path, lambda stream: stream.write(source))
 
-        name = f"test_{self._output_stem().replace('-', '_')}_step{step}.py"
+        name = self._beside_scenario(f"test_{self._output_stem().replace('-', '_')}_step{step}.py")
         self.push_screen(PromptScreen(f"export steps 1–{step} as a pytest test:", name), export)
 
-    def _write(self, path: str, write, inputs: list[str]) -> None:
-        """Write through ``outputs`` (never over a file or an input); say what happened."""
-        from ..model.scenarios.outputs import check_output, open_output
+    def _write(self, path: str, write) -> None:
+        """Write through ``outputs``: never over a file, a link, a pipe or a device, nor
+        over any chapter's scenario; say what happened in the TUI's words."""
+        from ..model.scenarios.outputs import open_output
 
+        inputs = [chapter.scenario.path for chapter in self.cursor.chapters]
         try:
-            check_output(path, inputs)
-            with open_output(path, inputs) as stream:
+            with open_output(path, inputs, option="", forcible=False) as stream:
                 write(stream)
         except ScenarioError as exc:
-            self.notify(exc.message or str(exc), title="not saved", severity="error", timeout=10)
+            self.notify(exc.brief.strip(), title="not saved", severity="error", timeout=10)
             return
         except OSError as exc:
-            self.notify(f"{path}: {exc.strerror or exc}", title="not saved", severity="error", timeout=10)
+            self.notify(f"{one_line(path)}: {exc.strerror or exc}", title="not saved", severity="error", timeout=10)
             return
-        self.notify(f"wrote {path}")
+        self.notify(f"wrote {one_line(path)}")
 
     def poll_follower(self) -> None:
         """Add the followed trace's new steps; keep the cursor at the end if it was there."""

@@ -53,18 +53,71 @@ class KeymapError(ValueError):
     """A keymap file that cannot be used (unknown id, not a string, bad TOML)."""
 
 
+MODIFIERS = ("ctrl", "alt", "shift", "meta", "super", "hyper")
+
+
 def load_keymap(path: Path) -> dict[str, str]:
+    """A keymap file checked whole: known ids, key names Textual knows, and no key left
+    on two commands (rebinding ``p`` to step.next would silently take it from
+    step.previous)."""
+    from ..model.scenarios.errors import ScenarioError, elide, shown
+    from ..model.scenarios.inputs import read_regular
+
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise KeymapError(f"{path}: cannot read keymap: {exc}") from None
+        data = read_regular(str(path), 1 << 20, "keymap file")
+        if data is None:
+            raise KeymapError(f"{path}: a keymap is at most 1 MiB")
+        table = _flat(tomllib.loads(data.decode("utf-8")))
+    except ScenarioError as exc:
+        raise KeymapError(str(exc)) from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise KeymapError(f"{path}: cannot read keymap: {elide(str(exc), 200)}") from None
     known = {c.id for c in COMMANDS}
-    for key, value in data.items():
+    for key, value in table.items():
         if key not in known:
-            raise KeymapError(f"{path}: unknown binding id {key!r}; known: {', '.join(sorted(known))}")
+            raise KeymapError(f"{path}: unknown binding id {shown(key)}; known: {', '.join(sorted(known))}")
         if not isinstance(value, str) or not value:
             raise KeymapError(f"{path}: {key} must be a key name (a string)")
-    return dict(data)
+        for one in value.split(","):
+            problem = key_problem(one.strip())
+            if problem:
+                raise KeymapError(f"{path}: {key} = {shown(value)}: {problem}")
+    owners: dict[str, str] = {}
+    for command in commands(table):
+        for one in command.key.split(","):
+            other = owners.setdefault(one.strip(), command.id)
+            if other != command.id:
+                raise KeymapError(f"{path}: {shown(one.strip())} would be bound to both {other} and {command.id}; "
+                                  "give one of them another key in the keymap")
+    return dict(table)
+
+
+def _flat(table: dict, prefix: str = "") -> dict:
+    """``step.next = "j"`` reads in TOML as a table ``step`` holding ``next``: one id again."""
+    flat = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def key_problem(key: str) -> str | None:
+    """Why Textual would never deliver ``key`` ("ctrl+alt+shift+F99"), or None."""
+    from textual.keys import Keys, key_to_character
+
+    from ..model.scenarios.errors import shown
+
+    *mods, base = key.split("+")
+    bad = [m for m in mods if m not in MODIFIERS]
+    if bad or len(set(mods)) != len(mods):
+        return f"modifiers are {', '.join(MODIFIERS)}, each at most once"
+    names = {k.value.split("+")[-1] for k in Keys if not k.value.startswith("<")}
+    character = base if len(base) == 1 else key_to_character(base)  # "less_than_sign" -> "<"
+    if base in names or character is not None and len(character) == 1 and character.isprintable():
+        return None
+    return f"unknown key name {shown(base)} (keys are a character, f1-f24, or names such as enter, escape, tab, left)"
 
 
 def commands(keymap: dict[str, str] | None = None) -> tuple[Command, ...]:
