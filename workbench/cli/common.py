@@ -8,6 +8,7 @@ import argparse
 import os
 import sys
 
+from ..model.scenarios.errors import elide, one_line
 from ..model.scenarios.scenario import STDIN, ScenarioError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -33,13 +34,14 @@ def version() -> str:
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # usage errors: one line, exit 2, like invalid files
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        print(one_line(f"{self.prog}: error: {elide(message, 300)} (see {self.prog} --help)"), file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
 
 
 def say(line: str) -> None:
+    """One line on stderr, whatever the line holds (control characters escaped)."""
     try:
-        print(line, file=sys.stderr)
+        print(one_line(line), file=sys.stderr)
     except (BrokenPipeError, OSError):
         pass
 

@@ -53,14 +53,18 @@ def add_parser(command) -> None:
 
 
 def run(args) -> int:
-    from ..model.fuzzing.fuzz import FuzzConfig
+    from ..model.fuzzing.config import FuzzConfig  # light: options are checked before torch loads
 
     if args.list_faults:
         return _list_faults()
     for name in ("steps", "page_size", "sliding_window", "kv_size", "swa_kv_size", "mamba_size"):
         value = getattr(args, name)
         if value is not None and value <= 0:
-            raise ScenarioError(f"--{name.replace('_', '-')} must be a positive int")
+            raise ScenarioError(f"--{name.replace('_', '-')} must be a positive int (got {value})")
+    for name in ("time_budget", "shrink_budget"):
+        value = getattr(args, name)
+        if value is not None and not 0 < value:  # also refuses nan
+            raise ScenarioError(f"--{name.replace('_', '-')} must be a positive number of seconds (got {value})")
     if args.faults == "all":
         if args.fault or args.trace:
             raise ScenarioError("--faults all runs the whole catalogue: leave out --fault and --trace")
@@ -89,6 +93,12 @@ def _check_config(config) -> None:
         CacheConfig(**{**cfg, "components": tuple(cfg["components"]), "faults": tuple(cfg.get("faults", ()))})
     except ValueError as exc:
         raise ScenarioError(f"config cannot be built: {exc}") from None
+    longest = config.longest_prompt()
+    pools = [("--kv-size", cfg["kv_size"])] + ([("--swa-kv-size", cfg["swa_kv_size"])] if "swa_kv_size" in cfg else [])
+    for option, size in pools:
+        if size < longest:  # most prompts would be refused: the fuzzer would test nothing but refusals
+            raise ScenarioError(f"{option} {size} cannot admit the fuzzer's prompts: they run up to {longest} tokens "
+                                f"(16 pages and the window); give at least {longest}")
 
 
 def _fuzz_once(config, args) -> int:

@@ -50,7 +50,8 @@ def run(args) -> int:
         from ..model.debugging.breakpoints import ConditionError, parse_conditions
 
         try:
-            args.conditions = [parse_conditions(args.until, s.config["components"]) for s in scenarios]
+            args.conditions = [parse_conditions(args.until, s.config["components"], bool(s.config.get("hicache")))
+                               for s in scenarios]
         except ConditionError as exc:
             raise ScenarioError(f"--until: {exc}") from None
     if args.record:

@@ -31,6 +31,14 @@ def run(args) -> int:
 
     check_against_use(args, {"--follow": bool(args.follow)})
 
+    keymap = None
+    if args.keymap:
+        from ..tui.bindings import KeymapError, load_keymap
+
+        try:
+            keymap = load_keymap(Path(args.keymap))
+        except KeymapError as exc:
+            raise ScenarioError(str(exc)) from None
     follower = None
     if args.follow:
         if args.files:
@@ -41,14 +49,6 @@ def run(args) -> int:
         tour = Path(__file__).resolve().parent.parent.parent / "scenarios"
         files = args.files or [str(tour / name) for name in TOUR]
         scenarios = load_all(files)
-    keymap = None
-    if args.keymap:
-        from ..tui.bindings import KeymapError, load_keymap
-
-        try:
-            keymap = load_keymap(Path(args.keymap))
-        except KeymapError as exc:
-            raise ScenarioError(str(exc)) from None
     diverged = {}
     if args.against:
         from .against import divergences
@@ -70,12 +70,17 @@ def run(args) -> int:
 def _start_following(path: str):
     """Open a trace to follow: wait (saying so once) for the file and its header line."""
     import time
+    from pathlib import Path
 
+    from ..model.scenarios.errors import shown_name
     from ..model.timeline.follow import TraceFollower
     from ..model.scenarios.scenario import cache_config
 
     if path == STDIN or not path.endswith(".jsonl"):
         raise ScenarioError("--follow reads a .jsonl trace file", path)
+    folder = Path(path).parent
+    if not folder.is_dir():  # nothing will ever appear there: say so instead of waiting
+        raise ScenarioError(f"--follow: directory {shown_name(str(folder))} does not exist", path)
     follower = TraceFollower(path)
     said = None
     while (scenario := follower.start()) is None:

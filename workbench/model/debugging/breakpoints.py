@@ -14,9 +14,12 @@ component=swa``); a breakpoint list holds when any of its conditions does. Terms
 - ``node=ID`` (with optional ``component=``) and no event term — the step changed that
   node: it was added, removed, or a component's value, tombstone or lock changed
 - ``op=NAME``, ``req=NAME``, ``step>=N`` (any comparison) — what the step is
-- ``POOL_FIELD<N`` (``swa_available<4``, ``full_evictable>=100``, ``requests>2``; any of
-  ``= != < <= > >=``) — the pool *crosses* the threshold at this step: it holds after
-  the step and did not before, so ``c`` stops once per crossing, not on every step below
+- ``FIELD<N`` for any state field a step may expect (``swa_available<4``,
+  ``full_evictable>=100``, ``requests>2``, ``nodes>=50``, ``mamba_tombstones>0``, with a
+  host tier ``full_host_available<30``; any of ``= != < <= > >=``) — the field *crosses*
+  the threshold at this step: it holds after the step and did not before, so ``c`` stops
+  once per crossing, not on every step below. Pool counters are read from the step's
+  totals; the counts over the tree (nodes, tombstones, leaves, host nodes) from its state
 
 Conditions are parsed, never ``eval``-ed. Checking a step reads only that step's
 record, events, delta and pool totals, so a search costs O(steps it passes), never
@@ -33,6 +36,8 @@ from typing import Optional
 
 from cache.events import Cause, Event, EventKind
 
+from ..scenarios.errors import shown
+from ..scenarios.fields import HOST_NODE_FIELDS, HOST_SUFFIXES, host_state_field
 from ..timeline.timeline import StepRecord, Timeline
 
 COMPARISONS: dict[str, Callable[[int, int], bool]] = {
@@ -82,8 +87,9 @@ class Condition:
         return self.text
 
 
-def parse_condition(text: str, components: Sequence[str] = ("full", "swa", "mamba")) -> Condition:
-    """``event=cascade component=swa`` -> Condition; a bad term raises ConditionError."""
+def parse_condition(text: str, components: Sequence[str] = ("full", "swa", "mamba"), host: bool = False) -> Condition:
+    """``event=cascade component=swa`` -> Condition; a bad term raises ConditionError.
+    ``host``: the cache has a host tier, so its state fields are known too."""
     words = text.split()
     if not words:
         raise ConditionError("an empty condition; try 'violation', 'event=cascade component=swa' or 'swa_available<4'")
@@ -117,7 +123,7 @@ def parse_condition(text: str, components: Sequence[str] = ("full", "swa", "mamb
             if value not in components:
                 raise ConditionError(f"unknown component {value!r}; this cache has {', '.join(components)}")
             fields["component"] = value
-        elif name in ("node", "step") or _pool_field(name, components):
+        elif name in ("node", "step") or _state_field(name, components, host):
             number = _int(value, word)
             if name == "node":
                 fields["node"] = number
@@ -127,16 +133,21 @@ def parse_condition(text: str, components: Sequence[str] = ("full", "swa", "mamb
             fields[name] = value
         else:
             known = ", ".join(f"{c}_{k}" for c in components for k in POOL_COUNTERS[:2])
-            raise ConditionError(f"unknown term {name!r}; terms: event, cause, component, node, op, req, step, "
-                                 f"violation, failed, error, or a pool field ({known}, …, requests)")
+            host_hint = "" if host or not host_state_field(name) else " (a host-tier field: this scenario has no host tier)"
+            raise ConditionError(f"unknown term {shown(name)}{host_hint}; terms: event, cause, component, node, op, req, "
+                                 f"step, violation, failed, error, or a state field ({known}, …, nodes, requests)")
     return Condition(**fields, steps=tuple(steps), pools=tuple(pools))
 
 
-def _pool_field(name: str, components: Sequence[str]) -> bool:
-    if name == "requests":
+def _state_field(name: str, components: Sequence[str], host: bool) -> bool:
+    """Any state field a scenario step may expect for this cache (``swa_available``,
+    ``nodes``, ``mamba_tombstones``, with a host tier ``full_host_available``)."""
+    if name in ("requests", "nodes", "evictable_leaves") or host and name in HOST_NODE_FIELDS:
         return True
+    if host and host_state_field(name):
+        return name.partition("_host_")[0] in components
     component, _, counter = name.partition("_")
-    return component in components and counter in POOL_COUNTERS
+    return component in components and (counter in POOL_COUNTERS or component != "full" and counter == "tombstones")
 
 
 def _int(value: str, word: str) -> int:
@@ -146,8 +157,9 @@ def _int(value: str, word: str) -> int:
         raise ConditionError(f"{word!r}: {value!r} is not a whole number") from None
 
 
-def parse_conditions(texts: Iterable[str], components: Sequence[str] = ("full", "swa", "mamba")) -> list[Condition]:
-    return [parse_condition(t, components) for t in texts]
+def parse_conditions(texts: Iterable[str], components: Sequence[str] = ("full", "swa", "mamba"),
+                     host: bool = False) -> list[Condition]:
+    return [parse_condition(t, components, host) for t in texts]
 
 
 # ---- evaluation --------------------------------------------------------------------------------
@@ -209,19 +221,28 @@ def _node_changed(timeline: Timeline, c: Condition, index: int) -> bool:
     return any((a.value_len, a.lock_ref, a.extras) != (b.value_len, b.lock_ref, b.extras) for a, b in pairs)
 
 
-def _pool_value(globals_, field: str) -> int:
+def _field_value(timeline: Timeline, index: int, field: str) -> int:
+    """A pool counter from the step's globals (O(1)); a count over the tree (``nodes``,
+    tombstones, leaves, host nodes) from the state after the step."""
+    globals_ = timeline.store.globals[index]
     if field == "requests":
         return len(globals_.requests)
     component, _, counter = field.partition("_")
-    pool = globals_.pools.get(component)
-    return getattr(pool, counter) if pool is not None else 0
+    if counter in POOL_COUNTERS:
+        pool = globals_.pools.get(component)
+        return getattr(pool, counter) if pool is not None else 0
+    head, _, host_counter = field.partition("_host_")
+    if host_counter in HOST_SUFFIXES:
+        pool = globals_.pools.get(f"{head}_host")
+        return getattr(pool, host_counter) if pool is not None else 0
+    from ..timeline.runner import state_field
+
+    return state_field(timeline.state_after(index), field)
 
 
 def _crossed(timeline: Timeline, pools: tuple[Comparison, ...], index: int) -> bool:
-    after, before = timeline.store.globals[index], timeline.store.globals[index - 1]
-    now = all(p.test(_pool_value(after, p.field)) for p in pools)
-    then = all(p.test(_pool_value(before, p.field)) for p in pools)
-    return now and not then
+    now = all(p.test(_field_value(timeline, index, p.field)) for p in pools)
+    return now and not all(p.test(_field_value(timeline, index - 1, p.field)) for p in pools)
 
 
 def any_holds(timeline: Timeline, conditions: Sequence[Condition], index: int) -> Optional[Condition]:

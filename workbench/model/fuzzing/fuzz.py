@@ -26,45 +26,12 @@ from typing import Any, Optional
 from .. import ops
 from ..timeline.runner import Runner, state_field
 from ..scenarios.scenario import Scenario, ScenarioError, StepAppender, scenario_from_records
+from .config import FuzzConfig  # noqa: F401  (re-exported: what a fuzz run is set up with)
 from .shrink import Shrinker, Steps
 from ..timeline.timeline import StepRecord
 
 SANITY_PREFIXES = ("counter.", "lru.")  # what upstream's sanity check looks at: counters and LRU order
 SANITY_SUFFIXES = (".balance",)  # … and its idle memory check: available + cached + held == total
-
-
-@dataclasses.dataclass(frozen=True)
-class FuzzConfig:
-    components: tuple[str, ...] = ("full",)
-    page_size: int = 1
-    sliding_window: int = 4
-    kv_size: Optional[int] = None  # tokens; default 48 pages: eviction runs often
-    swa_kv_size: Optional[int] = None  # default 3/4 of kv_size
-    mamba_size: Optional[int] = None  # default 6 states
-    faults: tuple[str, ...] = ()
-    hicache: Optional[str] = None  # a write policy: the host tier is on, and the host ops are drawn
-
-    def scenario_config(self, faults: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
-        page = self.page_size
-        kv = self.kv_size or 48 * page
-        config: dict[str, Any] = {"components": list(self.components), "page_size": page, "kv_size": kv}
-        if "swa" in self.components:
-            config["sliding_window"] = self.sliding_window
-            config["swa_kv_size"] = self.swa_kv_size or max(page, kv * 3 // 4 // page * page)
-        if "mamba" in self.components:
-            config["mamba_size"] = self.mamba_size or 4
-        faults = self.faults if faults is None else faults
-        if faults:
-            config["faults"] = list(faults)
-        if self.hicache:  # host pools of SGLang's default sizes, so a run replays against SGLang's too
-            config["hicache"] = {"write_policy": self.hicache, "load_back_threshold": 2}
-        return config
-
-    def label(self) -> str:
-        comps = "+".join(c.capitalize() if c != "swa" else "SWA" for c in self.components)
-        window = f" w{self.sliding_window}" if "swa" in self.components else ""
-        host = f" {self.hicache}" if self.hicache else ""
-        return f"{comps} p{self.page_size}{window}{host}"
 
 
 # ---- generation ----------------------------------------------------------------------------------
@@ -96,7 +63,7 @@ class OpGenerator:
             key = []
         pages = rng.choice((0, 1, 1, 2, 2, 3, 4, 6, 8))
         key = key + [rng.randint(1, 3) for _ in range(pages * page + (rng.randrange(page) if rng.random() < 0.3 else 0))]
-        key = key[: 16 * page + self.config.sliding_window]
+        key = key[: self.config.longest_prompt()]
         while len(key) < min_len:
             key.append(rng.randint(1, 3))
         if len(key) >= page:

@@ -199,7 +199,8 @@ class TimelineCursor:
     # ---- breakpoints -------------------------------------------------------------------------------
     def add_breakpoint(self, text: str) -> Condition:
         """Parse and add a condition (``ConditionError`` on a bad one; nothing added)."""
-        condition = parse_condition(text, self.chapter.scenario.config["components"])
+        config = self.chapter.scenario.config
+        condition = parse_condition(text, config["components"], bool(config.get("hicache")))
         if all(c.text != condition.text for c in self.breakpoints):
             self.breakpoints.append(condition)
         return condition

@@ -1,0 +1,45 @@
+"""What a fuzz run is set up with, apart from the machinery that runs it: light to
+import, so ``urc fuzz`` checks its options before torch is loaded."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class FuzzConfig:
+    components: tuple[str, ...] = ("full",)
+    page_size: int = 1
+    sliding_window: int = 4
+    kv_size: Optional[int] = None  # tokens; default 48 pages: eviction runs often
+    swa_kv_size: Optional[int] = None  # default 3/4 of kv_size
+    mamba_size: Optional[int] = None  # default 6 states
+    faults: tuple[str, ...] = ()
+    hicache: Optional[str] = None  # a write policy: the host tier is on, and the host ops are drawn
+
+    def scenario_config(self, faults: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
+        page = self.page_size
+        kv = self.kv_size or 48 * page
+        config: dict[str, Any] = {"components": list(self.components), "page_size": page, "kv_size": kv}
+        if "swa" in self.components:
+            config["sliding_window"] = self.sliding_window
+            config["swa_kv_size"] = self.swa_kv_size or max(page, kv * 3 // 4 // page * page)
+        if "mamba" in self.components:
+            config["mamba_size"] = self.mamba_size or 4
+        faults = self.faults if faults is None else faults
+        if faults:
+            config["faults"] = list(faults)
+        if self.hicache:  # host pools of SGLang's default sizes, so a run replays against SGLang's too
+            config["hicache"] = {"write_policy": self.hicache, "load_back_threshold": 2}
+        return config
+
+    def longest_prompt(self) -> int:
+        """The most tokens a drawn key holds: 16 pages and a window."""
+        return 16 * self.page_size + self.sliding_window
+
+    def label(self) -> str:
+        comps = "+".join(c.capitalize() if c != "swa" else "SWA" for c in self.components)
+        window = f" w{self.sliding_window}" if "swa" in self.components else ""
+        host = f" {self.hicache}" if self.hicache else ""
+        return f"{comps} p{self.page_size}{window}{host}"
