@@ -1,0 +1,170 @@
+"""Hostile and malformed input, one row per case: what the user typed, the exit code,
+the one line it must say, and that every file around it is left as it was (bytes,
+inode, link target) while the process stays small. A new case is one row in ``CASES``.
+
+Each row runs ``urc`` as a user would, in a fresh interpreter inside a sandbox folder
+holding the files below; the child's peak memory is read from ``wait4`` (and capped by
+``RLIMIT_AS`` so that a regression fails the row instead of the machine)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL_MB = 200  # bad input never costs more than this (a clean start is ~20 MB)
+HEADER = 'schema = 1\n[scenario]\nname = "t"\n[config]\ncomponents = ["full"]\nkv_size = 64\n'
+JSONL_HEADER = json.dumps({"schema": 1, "scenario": {"name": "t"}, "config": {"components": ["full"], "kv_size": 64}})
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    id: str
+    argv: tuple[str, ...]
+    code: int
+    says: str  # a regular expression the one stderr line (or, for exit 0, stdout) must match
+    stdin: bytes = b""
+
+
+CASES = [
+    # inputs: only regular files, never read past the limit
+    Case("dev-zero-link", ("run", "zero.toml"), 2, r"zero\.toml: is a character device, not a scenario file"),
+    Case("fifo", ("run", "fifo.toml"), 2, r"fifo\.toml: is a named pipe \(FIFO\)"),
+    Case("directory", ("run", "folder.toml"), 2, r"folder\.toml: is a directory"),
+    Case("follow-fifo", ("tui", "--follow", "fifo.jsonl"), 2, r"is a named pipe \(FIFO\), not a trace"),
+    Case("follow-missing-dir", ("tui", "--follow", "missing/x.jsonl"), 2, r"directory missing does not exist"),
+    Case("empty-stdin", ("run", "-"), 2, r"<stdin>: nothing came on standard input"),
+    Case("duplicate-json-key", ("run", "dup.jsonl"), 2, r"dup\.jsonl:2: key 'op' is given twice"),
+    # outputs: never through a link, never into a pipe or device, never over an input
+    Case("record-to-device", ("run", "--record", "/dev/null", "--force", "smoke.toml"), 2,
+         r"--record /dev/null: is a character device; urc writes only regular files \(even with --force\)"),
+    Case("svg-to-fifo", ("svg", "smoke.toml", "-o", "out.svg", "--force"), 2, r"-o out\.svg: is a named pipe"),
+    Case("record-to-dangling-link", ("run", "--record", "dangling.jsonl", "smoke.toml"), 2,
+         r"is a symbolic link \(dangling\); urc never writes through a link"),
+    Case("record-through-link", ("run", "--record", "link.jsonl", "--force", "smoke.toml"), 2,
+         r"link\.jsonl: is a symbolic link;"),
+    Case("record-over-hard-linked-input", ("run", "--record", "hard.jsonl", "--force", "base.jsonl"), 2,
+         r"that is an input file of this command; refusing to overwrite it \(even with --force\)"),
+    Case("write-trace-over-trace", ("bench", "--trace", "base.jsonl", "--write-trace", "base.jsonl", "--force"), 2,
+         r"--write-trace base\.jsonl: that is an input file"),
+    Case("write-trace-over-linked-trace", ("bench", "--trace", "link.jsonl", "--write-trace", "base.jsonl", "--force"),
+         2, r"--write-trace base\.jsonl: that is an input file"),
+    Case("write-trace-with-trace", ("bench", "--trace", "base.jsonl", "--write-trace", "new.jsonl"), 2,
+         r"--write-trace writes the seeded workload .*leave out --trace"),
+    # options and config values, checked before anything runs
+    Case("negative-time-budget", ("fuzz", "--time-budget", "-1"), 2, r"--time-budget must be a positive number"),
+    Case("nan-shrink-budget", ("fuzz", "--shrink-budget", "nan"), 2, r"--shrink-budget must be a positive number"),
+    Case("fuzz-pool-too-small", ("fuzz", "--kv-size", "1"), 2, r"--kv-size 1 cannot admit the fuzzer's prompts"),
+    Case("fuzz-swa-pool-too-small", ("fuzz", "--config", "full,swa", "--swa-kv-size", "8"), 2,
+         r"--swa-kv-size 8 cannot admit"),
+    Case("window-larger-than-pool", ("run", "window.toml"), 2,
+         r"window\.toml:4: config cannot be built: sliding_window 1000 is larger than the SWA pool"),
+    Case("keymap-collision", ("tui", "--keymap", "collide.toml", "smoke.toml"), 2,
+         r"'p' would be bound to both step\.next and step\.previous"),
+    Case("keymap-unknown-key", ("tui", "--keymap", "f99.toml", "smoke.toml"), 2, r"unknown key name 'F99'"),
+    # messages: one line, long values elided, every field named
+    Case("newline-in-file-name", ("run", "new\nline.toml"), 2, r"new\\nline\.toml:1: malformed TOML"),
+    Case("huge-token", ("run", "huge.toml"), 2, r"\(got 9{40}… \(400 chars\)\) \(field 'key'\)$"),
+    Case("negative-evict", ("run", "evict.toml"), 2, r"evict\.toml:9: must be a non-negative int \(field 'full'\)"),
+    Case("newline-in-option", ("show", "--step", "1\n2", "smoke.toml"), 2, r"invalid int value: '1\\n2'"),
+    # valid after all: runs
+    Case("until-host-field", ("run", "--until", "full_host_evictable>0", "hicache.toml"), 0,
+         r"stopped at step 1 \(insert, line \d+\): full_host_evictable>0"),
+]
+
+
+def make_sandbox(folder: Path) -> None:
+    (folder / "smoke.toml").write_text((ROOT / "scenarios" / "smoke.toml").read_text())
+    (folder / "hicache.toml").write_text((ROOT / "scenarios" / "tour_hicache.toml").read_text())
+    (folder / "base.jsonl").write_text(JSONL_HEADER + '\n{"op": "insert", "key": [1, 2]}\n')
+    os.link(folder / "base.jsonl", folder / "hard.jsonl")
+    os.symlink("base.jsonl", folder / "link.jsonl")
+    os.symlink("nowhere.jsonl", folder / "dangling.jsonl")
+    os.symlink("/dev/zero", folder / "zero.toml")
+    for fifo in ("fifo.toml", "fifo.jsonl", "out.svg"):
+        os.mkfifo(folder / fifo)
+    (folder / "folder.toml").mkdir()
+    (folder / "dup.jsonl").write_text(JSONL_HEADER + '\n{"op": "insert", "key": [1], "op": "match"}\n')
+    (folder / "window.toml").write_text(HEADER.replace('["full"]', '["full", "swa"]')
+                                        + "sliding_window = 1000\nswa_kv_size = 2\n")
+    (folder / "collide.toml").write_text('"step.next" = "p"\n')
+    (folder / "f99.toml").write_text('"step.next" = "ctrl+alt+shift+F99"\n')
+    (folder / "new\nline.toml").write_text("not toml")
+    (folder / "huge.toml").write_text(HEADER + '[[step]]\nop = "insert"\nkey = [1, ' + "9" * 400 + "]\n")
+    (folder / "evict.toml").write_text(HEADER + '[[step]]\nop = "evict"\nfull = -3\n')
+
+
+def files(folder: Path) -> dict[str, tuple]:
+    """Every entry as it is: inode, type, and the bytes of a file or a link's target."""
+    seen = {}
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        st = os.lstat(entry.path)
+        if entry.is_symlink():
+            what = os.readlink(entry.path)
+        elif entry.is_file(follow_symlinks=False):
+            what = hashlib.sha256(Path(entry.path).read_bytes()).hexdigest()
+        else:
+            what = None
+        seen[entry.name] = (st.st_ino, st.st_mode, what)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("hostile")
+    make_sandbox(folder)
+    return folder
+
+
+def _cap_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))  # a runaway read fails here, not the machine
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_one_line_and_changes_no_file(case, sandbox):
+    before = files(sandbox)
+    child = subprocess.Popen([sys.executable, "-m", "workbench", *case.argv], cwd=sandbox, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_cap_memory,
+                             env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
+    try:
+        out, err = child.communicate(case.stdin, timeout=120)  # a hang (a FIFO read) fails, never blocks CI
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pytest.fail(f"{case.id}: still running after 120 s")
+    assert child.returncode == case.code, err.decode()
+    text = (err if case.code else out).decode()
+    if case.code:
+        assert "Traceback" not in text and len(text.strip().splitlines()) == 1, text
+    assert re.search(case.says, text, re.MULTILINE), text
+    assert files(sandbox) == before
+
+
+def test_peak_memory_of_a_bad_input_stays_small(sandbox):
+    """The /dev/zero link used to take urc to 23 GB: now a bad input costs what a start does."""
+    for argv in (("run", "zero.toml"), ("run", "fifo.toml"), ("fuzz", "--kv-size", "1")):
+        child = subprocess.Popen([sys.executable, "-m", "workbench", *argv], cwd=sandbox, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, preexec_fn=_cap_memory,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
+        _, status, usage = os.wait4(child.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 2, argv
+        assert usage.ru_maxrss < SMALL_MB * 1024, (argv, usage.ru_maxrss)  # kilobytes on Linux
+
+
+def test_fuzz_checks_its_options_and_lists_faults_before_importing_torch():
+    probe = ("import sys\nfrom workbench.cli import main\n"
+             "codes = [main(['fuzz', '--list-faults']), main(['fuzz', '--kv-size', '1']), "
+             "main(['fuzz', '--time-budget', '-1'])]\n"
+             "print(codes, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.strip().splitlines()[-1] == "[0, 2, 2] False", proc.stdout + proc.stderr
