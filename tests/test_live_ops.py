@@ -118,12 +118,28 @@ def test_shape_and_type_errors_are_left_to_the_appender():
     ("check expect nodes=1 nodes=2", "expect 'nodes' is given twice"),
     ("check expect full_lock_ref=1 full_lock_ref.m=1", "expect full_lock_ref.m is given twice"),
     ('lock "m1 as L', 'unclosed " quote (column 6)'),
+    ("insert " + "7" * 20, f'(got {"7" * 20})'),
+    ("insert " + "x" * 300, '(got "' + "x" * 39 + "… (302 chars))"),
+    ("foo" + "o" * 300, "o… (305 chars); known: insert"),
 ])
 def test_errors_name_the_problem(text, message):
     with pytest.raises(ScenarioError) as info:
         parse_command(text)
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_live_errors_read_as_the_tui_shows_them():
+    """No "line 0" for a name a live op defined, and the field named without file:line."""
+    appender = StepAppender(load_scenario(ROOT / "scenarios/tour.toml"))
+    appender.append(parse_command("match 1 as live_m"))
+    with pytest.raises(ScenarioError) as info:
+        appender.check(parse_command("match 2 as live_m"))
+    assert info.value.brief == ("match name 'live_m' is already taken (named by a live op); give each match its own "
+                                "name (field 'as')")
+    with pytest.raises(ScenarioError) as info:
+        appender.check(parse_command("evict full=-3"))
+    assert info.value.brief == "must be a non-negative int (field 'full')"
 
 
 def test_a_range_just_at_the_limit_is_accepted():
