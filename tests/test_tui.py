@@ -255,7 +255,7 @@ async def test_export_asks_where_defaults_beside_the_scenario_and_never_overwrit
         monkeypatch.setattr(graphviz.Digraph, "pipe", missing)
         await pilot.press("e", "enter")
         await pilot.pause()
-        assert any("export failed" in n.message for n in app._notifications)
+        assert any(n.message.startswith("not exported: failed to execute") for n in app._notifications)
 
 
 @pytest.mark.asyncio

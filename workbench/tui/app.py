@@ -272,26 +272,13 @@ class WorkbenchApp(App[None]):
 
     def action_export_svg(self) -> None:
         """Write the current step as SVG (what it changed highlighted) where the user says."""
+        from ..render.dot import render_svg
+        from ..render.picture import picture
+
         step = self.cursor.step
-
-        def export(path: str | None) -> None:
-            if path is None:
-                return
-            from ..render.dot import render_svg
-            from ..render.picture import picture
-
-            try:
-                with self.cursor.lock:
-                    dot = picture(self.cursor.timeline, step, step - 1 if step else None)
-                svg = render_svg(dot)
-            except Exception as exc:  # no dot, a broken Graphviz …: say so, never crash
-                first = str(exc).splitlines()[0] if str(exc) else ""
-                self.notify(f"export failed: {type(exc).__name__}: {one_line(first)}", severity="error", timeout=8)
-                return
-            self._write(path, lambda stream: stream.write(svg))
-
-        self.push_screen(PromptScreen(f"export step {step} as SVG (an existing file is never overwritten):",
-                                      self._beside_scenario(f"{self._output_stem()}-step{step}.svg")), export)
+        self._export(f"export step {step} as SVG (an existing file is never overwritten):",
+                     f"{self._output_stem()}-step{step}.svg",
+                     lambda path: render_svg(picture(self.cursor.timeline, step, step - 1 if step else None)))
 
     # ---- breakpoints, diff, why ----------------------------------------------------------------
     def action_continue(self, forward: bool) -> None:
@@ -381,40 +368,42 @@ class WorkbenchApp(App[None]):
 
     def action_save_session(self) -> None:
         """Save this chapter (with live ops) as a scenario: .toml or .jsonl by the name."""
-        def save(path: str | None) -> None:
-            if path is None:
-                return
-            from ..model.scenarios.writer import scenario_jsonl, scenario_toml
+        from ..model.scenarios.writer import scenario_jsonl, scenario_toml
 
-            scenario = self.cursor.chapter.scenario
+        def text(path: str) -> str:
             if not path.endswith((".toml", ".jsonl")):
-                self.notify("a scenario file ends in .toml or .jsonl", severity="error")
-                return
-            text = scenario_toml(scenario) if path.endswith(".toml") else scenario_jsonl(scenario)
-            self._write(path, lambda stream: stream.write(text))
+                raise ValueError("a scenario file ends in .toml or .jsonl")
+            scenario = self.cursor.chapter.scenario
+            return scenario_toml(scenario) if path.endswith(".toml") else scenario_jsonl(scenario)
 
-        self.push_screen(PromptScreen("save the session as (.toml or .jsonl; an existing file is never "
-                                      "overwritten):", self._beside_scenario(f"{self._output_stem()}-session.toml")), save)
+        self._export("save the session as (.toml or .jsonl; an existing file is never overwritten):",
+                     f"{self._output_stem()}-session.toml", text)
 
     def action_export_test(self) -> None:
         """Save the timeline up to this step as a pytest regression test."""
-        step = self.cursor.step
+        from ..model.debugging.regression_test import regression_test_source
 
-        def export(path: str | None) -> None:
+        step = self.cursor.step
+        self._export(f"export steps 1–{step} as a pytest test:",
+                     f"test_{self._output_stem().replace('-', '_')}_step{step}.py",
+                     lambda path: regression_test_source(self.cursor.timeline, step))
+
+    def _export(self, question: str, name: str, make_text) -> None:
+        """Ask where (a free ``name`` beside the scenario suggested), make the text for
+        that path and write it; a failure is a notification, never a crash."""
+        def answer(path: str | None) -> None:
             if path is None:
                 return
-            from ..model.debugging.regression_test import regression_test_source
-
             try:
                 with self.cursor.lock:
-                    source = regression_test_source(self.cursor.timeline, step)
-            except (ScenarioError, ValueError) as exc:
-                self.notify(getattr(exc, "brief", str(exc)), title="not exported", severity="error", timeout=10)
+                    text = make_text(path)
+            except Exception as exc:  # no dot, a timeline a test cannot replay, a bad suffix …
+                said = getattr(exc, "brief", None) or (str(exc).splitlines() or [""])[0]
+                self.notify(f"not exported: {one_line(said)}", severity="error", timeout=10)
                 return
-            self._write(path, lambda stream: stream.write(source))
+            self._write(path, lambda stream: stream.write(text))
 
-        name = self._beside_scenario(f"test_{self._output_stem().replace('-', '_')}_step{step}.py")
-        self.push_screen(PromptScreen(f"export steps 1–{step} as a pytest test:", name), export)
+        self.push_screen(PromptScreen(question, self._beside_scenario(name)), answer)
 
     def _write(self, path: str, write) -> None:
         """Write through ``outputs``: never over a file, a link, a pipe or a device, nor

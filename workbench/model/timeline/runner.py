@@ -268,7 +268,10 @@ def run_scenario(scenario: Scenario | str | Path, record: Optional[str | Path] =
         scenario = load_scenario(scenario)
     if record is None:
         return Runner(scenario, checks=checks).run()
-    with open(record, "w", encoding="utf-8") as stream:
+    from ..scenarios.outputs import open_output
+
+    # a library caller may replace its own file, but never an input, a link, a pipe or a device
+    with open_output(str(record), [scenario.path], force=True, option="record", live=True) as stream:
         return Runner(scenario, record=stream, checks=checks).run()
 
 
