@@ -62,10 +62,11 @@ def probe(cache, touched: Iterable[int]) -> bool:
     """True when nothing around ``touched`` nor any O(1) balance looks wrong."""
     tree = cache.tree
     nodes = [n for n in (tree.nodes.get(i) for i in set(touched)) if n is not None and n is not tree.root]
-    expected = expected_locks(cache)  # a missing segment raises: the sweep names it
+    groups = tree.held_lock_groups()
+    expected = expected_locks(cache, groups=groups)  # a missing segment raises: the sweep names it
     return (
         _root_ok(tree)
-        and _receipts_ok(cache, expected)
+        and _receipts_ok(cache, expected, groups)
         and _full_pool_ok(cache)
         and _path_ok(cache, nodes, expected)
         and _nodes_ok(cache, nodes)
@@ -86,12 +87,13 @@ def _root_ok(tree) -> bool:
     return value is not None and value.shape[0] == 0 and not root.key and all(cd.lock_ref == 1 for cd in root.data)
 
 
-def _receipts_ok(cache, expected: list[dict[int, int]]) -> bool:
-    """Receipts sit on live nodes; every node they lock holds exactly that many locks;
-    each protected counter is the units those locks cover."""
+def _receipts_ok(cache, expected: list[dict[int, int]], groups: dict) -> bool:
+    """Receipts sit on live nodes (one look per group: a group shares its anchor);
+    every node they lock holds exactly that many locks; each protected counter is the
+    units those locks cover."""
     tree = cache.tree
     nodes = tree.nodes
-    if any(r.node_id not in nodes for r in tree.live_receipts.values()):
+    if any(key[0] not in nodes for key in groups):  # lock_group_key starts with the anchor
         return False
     for component in cache.components:
         i, counts = component.index, expected[component.index]
