@@ -25,20 +25,15 @@ if TYPE_CHECKING:
 def lock_group_key(receipt) -> tuple:
     """Receipts with equal keys lock the same nodes: one anchor, the same components
     skipped, the same window part released, the same segment boundaries."""
-    uuids = receipt.component_lock_uuids
-    return (receipt.node_id, receipt.skipped_lock_components, receipt.swa_released,
-            tuple(sorted(uuids.items())) if uuids else ())
+    uuids = sorted(receipt.component_lock_uuids.items())
+    return receipt.node_id, receipt.skipped_lock_components, receipt.swa_released, tuple(uuids)
 
 
 def group_receipts(receipts) -> dict[tuple, dict[int, object]]:
     """``lock_group_key`` -> {receipt id: receipt}, for receipts in the order given."""
     groups: dict[tuple, dict[int, object]] = {}
     for receipt in receipts:
-        key = lock_group_key(receipt)
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = {}
-        group[receipt.receipt_id] = receipt
+        groups.setdefault(lock_group_key(receipt), {})[receipt.receipt_id] = receipt
     return groups
 
 
@@ -146,16 +141,11 @@ class TreeLocks:
             self._touched.add(node_id)
 
     def _file_receipt(self, receipt) -> None:
-        key = lock_group_key(receipt)
-        group = self.lock_groups.get(key)
-        if group is None:
-            group = self.lock_groups[key] = {}
-        group[receipt.receipt_id] = receipt
+        self.lock_groups.setdefault(lock_group_key(receipt), {})[receipt.receipt_id] = receipt
 
     def _unfile_receipt(self, receipt) -> None:
         key = lock_group_key(receipt)
-        group = self.lock_groups.get(key)
-        if group is not None and group.pop(receipt.receipt_id, None) is not None and not group:
+        if self.lock_groups.get(key, {}).pop(receipt.receipt_id, None) is not None and not self.lock_groups[key]:
             del self.lock_groups[key]
 
     def held_lock_groups(self) -> dict[tuple, dict[int, object]]:
