@@ -50,8 +50,10 @@ def check_invariants(cache: UnifiedRadixCache, touched: Optional[Iterable[int]] 
     with _one_thread():
         if touched is not None:
             touched = set(touched)
-        # probing costs about twice the sweep per node: with half the tree touched, sweep
-        if touched is not None and 2 * len(touched) < len(cache.tree.nodes):
+        # probing costs about twice the sweep per node, and the sweep also walks every
+        # held receipt (the probe: each group of them once): with half of that touched, sweep
+        tree = cache.tree
+        if touched is not None and 2 * len(touched) < len(tree.nodes) + len(tree.live_receipts):
             from .invariants_incremental import probe
 
             try:
@@ -328,15 +330,24 @@ def _check_receipts(cache, out: list[Violation]) -> None:
             out.append(Violation("lock.receipt_dangling", f"receipt {receipt_id} anchored on deleted node {node_id}"))
 
 
-def expected_locks(cache, out: Optional[list[Violation]] = None) -> list[dict[int, int]]:
+def expected_locks(cache, out: Optional[list[Violation]] = None, groups: Optional[dict] = None) -> list[dict[int, int]]:
     """Per component index: node id -> the lock_ref its held receipts account for.
-    A receipt whose segment cannot be found is reported (or, without ``out``, raises)."""
+    A receipt whose segment cannot be found is reported (or, without ``out``, raises).
+    ``groups``: the receipts filed by ``lock_group_key`` (the per-step probe passes the
+    tree's ``held_lock_groups()``); by default filed afresh from ``live_receipts``.
+    Each group's nodes are found once and counted once per receipt in it."""
+    from .tree_core_locks import group_receipts
+
     tree = cache.tree
+    if groups is None:
+        groups = group_receipts(tree.live_receipts.values())
     expected: list[dict[int, int]] = [{} for _ in cache.components]
-    for receipt in tree.live_receipts.values():
+    for group in groups.values():
+        receipt = next(iter(group.values()))
         anchor = tree.nodes.get(receipt.node_id)
         if anchor is None:
             continue
+        weight = len(group)
         for component in cache.components:
             if not tree.releases(component, receipt, receipt.swa_released):
                 continue
@@ -345,11 +356,11 @@ def expected_locks(cache, out: Optional[list[Violation]] = None) -> list[dict[in
             except LookupError as exc:
                 if out is None:
                     raise
-                out.append(Violation("lock.receipt_segment", f"receipt {receipt.receipt_id}: {exc}"))
+                out.extend(Violation("lock.receipt_segment", f"receipt {r}: {exc}") for r in group)
                 continue
             counts = expected[component.index]
             for node in nodes:
-                counts[node.id] = counts.get(node.id, 0) + 1
+                counts[node.id] = counts.get(node.id, 0) + weight
     return expected
 
 

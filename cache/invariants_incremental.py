@@ -3,8 +3,14 @@
 ``check_invariants(cache, touched=ids)`` calls ``probe``. When every probe passes it
 reports nothing; when one fails (or trips over corrupt state) the full sweep runs and
 its report is returned, so the per-step mode never names a problem differently from
-the sweep. While the cache is healthy it costs O(touched nodes x depth + the nodes
-the held receipts lock + running requests), a few tensor ops in all.
+the sweep. While the cache is healthy it costs O(touched nodes x depth + running
+requests + the distinct nodes the held receipts lock + their groups x depth), a few
+tensor ops in all. Receipts come filed in groups by the tree core (``lock_groups``:
+one anchor, one signature, so the same locked nodes): the lock checks walk each group
+once, so a thousand locks on one match cost what one does. Locks on many distinct
+anchors still cost a walk each (their nodes differ); the sweep files the receipts
+afresh, O(held receipts), which is why ``check_invariants`` counts them in deciding
+between probe and sweep.
 
 Probed for the touched nodes still in the tree (other ids are skipped):
   - shape: key page-aligned and non-empty, Full KV present with the key's length
@@ -32,7 +38,8 @@ Global, on every call:
     between evictable and protected), the nodes they lock hold exactly those locks,
     receipts on live nodes with findable segments (lock.unaccounted,
     lock.receipt_dangling, lock.receipt_segment), SWA window locks (swa.window_lock),
-    lock order on anchors (lock.order), Mamba LRU size == its state count (lru.size)
+    lock order on anchors (lock.order), Mamba LRU size == its state count (lru.size);
+    each per receipt group, not per receipt
 With a host tier (invariants_host.py's probe): each touched node's host copies whole,
 device data never below host-only data, no device lock on host-only data, host-leaf
 and host-LRU membership, the marks of transfers in flight; each host pool's balance
@@ -62,10 +69,11 @@ def probe(cache, touched: Iterable[int]) -> bool:
     """True when nothing around ``touched`` nor any O(1) balance looks wrong."""
     tree = cache.tree
     nodes = [n for n in (tree.nodes.get(i) for i in set(touched)) if n is not None and n is not tree.root]
-    expected = expected_locks(cache)  # a missing segment raises: the sweep names it
+    groups = tree.held_lock_groups()
+    expected = expected_locks(cache, groups=groups)  # a missing segment raises: the sweep names it
     return (
         _root_ok(tree)
-        and _receipts_ok(cache, expected)
+        and _receipts_ok(cache, expected, groups)
         and _full_pool_ok(cache)
         and _path_ok(cache, nodes, expected)
         and _nodes_ok(cache, nodes)
@@ -86,12 +94,13 @@ def _root_ok(tree) -> bool:
     return value is not None and value.shape[0] == 0 and not root.key and all(cd.lock_ref == 1 for cd in root.data)
 
 
-def _receipts_ok(cache, expected: list[dict[int, int]]) -> bool:
-    """Receipts sit on live nodes; every node they lock holds exactly that many locks;
-    each protected counter is the units those locks cover."""
+def _receipts_ok(cache, expected: list[dict[int, int]], groups: dict) -> bool:
+    """Receipts sit on live nodes (one look per group: a group shares its anchor);
+    every node they lock holds exactly that many locks; each protected counter is the
+    units those locks cover."""
     tree = cache.tree
     nodes = tree.nodes
-    if any(r.node_id not in nodes for r in tree.live_receipts.values()):
+    if any(key[0] not in nodes for key in groups):  # lock_group_key starts with the anchor
         return False
     for component in cache.components:
         i, counts = component.index, expected[component.index]

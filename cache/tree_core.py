@@ -80,6 +80,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         self.leaves = EvictableLeafSet()
         self.lru = {c.name: LRUList(c.index, n) for c in self.components if c.uses_lru}
         self.live_receipts: dict[int, IncLockRefResult] = {}  # receipt id -> receipt
+        self.lock_groups: dict[tuple, dict[int, IncLockRefResult]] = {}  # the same, filed by lock_group_key
         if self.host_policy is not None:
             self.reset_host_tier()
         if self._touched is not None:

@@ -4,6 +4,10 @@
 SWA: one window; Mamba: one node) and returns a receipt that records what was taken.
 A release replays that receipt on the same node; every check runs before any count
 changes, so a refused release leaves the tree as it was.
+
+Held receipts are also filed by ``lock_group_key`` in ``lock_groups``: receipts with
+one anchor and one signature lock exactly the same nodes, so the per-step checker
+works once per group instead of once per receipt (thousands of locks on one match).
 """
 
 from __future__ import annotations
@@ -16,6 +20,21 @@ from .params import DecLockRefParams, IncLockRefResult
 if TYPE_CHECKING:
     from .components.base import TreeComponent
     from .eviction import EvictionBatch
+
+
+def lock_group_key(receipt) -> tuple:
+    """Receipts with equal keys lock the same nodes: one anchor, the same components
+    skipped, the same window part released, the same segment boundaries."""
+    uuids = sorted(receipt.component_lock_uuids.items())
+    return receipt.node_id, receipt.skipped_lock_components, receipt.swa_released, tuple(uuids)
+
+
+def group_receipts(receipts) -> dict[tuple, dict[int, object]]:
+    """``lock_group_key`` -> {receipt id: receipt}, for receipts in the order given."""
+    groups: dict[tuple, dict[int, object]] = {}
+    for receipt in receipts:
+        groups.setdefault(lock_group_key(receipt), {})[receipt.receipt_id] = receipt
+    return groups
 
 
 class TreeLocks:
@@ -46,6 +65,7 @@ class TreeLocks:
         if node.in_leaf_set:
             self.leaves.discard(node)
         self.live_receipts[self._next_receipt] = receipt
+        self._file_receipt(receipt)
         if self._touched is not None:
             self._touched.add(node_id)
         return receipt
@@ -82,6 +102,7 @@ class TreeLocks:
         for component in releasing:
             component.release_lock(node, params)
         del self.live_receipts[params.receipt_id]
+        self._unfile_receipt(params)
         if not node.in_leaf_set:
             self.update_leaf_state(node)
         if self._touched is not None:
@@ -113,9 +134,26 @@ class TreeLocks:
             swa.release_window_lock(node, params, batch)
         for component in below:
             component.release_lock(node, params)
+        self._unfile_receipt(params)
         params.swa_released = True
+        self._file_receipt(params)
         if self._touched is not None:
             self._touched.add(node_id)
+
+    def _file_receipt(self, receipt) -> None:
+        self.lock_groups.setdefault(lock_group_key(receipt), {})[receipt.receipt_id] = receipt
+
+    def _unfile_receipt(self, receipt) -> None:
+        key = lock_group_key(receipt)
+        if self.lock_groups.get(key, {}).pop(receipt.receipt_id, None) is not None and not self.lock_groups[key]:
+            del self.lock_groups[key]
+
+    def held_lock_groups(self) -> dict[tuple, dict[int, object]]:
+        """``lock_groups``, refiled from ``live_receipts`` if the two disagree in size
+        (receipts added or dropped behind the lock calls' back)."""
+        if sum(map(len, self.lock_groups.values())) != len(self.live_receipts):
+            self.lock_groups = group_receipts(self.live_receipts.values())
+        return self.lock_groups
 
     @property
     def window_component(self):

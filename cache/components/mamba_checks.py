@@ -89,24 +89,31 @@ def probe_mamba(mamba: MambaComponent, nodes: list) -> bool:
     held = sum(len(mamba.held_slots(req)) for req in mamba.cache.requests.values())
     if pool.available_size() + states + held != pool.size or tree.lru[mamba.name].size != states:
         return False
-    return not _check_lock_order(mamba)
+    return not _check_lock_order(mamba, tree.held_lock_groups())
 
 
-def _check_lock_order(mamba: MambaComponent) -> list[tuple[str, str]]:
+def _check_lock_order(mamba: MambaComponent, groups: Optional[dict] = None) -> list[tuple[str, str]]:
     """On a locked anchor, locks never grow down the eviction ranks: Full's >= SWA's
-    >= ... >= Mamba's (each component ranked above Mamba by internal priority)."""
+    >= ... >= Mamba's (each component ranked above Mamba by internal priority). Said
+    once per receipt; receipts filed in one group (``groups``, by default filed afresh
+    from the held receipts) share their anchor, so it is read once per group."""
+    from ..tree_core_locks import group_receipts
+
     tree, out = mamba.tree, []
+    if groups is None:
+        groups = group_receipts(tree.live_receipts.values())
     floor = mamba.eviction_priority(False)
     ranked = sorted((c for c in tree.components if c.eviction_priority(False) > floor),
                     key=lambda c: -c.eviction_priority(False)) + [mamba]
-    for receipt in tree.live_receipts.values():
+    for group in groups.values():
+        receipt = next(iter(group.values()))
         node = tree.nodes.get(receipt.node_id)
         if node is None or node is tree.root or receipt.skipped_lock_components:
             continue
         locks = [node.data[c.index].lock_ref for c in ranked]
         if any(upper < lower for upper, lower in zip(locks, locks[1:])):
             said = ", ".join(f"{c.name} {lock}" for c, lock in zip(ranked, locks))
-            out.append(("lock.order", f"node {node.id}: {said} locks out of order"))
+            out.extend([("lock.order", f"node {node.id}: {said} locks out of order")] * len(group))
     return out
 
 

@@ -103,27 +103,38 @@ def held_swa_values(swa: SWAComponent) -> list[torch.Tensor]:
     return out
 
 
-def _check_window_locks(swa: SWAComponent) -> list[tuple[str, str]]:
+def _check_window_locks(swa: SWAComponent, groups: Optional[dict] = None) -> list[tuple[str, str]]:
     """Every held receipt's SWA segment reaches its boundary (or the root), covers a
-    window, and holds a lock on each node."""
+    window, and holds a lock on each node. Receipts filed in one group (``groups``, by
+    default filed afresh from the held receipts) share their segment: it is walked once."""
+    from ..tree_core_locks import group_receipts
+
     tree, out = swa.tree, []
-    for receipt in tree.live_receipts.values():
+    if groups is None:
+        groups = group_receipts(tree.live_receipts.values())
+    for group in groups.values():
+        receipt = next(iter(group.values()))
         if receipt.swa_released or swa.name in receipt.skipped_lock_components:
             continue
         node = tree.nodes.get(receipt.node_id)
         if node is None:
             continue
-        covered, boundary = 0, receipt.component_lock_uuids.get(swa.name)
-        try:
-            for cur in swa._segment(node, receipt):
-                covered += cur.length
-                if cur.data[swa.index].lock_ref <= 0:
-                    out.append(("swa.window_lock", f"receipt {receipt.receipt_id}: node {cur.id} in its segment is unlocked"))
-        except LookupError as exc:
-            out.append(("swa.window_lock", f"receipt {receipt.receipt_id}: {exc}"))
-            continue
-        if boundary is not None and covered < swa.window:
-            out.append(("swa.window_lock", f"receipt {receipt.receipt_id} covers {covered} < window {swa.window}"))
+        out.extend(("swa.window_lock", f"receipt {r}{problem}") for problem in _window_problems(swa, node, receipt) for r in group)
+    return out
+
+
+def _window_problems(swa: SWAComponent, node, receipt) -> list[str]:
+    """What is wrong with one receipt's window lock, each said after its receipt id."""
+    covered, boundary, out = 0, receipt.component_lock_uuids.get(swa.name), []
+    try:
+        for cur in swa._segment(node, receipt):
+            covered += cur.length
+            if cur.data[swa.index].lock_ref <= 0:
+                out.append(f": node {cur.id} in its segment is unlocked")
+    except LookupError as exc:
+        return [*out, f": {exc}"]
+    if boundary is not None and covered < swa.window:
+        out.append(f" covers {covered} < window {swa.window}")
     return out
 
 
@@ -144,7 +155,7 @@ def probe_swa(swa: SWAComponent, nodes: list) -> bool:
     held = sum(segment_pages(pool.allocator, [v]).numel() for v in held_swa_values(swa)) * pool.allocator.page_size
     if pool.available_size() + tree.evictable[i] + tree.protected[i] + held != pool.size:
         return False
-    return not _check_window_locks(swa)
+    return not _check_window_locks(swa, tree.held_lock_groups())
 
 
 def _translations_ok(pool, i: int, nodes: list) -> bool:

@@ -4,8 +4,9 @@ Each part runs in a fresh interpreter so its peak RSS is its own (torch included
 the benchmark workload as a trace (the 2,000-request figure of the timeline issue,
 Full and Full+SWA+Mamba), a 20,000-step fuzzer-like random trace, and reads of a
 10,000-node tree's timeline (random ``state_after``, stepping, ``diff``, the current
-state, the full invariant sweep), and the debugger's searches and ``why`` answers on a
-10,000-step trace.
+state, the full invariant sweep), the debugger's searches and ``why`` answers on a
+10,000-step trace, and N locks taken on one match (lock-heavy: the per-step check's
+cost must not grow with the locks held, so ms per step at 1,000 and 10,000 agree).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ PARTS = {
     "tree-10k": ("tree", 10000, ("full",)),
     "debugger-random-10k": ("debugger", 10000, ("full", "swa", "mamba")),
     "debugger-trace-10k": ("debugger-trace", 10000, ("full", "swa", "mamba")),
+    "locks-1k": ("locks", 1000, ("full", "swa", "mamba")),
+    "locks-10k": ("locks", 10000, ("full", "swa", "mamba")),
 }
 
 
@@ -157,6 +160,33 @@ def part_debugger(steps: int, components: tuple[str, ...], workload: str = "rand
             "why_node_ms": _summary(node_whys), "why_match_ms": _summary(match_whys), "peak_rss_mb": _peak_mb()}
 
 
+def part_locks(locks: int, components: tuple[str, ...]) -> dict:
+    """``locks`` locks on one match of a 32-token key (window 8), run and checked as
+    ``urc run`` does; then the per-step check of the last lock alone, best of 20."""
+    from ..model.ops.keys import INSERT, MATCH
+    from ..model.ops.locks import LOCK
+    from ..model.timeline.runner import Runner
+    from ..model.scenarios.scenario import scenario_from_records
+    from cache import check_invariants
+
+    header = {"schema": 1, "scenario": {"name": f"locks{locks}"},
+              "config": {"components": list(components), "kv_size": 256, "sliding_window": 8,
+                         "swa_kv_size": 128, "mamba_size": 16}}
+    key = list(range(1, 33))
+    steps = [INSERT.step(key=key), MATCH.step(key=key, as_="m")]
+    steps += [LOCK.step(match="m", as_=f"l{i}") for i in range(locks)]
+    start = time.perf_counter()
+    runner = Runner(scenario_from_records(header, steps))
+    timeline = runner.run()
+    seconds = time.perf_counter() - start
+    cache = runner.cache
+    touched = {cache.tree.root.id, *(n for n in cache.tree.nodes if n != cache.tree.root.id)}
+    check = min(_timed_ms(lambda: check_invariants(cache, touched=touched)) for _ in range(20))
+    return {"locks": len(cache.tree.live_receipts), "steps": len(timeline), "seconds": round(seconds, 2),
+            "ms_per_step": round(seconds / len(timeline) * 1e3, 3), "check_ms_per_step": round(check, 3),
+            "passed": timeline.passed}
+
+
 def part_svg(nodes: int, components: tuple[str, ...]) -> dict:
     """``urc svg`` of a tree of ``nodes`` distinct branches: all of them at 2,000, 500
     of them (``--max-nodes 500``) at 10,000; timed from the timeline to SVG text."""
@@ -193,7 +223,7 @@ def _summary(samples: list[float]) -> dict:
 
 if __name__ == "__main__":
     kind, size, comps = sys.argv[1], int(sys.argv[2]), tuple(sys.argv[3].split(","))
-    part = {"trace": part_trace, "random": part_random, "tree": part_tree, "svg": part_svg,
+    part = {"trace": part_trace, "random": part_random, "tree": part_tree, "svg": part_svg, "locks": part_locks,
             "debugger": part_debugger,
             "debugger-trace": lambda n, comps: part_debugger(n, comps, "trace")}[kind]
     print(json.dumps(part(size, comps)))
