@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from .keys import RadixKey, child_key
+from .tree_core_locks import fresh_groups, one_fresh_grouping
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
@@ -40,24 +41,26 @@ class Violation:
         return f"{self.name}: {self.message}"
 
 
-def check_invariants(cache: UnifiedRadixCache, touched: Optional[Iterable[int]] = None) -> list[Violation]:
+def check_invariants(cache: UnifiedRadixCache, touched: Optional[Iterable[int]] = None,
+                     data_touched: Optional[Iterable[int]] = None) -> list[Violation]:
     """Every invariant over the whole tree; or, with ``touched`` (node ids a step
     changed, e.g. from ``cache.tree.take_touched()`` or the step's event node ids; ids
     no longer in the tree are skipped), the incremental probes first and the full sweep
     only when one of them fails (or when half the tree was touched: the sweep is then
-    cheaper). Either way the answer is [] or exactly the sweep's. See
-    ``invariants_incremental`` for what the probes cover and what only the sweep sees."""
-    with _one_thread():
+    cheaper). ``data_touched``: those of them whose data (slots, KV, states, children)
+    the step may have changed, the rest only their locks or LRU places (default: all);
+    only they get the content probes. Either way the answer is [] or exactly the
+    sweep's. See ``invariants_incremental`` for what the probes cover and what only
+    the sweep sees."""
+    with one_thread():
         if touched is not None:
             touched = set(touched)
         # probing costs about twice the sweep per node, and the sweep also walks every
         # held receipt (the probe: each group of them once): with half of that touched, sweep
         tree = cache.tree
         if touched is not None and 2 * len(touched) < len(tree.nodes) + len(tree.live_receipts):
-            from .invariants_incremental import probe
-
             try:
-                if probe(cache, touched):
+                if probe(cache, touched, data_touched):
                     return []
             except Exception:  # a probe that trips over corrupt state found something: the sweep names it
                 pass
@@ -65,10 +68,12 @@ def check_invariants(cache: UnifiedRadixCache, touched: Optional[Iterable[int]] 
 
 
 @contextlib.contextmanager
-def _one_thread():
+def one_thread():
     """Run the checker's tensor ops on one intra-op thread: they are small (an entry per
     node or slot), so more threads only add a hand-off per op, and on a busy 2-core
-    machine each hand-off can stall for milliseconds (measured: 0.1 ms -> 6 ms)."""
+    machine each hand-off can stall for milliseconds (measured: 0.1 ms -> 6 ms). Free
+    when already on one thread: a loop of checked steps holds it once around the loop
+    (switching back and forth per step cost 0.12 ms a step: the pool restarts)."""
     threads = torch.get_num_threads()
     if threads == 1:
         yield
@@ -81,6 +86,14 @@ def _one_thread():
 
 
 def _sweep(cache: UnifiedRadixCache) -> list[Violation]:
+    try:
+        with one_fresh_grouping(cache.tree):
+            return _sweep_once(cache)
+    except Exception as exc:  # filing the receipts tripped over corrupt state
+        return [Violation("checker.crashed", f"{type(exc).__name__}: {exc}")]
+
+
+def _sweep_once(cache: UnifiedRadixCache) -> list[Violation]:
     from .invariants_pools import check_full_pool
 
     out: list[Violation] = []
@@ -336,11 +349,9 @@ def expected_locks(cache, out: Optional[list[Violation]] = None, groups: Optiona
     ``groups``: the receipts filed by ``lock_group_key`` (the per-step probe passes the
     tree's ``held_lock_groups()``); by default filed afresh from ``live_receipts``.
     Each group's nodes are found once and counted once per receipt in it."""
-    from .tree_core_locks import group_receipts
-
     tree = cache.tree
     if groups is None:
-        groups = group_receipts(tree.live_receipts.values())
+        groups = fresh_groups(tree)
     expected: list[dict[int, int]] = [{} for _ in cache.components]
     for group in groups.values():
         receipt = next(iter(group.values()))
@@ -396,3 +407,6 @@ def verify_match(cache: UnifiedRadixCache, key: RadixKey | list[int], result: Ma
     if bad:
         return [Violation("match.fingerprint", f"{len(bad)} slot(s) hold the wrong KV, first at position {bad[0]}")]
     return [v for c in cache.components for v in c.verify_match(tokens, result)]
+
+
+from .invariants_incremental import probe  # noqa: E402  (it reads this module's expected_locks: imported last)

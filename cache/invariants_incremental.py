@@ -12,7 +12,8 @@ anchors still cost a walk each (their nodes differ); the sweep files the receipt
 afresh, O(held receipts), which is why ``check_invariants`` counts them in deciding
 between probe and sweep.
 
-Probed for the touched nodes still in the tree (other ids are skipped):
+Probed for the touched nodes still in the tree (other ids are skipped; with
+``data_touched``, only those of them whose data the step may have changed):
   - shape: key page-aligned and non-empty, Full KV present with the key's length
     (key.page_aligned, full.present, full.value_len, aux.implies_full)
   - children: each points back, is registered, filed by its own key (tree.*)
@@ -57,6 +58,7 @@ Left to the full sweep (inherently O(tree), or away from every touched node):
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Optional
 
 import torch
 
@@ -65,10 +67,18 @@ from .keys import child_key
 from .pools.kv_buffer import continue_fingerprints, node_path_fingerprints
 
 
-def probe(cache, touched: Iterable[int]) -> bool:
-    """True when nothing around ``touched`` nor any O(1) balance looks wrong."""
+def probe(cache, touched: Iterable[int], data_touched: Optional[Iterable[int]] = None) -> bool:
+    """True when nothing around ``touched`` nor any O(1) balance looks wrong. The
+    content probes (shape and children, KV fingerprints, SWA translation, Mamba
+    states) look only at ``data_touched`` (default: all of ``touched``): a step that
+    only took or dropped locks or moved LRU places changed no content to re-read."""
     tree = cache.tree
     nodes = [n for n in (tree.nodes.get(i) for i in set(touched)) if n is not None and n is not tree.root]
+    if data_touched is None:
+        data_nodes = nodes
+    else:
+        data_ids = set(data_touched)
+        data_nodes = [n for n in nodes if n.id in data_ids]
     groups = tree.held_lock_groups()
     expected = expected_locks(cache, groups=groups)  # a missing segment raises: the sweep names it
     return (
@@ -76,8 +86,8 @@ def probe(cache, touched: Iterable[int]) -> bool:
         and _receipts_ok(cache, expected, groups)
         and _full_pool_ok(cache)
         and _path_ok(cache, nodes, expected)
-        and _nodes_ok(cache, nodes)
-        and all(component.probe_invariants(nodes) for component in cache.components)
+        and _nodes_ok(cache, data_nodes)
+        and all(component.probe_invariants(data_nodes) for component in cache.components)
         and (cache.host is None or _host_ok(cache, nodes))
     )
 

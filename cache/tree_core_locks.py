@@ -12,6 +12,7 @@ works once per group instead of once per receipt (thousands of locks on one matc
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from .errors import LockError, UnknownNodeError
@@ -35,6 +36,26 @@ def group_receipts(receipts) -> dict[tuple, dict[int, object]]:
     for receipt in receipts:
         groups.setdefault(lock_group_key(receipt), {})[receipt.receipt_id] = receipt
     return groups
+
+
+_SWEEP_GROUPS: dict[int, dict] = {}  # id(tree) -> its receipts filed afresh, while a full sweep runs
+
+
+@contextlib.contextmanager
+def one_fresh_grouping(tree):
+    """During a full sweep, the receipts are filed afresh once and every lock check of
+    the sweep reads that filing (three re-filings of 10,000 receipts cost ~60 ms)."""
+    _SWEEP_GROUPS[id(tree)] = group_receipts(tree.live_receipts.values())
+    try:
+        yield
+    finally:
+        _SWEEP_GROUPS.pop(id(tree), None)
+
+
+def fresh_groups(tree) -> dict[tuple, dict[int, object]]:
+    """The held receipts filed afresh (not the tree's own filing, which the sweep checks)."""
+    groups = _SWEEP_GROUPS.get(id(tree))
+    return groups if groups is not None else group_receipts(tree.live_receipts.values())
 
 
 class TreeLocks:

@@ -103,3 +103,33 @@ def test_the_receipt_groups_follow_locks_and_releases(how):
         assert tree.lock_groups == group_receipts(tree.live_receipts.values())
         assert check_invariants(cache, touched={anchor}) == [] and check_invariants(cache) == []
     assert sum(map(len, tree.lock_groups.values())) == len(tree.live_receipts) == 4
+
+
+def test_a_step_that_only_locks_gets_no_content_reread_and_a_step_that_writes_does(monkeypatch):
+    """The runner tells the checker which touched nodes may have new data: none after a
+    lock, an unlock or a plain match (their events only move locks and LRU places);
+    all of them after an insert or an eviction. A wrong lock is still found on a lock
+    step, since the lock checks read every touched node."""
+    import workbench.model.timeline.runner as runner
+    from workbench.model.scenarios.scenario import scenario_from_records
+
+    seen = []
+    real = runner.check_invariants
+
+    def spy(cache, touched=None, data_touched=None):
+        seen.append(data_touched)
+        return real(cache, touched, data_touched)
+
+    monkeypatch.setattr(runner, "check_invariants", spy)
+    header = {"schema": 1, "scenario": {"name": "t"}, "config": {"components": ["full", "swa", "mamba"], "kv_size": 256,
+                                                                  "sliding_window": 8, "swa_kv_size": 128, "mamba_size": 16}}
+    steps = [{"op": "insert", "key": KEY}, {"op": "match", "key": KEY, "as": "m"}, {"op": "lock", "match": "m", "as": "l"},
+             {"op": "unlock", "lock": "l"}, {"op": "evict", "full": 8}]
+    timeline = runner.Runner(scenario_from_records(header, steps)).run()
+    assert timeline.passed
+    assert seen == [None, (), (), (), None]  # the match split nothing: its events are verdicts and LRU moves
+
+    cache, anchor, receipts = hybrid(3)
+    cache.tree.nodes[anchor].data[2].lock_ref += 1  # a Mamba lock nobody holds
+    names = {v.name for v in check_invariants(cache, touched={anchor}, data_touched=())}
+    assert "lock.unaccounted" in names

@@ -167,8 +167,8 @@ def test_report_shows_violations(capsys, monkeypatch):
     real = runner.check_invariants
     monkeypatch.setattr(runner, "verify_match", lambda *a: [])
     monkeypatch.setattr(runner, "check_invariants",
-                        lambda cache, touched=None: [Violation("counter.evictable", "off by one")]
-                        if len(cache.tree.nodes) > 3 else real(cache, touched))
+                        lambda cache, touched=None, data_touched=None: [Violation("counter.evictable", "off by one")]
+                        if len(cache.tree.nodes) > 3 else real(cache, touched, data_touched))
     rc, out, _ = urc(capsys, "run", f)
     assert rc == 1
     assert f"step 4 (flow.toml:{flow_lines()[3]})" in out

@@ -51,8 +51,8 @@ def test_invariant_failure_banner(snap_compare, monkeypatch):
 
     real = runner.check_invariants
 
-    def broken(cache, touched=None):
-        found = real(cache, touched)
+    def broken(cache, touched=None, data_touched=None):
+        found = real(cache, touched, data_touched)
         return found + [Violation("counter.evictable", "evictable 10 != 9 summed over nodes")] if len(cache.tree.nodes) > 2 else found
 
     monkeypatch.setattr(runner, "check_invariants", broken)

@@ -10,6 +10,7 @@ import torch
 from ..invariants import NodeColumns, Violation
 from ..invariants_pools import pool_balance
 from ..pools.kv_buffer import node_path_fingerprints, prefix_fingerprints
+from ..tree_core_locks import fresh_groups
 
 if TYPE_CHECKING:
     from .mamba import MambaComponent
@@ -97,11 +98,9 @@ def _check_lock_order(mamba: MambaComponent, groups: Optional[dict] = None) -> l
     >= ... >= Mamba's (each component ranked above Mamba by internal priority). Said
     once per receipt; receipts filed in one group (``groups``, by default filed afresh
     from the held receipts) share their anchor, so it is read once per group."""
-    from ..tree_core_locks import group_receipts
-
     tree, out = mamba.tree, []
     if groups is None:
-        groups = group_receipts(tree.live_receipts.values())
+        groups = fresh_groups(tree)
     floor = mamba.eviction_priority(False)
     ranked = sorted((c for c in tree.components if c.eviction_priority(False) > floor),
                     key=lambda c: -c.eviction_priority(False)) + [mamba]

@@ -8,6 +8,7 @@ import torch
 
 from ..invariants import NodeColumns, Violation
 from ..invariants_pools import owned_pages, pool_balance, segment_pages
+from ..tree_core_locks import fresh_groups
 
 if TYPE_CHECKING:
     from .swa import SWAComponent
@@ -107,11 +108,9 @@ def _check_window_locks(swa: SWAComponent, groups: Optional[dict] = None) -> lis
     """Every held receipt's SWA segment reaches its boundary (or the root), covers a
     window, and holds a lock on each node. Receipts filed in one group (``groups``, by
     default filed afresh from the held receipts) share their segment: it is walked once."""
-    from ..tree_core_locks import group_receipts
-
     tree, out = swa.tree, []
     if groups is None:
-        groups = group_receipts(tree.live_receipts.values())
+        groups = fresh_groups(tree)
     for group in groups.values():
         receipt = next(iter(group.values()))
         if receipt.swa_released or swa.name in receipt.skipped_lock_components:

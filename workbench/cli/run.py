@@ -86,7 +86,7 @@ def _run_one(scenario, args, console, record, conditions=None) -> bool:
     stop at the first step where one holds and print it; True when one did."""
     from ..model.debugging.breakpoints import any_holds, describe_hit
     from ..model.timeline.export import TimelineJsonWriter
-    from ..model.timeline.runner import Runner
+    from ..model.timeline.runner import Runner, one_thread
     from ..render.report import is_plain, print_run_report, progress, step_view
 
     runner = Runner(scenario, record=record, full_checks=args.full_checks)
@@ -95,7 +95,7 @@ def _run_one(scenario, args, console, record, conditions=None) -> bool:
     if writer is not None:
         timeline.on_step(writer.step)
     try:
-        with progress(len(scenario.steps), scenario.path) as advance:
+        with progress(len(scenario.steps), scenario.path) as advance, one_thread():
             while not runner.done:
                 step = runner.step()
                 advance()

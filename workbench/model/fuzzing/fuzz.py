@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 from .. import ops
-from ..timeline.runner import Runner, state_field
+from ..timeline.runner import Runner, one_thread, state_field
 from ..scenarios.scenario import Scenario, ScenarioError, StepAppender, scenario_from_records
 from .config import FuzzConfig  # noqa: F401  (re-exported: what a fuzz run is set up with)
 from .shrink import Shrinker, Steps
@@ -219,6 +219,12 @@ def fuzz(config: FuzzConfig, seed: int, steps: int, time_budget: Optional[float]
          episode_steps: int = EPISODE_STEPS, full_checks: bool = False) -> FuzzResult:
     """Run up to ``steps`` generated steps, in episodes of ``episode_steps`` on a fresh
     cache each; stop at the first failed check (or when ``time_budget`` runs out)."""
+    with one_thread():  # the per-step checks' small tensor ops, without a thread switch per step
+        return _fuzz(config, seed, steps, time_budget, on_step, checks, episode_steps, full_checks)
+
+
+def _fuzz(config: FuzzConfig, seed: int, steps: int, time_budget: Optional[float],
+          on_step: Optional[Callable[[int], None]], checks: bool, episode_steps: int, full_checks: bool) -> FuzzResult:
     start = time.monotonic()
     result = FuzzResult(config, seed, 0, 0.0)
     episode = -1
