@@ -86,33 +86,26 @@ def one_thread():
 
 
 def _sweep(cache: UnifiedRadixCache) -> list[Violation]:
-    try:
-        with one_fresh_grouping(cache.tree):
-            return _sweep_once(cache)
-    except Exception as exc:  # filing the receipts tripped over corrupt state
-        return [Violation("checker.crashed", f"{type(exc).__name__}: {exc}")]
-
-
-def _sweep_once(cache: UnifiedRadixCache) -> list[Violation]:
     from .invariants_pools import check_full_pool
 
     out: list[Violation] = []
     try:
-        cols = _check_structure(cache, out)
-        _check_counters(cache, cols, out)
-        _check_leaf_set(cache, cols, out)
-        _check_lru_lists(cache, cols, out)
-        check_full_pool(cache, cols, out)
-        _check_receipts(cache, out)
-        _check_lock_counts(cache, cols, out)
-        if cache.host is not None:
-            from .invariants_host import check_host_tier
+        with one_fresh_grouping(cache.tree):  # the receipts filed afresh once, for every lock check
+            cols = _check_structure(cache, out)
+            _check_counters(cache, cols, out)
+            _check_leaf_set(cache, cols, out)
+            _check_lru_lists(cache, cols, out)
+            check_full_pool(cache, cols, out)
+            _check_receipts(cache, out)
+            _check_lock_counts(cache, cols, out)
+            if cache.host is not None:
+                from .invariants_host import check_host_tier
 
-            check_host_tier(cache, cols, out)
-        # the components read every registered node: share the columns when that is the same set
-        shared = cols if cols.registered else None
-        for component in cache.components:
-            out.extend(Violation(name, msg) for name, msg in component.check_invariants(shared))
+                check_host_tier(cache, cols, out)
+            # the components read every registered node: share the columns when that is the same set
+            shared = cols if cols.registered else None
+            for component in cache.components:
+                out.extend(Violation(name, msg) for name, msg in component.check_invariants(shared))
     except Exception as exc:  # a corrupt tree must still yield a report
         out.append(Violation("checker.crashed", f"{type(exc).__name__}: {exc}"))
     return out

@@ -74,11 +74,8 @@ def probe(cache, touched: Iterable[int], data_touched: Optional[Iterable[int]] =
     only took or dropped locks or moved LRU places changed no content to re-read."""
     tree = cache.tree
     nodes = [n for n in (tree.nodes.get(i) for i in set(touched)) if n is not None and n is not tree.root]
-    if data_touched is None:
-        data_nodes = nodes
-    else:
-        data_ids = set(data_touched)
-        data_nodes = [n for n in nodes if n.id in data_ids]
+    data_ids = None if data_touched is None else set(data_touched)
+    data_nodes = nodes if data_ids is None else [n for n in nodes if n.id in data_ids]
     groups = tree.held_lock_groups()
     expected = expected_locks(cache, groups=groups)  # a missing segment raises: the sweep names it
     return (

@@ -49,13 +49,12 @@ def one_fresh_grouping(tree):
     try:
         yield
     finally:
-        _SWEEP_GROUPS.pop(id(tree), None)
+        del _SWEEP_GROUPS[id(tree)]
 
 
 def fresh_groups(tree) -> dict[tuple, dict[int, object]]:
     """The held receipts filed afresh (not the tree's own filing, which the sweep checks)."""
-    groups = _SWEEP_GROUPS.get(id(tree))
-    return groups if groups is not None else group_receipts(tree.live_receipts.values())
+    return _SWEEP_GROUPS.get(id(tree)) or group_receipts(tree.live_receipts.values())
 
 
 class TreeLocks:
