@@ -56,9 +56,6 @@ class CacheConfig:
             raise ValueError(f"kv_size {self.kv_size} must be a multiple of page_size {self.page_size}")
         if "swa" in comps and not (isinstance(self.sliding_window, int) and self.sliding_window > 0):
             raise ValueError("sliding_window (a positive int) is required when 'swa' is a component")
-        if "swa" in comps and self.sliding_window > self.swa_pool_size:  # no request could hold its window
-            raise ValueError(f"sliding_window {self.sliding_window} is larger than the SWA pool "
-                             f"(swa_kv_size {self.swa_pool_size}): the pool must hold one whole window")
         if "mamba" in comps and not (isinstance(self.mamba_size, int) and self.mamba_size > 0):
             raise ValueError("mamba_size (a positive int) is required when 'mamba' is a component")
         object.__setattr__(self, "extra", dict(self.extra))

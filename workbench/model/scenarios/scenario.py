@@ -85,9 +85,16 @@ def cache_config(scenario: Scenario, device: Optional[str] = None):
     if device is not None:
         cfg["device"] = device
     try:
-        return CacheConfig.of(**cfg)
+        built = CacheConfig.of(**cfg)
     except (ValueError, TypeError) as exc:
         raise ScenarioError(f"config cannot be built: {exc}", scenario.path, scenario.config_line) from None
+    if "swa" in built.components and built.sliding_window > built.swa_pool_size:
+        # the cache itself runs such a pool (unit tests refuse requests with it), but in a
+        # scenario it is a typo: every request past the pool's size would be refused
+        raise ScenarioError(f"config cannot be built: sliding_window {built.sliding_window} is larger than the SWA "
+                            f"pool (swa_kv_size {built.swa_pool_size}): the pool must hold one whole window",
+                            scenario.path, scenario.config_line)
+    return built
 
 
 # ---- loading ----------------------------------------------------------------------------
