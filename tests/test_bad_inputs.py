@@ -58,6 +58,9 @@ CASES = [
          r"--write-trace base\.jsonl: that is an input file"),
     Case("write-trace-over-linked-trace", ("bench", "--trace", "link.jsonl", "--write-trace", "base.jsonl", "--force"),
          2, r"--write-trace base\.jsonl: that is an input file"),
+    Case("fuzz-output-twice", ("fuzz", "-o", "out.toml", "--trace", "./out.toml"), 2,
+         r"--trace \./out\.toml: the same file as -o"),
+    Case("fuzz-output-exists", ("fuzz", "-o", "smoke.toml"), 2, r"-o smoke\.toml: file exists \(use --force"),
     Case("write-trace-with-trace", ("bench", "--trace", "base.jsonl", "--write-trace", "new.jsonl"), 2,
          r"--write-trace writes the seeded workload .*leave out --trace"),
     # options and config values, checked before anything runs

@@ -102,16 +102,21 @@ def _check_config(config) -> None:
 
 
 def _fuzz_once(config, args) -> int:
-    from ..model.fuzzing.fuzz import fuzz, repro_scenario, shrink_result
+    import os
+
     from ..model.scenarios.outputs import check_output, open_output
-    from ..model.scenarios.writer import scenario_jsonl, scenario_toml
-    from ..render.report import progress
 
     label = "+".join(config.faults) or "unfaulted"
     output = args.output or f"fuzz-{label}-seed{args.seed}.toml"
-    check_output(output, (), args.force, "-o")
+    check_output(output, (), args.force, "-o")  # the outputs, before torch loads
     if args.trace:
         check_output(args.trace, (), args.force, "--trace")
+        if os.path.abspath(args.trace) == os.path.abspath(output):
+            raise ScenarioError(f"--trace {args.trace}: the same file as -o; give each its own name")
+    from ..model.fuzzing.fuzz import fuzz, repro_scenario, shrink_result
+    from ..model.scenarios.writer import scenario_jsonl, scenario_toml
+    from ..render.report import progress
+
     with progress(args.steps, f"fuzz {config.label()}", minimum=2000) as advance:
         result = fuzz(config, args.seed, args.steps, args.time_budget, lambda n: advance(), full_checks=args.full_checks)
     rate = f"{result.ops_per_second:,.0f} ops/s"
