@@ -32,7 +32,7 @@ class Case:
     argv: tuple[str, ...]
     code: int
     says: str  # a regular expression the one stderr line (or, for exit 0, stdout) must match
-    stdin: bytes = b""
+    stdin: bytes | str = b""  # bytes to pipe in, or a path to read standard input from
 
 
 CASES = [
@@ -43,6 +43,8 @@ CASES = [
     Case("follow-fifo", ("tui", "--follow", "fifo.jsonl"), 2, r"is a named pipe \(FIFO\), not a trace"),
     Case("follow-missing-dir", ("tui", "--follow", "missing/x.jsonl"), 2, r"directory missing does not exist"),
     Case("empty-stdin", ("run", "-"), 2, r"<stdin>: nothing came on standard input"),
+    Case("dev-null-stdin", ("run", "-"), 2, r"<stdin>: nothing came on standard input", stdin="/dev/null"),
+    Case("dev-zero-stdin", ("run", "-"), 2, r"<stdin>: is a character device, not a scenario", stdin="/dev/zero"),
     Case("duplicate-json-key", ("run", "dup.jsonl"), 2, r"dup\.jsonl:2: key 'op' is given twice"),
     # outputs: never through a link, never into a pipe or device, never over an input
     Case("record-to-device", ("run", "--record", "/dev/null", "--force", "smoke.toml"), 2,
@@ -135,11 +137,14 @@ def _cap_memory() -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line_and_changes_no_file(case, sandbox):
     before = files(sandbox)
-    child = subprocess.Popen([sys.executable, "-m", "workbench", *case.argv], cwd=sandbox, stdin=subprocess.PIPE,
+    source = open(case.stdin, "rb") if isinstance(case.stdin, str) else subprocess.PIPE
+    child = subprocess.Popen([sys.executable, "-m", "workbench", *case.argv], cwd=sandbox, stdin=source,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_cap_memory,
                              env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
-    try:
-        out, err = child.communicate(case.stdin, timeout=120)  # a hang (a FIFO read) fails, never blocks CI
+    if source is not subprocess.PIPE:
+        source.close()
+    try:  # a hang (a FIFO read) fails, never blocks CI
+        out, err = child.communicate(None if source is not subprocess.PIPE else case.stdin, timeout=120)
     except subprocess.TimeoutExpired:
         child.kill()
         child.communicate()
@@ -183,3 +188,36 @@ def test_fuzz_checks_its_options_and_lists_faults_before_importing_torch():
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout.strip().splitlines()[-1] == "[0, 2, 2] False", proc.stdout + proc.stderr
+
+
+def test_an_output_that_fails_half_way_leaves_the_old_file_and_no_debris(tmp_path):
+    """Replacing with --force goes through a temporary file: an error half-way drops it
+    (the old file keeps its bytes and inode); a recording keeps its finished lines."""
+    from workbench.model.scenarios.outputs import open_output
+
+    target = tmp_path / "out.svg"
+    target.write_text("GOOD")
+    inode = target.stat().st_ino
+    with pytest.raises(RuntimeError):
+        with open_output(str(target), force=True) as stream:
+            stream.write("PART")
+            raise RuntimeError("the renderer failed")
+    assert target.read_text() == "GOOD" and target.stat().st_ino == inode
+    assert [p.name for p in tmp_path.iterdir()] == ["out.svg"]
+    recording = tmp_path / "rec.jsonl"
+    recording.write_text("old\n")
+    with pytest.raises(KeyboardInterrupt):
+        with open_output(str(recording), force=True, live=True) as stream:
+            stream.write("step 1\n")
+            raise KeyboardInterrupt
+    assert recording.read_text() == "step 1\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.svg",
+                                                                                                 "rec.jsonl"]
+    with open_output(str(target), force=True) as stream:
+        stream.write("NEW")
+    assert target.read_text() == "NEW" and oct(target.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

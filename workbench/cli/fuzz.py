@@ -101,9 +101,14 @@ def _check_config(config) -> None:
                                 f"(16 pages and the window); give at least {longest}")
 
 
-def _fuzz_once(config, args) -> int:
+def _where(path: str) -> tuple[str, str]:
+    """A path's real folder and name: two names for one file that does not exist yet."""
     import os
 
+    return os.path.realpath(os.path.dirname(path) or "."), os.path.basename(path)
+
+
+def _fuzz_once(config, args) -> int:
     from ..model.scenarios.outputs import check_output, open_output
 
     label = "+".join(config.faults) or "unfaulted"
@@ -111,7 +116,7 @@ def _fuzz_once(config, args) -> int:
     check_output(output, (), args.force, "-o")  # the outputs, before torch loads
     if args.trace:
         check_output(args.trace, (), args.force, "--trace")
-        if os.path.abspath(args.trace) == os.path.abspath(output):
+        if _where(args.trace) == _where(output):
             raise ScenarioError(f"--trace {args.trace}: the same file as -o; give each its own name")
     from ..model.fuzzing.fuzz import fuzz, repro_scenario, shrink_result
     from ..model.scenarios.writer import scenario_jsonl, scenario_toml

@@ -105,7 +105,7 @@ def _flat(table: dict, prefix: str = "") -> dict:
 
 def key_problem(key: str) -> str | None:
     """Why Textual would never deliver ``key`` ("ctrl+alt+shift+F99"), or None."""
-    from textual.keys import Keys, key_to_character
+    from textual.keys import KEY_NAME_REPLACEMENTS, Keys, key_to_character
 
     from ..model.scenarios.errors import shown
 
@@ -113,7 +113,7 @@ def key_problem(key: str) -> str | None:
     bad = [m for m in mods if m not in MODIFIERS]
     if bad or len(set(mods)) != len(mods):
         return f"modifiers are {', '.join(MODIFIERS)}, each at most once"
-    names = {k.value.split("+")[-1] for k in Keys if not k.value.startswith("<")}
+    names = {k.value.split("+")[-1] for k in Keys if not k.value.startswith("<")} | set(KEY_NAME_REPLACEMENTS.values())
     character = base if len(base) == 1 else key_to_character(base)  # "less_than_sign" -> "<"
     if base in names or character is not None and len(character) == 1 and character.isprintable():
         return None

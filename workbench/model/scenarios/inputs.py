@@ -41,8 +41,9 @@ def open_regular(path: str, what: str = "file") -> int:
     return fd
 
 
-def read_bounded(fd: int, limit: int) -> bytes | None:
-    """Up to ``limit`` bytes from ``fd`` (closed afterwards); None when there are more."""
+def read_bounded(fd: int, limit: int, close: bool = True) -> bytes | None:
+    """Up to ``limit`` bytes from ``fd`` (closed afterwards unless ``close`` is False:
+    standard input stays open); None when there are more."""
     chunks, total = [], 0
     try:
         while total <= limit:
@@ -52,8 +53,19 @@ def read_bounded(fd: int, limit: int) -> bytes | None:
             chunks.append(chunk)
             total += len(chunk)
     finally:
-        os.close(fd)
+        if close:
+            os.close(fd)
     return None if total > limit else b"".join(chunks)
+
+
+def check_stdin(fd: int) -> None:
+    """Standard input may be a file, a pipe, a socket or a terminal — not a device that
+    never ends (``< /dev/zero``); ``/dev/null`` is simply empty."""
+    mode = os.fstat(fd)
+    if (stat.S_ISCHR(mode.st_mode) and not os.isatty(fd) and mode.st_rdev != os.stat(os.devnull).st_rdev
+            or stat.S_ISBLK(mode.st_mode)):
+        raise ScenarioError(f"is {special_kind(mode.st_mode)}, not a scenario; urc reads only files, pipes and "
+                            "terminals", "<stdin>")
 
 
 def read_regular(path: str, limit: int, what: str = "file") -> bytes | None:

@@ -3,8 +3,9 @@ asked (``--force``), never through a link or into something that is not a regula
 (with or without ``--force``), and never half-written in place.
 
 Output goes to a temporary file beside the target and is renamed into place when the
-writer finishes — also when it stops early (Ctrl-C, a failed check), so a streamed
-recording keeps every finished step. A recording to a new file is written in place
+writer finishes; a recording also when it stops early (Ctrl-C, a failed check), so it
+keeps every finished step. Any other output that fails half-way is dropped, and the
+file it would have replaced stays as it was. A recording to a new file is written in place
 instead (flushed per line), so it can be followed while it grows.
 """
 
@@ -14,6 +15,7 @@ import contextlib
 import os
 import stat
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Optional, TextIO
@@ -97,13 +99,31 @@ def open_output(path: str, inputs: Iterable[str] = (), force: bool = False, opti
             with stream:
                 yield stream
             return
-    temp = target.with_name(f".{target.name}.{os.getpid()}.part")
-    try:
-        stream = open(temp, "x", encoding="utf-8")
+    try:  # a fresh name beside the target (never one that exists, nor a link planted there)
+        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+        stream = os.fdopen(fd, "w", encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"{where}: cannot write: {exc.strerror or exc}") from None
+    keep = False
     try:
         yield stream
+        keep = True
+    except BaseException:
+        keep = live  # a recording keeps every finished step; any other half-written file is dropped
+        raise
     finally:
-        stream.close()
-        os.replace(temp, target)  # replaces a name, never writes through what it named
+        try:
+            stream.close()
+        except OSError:
+            keep = False  # a disk that filled up: the old file stays as it was
+        if keep:
+            os.chmod(temp, 0o666 & ~_umask())  # as a plain open would create it (mkstemp: 0600)
+            os.replace(temp, target)  # replaces a name, never writes through what it named
+        else:
+            os.unlink(temp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

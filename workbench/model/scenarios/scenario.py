@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - tomli is a dependency; stdlib fallback
 from .. import ops
 from ..ops import OPS  # noqa: F401  (re-exported: the registry's view, op name -> declaration)
 from .errors import ScenarioError, elide, shown, shown_name  # noqa: F401  (re-exported: the error of bad input)
-from .inputs import DuplicateKeyError, loads_unique, read_bounded, read_regular
+from .inputs import DuplicateKeyError, check_stdin, loads_unique, read_bounded, read_regular
 from .fields import (  # noqa: F401  (re-exported: the schema's tables)
     COMMON_FIELDS, STATE_FIELDS, ORDER_FIELDS, NAMED_FIELDS, CONFIG_FIELDS, SCENARIO_FIELDS, COMPONENT_COUNTERS,
     host_state_field,
@@ -107,7 +107,9 @@ def load_scenario(path: str | Path) -> Scenario:
     if str(path) == STDIN:
         name = STDIN_NAME
         try:
-            data = read_bounded(sys.stdin.buffer.fileno(), MAX_FILE_BYTES)
+            fd = sys.stdin.buffer.fileno()
+            check_stdin(fd)
+            data = read_bounded(fd, MAX_FILE_BYTES, close=False)
         except (OSError, ValueError) as exc:
             raise ScenarioError(f"cannot read standard input: {exc}", name) from None
         return _parse(data, name, None)

@@ -105,7 +105,8 @@ class TraceFollower:
         if stat.st_size > MAX_FILE_BYTES:
             raise ScenarioError(f"urc follows traces up to {MAX_FILE_BYTES // 2**30} GiB", self.name)
         try:
-            self._file = open(self.path, "rb")
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO swapped in since the stat never blocks
+            self._file = os.fdopen(fd, "rb")
             stat = os.fstat(self._file.fileno())
             if special_kind(stat.st_mode) is not None:  # replaced between the stat and the open
                 self.close()
