@@ -58,7 +58,6 @@ class InsertParams:
     prev_prefix_len: int = 0
     # Positions below this no longer hold live SWA slots of the inserting request.
     swa_evicted_seqlen: int = 0
-    chunked: bool = False
     priority: int = 0
     # Set when the insert stops at an SWA branch point (see SWAComponent.prepare_for_caching_req).
     swa_branching_seqlen: Optional[int] = None

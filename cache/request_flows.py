@@ -180,20 +180,22 @@ class RequestFlows:
             req.kv_indices = req.kv_indices[:0]
             self.requests.pop(req.rid, None)
 
-    def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
+    def cache_unfinished_req(self, req: Req) -> None:
         """Chunked prefill: cache what is computed so far and move the request's lock
-        onto the node the insert ended on; the request keeps its unaligned tail."""
+        onto the node the insert ended on; the request keeps its unaligned tail. Like
+        v0.5.23's checkpoint, whose insert has no "chunked" mark: a checkpoint backs up
+        on write-through as any insert does."""
         self._check_live(req)
         with self.events.op("cache_unfinished_req", request=req.rid):
-            self._checkpoint(req, finished=False, chunked=chunked)
+            self._checkpoint(req, finished=False)
 
-    def _checkpoint(self, req: Req, finished: bool, chunked: bool = False) -> None:
+    def _checkpoint(self, req: Req, finished: bool) -> None:
         """Insert what the request computed (as far as every component lets it be
         cached) and move its lock onto the node the insert ended on."""
         hooks = self.hooks
         kv_len = req.kv_len
         params = InsertParams(
-            key=None, prev_prefix_len=req.cache_protected_len, chunked=chunked, priority=req.priority,
+            key=None, prev_prefix_len=req.cache_protected_len, priority=req.priority,
             swa_evicted_seqlen=req.swa_evicted_seqlen, inserted_len=req.cache_inserted_len,
         )
         cache_len = kv_len

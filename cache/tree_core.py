@@ -331,7 +331,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
             if done + plen > inserted_len:
                 child.hit_count += self.hit_step
                 if self.host_policy is not None:
-                    self.queue_backup(child, params.chunked, pending)
+                    self.queue_backup(child, pending)
             if len(pending) > deferred:
                 if not all(a.deferrable for a in pending[deferred:]):
                     apply_actions(pending)  # a barrier: later steps read what these actions set
@@ -355,7 +355,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         if is_new_leaf and done + target.length > params.inserted_len:
             target.hit_count += self.hit_step
             if self.host_policy is not None:
-                self.queue_backup(target, params.chunked, pending)
+                self.queue_backup(target, pending)
         elif self.host_policy is not None and target is not root:
             self.queue_aux_backup(target, pending)
         if target is not root:

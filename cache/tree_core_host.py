@@ -192,11 +192,11 @@ class TreeHostTier:
         else:
             self.host_duplicates.pop(node.id, None)
 
-    def queue_backup(self, node: TreeNode, chunked: bool, pending: list) -> None:
+    def queue_backup(self, node: TreeNode, pending: list) -> None:
         """Write-through: when an insert's hit made ``node`` due for a host copy, queue
         it (with its ancestors that have none) for the controller."""
         threshold = self.write_through_threshold
-        if (threshold is not None and not chunked and node.data[0].value is not None
+        if (threshold is not None and node.data[0].value is not None
                 and not self.backed_up(node) and node.hit_count >= threshold):
             pending.append(BackupKV(tuple(self.backup_chain(node)), node.id))
 

@@ -175,8 +175,8 @@ class MambaChecked(Checked):
         self.cache.extend_request(req, tokens)
         self.ok()
 
-    def unfinished(self, req: Req, chunked: bool = False) -> None:
-        self.cache.cache_unfinished_req(req, chunked=chunked)
+    def unfinished(self, req: Req) -> None:
+        self.cache.cache_unfinished_req(req)
         self.ok()
 
     def finish(self, req: Req, insert: bool = True) -> None:

@@ -54,6 +54,18 @@ def test_write_through_backs_up_a_new_leaf_with_the_device_fingerprints():
     assert torch.equal(cache.host.kv.buffer.data[node.data[0].host_value], cache.kv_buffer.data[node.data[0].value])
 
 
+def test_a_chunked_prefill_checkpoint_backs_up_like_any_insert():
+    """v0.5.23's checkpoint inserts with no "chunked" mark, so under write-through the
+    chunk it caches gets its host copy at once (ours used to carry a flag that could
+    suppress it; oracle: the same five steps agree with SGLang through the bridge)."""
+    cache = make()
+    req = cache.new_request(A[:8])
+    cache.cache_unfinished_req(req)
+    node = node_of(cache, 1)
+    assert cache.tree.backed_up(node) and cache.host_available_size() == 129 - 8
+    assert req.last_node == node.id and check_invariants(cache) == []
+
+
 def test_write_through_selective_waits_for_the_second_hit_and_write_back_for_eviction():
     cache = make("write_through_selective")
     insert(cache, A)

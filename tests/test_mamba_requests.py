@@ -144,7 +144,7 @@ def test_unfinished_request_forks_or_donates(mc):
 
     # again with nothing new: the tree has the state; a fork is freed, nothing tracked
     shape = _shape(mc.cache.snapshot())
-    mc.unfinished(req, chunked=True)
+    mc.unfinished(req)
     assert mc.avail()["mamba"] == base - s - 1 and mc.state_slot(node) == slot
     assert _shape(mc.cache.snapshot()) == shape
 

@@ -242,8 +242,8 @@ class MambaCacheMachine(RuleBasedStateMachine):
             cache.slide_window(req)
 
     @precondition(lambda self: self.reqs)
-    @rule(data=st.data(), chunked=st.booleans())
-    def chunk(self, data, chunked):
+    @rule(data=st.data())
+    def chunk(self, data):
         cache = self.cache
         req = self.pick(data, self.reqs)
         if self.protected_past_checkpoint(req):
@@ -252,7 +252,7 @@ class MambaCacheMachine(RuleBasedStateMachine):
         track = req.mamba_last_track_seqlen
         snap = cache.snapshot()
         try:
-            cache.cache_unfinished_req(req, chunked=chunked)
+            cache.cache_unfinished_req(req)
         except PoolExhaustedError as exc:
             assert "mamba" in str(exc)
             assert cache.snapshot() == snap, "a refused fork/donation must change nothing"

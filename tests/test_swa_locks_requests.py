@@ -388,7 +388,7 @@ def test_swa_chunked_prefill_checkpoints_move_the_window(cfg):
     n = 2 * (W + 2 * P)
     tokens = list(range(1, n + 1))
     req = cache.new_request(tokens)
-    cache.cache_unfinished_req(req, chunked=True)
+    cache.cache_unfinished_req(req)
     swa.ok()
     first = req.swa_evicted_seqlen
     assert first == reference_evicted_seqlen(0, n - 1, W, P, 0)

@@ -197,11 +197,11 @@ class SWACacheMachine(RuleBasedStateMachine):
         event("request window released")
 
     @precondition(lambda self: self.reqs)
-    @rule(data=st.data(), chunked=st.booleans())
-    def chunk(self, data, chunked):
+    @rule(data=st.data())
+    def chunk(self, data):
         req = self.reqs[data.draw(st.integers(0, len(self.reqs) - 1))]
         branch, protected_before = req.swa_branching_seqlen, req.cache_protected_len
-        self.cache.cache_unfinished_req(req, chunked=chunked)
+        self.cache.cache_unfinished_req(req)
         assert req.swa_evicted_seqlen % self.page_size == 0
         protected = req.cache_protected_len
         m = self.cache.match_prefix(RadixKey(req.fill_ids[:protected]))

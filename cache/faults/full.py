@@ -331,11 +331,11 @@ def _install_ghost_empty_node(cache) -> None:
     mamba = cache.by_name["mamba"]
     checkpoint = cache._checkpoint
 
-    def faulty_checkpoint(req, finished, chunked=False):
+    def faulty_checkpoint(req, finished):
         if not finished:
-            return checkpoint(req, finished, chunked)
+            return checkpoint(req, finished)
         params = InsertParams(
-            key=None, prev_prefix_len=req.cache_protected_len, chunked=chunked, priority=req.priority,
+            key=None, prev_prefix_len=req.cache_protected_len, priority=req.priority,
             swa_evicted_seqlen=req.swa_evicted_seqlen, inserted_len=req.cache_inserted_len,
         )
         kv_len = req.kv_len
@@ -345,7 +345,7 @@ def _install_ghost_empty_node(cache) -> None:
             if capped is not None:
                 cache_len = min(cache_len, capped)
         if cache_len > 0 or params.mamba_value is None:
-            return checkpoint(req, finished, chunked)
+            return checkpoint(req, finished)
         # the bug: no early return; the empty key's insert ends on the root
         fired(cache, GHOST_EMPTY_NODE)
         root = tree.root
