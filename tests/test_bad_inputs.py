@@ -52,6 +52,8 @@ CASES = [
     Case("svg-to-fifo", ("svg", "smoke.toml", "-o", "out.svg", "--force"), 2, r"-o out\.svg: is a named pipe"),
     Case("record-to-dangling-link", ("run", "--record", "dangling.jsonl", "smoke.toml"), 2,
          r"is a symbolic link \(dangling\); urc never writes through a link"),
+    Case("svg-to-dev-stdout", ("svg", "smoke.toml", "-o", "/dev/stdout"), 2,
+         r"-o /dev/stdout: is a symbolic link; urc never writes through a link \(- writes to standard output\)"),
     Case("record-through-link", ("run", "--record", "link.jsonl", "--force", "smoke.toml"), 2,
          r"link\.jsonl: is a symbolic link;"),
     Case("record-over-hard-linked-input", ("run", "--record", "hard.jsonl", "--force", "base.jsonl"), 2,

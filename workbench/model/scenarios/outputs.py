@@ -45,8 +45,9 @@ def check_output(path: str, inputs: Iterable[str] = (), force: bool = False, opt
         raise ScenarioError(f"{where}: cannot inspect it: {exc.strerror or exc}") from None
     if own is not None and stat.S_ISLNK(own.st_mode):
         dangling = "" if target.exists() else " (dangling)"
+        stream = os.path.abspath(target).startswith(("/dev/", "/proc/"))  # /dev/stdout and the like
         raise ScenarioError(f"{where}: is a symbolic link{dangling}; urc never writes through a link "
-                            "(name the file itself)")
+                            + ("(- writes to standard output)" if stream else "(name the file itself)"))
     if own is not None:
         for source in inputs:
             if source != STDIN and _same_file(own, source):
