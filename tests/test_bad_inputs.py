@@ -14,6 +14,7 @@ import json
 import os
 import re
 import resource
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,7 @@ CASES = [
     Case("dev-zero-link", ("run", "zero.toml"), 2, r"zero\.toml: is a character device, not a scenario file"),
     Case("fifo", ("run", "fifo.toml"), 2, r"fifo\.toml: is a named pipe \(FIFO\)"),
     Case("directory", ("run", "folder.toml"), 2, r"folder\.toml: is a directory"),
+    Case("socket", ("run", "socket.toml"), 2, r"socket\.toml: is a socket, not a scenario file"),
     Case("follow-fifo", ("tui", "--follow", "fifo.jsonl"), 2, r"is a named pipe \(FIFO\), not a trace"),
     Case("follow-missing-dir", ("tui", "--follow", "missing/x.jsonl"), 2, r"directory missing does not exist"),
     Case("empty-stdin", ("run", "-"), 2, r"<stdin>: nothing came on standard input"),
@@ -100,6 +102,9 @@ def make_sandbox(folder: Path) -> None:
     for fifo in ("fifo.toml", "fifo.jsonl", "out.svg"):
         os.mkfifo(folder / fifo)
     (folder / "folder.toml").mkdir()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(folder / "socket.toml"))  # the file stays after the socket object goes
+    listener.close()
     (folder / "dup.jsonl").write_text(JSONL_HEADER + '\n{"op": "insert", "key": [1], "op": "match"}\n')
     (folder / "window.toml").write_text(HEADER.replace('["full"]', '["full", "swa"]')
                                         + "sliding_window = 1000\nswa_kv_size = 2\n")

@@ -32,7 +32,12 @@ def open_regular(path: str, what: str = "file") -> int:
     except IsADirectoryError:
         raise ScenarioError(f"is a directory, not a {what}", path) from None
     except OSError as exc:
-        raise ScenarioError(f"cannot read file: {exc.strerror or exc}", path) from None
+        try:  # a socket cannot be opened at all (ENXIO): say what it is, not the errno
+            kind = special_kind(os.stat(path).st_mode)
+        except OSError:
+            kind = None
+        said = f"is {kind}, not a {what}; urc reads only regular files" if kind else f"cannot read file: {exc.strerror or exc}"
+        raise ScenarioError(said, path) from None
     kind = special_kind(os.fstat(fd).st_mode)
     if kind is not None:
         os.close(fd)
