@@ -207,3 +207,12 @@ def test_urc_diff_bad_steps_exit_2(capsys, argv, says):
     rc, out, err = urc(capsys, "diff", TOUR_SWA, *argv)
     assert rc == 2 and says in err
 
+
+
+def test_op_terms_name_an_op_by_either_of_its_names(capsys):
+    """``op=release`` stops at a step written ``req_finish`` (its older name), and back."""
+    tour = str(Path(__file__).resolve().parent.parent / "scenarios" / "tour.toml")
+    first = next(r.index for r in run_scenario(tour).records if r.step.op == "req_finish")
+    for term in ("op=release", "op=req_finish"):
+        rc, out, _ = urc(capsys, "run", tour, "--until", term)
+        assert rc == 0 and out.startswith(f"stopped at step {first} (req_finish, line "), out

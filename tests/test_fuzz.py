@@ -75,7 +75,7 @@ def test_generation_is_deterministic_per_seed():
     assert a == [gen_b.next_step() for _ in range(300)]
     assert a != [gen_c.next_step() for _ in range(300)]
     assert {s["op"] for s in a} >= {"insert", "match", "lock", "unlock", "evict", "req_prefill", "req_decode",
-                                    "req_finish", "release_window"}
+                                    "checkpoint", "release", "release_window"}
 
 
 @pytest.mark.parametrize("config", SCALE_CONFIGS, ids=lambda c: c.label())

@@ -45,6 +45,8 @@ def strict(value) -> str:
     ("req_finish r1", {"op": "req_finish", "req": "r1"}),
     ("req_finish r1 insert=false", {"op": "req_finish", "req": "r1", "insert": False}),
     ("req_finish r1 noinsert", {"op": "req_finish", "req": "r1", "insert": False}),
+    ("release r1 noinsert", {"op": "release", "req": "r1", "insert": False}),
+    ("checkpoint r1", {"op": "checkpoint", "req": "r1"}),
     ("check", {"op": "check"}),
     ("  check\t ", {"op": "check"}),
 ])
@@ -240,9 +242,8 @@ def test_first_word_completes_ops_valid_for_the_components():
     full = complete("", NAMES, ["full"])
     assert "release_window" not in full and full == sorted(full) and "insert" in full
     assert "release_window" in complete("", NAMES, ["full", "swa"])
-    assert complete("req_", NAMES, ["full"]) == ["req_chunk", "req_decode", "req_finish", "req_prefill"]
-    assert complete("re", NAMES, ["full", "swa"]) == ["release_window", "req_chunk", "req_decode", "req_finish",
-                                                      "req_prefill"]
+    assert complete("req_", NAMES, ["full"]) == ["req_decode", "req_prefill"]  # the older names are not offered
+    assert complete("re", NAMES, ["full", "swa"]) == ["release", "release_window", "req_decode", "req_prefill"]
     assert complete("nosuch", NAMES, ["full"]) == []
 
 

@@ -119,3 +119,31 @@ def test_every_op_is_declared_with_what_every_tool_needs():
         for field in spec.fields:
             assert field.kind in (ops.TOKENS, ops.NAME, ops.COUNT, ops.FLAG), (spec.name, field.name)
             assert (field.uses or field.defines or "") in ("", *ops.NAMESPACES), (spec.name, field.name)
+
+
+def test_older_op_names_are_aliases_that_run_the_same_op():
+    """``req_chunk`` and ``req_finish`` (the cache_unfinished_req / cache_finished_req
+    era) still run, as ``checkpoint`` and ``release`` (SGLang 0.5.23's calls): the same
+    op, the same fields, the same states; a step keeps the name it was written with."""
+    from workbench.model.debugging.why import why_node
+    from workbench.model.timeline.runner import same_state
+
+    header = {"schema": 1, "scenario": {"name": "t"}, "config": {"components": ["full"], "kv_size": 64}}
+
+    def flow(chunk: str, finish: str) -> list[dict]:
+        return [{"op": "req_prefill", "req": "r1", "tokens": [1, 2, 3, 4]}, {"op": chunk, "req": "r1"},
+                {"op": "req_decode", "req": "r1", "tokens": [5, 6]}, {"op": finish, "req": "r1"},
+                {"op": "req_prefill", "req": "r2", "tokens": [1, 2, 9]}, {"op": finish, "req": "r2", "insert": False}]
+
+    old = run_scenario(scenario_from_records(header, flow("req_chunk", "req_finish")))
+    new = run_scenario(scenario_from_records(header, flow("checkpoint", "release")))
+    assert old.passed and new.passed and len(old) == len(new) == 6
+    assert all(same_state(old.state_after(i).to_snapshot(), new.state_after(i).to_snapshot()) for i in range(7))
+    assert [r.step.op for r in old.records][1::2] == ["req_chunk", "req_finish", "req_finish"]
+    assert ops.get("req_finish") is ops.get("release") and ops.canonical("req_chunk") == "checkpoint"
+    assert "(req_finish r1" in why_node(old, 4, 1).text() and "(release r1" in why_node(new, 4, 1).text()
+    assert parse_command("req_finish r1 noinsert") == {"op": "req_finish", "req": "r1", "insert": False}
+    with pytest.raises(ValueError, match="'req_chunk' is already declared"):
+        ops.declare(ops.OpSpec("clash", "an op taking an older name", lambda session, f: None,
+                               aliases=("req_chunk",)))
+    assert ops.get("clash") is None

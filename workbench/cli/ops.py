@@ -18,5 +18,6 @@ def run(args) -> int:
         return 0
     for spec in ops.all_ops():
         needs = f"  (needs {', '.join(spec.needs)})" if spec.needs else ""
-        print(f"{spec.usage()}\n    {spec.summary}{needs}")
+        also = f"  (also: {', '.join(spec.aliases)})" if spec.aliases else ""
+        print(f"{spec.usage()}\n    {spec.summary}{needs}{also}")
     return 0

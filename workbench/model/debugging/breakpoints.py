@@ -36,6 +36,7 @@ from typing import Optional
 
 from cache.events import Cause, Event, EventKind
 
+from ..ops import canonical
 from ..scenarios.errors import shown
 from ..scenarios.fields import HOST_NODE_FIELDS, HOST_SUFFIXES, host_state_field
 from ..timeline.timeline import StepRecord, Timeline
@@ -171,7 +172,7 @@ def holds(timeline: Timeline, condition: Condition, index: int) -> bool:
         return False
     record = timeline.records[index - 1]
     c = condition
-    if c.op is not None and record.step.op != c.op:
+    if c.op is not None and canonical(record.step.op) != canonical(c.op):  # op=release finds req_finish too
         return False
     if c.req is not None and record.step.fields.get("req") != c.req:
         return False

@@ -104,7 +104,7 @@ def _record(timeline: Timeline, step: int) -> StepRecord:
 def _op_text(record: StepRecord) -> str:
     """``evict swa=4``, ``req_prefill r3``, ``unlock L1``: the op and the names it uses."""
     spec = ops.get(record.step.op)
-    return spec.words(record.step.fields) if spec is not None else record.step.op
+    return spec.words(record.step.fields, record.step.op) if spec is not None else record.step.op
 
 
 def _at(record: StepRecord) -> str:

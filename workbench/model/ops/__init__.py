@@ -10,5 +10,6 @@ from . import requests  # noqa: F401  isort: skip
 from . import host  # noqa: F401  isort: skip
 from .spec import (  # noqa: F401
     COUNT, DEVICE, FLAG, HOST, HOST_PARTS, NAME, NAMESPACES, OPS, TOKENS, Field, FuzzRule, OpSpec,
-    all_ops, declare, timed_calls, flag_words, get, host_parts, name_fields, owner, reference_table, withdraw,
+    all_ops, canonical, declare, timed_calls, flag_words, get, host_parts, name_fields, owner, reference_table,
+    withdraw,
 )

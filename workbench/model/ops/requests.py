@@ -123,23 +123,25 @@ DECODE = declare(OpSpec(
 ))
 
 
-# ---- req_chunk ----------------------------------------------------------------------------------
+# ---- checkpoint (was req_chunk) ------------------------------------------------------------------
 def sglang_chunk(side, f: dict) -> None:
     req = side.request_named(f["req"])["req"]
     side.cache.checkpoint(req, up_to=req.kv.kv_committed_len)
 
 
 CHUNK = declare(OpSpec(
-    "req_chunk", "cache what a running request has so far (checkpoint) and keep it running",
+    "checkpoint", "cache what a running request has so far and move its lock there; it keeps running "
+    "(SGLang's checkpoint)",
     lambda session, f: session.cache.cache_unfinished_req(session.request_named(f["req"])),
     fields=(REQ,),
     run_sglang=sglang_chunk,
     fuzz=(FuzzRule(9, lambda gen: 3 if gen.running else 0,
                    lambda gen: {"op": CHUNK.name, "req": gen.rng.choice(gen.running)}),),
+    aliases=("req_chunk",),
 ))
 
 
-# ---- req_finish ---------------------------------------------------------------------------------
+# ---- release (was req_finish) --------------------------------------------------------------------
 def run_finish(session, f: dict) -> None:
     name = f["req"]
     req = session.request_named(name)
@@ -162,10 +164,12 @@ def fuzz_finish(gen) -> dict:
 
 
 FINISH = declare(OpSpec(
-    "req_finish", "a request ends: insert what it computed (or not: noinsert), unlock, free the rest",
+    "release", "a request ends: insert what it computed (or not: noinsert), unlock, free the rest "
+    "(SGLang's release_kv_cache)",
     run_finish,
     fields=(Field("req", NAME, required=True, uses="requests", ends=True, positional=True),
             Field("insert", FLAG, flag_word="noinsert", flag_value=False)),
     run_sglang=sglang_finish,
     fuzz=(FuzzRule(10, lambda gen: 6 if gen.running else 0, fuzz_finish),),
+    aliases=("req_finish",),
 ))

@@ -75,6 +75,7 @@ class OpSpec:
     refusal_changes: str = ""  # why a refused step of it may still change the state (as SGLang's does); else it may not
     read_only: bool = False  # never changes the pools (the recorder adds no sizes to it)
     describe: Optional[Callable[[dict], str]] = None  # ``why``'s words for a step of it
+    aliases: tuple[str, ...] = ()  # older names a step may still use: the same op, the same fields
 
     def __post_init__(self) -> None:
         # fields by name, looked up for every field of every step a file holds
@@ -131,34 +132,48 @@ class OpSpec:
         """A raw step of this op (``as_`` for ``as``), for generators and tests."""
         return {"op": self.name, **{k.rstrip("_"): v for k, v in fields.items()}}
 
-    def words(self, fields: dict) -> str:
-        """``lock m1 as L1``, ``evict swa=4``: the op and the names it uses."""
+    def words(self, fields: dict, written: Optional[str] = None) -> str:
+        """``lock m1 as L1``, ``evict swa=4``: the op (as ``written``: an alias stays
+        an alias) and the names it uses."""
         if self.describe is not None:
             return self.describe(fields)
-        slot = self.slot
-        return f"{self.name} {fields[slot.name]}" if slot is not None and slot.name in fields else self.name
+        name, slot = written or self.name, self.slot
+        return f"{name} {fields[slot.name]}" if slot is not None and slot.name in fields else name
 
 
 # ---- the registry ---------------------------------------------------------------------------------
 
 _REGISTRY: dict[str, OpSpec] = {}
+_ALIASES: dict[str, str] = {}  # an older op name -> the op's name now
 
 
 def declare(spec: OpSpec) -> OpSpec:
-    """Add an op; its name must be new."""
-    if spec.name in _REGISTRY:
-        raise ValueError(f"op {spec.name!r} is already declared")
+    """Add an op; its name and its aliases must be new."""
+    for name in (spec.name, *spec.aliases):
+        if name in _REGISTRY or name in _ALIASES:
+            raise ValueError(f"op {name!r} is already declared")
     _REGISTRY[spec.name] = spec
+    _ALIASES.update(dict.fromkeys(spec.aliases, spec.name))
     return spec
 
 
 def withdraw(name: str) -> None:
     """Remove an op (a test's own op, once the test is done)."""
-    _REGISTRY.pop(name, None)
+    spec = _REGISTRY.pop(name, None)
+    for alias in spec.aliases if spec is not None else ():
+        _ALIASES.pop(alias, None)
 
 
 def get(name: Any) -> Optional[OpSpec]:
-    return _REGISTRY.get(name) if isinstance(name, str) else None
+    """The op named ``name``, or by one of its aliases."""
+    if not isinstance(name, str):
+        return None
+    return _REGISTRY.get(name) or _REGISTRY.get(_ALIASES.get(name, ""))
+
+
+def canonical(name: str) -> str:
+    """The op's name now for ``name`` (an alias or the name itself)."""
+    return _ALIASES.get(name, name)
 
 
 def all_ops() -> tuple[OpSpec, ...]:
@@ -169,8 +184,11 @@ class OpTable(Mapping):
     """A read-only view of the registry, op name -> spec, in declaration order (a
     test's declared op shows up as soon as it is declared)."""
 
-    def __getitem__(self, name: str) -> OpSpec:
-        return _REGISTRY[name]
+    def __getitem__(self, name: str) -> OpSpec:  # an alias finds its op; iteration lists names only
+        spec = get(name)
+        if spec is None:
+            raise KeyError(name)
+        return spec
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(_REGISTRY))
@@ -212,7 +230,8 @@ def reference_table() -> str:
     for spec in all_ops():
         results = ", ".join(spec.results + ((f"COMPONENT{spec.per_component_result}",) if spec.per_component else ()))
         needs = ", ".join(spec.needs) or "—"
-        rows.append(f"| `{spec.name}` — {spec.summary} | `{spec.usage()}` | {results or '—'} | {needs} |")
+        also = f" (also `{'`, `'.join(spec.aliases)}`, its older name)" if spec.aliases else ""
+        rows.append(f"| `{spec.name}` — {spec.summary}{also} | `{spec.usage()}` | {results or '—'} | {needs} |")
     return "\n".join(rows)
 
 
