@@ -38,7 +38,7 @@ from cache.events import Cause, Event, EventKind
 
 from ..ops import canonical
 from ..scenarios.errors import shown
-from ..scenarios.fields import HOST_NODE_FIELDS, HOST_SUFFIXES, host_state_field
+from ..scenarios.fields import HOST_NODE_FIELDS, host_state_field
 from ..timeline.timeline import StepRecord, Timeline
 
 COMPARISONS: dict[str, Callable[[int, int], bool]] = {
@@ -223,22 +223,12 @@ def _node_changed(timeline: Timeline, c: Condition, index: int) -> bool:
 
 
 def _field_value(timeline: Timeline, index: int, field: str) -> int:
-    """A pool counter from the step's globals (O(1)); a count over the tree (``nodes``,
+    """A pool counter from the step's totals (O(1)); a count over the tree (``nodes``,
     tombstones, leaves, host nodes) from the state after the step."""
-    globals_ = timeline.store.globals[index]
-    if field == "requests":
-        return len(globals_.requests)
-    component, _, counter = field.partition("_")
-    if counter in POOL_COUNTERS:
-        pool = globals_.pools.get(component)
-        return getattr(pool, counter) if pool is not None else 0
-    head, _, host_counter = field.partition("_host_")
-    if host_counter in HOST_SUFFIXES:
-        pool = globals_.pools.get(f"{head}_host")
-        return getattr(pool, host_counter) if pool is not None else 0
-    from ..timeline.runner import state_field
+    from ..timeline.runner import globals_field, state_field
 
-    return state_field(timeline.state_after(index), field)
+    counted = globals_field(timeline.store.globals[index], field)
+    return counted if counted is not None else state_field(timeline.state_after(index), field)
 
 
 def _crossed(timeline: Timeline, pools: tuple[Comparison, ...], index: int) -> bool:

@@ -214,17 +214,12 @@ def episode_seed(seed: int, episode: int) -> str:
     return f"{seed}:{episode}"
 
 
+@one_thread()  # the per-step checks' small tensor ops, without a thread switch per step
 def fuzz(config: FuzzConfig, seed: int, steps: int, time_budget: Optional[float] = None,
          on_step: Optional[Callable[[int], None]] = None, checks: bool = True,
          episode_steps: int = EPISODE_STEPS, full_checks: bool = False) -> FuzzResult:
     """Run up to ``steps`` generated steps, in episodes of ``episode_steps`` on a fresh
     cache each; stop at the first failed check (or when ``time_budget`` runs out)."""
-    with one_thread():  # the per-step checks' small tensor ops, without a thread switch per step
-        return _fuzz(config, seed, steps, time_budget, on_step, checks, episode_steps, full_checks)
-
-
-def _fuzz(config: FuzzConfig, seed: int, steps: int, time_budget: Optional[float],
-          on_step: Optional[Callable[[int], None]], checks: bool, episode_steps: int, full_checks: bool) -> FuzzResult:
     start = time.monotonic()
     result = FuzzResult(config, seed, 0, 0.0)
     episode = -1
