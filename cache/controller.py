@@ -3,7 +3,7 @@ decisions and executes them (allocations, frees, copies); the scheduler's reques
 flows it inherits live in request_flows.py.
 
 Public names follow SGLang (match_prefix, insert, evict, evict_for_alloc,
-inc_lock_ref, dec_lock_ref, cache_finished_req, cache_unfinished_req) so cache
+inc_lock_ref, dec_lock_ref, release_kv_cache, checkpoint) so cache
 engineers can read a scenario as they would read scheduler code.
 """
 

@@ -111,7 +111,7 @@ class EventBus:
         return OpScope(self, None, rid)
 
     def begin(self, op: str) -> None:
-        """Enter a public op; nested ops (insert inside cache_finished_req) keep the outer name."""
+        """Enter a public op; nested ops (insert inside release_kv_cache) keep the outer name."""
         if self._depth == 0:
             self.seq += 1
             self.current_op = op

@@ -38,6 +38,9 @@ class Req:
     mamba_keep_idx: Optional[int] = None  # the ping-pong slot a finished request hands to the tree
     mamba_cow_src: Optional[torch.Tensor] = None  # the tree slot its running state was copied from
     released: bool = False
+    # output tokens through the stop (SGLang's finished_len): a stop before the last
+    # committed token leaves KV past it that nothing can match (freed on release)
+    finished_len: Optional[int] = None
     # fill_ids packed as a key's bytes, grown with each decode: caching never re-packs
     token_bytes: bytearray = dataclasses.field(default_factory=bytearray)
     # per component name: that component's own state for this request (a new component
@@ -56,6 +59,23 @@ class Req:
     @property
     def kv_len(self) -> int:
         return int(self.kv_indices.shape[0])
+
+    @property
+    def kv_committed_len(self) -> int:
+        """Tokens whose KV is computed and written (the row's length)."""
+        return int(self.kv_indices.shape[0])
+
+    @property
+    def is_chunked(self) -> bool:
+        """Still in chunked prefill: part of the prompt has no KV yet."""
+        return self.kv_len < len(self.origin_input_ids)
+
+    def owned_kv_len(self) -> int:
+        """What the request may cache: its committed KV, cut at the stop (SGLang's
+        owned_kv_len)."""
+        if self.finished_len is None:
+            return self.kv_len
+        return min(self.kv_len, len(self.origin_input_ids) + self.finished_len)
 
     @property
     def own_indices(self) -> torch.Tensor:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 class RequestFlows:
     """Admission (new_request), decode (extend_request, slide_window) and caching
-    (cache_unfinished_req, cache_finished_req) of running requests."""
+    (checkpoint, release_kv_cache) of running requests."""
 
     # provided by UnifiedRadixCache
     tree: UnifiedTreeCore
@@ -160,33 +160,33 @@ class RequestFlows:
                 component.slide_window(req, req.kv_len - 1)
 
     # ---- caching ----------------------------------------------------------------
-    def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
+    def release_kv_cache(self, req: Req, checkpoint: bool = True) -> None:
         """The request is done: cache what it computed (page-aligned), free the rest,
         release its lock."""
         self._check_live(req)
-        with self.events.op("cache_finished_req", request=req.rid):
-            if is_insert:
+        with self.events.op("release_kv_cache", request=req.rid):
+            if checkpoint:
                 self._checkpoint(req, finished=True)  # runs the components' cleanup
             own = req.own_indices
             if own.shape[0]:
-                self.free_kv([own], Cause.TAIL if is_insert else Cause.REQUEST, None)
+                self.free_kv([own], Cause.TAIL if checkpoint else Cause.REQUEST, None)
             if req.lock is not None:
                 self.tree.dec_lock_ref(req.last_node, req.lock)
             req.lock = None
-            if not is_insert:
+            if not checkpoint:
                 for component in self.hooks.cleanup_after_caching_req:
                     component.cleanup_after_caching_req(req, True, None, None)
             req.released = True
             req.kv_indices = req.kv_indices[:0]
             self.requests.pop(req.rid, None)
 
-    def cache_unfinished_req(self, req: Req) -> None:
+    def checkpoint(self, req: Req) -> None:
         """Chunked prefill: cache what is computed so far and move the request's lock
         onto the node the insert ended on; the request keeps its unaligned tail. Like
         v0.5.23's checkpoint, whose insert has no "chunked" mark: a checkpoint backs up
         on write-through as any insert does."""
         self._check_live(req)
-        with self.events.op("cache_unfinished_req", request=req.rid):
+        with self.events.op("checkpoint", request=req.rid):
             self._checkpoint(req, finished=False)
 
     def _checkpoint(self, req: Req, finished: bool) -> None:

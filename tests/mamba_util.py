@@ -176,11 +176,11 @@ class MambaChecked(Checked):
         self.ok()
 
     def unfinished(self, req: Req) -> None:
-        self.cache.cache_unfinished_req(req)
+        self.cache.checkpoint(req)
         self.ok()
 
     def finish(self, req: Req, insert: bool = True) -> None:
-        self.cache.cache_finished_req(req, is_insert=insert)
+        self.cache.release_kv_cache(req, checkpoint=insert)
         self.ok()
         self.reqs.remove(req)
 

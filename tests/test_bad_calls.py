@@ -288,7 +288,7 @@ def test_double_free_within_one_call(full):
     if P == 1:
         with unchanged(cache, DoubleFreeError):
             cache.kv_pool.free(torch.cat([own, own]))
-    cache.cache_finished_req(req, is_insert=False)
+    cache.release_kv_cache(req, checkpoint=False)
     full.ok()
 
 
@@ -369,7 +369,7 @@ def test_bad_extend_tokens_leave_request_intact(full):
     with unchanged(cache, InvalidKeyError):
         cache.extend_request(req, [1, -5])
     assert torch.equal(req.kv_indices, kv) and req.output_ids == []
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     full.ok()
 
 
@@ -389,9 +389,9 @@ def test_finish_twice_and_duplicate_rid(full):
     req = cache.new_request(seq(1, 3, P), rid="r")
     with unchanged(cache, CacheError, "already running"):
         cache.new_request(seq(9, 1, P), rid="r")
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     full.ok()
-    for call in (cache.cache_finished_req, cache.cache_unfinished_req):
+    for call in (cache.release_kv_cache, cache.checkpoint):
         with unchanged(cache, CacheError, "not running"):
             call(req)
     with unchanged(cache, CacheError, "not running"):

@@ -251,7 +251,7 @@ def test_no_verdicts_or_request_tags_are_built_without_an_observer(monkeypatch):
     cache.match_prefix(RadixKey([1, 2, 3, 9]))
     req = cache.new_request([1, 2, 3, 4, 5, 6, 7])
     cache.extend_request(req, [8, 9, 10], slide=True)
-    cache.cache_unfinished_req(req)
-    cache.cache_finished_req(req)
+    cache.checkpoint(req)
+    cache.release_kv_cache(req)
     cache.evict_for_alloc(EvictParams(num_tokens=60))
     assert cache.events.request == ""

@@ -61,8 +61,8 @@ def test_lock_events_walk_the_path_and_nested_ops_keep_the_outer_name(small):
     small.unlock(m.last_device_node, receipt)
     assert len(kinds(log.take(), EventKind.UNLOCK)) == 2
     req = cache.new_request([1, 2, 7, 8, 5])
-    cache.cache_finished_req(req)
-    finished = [e for e in log.take() if e.op == "cache_finished_req"]
+    cache.release_kv_cache(req)
+    finished = [e for e in log.take() if e.op == "release_kv_cache"]
     assert finished and {e.kind for e in finished} >= {EventKind.ADD, EventKind.LOCK, EventKind.UNLOCK}
     small.ok()
 
@@ -103,7 +103,7 @@ def test_snapshot_paths_ranks_and_pools(small):
     pool = snap.pools["full"]
     assert pool.held == 3 and pool.protected == 4 and pool.evictable == 2
     assert pool.available + pool.evictable + pool.protected + pool.held == pool.total
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     small.ok()
 
 

@@ -30,7 +30,7 @@ def test_chunked_prefill_lock_transfer(full):
     assert cache.available_size() == total - P - own_pages * P
     old_receipt = req.lock
 
-    cache.cache_unfinished_req(req)
+    cache.checkpoint(req)
     full.ok()
     assert req.cache_protected_len == 3 * P
     new_node = req.last_node
@@ -50,7 +50,7 @@ def test_chunked_prefill_lock_transfer(full):
 
     # decode a page, checkpoint again: the lock moves on once more
     cache.extend_request(req, stray(P, 20000))
-    cache.cache_unfinished_req(req)
+    cache.checkpoint(req)
     full.ok()
     aligned = (3 * P + extra + P) // P * P
     assert req.cache_protected_len == aligned
@@ -58,7 +58,7 @@ def test_chunked_prefill_lock_transfer(full):
     assert lock_ref(cache, new_node) == 1 and lock_ref(cache, req.last_node) == 1
     assert cache.full_protected_size() == aligned
 
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     full.ok()
     assert cache.full_protected_size() == 0
     assert not cache.requests
@@ -68,54 +68,54 @@ def test_chunked_prefill_lock_transfer(full):
     assert_empty_tree(full)
 
 
-def test_cache_unfinished_req_on_empty_tree(full):
+def test_checkpoint_on_empty_tree(full):
     cache, P = full.cache, full.ps
     req = cache.new_request(seq(1, 3, P))
     assert req.last_node == cache.tree.root.id and req.cache_protected_len == 0
-    cache.cache_unfinished_req(req)
+    cache.checkpoint(req)
     full.ok()
     assert req.cache_protected_len == 3 * P
     assert lock_ref(cache, req.last_node) == 1
     assert torch.equal(req.prefix_indices, full.match(seq(1, 3, P)).device_indices)
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     full.ok()
     assert cache.full_protected_size() == 0
     assert cache.available_size() == cache.total_size() - 3 * P
 
 
-def test_cache_finished_req_insert(full):
+def test_release_kv_cache_insert(full):
     cache, P = full.cache, full.ps
     prompt, output = seq(1, 3, P), seq(2000, 1, P)
     req = cache.new_request(prompt)
     cache.extend_request(req, output)
     assert req.kv_len == 4 * P
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     full.ok()
     assert matched(full, prompt + output) == 4 * P
     assert cache.available_size() == cache.total_size() - 4 * P
     assert cache.full_protected_size() == 0 and not cache.requests
 
 
-def test_cache_finished_req_no_insert(full):
+def test_release_kv_cache_no_insert(full):
     cache, P = full.cache, full.ps
     req = cache.new_request(seq(1, 2, P))
     full.ok()
     before = cache.available_size()
-    cache.cache_finished_req(req, is_insert=False)
+    cache.release_kv_cache(req, checkpoint=False)
     full.ok()
     assert cache.available_size() == before + 2 * P == cache.total_size()
     assert matched(full, seq(1, 2, P)) == 0
     assert_empty_tree(full)
 
 
-def test_cache_finished_req_no_insert_keeps_tree_prefix(full):
+def test_release_kv_cache_no_insert_keeps_tree_prefix(full):
     cache, P = full.cache, full.ps
     base_id = full.insert(seq(1, 1, P)).last_device_node
     req = cache.new_request(seq(1, 3, P))
     full.ok()
     assert req.cache_protected_len == P and lock_ref(cache, base_id) == 1
     before = cache.available_size()
-    cache.cache_finished_req(req, is_insert=False)
+    cache.release_kv_cache(req, checkpoint=False)
     full.ok()
     # only the request's own 2 pages go back; the tree keeps the prefix
     assert cache.available_size() == before + 2 * P
@@ -133,7 +133,7 @@ def test_paged_cache_finished_unaligned_tail_freed(full):
     # 1.5 pages need 2 whole pages from the page-granular allocator
     assert cache.available_size() == cache.total_size() - 2 * P
     before = cache.available_size()
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     full.ok()
     # the tail's ps/2 slots sit on a page of their own: freeing them returns that page
     assert cache.available_size() == before + P
@@ -141,12 +141,12 @@ def test_paged_cache_finished_unaligned_tail_freed(full):
     assert cache.full_evictable_size() == P
 
 
-def test_cache_finished_req_splits_at_prompt_boundary(full):
+def test_release_kv_cache_splits_at_prompt_boundary(full):
     cache, P = full.cache, full.ps
     prompt, output = seq(1, 2, P), seq(700, 1, P)
     req = cache.new_request(prompt)
     cache.extend_request(req, output)
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     full.ok()
     snap = cache.snapshot()
     (prompt_node,) = snap.root.children
@@ -170,7 +170,7 @@ def test_prompt_boundary_split_with_unaligned_prompt(full):
     cache.extend_request(req, output)
     full.ok()
     assert req.kv_len == 3 * P + h
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     full.ok()
     snap = cache.snapshot()
     (prompt_node,) = snap.root.children
@@ -185,7 +185,7 @@ def test_prompt_boundary_split_with_unaligned_prompt(full):
 def test_prompt_only_request_is_not_split(full):
     cache, P = full.cache, full.ps
     req = cache.new_request(seq(1, 3, P))
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     full.ok()
     snap = cache.snapshot()
     assert [n.tokens for n in snap.non_root()] == [3 * P]
@@ -195,7 +195,7 @@ def test_two_requests_share_prefix(full):
     cache, P = full.cache, full.ps
     total = cache.total_size()
     r1 = cache.new_request(seq(1, 2, P))
-    cache.cache_finished_req(r1)
+    cache.release_kv_cache(r1)
     r2 = cache.new_request(seq(1, 2, P) + seq(400, 1, P))
     full.ok()
     assert r2.cache_protected_len == 2 * P
@@ -203,8 +203,8 @@ def test_two_requests_share_prefix(full):
     r3 = cache.new_request(seq(1, 2, P) + seq(800, 1, P))
     full.ok()
     assert lock_ref(cache, r2.last_node) == 2
-    cache.cache_finished_req(r2)
-    cache.cache_finished_req(r3)
+    cache.release_kv_cache(r2)
+    cache.release_kv_cache(r3)
     full.ok()
     assert cache.available_size() == total - 4 * P
     assert matched(full, seq(1, 2, P) + seq(400, 1, P)) == 3 * P

@@ -60,7 +60,7 @@ def test_a_chunked_prefill_checkpoint_backs_up_like_any_insert():
     suppress it; oracle: the same five steps agree with SGLang through the bridge)."""
     cache = make()
     req = cache.new_request(A[:8])
-    cache.cache_unfinished_req(req)
+    cache.checkpoint(req)
     node = node_of(cache, 1)
     assert cache.tree.backed_up(node) and cache.host_available_size() == 129 - 8
     assert req.last_node == node.id and check_invariants(cache) == []
@@ -254,7 +254,7 @@ def test_a_host_only_node_cannot_be_locked_and_a_request_admits_on_its_device_pr
         cache.inc_lock_ref(m.best_match_node)
     req = cache.new_request(A + [99])  # its prefix is host-only: it computes every token
     assert req.cache_protected_len == 0 and check_invariants(cache) == []
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     assert check_invariants(cache) == []
 
 

@@ -46,7 +46,7 @@ def grow(config: str, seed: int, requests: int = 50) -> UnifiedRadixCache:
         keys.append(key)
         req = cache.new_request(key)
         if rng.random() < 0.9:
-            cache.cache_finished_req(req)
+            cache.release_kv_cache(req)
         if rng.random() < 0.15:
             cache.evict(EvictParams(num_tokens=8, swa_num_tokens=8 if "swa" in cache.by_name else 0,
                                     mamba_num=2 if "mamba" in cache.by_name else 0))
@@ -242,11 +242,11 @@ def test_every_step_of_a_random_run_passes_its_probes(config):
         op = rng.random()
         key = [rng.randrange(30) for _ in range(rng.randint(1, 16))]
         if op < 0.4:
-            cache.cache_finished_req(cache.new_request(key))
+            cache.release_kv_cache(cache.new_request(key))
         elif op < 0.6:
             held.append(cache.new_request(key))
         elif op < 0.75 and held:
-            cache.cache_finished_req(held.pop(rng.randrange(len(held))))
+            cache.release_kv_cache(held.pop(rng.randrange(len(held))))
         elif op < 0.9:
             cache.match_prefix(key)
         else:

@@ -95,5 +95,5 @@ def test_a_request_keeps_one_key_that_grows_with_its_tokens():
     with pytest.raises(InvalidKeyError):
         cache.extend_request(req, [12, -1])
     assert bytes(req.token_bytes) == RadixKey([5, 6, 7, 8, 9, 10, 11]).data  # a refused decode adds nothing
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     assert cache.match_prefix([5, 6, 7, 8, 9, 10, 11]).prefix_len == 7

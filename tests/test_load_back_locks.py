@@ -88,7 +88,7 @@ def test_failed_load_back_releases_its_lock_on_host_only_nodes():
         cache.load_back(RadixKey(list(range(1, 9))))
     assert host_only.data[0].lock_ref == 0 and host_only.data[0].host_lock_ref == 0
     assert cache.protected_size("full") == 0 and not check_invariants(cache)
-    cache.cache_finished_req(held, is_insert=False)
+    cache.release_kv_cache(held, checkpoint=False)
     assert cache.load_back(RadixKey(list(range(1, 9)))).loaded == 8
     assert not check_invariants(cache)
 

@@ -459,7 +459,7 @@ def _off_grid_prefix_request() -> tuple[MambaChecked, list[int], Req]:
 
 def test_finished_request_with_protected_prefix_past_its_checkpoint():
     mc, X, req = _off_grid_prefix_request()
-    mc.cache.cache_finished_req(req)
+    mc.cache.release_kv_cache(req)
     assert check_invariants(mc.cache) == []
     assert mc.avail()["full"] == mc.totals()["full"] - 72  # only the tree's 72 tokens stay
     assert mc.match(X).prefix_len == 72
@@ -468,7 +468,7 @@ def test_finished_request_with_protected_prefix_past_its_checkpoint():
 def test_unfinished_request_with_protected_prefix_past_its_checkpoint():
     mc, X, req = _off_grid_prefix_request()
     try:
-        mc.cache.cache_unfinished_req(req)
+        mc.cache.checkpoint(req)
     except (AssertionError, CacheError):
         pass  # refusing, as 0.5.23 does, is fine; corrupting the row is not
     assert req.kv_len == 80 and req.cache_protected_len >= 72

@@ -252,7 +252,7 @@ class MambaCacheMachine(RuleBasedStateMachine):
         track = req.mamba_last_track_seqlen
         snap = cache.snapshot()
         try:
-            cache.cache_unfinished_req(req)
+            cache.checkpoint(req)
         except PoolExhaustedError as exc:
             assert "mamba" in str(exc)
             assert cache.snapshot() == snap, "a refused fork/donation must change nothing"
@@ -274,7 +274,7 @@ class MambaCacheMachine(RuleBasedStateMachine):
         if insert and self.protected_past_checkpoint(req):
             event("finish: protected prefix past the checkpoint (nothing to add)")
         states = len(self.cache.tree.lru["mamba"])
-        self.cache.cache_finished_req(req, is_insert=insert)
+        self.cache.release_kv_cache(req, checkpoint=insert)
         assert req.mamba_pool_idx is None and req.mamba_ping_pong is None
         if insert:
             event(f"finish: a new state cached = {len(self.cache.tree.lru['mamba']) > states}")
@@ -297,7 +297,7 @@ class MambaCacheMachine(RuleBasedStateMachine):
         for node, receipt in self.locks:
             cache.dec_lock_ref(node, receipt)
         for req in self.reqs:
-            cache.cache_finished_req(req, is_insert=not self.protected_past_checkpoint(req))
+            cache.release_kv_cache(req, checkpoint=not self.protected_past_checkpoint(req))
         assert check_invariants(cache) == []
         for name in self.names:
             assert cache.protected_size(name) == 0, f"{name} still protected"

@@ -122,7 +122,7 @@ def test_every_op_is_declared_with_what_every_tool_needs():
 
 
 def test_older_op_names_are_aliases_that_run_the_same_op():
-    """``req_chunk`` and ``req_finish`` (the cache_unfinished_req / cache_finished_req
+    """``req_chunk`` and ``req_finish`` (the checkpoint / release_kv_cache
     era) still run, as ``checkpoint`` and ``release`` (SGLang 0.5.23's calls): the same
     op, the same fields, the same states; a step keeps the name it was written with."""
     from workbench.model.debugging.why import why_node

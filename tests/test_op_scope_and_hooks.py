@@ -20,7 +20,7 @@ def emit(bus: EventBus) -> None:
 def test_nested_ops_keep_the_outer_name_and_number_and_restore_the_request():
     bus = EventBus()
     log = EventLog(bus)
-    with bus.op("cache_finished_req", request="r1"):
+    with bus.op("release_kv_cache", request="r1"):
         emit(bus)
         with bus.op("insert"):
             emit(bus)
@@ -30,8 +30,8 @@ def test_nested_ops_keep_the_outer_name_and_number_and_restore_the_request():
     with bus.op("evict"):
         emit(bus)
     found = [(e.seq, e.op, e.request) for e in log.take()]
-    assert found == [(1, "cache_finished_req", "r1"), (1, "cache_finished_req", "r1"),
-                     (1, "cache_finished_req", "r2"), (1, "cache_finished_req", "r1"), (2, "evict", "")]
+    assert found == [(1, "release_kv_cache", "r1"), (1, "release_kv_cache", "r1"),
+                     (1, "release_kv_cache", "r2"), (1, "release_kv_cache", "r1"), (2, "evict", "")]
 
 
 def test_for_request_stamps_without_an_op_of_its_own():

@@ -85,7 +85,7 @@ CALL_ERRORS = {
     "alloc_mamba_state": PoolExhaustedError,
     "new_request": PoolExhaustedError,
     "extend_request": PoolExhaustedError,
-    "cache_unfinished_req": PoolExhaustedError,
+    "checkpoint": PoolExhaustedError,
     "free_kv": DoubleFreeError,
     "free_swa": DoubleFreeError,
     "free_mamba_state": DoubleFreeError,

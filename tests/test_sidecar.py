@@ -208,7 +208,7 @@ def test_without_auto_evict_the_deeper_strides_go_without_entries():
 def test_a_request_is_cached_up_to_whole_strides():
     c = sidecar_cache("sidecar")
     req = c.cache.new_request(A)
-    c.cache.cache_finished_req(req)
+    c.cache.release_kv_cache(req)
     c.ok()
     assert entries(c) == {tuple(A[:8]): 2} and c.match(A).prefix_len == 8
 
@@ -216,7 +216,7 @@ def test_a_request_is_cached_up_to_whole_strides():
 def test_with_mamba_its_checkpoints_decide_the_cached_length():
     c = sidecar_cache("sidecar", "mamba")
     req = c.cache.new_request(A)
-    c.cache.cache_finished_req(req)
+    c.cache.release_kv_cache(req)
     c.ok()
     assert entries(c) == {tuple(A): 2}  # Mamba's state is for all 10 tokens
 

@@ -111,10 +111,10 @@ class SidecarCacheMachine(RuleBasedStateMachine):
             if grow:
                 self.cache.extend_request(req, [1 + k % 3 for k in range(grow)])
             if finish:
-                self.cache.cache_finished_req(req)
+                self.cache.release_kv_cache(req)
                 self.reqs.remove(req)
             else:
-                self.cache.cache_unfinished_req(req)
+                self.cache.checkpoint(req)
         except CacheError:
             pass
 
@@ -129,7 +129,7 @@ class SidecarCacheMachine(RuleBasedStateMachine):
         for node, receipt in self.locks:
             cache.dec_lock_ref(node, receipt)
         for req in self.reqs:
-            cache.cache_finished_req(req)
+            cache.release_kv_cache(req)
         cache.evict(EvictParams.of({"full": self.kv_size}))
         assert len(cache.tree.nodes) == 1 and check_invariants(cache) == []
         assert cache.available_size("sidecar") == self.sidecar_size, "sidecar entries leaked"

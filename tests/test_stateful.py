@@ -80,13 +80,13 @@ class CacheMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.reqs)
     @rule(data=st.data())
     def chunk(self, data):
-        self.cache.cache_unfinished_req(self.reqs[data.draw(st.integers(0, len(self.reqs) - 1))])
+        self.cache.checkpoint(self.reqs[data.draw(st.integers(0, len(self.reqs) - 1))])
 
     @precondition(lambda self: self.reqs)
     @rule(data=st.data(), insert=st.booleans())
     def finish(self, data, insert):
         req = self.reqs.pop(data.draw(st.integers(0, len(self.reqs) - 1)))
-        self.cache.cache_finished_req(req, is_insert=insert)
+        self.cache.release_kv_cache(req, checkpoint=insert)
 
     @invariant()
     def invariants_hold(self):
@@ -97,7 +97,7 @@ class CacheMachine(RuleBasedStateMachine):
         for node, receipt in self.locks:
             self.cache.dec_lock_ref(node, receipt)
         for req in self.reqs:
-            self.cache.cache_finished_req(req)
+            self.cache.release_kv_cache(req)
         self.cache.evict(EvictParams(num_tokens=self.kv_size))
         assert self.cache.available_size() == self.kv_size, "slots leaked"
         assert check_invariants(self.cache) == []

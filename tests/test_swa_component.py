@@ -309,7 +309,7 @@ def test_swa_evict_for_alloc_stops_at_the_shortfall(cfg):
     assert swa.swa(second).value_len == T and swa.swa(leaf).value_len == T
     assert swa.avail() == (tf - 3 * T - T - ps, 0)  # nothing of Full was evicted
     assert swa.cache.full_evictable_size() == 3 * T
-    swa.cache.cache_finished_req(req, is_insert=False)
+    swa.cache.release_kv_cache(req, checkpoint=False)
     swa.ok()
 
     again = SWAChecked(ps, sw, kv)
@@ -528,7 +528,7 @@ def test_swa_unfinished_req_over_a_locked_tombstone(swa):
     swa.ok()
     assert req.cache_protected_len == 0 and req.last_node == cache.tree.root.id
     before = swa.avail()
-    cache.cache_unfinished_req(req)
+    cache.checkpoint(req)
     swa.ok()
     # the match's Full hit ran past its live window (swa_branching_seqlen = T): this first
     # checkpoint is that branch insert, whose cleanup slides the window, which raises the
@@ -541,7 +541,7 @@ def test_swa_unfinished_req_over_a_locked_tombstone(swa):
     assert req.cache_protected_len == T and req.last_node == node
     assert torch.equal(req.kv_indices, old)
     assert swa.locks(node) == [(2, 2)] and swa.swa(node).value_len == T
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     swa.ok()
     assert swa.locks(node) == [(1, 1)]
     swa.unlock(node, receipt)

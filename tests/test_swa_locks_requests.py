@@ -181,7 +181,7 @@ def test_swa_release_window_then_full_evict_leaves_a_locked_leaf(swa):
 
 # ---- request flows: out-of-window SWA slots -----------------------------------------
 
-# (ps, sw, kv, tokens, swa_evicted_seqlen after cache_unfinished_req), by hand from
+# (ps, sw, kv, tokens, swa_evicted_seqlen after checkpoint), by hand from
 # 0.5.23 free_swa_out_of_window_slots with pre_len = tokens - 1:
 #   guard pre_len - W >= 1; threshold = pre_len - ceil(max(W, P) / P) * P; page floor.
 EAGER = [
@@ -202,7 +202,7 @@ def test_swa_eager_eviction_on_unfinished_req(ps, sw, kv, n, evicted):
     req = cache.new_request(tokens)
     swa.ok()
     assert swa.avail() == (tf - n, ts - n)
-    cache.cache_unfinished_req(req)
+    cache.checkpoint(req)
     swa.ok()
     assert req.swa_evicted_seqlen == evicted
     assert swa.avail() == (tf - n, ts - (n - evicted))  # exactly the out-of-window slots
@@ -217,7 +217,7 @@ def test_swa_eager_eviction_on_unfinished_req(ps, sw, kv, n, evicted):
     assert swa.locks(leaf, mid, tomb) == [(1, 1), (1, 0), (1, 0)]
     assert swa.boundary(leaf) == req.lock.component_lock_uuids["swa"]
     assert matched(swa, tokens) == n
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     swa.ok()
     assert swa.avail() == (tf - n, ts - (n - evicted))
     swa.drain()
@@ -230,12 +230,12 @@ def test_swa_unfinished_req_inside_the_window_frees_nothing(cfg):
     tokens = list(range(1, W + 2))  # pre_len - W = 0 < 1: the guard returns
     req = cache.new_request(tokens)
     before = swa.avail()
-    cache.cache_unfinished_req(req)
+    cache.checkpoint(req)
     swa.ok()
     assert req.swa_evicted_seqlen == 0 and swa.avail() == before
     aligned = len(tokens) - len(tokens) % P
     assert req.cache_protected_len == aligned
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     swa.ok()
     swa.drain()
 
@@ -293,7 +293,7 @@ def test_swa_decode_slides_the_window_then_finishes(cfg, grain):
     keep = ceil_page(max(W, P), P)
     assert evicted == (kv_len - 1 - keep) // P * P > 0
     tokens = req.fill_ids
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     swa.ok()
     aligned = kv_len - kv_len % P
     assert swa.avail() == (tf - aligned, ts - (aligned - evicted))
@@ -347,7 +347,7 @@ def test_swa_decode_past_the_window_then_release_the_prefix(cfg, grain, evict_mi
     assert req.swa_evicted_seqlen > lp
 
     tokens, kv_len, evicted = req.fill_ids, req.kv_len, req.swa_evicted_seqlen
-    cache.cache_finished_req(req)  # the old receipt releases Full only
+    cache.release_kv_cache(req)  # the old receipt releases Full only
     swa.ok()
     assert swa.locks(leaf, a) == [(0, 0), (0, 0)]
     aligned = kv_len - kv_len % P
@@ -372,7 +372,7 @@ def test_swa_decode_into_a_part_used_page_maps_swa():
     # the next slot of the 5th's SWA page, as 0.5.23's alloc_decode gives it
     assert int(mapped[5]) == int(mapped[4]) + 1
     swa.ok()
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     swa.ok()  # the cached [4, 8) node's SWA value must hold live slots only
     assert matched(swa, req.fill_ids) == 4
     swa.drain()
@@ -380,7 +380,7 @@ def test_swa_decode_into_a_part_used_page_maps_swa():
 
 @pytest.mark.parametrize("cfg", SWA_CONFIGS, ids=config_id)
 def test_swa_chunked_prefill_checkpoints_move_the_window(cfg):
-    """cache_unfinished_req twice: each frees what fell out of the window and moves
+    """checkpoint twice: each frees what fell out of the window and moves
     the request's lock (and its window) onto the new tail."""
     swa = SWAChecked(*cfg)
     cache, P, W, T = swa.cache, swa.ps, swa.sw, swa.tail
@@ -388,14 +388,14 @@ def test_swa_chunked_prefill_checkpoints_move_the_window(cfg):
     n = 2 * (W + 2 * P)
     tokens = list(range(1, n + 1))
     req = cache.new_request(tokens)
-    cache.cache_unfinished_req(req)
+    cache.checkpoint(req)
     swa.ok()
     first = req.swa_evicted_seqlen
     assert first == reference_evicted_seqlen(0, n - 1, W, P, 0)
     first_node = req.last_node
     cache.extend_request(req, list(range(7000, 7000 + W + 2 * P)))
     swa.ok()
-    cache.cache_unfinished_req(req)
+    cache.checkpoint(req)
     swa.ok()
     m = req.kv_len
     second = req.swa_evicted_seqlen
@@ -409,6 +409,6 @@ def test_swa_chunked_prefill_checkpoints_move_the_window(cfg):
     own = ceil_page(m, P) - aligned
     assert swa.avail() == (tf - aligned - own, ts - tree_swa - own)
     assert matched(swa, req.fill_ids) == aligned
-    cache.cache_finished_req(req)
+    cache.release_kv_cache(req)
     swa.ok()
     swa.drain()

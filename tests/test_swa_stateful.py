@@ -201,7 +201,7 @@ class SWACacheMachine(RuleBasedStateMachine):
     def chunk(self, data):
         req = self.reqs[data.draw(st.integers(0, len(self.reqs) - 1))]
         branch, protected_before = req.swa_branching_seqlen, req.cache_protected_len
-        self.cache.cache_unfinished_req(req)
+        self.cache.checkpoint(req)
         assert req.swa_evicted_seqlen % self.page_size == 0
         protected = req.cache_protected_len
         m = self.cache.match_prefix(RadixKey(req.fill_ids[:protected]))
@@ -220,7 +220,7 @@ class SWACacheMachine(RuleBasedStateMachine):
     @rule(data=st.data(), insert=st.booleans())
     def finish(self, data, insert):
         req = self.reqs.pop(data.draw(st.integers(0, len(self.reqs) - 1)))
-        self.cache.cache_finished_req(req, is_insert=insert)
+        self.cache.release_kv_cache(req, checkpoint=insert)
 
     @invariant()
     def invariants_hold(self):
@@ -232,7 +232,7 @@ class SWACacheMachine(RuleBasedStateMachine):
         for node, receipt in self.locks:
             cache.dec_lock_ref(node, receipt)
         for req in self.reqs:
-            cache.cache_finished_req(req)
+            cache.release_kv_cache(req)
         assert check_invariants(cache) == []
         assert cache.full_protected_size() == 0 and cache.protected_size("swa") == 0
         cache.evict(EvictParams(num_tokens=self.kv_size, swa_num_tokens=self.swa_kv_size))

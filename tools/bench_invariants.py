@@ -49,7 +49,7 @@ def build(config: str, nodes: int, seed: int = 1, running: int = 20) -> UnifiedR
     while len(cache.tree.nodes) < nodes:
         key = next_key()
         keys.append(key)
-        cache.cache_finished_req(cache.new_request(key))
+        cache.release_kv_cache(cache.new_request(key))
         done += 1
         if done % 500 == 0:  # some evictions: deleted leaves, SWA and Mamba tombstones
             cache.evict(EvictParams(num_tokens=30, swa_num_tokens=60, mamba_num=20))
@@ -85,7 +85,7 @@ def main() -> None:
             assert check_invariants(cache) == [], check_invariants(cache)[:3]
             full = best_ms(lambda: check_invariants(cache), args.repeat)
             tree.take_touched()
-            cache.cache_finished_req(cache.new_request(tree.nodes[max(tree.nodes)].token_ids[:3] + [7, 7, 7]))
+            cache.release_kv_cache(cache.new_request(tree.nodes[max(tree.nodes)].token_ids[:3] + [7, 7, 7]))
             touched = tree.take_touched()
             step = best_ms(lambda: check_invariants(cache, touched=touched), args.repeat * 4)
             print(f"{config:<16}{len(tree.nodes):>7}{len(tree.leaves):>8}{len(tree.live_receipts):>9}"

@@ -436,13 +436,13 @@ class Ours:
         req = self._req(op)
         if "up_to" in op and int(op["up_to"]) != req.kv_len:
             raise SkipOp("checkpoint up_to < committed length is not expressible")
-        self.cache.cache_unfinished_req(req)
+        self.cache.checkpoint(req)
         return self._req_summary(req)
 
     def op_req_finish(self, op: dict) -> dict:
         handle = op.get("req")
         req = self._req(op)
-        self.cache.cache_finished_req(req, is_insert=bool(op.get("insert", True)))
+        self.cache.release_kv_cache(req, checkpoint=bool(op.get("insert", True)))
         del self.reqs[handle]
         depth = self.depth(req.last_node) if req.last_node in self.cache.tree.nodes else None
         return {"last_node": req.last_node, "last_node_depth": depth, "available": self.available()}

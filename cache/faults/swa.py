@@ -180,7 +180,7 @@ def _install_last_leaf_all_tombstone(cache) -> None:
 
 # ---- sgl-project/sglang#30845, #36909 ----------------------------------------------------
 def _install_unfinished_boundary_ignored(cache) -> None:
-    """cache_unfinished_req frees the request's out-of-window SWA slots but inserts with
+    """checkpoint frees the request's out-of-window SWA slots but inserts with
     the default ``swa_evicted_seqlen`` 0 instead of the request's boundary, so positions
     whose SWA slots are already back in the pool enter the tree as live SWA.
 
@@ -285,7 +285,7 @@ FAULTS: list[Fault] = [
         UNFINISHED_BOUNDARY_IGNORED,
         "sgl-project/sglang#30845, sgl-project/sglang#36909",
         ("swa",),
-        "cache_unfinished_req does not forward swa_evicted_seqlen, inserting already-freed SWA pages as live",
+        "checkpoint does not forward swa_evicted_seqlen, inserting already-freed SWA pages as live",
         _install_unfinished_boundary_ignored,
     ),
     Fault(

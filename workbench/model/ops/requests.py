@@ -132,7 +132,7 @@ def sglang_chunk(side, f: dict) -> None:
 CHUNK = declare(OpSpec(
     "checkpoint", "cache what a running request has so far and move its lock there; it keeps running "
     "(SGLang's checkpoint)",
-    lambda session, f: session.cache.cache_unfinished_req(session.request_named(f["req"])),
+    lambda session, f: session.cache.checkpoint(session.request_named(f["req"])),
     fields=(REQ,),
     run_sglang=sglang_chunk,
     fuzz=(FuzzRule(9, lambda gen: 3 if gen.running else 0,
@@ -145,7 +145,7 @@ CHUNK = declare(OpSpec(
 def run_finish(session, f: dict) -> None:
     name = f["req"]
     req = session.request_named(name)
-    session.cache.cache_finished_req(req, is_insert=f.get("insert", True))
+    session.cache.release_kv_cache(req, checkpoint=f.get("insert", True))
     session.finished[name] = session.reqs.pop(name)
 
 
