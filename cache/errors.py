@@ -17,6 +17,11 @@ class InvalidValueError(CacheError, ValueError):
     """A value tensor of the wrong length, dtype or device."""
 
 
+class ReferenceAssertsError(CacheError):
+    """A call SGLang 0.5.23 answers with an assert (a server would crash there); ours
+    refuses it before anything changes and names the assert."""
+
+
 class LockError(CacheError):
     """Unlock without lock, a receipt released twice or on another node."""
 
@@ -42,3 +47,8 @@ class UnknownNodeError(CacheError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else "unknown node"
+
+
+class StateSlotsAssertError(ReferenceAssertsError, PoolExhaustedError):
+    """A request's own state slots (Mamba's) that eviction cannot free: SGLang 0.5.23's
+    req_to_token pool asserts; ours refuses the admission with nothing changed."""

@@ -44,6 +44,7 @@ class Cause(str, enum.Enum):
     DUPLICATE = "duplicate"  # incoming slots the tree already held
     WINDOW = "window"  # slid out of the SWA window
     TAIL = "tail"  # unaligned tail of a key: a partial page is never cached
+    STOP = "stop"  # KV past a request's stop (finished_len): nothing can match it
     CASCADE = "cascade"  # another component's eviction took this data along (``detail``: "from <it>")
     CLEANUP = "cleanup"  # an emptied ancestor removed after its last child
 

@@ -40,7 +40,9 @@ class HookTable:
     advance_request: Components
     release_request: Components
     # caching a request
+    caching_len: Components  # read-only caps, for the refusal check before a checkpoint changes anything
     prepare_for_caching_req: Components
+    floor_cache_len: Components
     free_out_of_window_slots: Components
     cleanup_after_caching_req: Components
     slide_window: Components  # frees what a decoding request no longer needs (SWA's window)

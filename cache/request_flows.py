@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
-from .errors import CacheError
+from .errors import CacheError, InvalidValueError, PoolExhaustedError, ReferenceAssertsError, StateSlotsAssertError
 from .events import Cause
 from .keys import TOKEN_BYTES, RadixKey, as_key
 from .params import InsertParams, MatchPrefixParams
 from .request import Req
+
+INT64_MAX = (1 << 63) - 1  # a prompt's priority + 1 saturates as SGLang's int64 does
 
 if TYPE_CHECKING:
     from .components.base import TreeComponent
@@ -45,10 +47,16 @@ class RequestFlows:
     _rids: Iterator[int]  # numbers for requests admitted without an id
 
     # ---- admission --------------------------------------------------------------
-    def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None) -> Req:
-        """Admit a request: match its prefix, lock it, allocate and write the rest.
+    def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None,
+                    chunk: Optional[int] = None) -> Req:
+        """Admit a request: match its prefix, lock it, allocate and write the rest
+        (with ``chunk``: only the next ``chunk`` prompt tokens, chunked prefill; the
+        rest come with extend_prompt).
 
-        Refused before anything changes when eviction cannot make room. When the pools
+        Refused when eviction cannot make room for its KV, keeping only what the match
+        did (as SGLang's scheduler, which matches before it admits); refused with
+        nothing changed when its own state slots cannot be had (there SGLang's
+        req_to_token pool asserts). When the pools
         already have room, every slot is taken before the match, so nothing can fail
         after it. When eviction is needed the prefix is matched and locked first (so
         eviction cannot take it), then the request's own slots (Mamba's states) are
@@ -57,6 +65,8 @@ class RequestFlows:
         the lock go back but the match's split and LRU refresh, and what was
         evicted, stay."""
         key = RadixKey(tokens, extra_key)
+        if chunk is not None and (type(chunk) is not int or chunk < 1):
+            raise InvalidValueError(f"chunk={chunk!r}: a prefill chunk is at least one token")
         rid = rid if rid is not None else f"req{next(self._rids)}"
         if rid in self.requests:
             raise CacheError(f"request {rid!r} is already running")
@@ -65,18 +75,44 @@ class RequestFlows:
         with self.events.op("new_request", request=rid):
             path = self.tree.peek_match(key)
             need = len(tokens) - sum(n for _, n in path)
+            if chunk is not None:
+                need = min(need, chunk)
             shorts = self._shortfalls(need)
+            own = {}  # the request's own slots (Mamba's states), taken after its KV is known to fit
             for component in self.hooks.slots_for_request:
                 slots = component.slots_for_request()
                 if slots:
-                    shorts[component.name] = slots - component.available_size()
+                    own[component.name] = slots - component.available_size()
             pinned = {c.name: c.pinned_by_lock(path) for c in self.hooks.pinned_by_lock}
-            self._ensure_capacity(shorts, pinned, self.auto_evict)
-            self._admit(req, key, need if all(short <= 0 for short in shorts.values()) else None)
+            try:
+                self._ensure_capacity(shorts, pinned, self.auto_evict)
+            except PoolExhaustedError:
+                self._match_refused(req, key)
+                raise
+            try:
+                self._ensure_capacity(own, pinned, True)
+            except PoolExhaustedError as exc:
+                raise StateSlotsAssertError(
+                    f"SGLang asserts here: {exc} (HybridReqToTokenPool.alloc: 'Not enough space for mamba …', "
+                    "after evicting what it could)") from None
+            shorts.update(own)
+            self._admit(req, key, need if all(short <= 0 for short in shorts.values()) else None, chunk)
             self.requests[rid] = req
             return req
 
-    def _admit(self, req: Req, key: RadixKey, need: Optional[int]) -> None:
+    def _match_refused(self, req: Req, key: RadixKey) -> None:
+        """SGLang's scheduler matches a request before it knows it can admit it, so a
+        refused admission keeps what its match did (a split, an LRU refresh); the state
+        the match copied for the request goes back (sglang#16067's fix)."""
+        try:
+            self.match_prefix(MatchPrefixParams(key, cow_mamba=True, req=req))
+        except PoolExhaustedError:
+            pass  # no slot for the copy either: the admission's own refusal is the one to tell
+        finally:
+            for component in self.hooks.release_request:
+                component.release_request(req)
+
+    def _admit(self, req: Req, key: RadixKey, need: Optional[int], chunk: Optional[int] = None) -> None:
         """new_request's mutating part; ``need`` given: the pools have room for it."""
         hooks = self.hooks
         fresh, match, lock = None, None, None
@@ -94,9 +130,9 @@ class RequestFlows:
                 # eviction may free KV with the leaves it deletes), then the KV
                 for component in hooks.reserve_request:
                     component.reserve_request(req)
-                fresh = self.alloc_kv(len(req.origin_input_ids) - prefix_len)
-            assert fresh.shape[0] == len(req.origin_input_ids) - prefix_len, "peek_match and match_prefix disagree"
-            self.write_kv(fresh, req.origin_input_ids, prefix_len)
+                fresh = self.alloc_kv(self._first_chunk(req, prefix_len, chunk))
+            assert fresh.shape[0] == self._first_chunk(req, prefix_len, chunk), "peek_match and match_prefix disagree"
+            self.write_kv(fresh, req.origin_input_ids[: prefix_len + fresh.shape[0]], prefix_len)
             req.kv_indices = torch.cat([match.device_indices, fresh]) if prefix_len else fresh
             for component in hooks.admit_request:
                 component.admit_request(req)
@@ -112,6 +148,11 @@ class RequestFlows:
         req.last_node, req.lock, req.cache_protected_len = match.last_device_node, lock, prefix_len
         req.swa_branching_seqlen = match.swa_branching_seqlen
 
+    @staticmethod
+    def _first_chunk(req: Req, prefix_len: int, chunk: Optional[int]) -> int:
+        rest = len(req.origin_input_ids) - prefix_len
+        return rest if chunk is None else min(rest, chunk)
+
     # ---- decode -----------------------------------------------------------------
     def extend_request(self, req: Req, tokens: list[int], slide: bool = False) -> None:
         """Decode: append tokens, filling the request's last part-used page first; with
@@ -123,30 +164,56 @@ class RequestFlows:
             packed = as_key(tokens).data  # validates the ids
             if slide and not self.hooks.slide_window:
                 raise CacheError("slide_window needs the swa component")
-            start = req.kv_len
-            ps = self.page_size
-            in_page = (ps - start % ps) % ps if start else 0
-            reuse = min(in_page, len(tokens))
-            fresh = self.alloc_kv(len(tokens) - reuse) if len(tokens) > reuse else None
-            parts = []
-            if reuse:  # the rest of the last page (its peers' pages were taken with it)
-                last = req.kv_indices[-1:]
-                filled = last + torch.arange(1, reuse + 1, dtype=torch.int64, device=self.device)
-                for component in self.hooks.kv_peers:
-                    component.peer_continue(last, filled)
-                parts.append(filled)
-            if fresh is not None:
-                parts.append(fresh)
+            if req.is_chunked:
+                raise CacheError(f"request {req.rid!r} is still in chunked prefill: extend its prompt first")
+            new = self._take_row_slots(req, len(tokens))
             req.output_ids.extend(tokens)
             req.token_bytes += packed
-            if parts:
-                new = torch.cat(parts)
-                self.write_kv(new, req.fill_ids, start)
-                req.kv_indices = torch.cat([req.kv_indices, new])
-                for component in self.hooks.advance_request:
-                    component.advance_request(req, start)
+            self._grow_row(req, new)
             if slide:
                 self.slide_window(req)
+
+    def extend_prompt(self, req: Req, chunk: Optional[int] = None) -> None:
+        """Chunked prefill's next pass: compute the next ``chunk`` prompt tokens (all
+        that are left by default), filling the last part-used page first."""
+        with self.events.for_request(req.rid):
+            self._check_live(req)
+            left = len(req.origin_input_ids) - req.kv_len
+            if left <= 0:
+                raise CacheError(f"request {req.rid!r} has computed its whole prompt")
+            if chunk is not None and (type(chunk) is not int or chunk < 1):
+                raise InvalidValueError(f"chunk={chunk!r}: a prefill chunk is at least one token")
+            self._grow_row(req, self._take_row_slots(req, left if chunk is None else min(chunk, left)))
+
+    def _take_row_slots(self, req: Req, count: int) -> Optional[torch.Tensor]:
+        """The slots for the row's next ``count`` tokens: the rest of its last page
+        (its peers' pages were taken with it), then fresh pages. Refused before any
+        change when eviction cannot make room."""
+        start, ps = req.kv_len, self.page_size
+        in_page = (ps - start % ps) % ps if start else 0
+        reuse = min(in_page, count)
+        fresh = self.alloc_kv(count - reuse) if count > reuse else None
+        parts = []
+        if reuse:
+            last = req.kv_indices[-1:]
+            filled = last + torch.arange(1, reuse + 1, dtype=torch.int64, device=self.device)
+            for component in self.hooks.kv_peers:
+                component.peer_continue(last, filled)
+            parts.append(filled)
+        if fresh is not None:
+            parts.append(fresh)
+        return torch.cat(parts) if parts else None
+
+    def _grow_row(self, req: Req, new: Optional[torch.Tensor]) -> None:
+        """Write the KV of the row's next tokens (``req.fill_ids`` holds them) and let
+        the components see them computed."""
+        if new is None:
+            return
+        start = req.kv_len
+        self.write_kv(new, req.fill_ids[: start + new.shape[0]], start)
+        req.kv_indices = torch.cat([req.kv_indices, new])
+        for component in self.hooks.advance_request:
+            component.advance_request(req, start)
 
     def slide_window(self, req: Req) -> None:
         """Decode moved on: free the request's SWA slots that fell out of the window
@@ -161,18 +228,24 @@ class RequestFlows:
 
     # ---- caching ----------------------------------------------------------------
     def release_kv_cache(self, req: Req, checkpoint: bool = True) -> None:
-        """The request is done: cache what it computed (page-aligned), free the rest,
-        release its lock."""
+        """The request ends (v0.5.23's release_kv_cache): with ``checkpoint``, cache
+        what it owns (its KV up to the stop) first; free the rest of its row, release
+        its lock, then free the KV past its stop that nothing can match, from the next
+        whole page on (the paged free of the row took the page the stop is on)."""
         self._check_live(req)
         with self.events.op("release_kv_cache", request=req.rid):
+            owned = req.owned_kv_len()
             if checkpoint:
-                self._checkpoint(req, finished=True)  # runs the components' cleanup
-            own = req.own_indices
-            if own.shape[0]:
-                self.free_kv([own], Cause.TAIL if checkpoint else Cause.REQUEST, None)
+                self._checkpoint(req, finished=True, up_to=owned)  # runs the components' cleanup
+            protected, row = req.cache_protected_len, req.kv_indices
+            if owned > protected:
+                self.free_kv([row[protected:owned]], Cause.TAIL if checkpoint else Cause.REQUEST, None)
             if req.lock is not None:
                 self.tree.dec_lock_ref(req.last_node, req.lock)
             req.lock = None
+            past_stop = max(-(-owned // self.page_size) * self.page_size, protected)
+            if past_stop < row.shape[0]:
+                self.free_kv([row[past_stop:]], Cause.STOP, None)
             if not checkpoint:
                 for component in self.hooks.cleanup_after_caching_req:
                     component.cleanup_after_caching_req(req, True, None, None)
@@ -180,45 +253,45 @@ class RequestFlows:
             req.kv_indices = req.kv_indices[:0]
             self.requests.pop(req.rid, None)
 
-    def checkpoint(self, req: Req) -> None:
-        """Chunked prefill: cache what is computed so far and move the request's lock
-        onto the node the insert ended on; the request keeps its unaligned tail. Like
-        v0.5.23's checkpoint, whose insert has no "chunked" mark: a checkpoint backs up
-        on write-through as any insert does."""
+    def checkpoint(self, req: Req, up_to: Optional[int] = None) -> None:
+        """Cache the request's first ``up_to`` tokens (default: all it has computed)
+        and move its lock onto the node the insert ended on; it keeps running, with
+        its unaligned tail (v0.5.23's checkpoint: chunked prefill and the like). Its
+        insert backs up on write-through as any insert does."""
         self._check_live(req)
+        if up_to is not None and (type(up_to) is not int or not 0 <= up_to <= req.kv_len):
+            raise InvalidValueError(f"up_to={up_to!r}: request {req.rid!r} has computed {req.kv_len} tokens")
         with self.events.op("checkpoint", request=req.rid):
-            self._checkpoint(req, finished=False)
+            self._checkpoint(req, finished=False, up_to=req.kv_len if up_to is None else up_to)
 
-    def _checkpoint(self, req: Req, finished: bool) -> None:
-        """Insert what the request computed (as far as every component lets it be
-        cached) and move its lock onto the node the insert ended on."""
+    def _checkpoint(self, req: Req, finished: bool, up_to: int) -> None:
+        """v0.5.23's checkpoint_into_tree: insert the request's first ``up_to`` tokens
+        (as far as every component lets them be cached, page-aligned), point its row at
+        the tree's slots, and move its lock onto the node the insert ended on (the old
+        lock released first). Refused before any change where SGLang asserts."""
         hooks = self.hooks
-        kv_len = req.kv_len
+        self._check_checkpoint(req, finished, up_to)
         params = InsertParams(
             key=None, prev_prefix_len=req.cache_protected_len, priority=req.priority,
             swa_evicted_seqlen=req.swa_evicted_seqlen, inserted_len=req.cache_inserted_len,
         )
-        cache_len = kv_len
+        cache_len = up_to
         for component in hooks.prepare_for_caching_req:
-            capped = component.prepare_for_caching_req(req, params, kv_len, finished)
+            capped = component.prepare_for_caching_req(req, params, up_to, finished)
             if capped is not None:
                 cache_len = min(cache_len, capped)
+        for component in hooks.floor_cache_len:
+            cache_len = component.floor_cache_len(cache_len)
+        if not finished:  # before the empty check, as v0.5.23 does
+            for component in hooks.free_out_of_window_slots:
+                component.free_out_of_window_slots(req, max(cache_len, 0) - 1, params)
         if cache_len <= 0:
             for component in hooks.cleanup_after_caching_req:
                 component.cleanup_after_caching_req(req, finished, None, params)
             return
         key = RadixKey.from_bytes(bytes(req.token_bytes[: cache_len * TOKEN_BYTES]), req.extra_key)
-        if not finished:
-            for component in hooks.free_out_of_window_slots:
-                component.free_out_of_window_slots(req, len(key) - 1, params)
         key = key.page_aligned(self.page_size)
         aligned = len(key)
-        if aligned < req.cache_protected_len:
-            # the cacheable part (e.g. up to the last Mamba checkpoint) is already in
-            # the tree below the request's locked prefix: nothing to add
-            for component in hooks.cleanup_after_caching_req:
-                component.cleanup_after_caching_req(req, finished, None, params)
-            return
         params.key, params.value = key, req.kv_indices[:aligned]
         result = self.insert(params)
         req.cache_inserted_len = max(req.cache_inserted_len, aligned)
@@ -227,20 +300,40 @@ class RequestFlows:
             # split the leaf at the prompt boundary so the output can be evicted alone
             prompt = InsertParams(
                 key[:prompt_len], params.value[:prompt_len], prev_prefix_len=prompt_len,
-                priority=req.priority + 1, inserted_len=prompt_len,
+                priority=min(req.priority + 1, INT64_MAX), inserted_len=prompt_len,
             )
             self.insert(prompt)
         new_node = result.last_device_node
         tree_slots = self.tree.path_device_indices(new_node)
+        assert tree_slots.shape[0] == aligned, "the insert ended off its key's end"
         protected = req.cache_protected_len
         req.kv_indices = torch.cat([req.kv_indices[:protected], tree_slots[protected:], req.kv_indices[aligned:]])
-        old_lock, old_node = req.lock, req.last_node
+        if req.lock is not None:
+            self.tree.dec_lock_ref(req.last_node, req.lock)
         req.lock = self.tree.inc_lock_ref(new_node)
-        if old_lock is not None:
-            self.tree.dec_lock_ref(old_node, old_lock)
         req.last_node, req.cache_protected_len = new_node, aligned
         for component in hooks.cleanup_after_caching_req:
             component.cleanup_after_caching_req(req, finished, result, params)
+
+    def _check_checkpoint(self, req: Req, finished: bool, up_to: int) -> None:
+        """SGLang 0.5.23 asserts when a checkpoint's aligned length falls below the
+        request's protected prefix (checkpoint_into_tree: protected <= path + page - 1),
+        after its components have prepared and it has inserted; ours works the length
+        out read-only first and refuses with nothing changed."""
+        cache_len = up_to
+        for component in self.hooks.caching_len:
+            capped = component.caching_len(req, up_to, finished)
+            if capped is not None:
+                cache_len = min(cache_len, capped)
+        for component in self.hooks.floor_cache_len:
+            cache_len = component.floor_cache_len(cache_len)
+        aligned = cache_len - cache_len % self.page_size
+        if cache_len > 0 and aligned < req.cache_protected_len:
+            raise ReferenceAssertsError(
+                f"SGLang asserts here: request {req.rid!r} would checkpoint {aligned} tokens, below the "
+                f"{req.cache_protected_len} its lock already protects (checkpoint_into_tree's "
+                "cache_protected_len <= len(new_indices) + page_size - 1)"
+            )
 
     @property
     def _prompt_split_ok(self) -> bool:

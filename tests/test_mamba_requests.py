@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from cache import CacheError, EvictParams, MatchPrefixParams, RadixKey, Req, check_invariants
-from cache.errors import PoolExhaustedError
+from cache.errors import PoolExhaustedError, ReferenceAssertsError
 
 from mamba_util import HYBRID_CONFIGS, MAMBA_CONFIGS, MambaChecked, config_id
 
@@ -458,8 +458,17 @@ def _off_grid_prefix_request() -> tuple[MambaChecked, list[int], Req]:
 
 
 def test_finished_request_with_protected_prefix_past_its_checkpoint():
+    """SGLang 0.5.23 asserts here (its checkpoint would end at 64, below the 72 the
+    request protects; checked against it through the bridge): ours refuses the
+    release with nothing changed, and the request can still be dropped uncached."""
     mc, X, req = _off_grid_prefix_request()
-    mc.cache.release_kv_cache(req)
+    before = mc.cache.snapshot()
+    with pytest.raises(ReferenceAssertsError, match="SGLang asserts here.*64 tokens, below the 72"):
+        mc.cache.release_kv_cache(req)
+    after = mc.cache.snapshot()
+    assert (after.nodes, after.pools, after.requests) == (before.nodes, before.pools, before.requests)
+    assert req.kv_len == 80 and req.lock is not None
+    mc.cache.release_kv_cache(req, checkpoint=False)
     assert check_invariants(mc.cache) == []
     assert mc.avail()["full"] == mc.totals()["full"] - 72  # only the tree's 72 tokens stay
     assert mc.match(X).prefix_len == 72
@@ -467,11 +476,9 @@ def test_finished_request_with_protected_prefix_past_its_checkpoint():
 
 def test_unfinished_request_with_protected_prefix_past_its_checkpoint():
     mc, X, req = _off_grid_prefix_request()
-    try:
+    with pytest.raises(ReferenceAssertsError):  # as 0.5.23 asserts, but with nothing changed
         mc.cache.checkpoint(req)
-    except (AssertionError, CacheError):
-        pass  # refusing, as 0.5.23 does, is fine; corrupting the row is not
-    assert req.kv_len == 80 and req.cache_protected_len >= 72
+    assert req.kv_len == 80 and req.cache_protected_len == 72
     assert check_invariants(mc.cache) == []
 
 
@@ -493,7 +500,10 @@ def _diverging_inside_a_state(cfg, **sizes) -> tuple[MambaChecked, list[int], in
 
 
 @pytest.mark.parametrize("cfg", MAMBA_CONFIGS, ids=config_id)
-def test_refused_request_diverging_inside_a_state_changes_nothing(cfg):
+def test_refused_request_diverging_inside_a_state_keeps_only_its_match(cfg):
+    """SGLang's scheduler matches before it admits: a refused admission keeps the
+    match's split of ``u`` (checked against SGLang through the bridge) and holds
+    nothing: no slot, no lock, the pools as they were."""
     P = cfg[0]
     mc, X, u, leaf = _diverging_inside_a_state(cfg, kv_size=7 * P)
     mc.lock(leaf)  # nothing evictable; 3 pages of KV free
@@ -502,7 +512,10 @@ def test_refused_request_diverging_inside_a_state_changes_nothing(cfg):
     snap = mc.cache.snapshot()
     with pytest.raises(PoolExhaustedError, match="full"):
         mc.cache.new_request(prompt)
-    assert mc.cache.snapshot() == snap
+    after = mc.cache.snapshot()
+    assert (after.pools, after.requests) == (snap.pools, snap.requests)
+    assert len(after.nodes) == len(snap.nodes) + 1  # u split at 2 pages: the match's only change
+    assert mc.node(mc.node_at(X[: 2 * P])).tokens == 2 * P
     mc.ok()
 
 

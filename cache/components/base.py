@@ -13,8 +13,8 @@ Hooks by phase:
   split    redistribute_on_split
   evict    eviction_priority, evict_component, evict_start / evict_next / evict_end
   lock     acquire_lock, check_release, release_lock
-  caching  prepare_for_caching_req, free_out_of_window_slots, cleanup_after_caching_req,
-           slide_window
+  caching  caching_len, prepare_for_caching_req, floor_cache_len, free_out_of_window_slots,
+           cleanup_after_caching_req, slide_window
   pools    free_device_values, apply_action (run by the controller, never the tree);
            a component with its own pool also answers available_size, pool_size,
            reset_pool, pool_views; a pool that follows Full KV slot for slot sets
@@ -214,6 +214,16 @@ class TreeComponent:
     def prepare_for_caching_req(self, req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
         """Optionally cap how many tokens of the request get cached."""
         return None
+
+    def caching_len(self, req, length: int, finished: bool) -> Optional[int]:
+        """The same cap as ``prepare_for_caching_req``, read-only: a checkpoint SGLang
+        would assert on is refused before any component changes anything."""
+        return None
+
+    def floor_cache_len(self, length: int) -> int:
+        """Round the agreed cache length down to what this component can key (v0.5.23:
+        identity for Full, SWA and Mamba)."""
+        return length
 
     def free_out_of_window_slots(self, req, pre_len: int, params: InsertParams) -> None:
         """Before caching an unfinished request: drop what it no longer needs."""

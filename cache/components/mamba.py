@@ -213,25 +213,38 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
     def _keep_idx(self, req: Req) -> int:
         return req.mamba_next_track_idx ^ 1  # the newest tracked slot
 
+    def caching_len(self, req: Req, length: int, finished: bool) -> Optional[int]:
+        return self._caching_plan(req, length, finished)[0] or 0
+
+    def _caching_plan(self, req: Req, length: int, finished: bool) -> tuple[Optional[int], Optional[int]]:
+        """(how many tokens a checkpoint may cache: as far as a state was taken, None
+        when no state was; the ping-pong slot holding that state); read-only, so a
+        checkpoint can be refused before any slot moves. A finished request falls back
+        to its older tracked state when the newer one lies past what it caches."""
+        if not self.extra_buffer:
+            return length, None
+        cache_len, keep = req.mamba_last_track_seqlen, self._keep_idx(req)
+        if not finished:
+            return cache_len, keep
+        cache_len = cache_len or 0
+        if cache_len > length:
+            keep, cache_len = keep ^ 1, req.mamba_prev_track_seqlen
+            if cache_len is None or cache_len > length:
+                return 0, None
+        return cache_len, keep
+
     def prepare_for_caching_req(self, req: Req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
-        cache_len = req.mamba_last_track_seqlen if self.extra_buffer else length
+        cache_len, keep = self._caching_plan(req, length, finished)
         if finished:
-            if self.extra_buffer:
-                keep = self._keep_idx(req)
-                cache_len = cache_len or 0
-                if cache_len > length:
-                    keep, cache_len = keep ^ 1, req.mamba_prev_track_seqlen
-                    if cache_len is None or cache_len > length:
-                        return 0
+            if not self.extra_buffer:
+                params.mamba_value = req.mamba_pool_idx.clone()
+            elif keep is not None:
                 req.mamba_keep_idx = keep
                 params.mamba_value = req.mamba_ping_pong[keep : keep + 1].clone()
-            else:
-                params.mamba_value = req.mamba_pool_idx.clone()
             return cache_len
         if cache_len is None:
             return 0
         if self.extra_buffer:  # donate the tracked slot, put a fresh one in its place
-            keep = self._keep_idx(req)
             donated = req.mamba_ping_pong[keep : keep + 1].clone()
             req.mamba_ping_pong[keep] = self.alloc_slot()[0]
         else:  # fork the running state

@@ -244,6 +244,9 @@ class SidecarComponent(SidecarHostMixin, AnchorLockMixin, LRUEvictionMixin, Tree
 
     # ---- requests ---------------------------------------------------------
     def prepare_for_caching_req(self, req, params, length: int, finished: bool) -> Optional[int]:
+        return self.caching_len(req, length, finished)
+
+    def caching_len(self, req, length: int, finished: bool) -> Optional[int]:
         """Cache whole strides only: a partial one has no entry to end a match on.
         Unless another component's checkpoints decide the length (Mamba's state is
         taken for exactly that length): then entries cover the whole strides it has."""

@@ -292,16 +292,22 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
             self.tree.tombstone(cur, self, batch, cascade=False)
 
     # ---- request caching --------------------------------------------------
-    def prepare_for_caching_req(self, req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
-        """Forward the request's window floor; and when its match found Full KV past
-        the last live window, stop this checkpoint at that branch point so the tree
-        gets a node boundary where a window can be rebuilt (not when another
-        component's checkpoints decide the length, e.g. Mamba's)."""
-        params.swa_evicted_seqlen = req.swa_evicted_seqlen
+    def caching_len(self, req, length: int, finished: bool) -> Optional[int]:
+        """When the request's match found Full KV past the last live window, stop the
+        checkpoint at that branch point, so the tree gets a node boundary where a window
+        can be rebuilt (not when another component's checkpoints decide the length,
+        e.g. Mamba's)."""
         branch = req.swa_branching_seqlen
         if branch is None or branch <= req.cache_protected_len or branch > length or self._others_set_checkpoints:
             return None
-        params.swa_branching_seqlen = branch
+        return branch
+
+    def prepare_for_caching_req(self, req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
+        """Forward the request's window floor and its branch point."""
+        params.swa_evicted_seqlen = req.swa_evicted_seqlen
+        branch = self.caching_len(req, length, finished)
+        if branch is not None:
+            params.swa_branching_seqlen = branch
         return branch
 
     @property

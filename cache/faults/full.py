@@ -331,21 +331,20 @@ def _install_ghost_empty_node(cache) -> None:
     mamba = cache.by_name["mamba"]
     checkpoint = cache._checkpoint
 
-    def faulty_checkpoint(req, finished):
+    def faulty_checkpoint(req, finished, up_to):
         if not finished:
-            return checkpoint(req, finished)
+            return checkpoint(req, finished, up_to)
         params = InsertParams(
             key=None, prev_prefix_len=req.cache_protected_len, priority=req.priority,
             swa_evicted_seqlen=req.swa_evicted_seqlen, inserted_len=req.cache_inserted_len,
         )
-        kv_len = req.kv_len
-        cache_len = kv_len
+        cache_len = up_to
         for component in cache.components:  # idempotent for a finished request
-            capped = component.prepare_for_caching_req(req, params, kv_len, True)
+            capped = component.prepare_for_caching_req(req, params, up_to, True)
             if capped is not None:
                 cache_len = min(cache_len, capped)
         if cache_len > 0 or params.mamba_value is None:
-            return checkpoint(req, finished)
+            return checkpoint(req, finished, up_to)
         # the bug: no early return; the empty key's insert ends on the root
         fired(cache, GHOST_EMPTY_NODE)
         root = tree.root

@@ -61,37 +61,15 @@ def _install_cow_leak(cache) -> None:
     """Upstream's scheduler matched (copy-on-write: a Mamba slot for the request, the
     matched state copied in) before it knew the request could be admitted; when
     add_one_req then refused it, nothing returned that slot. Here a refused
-    new_request does what that match did (split, LRU refresh, COW slot) and drops the
-    request with the slot still taken. Fires when a slot leaks that way."""
-    from ..errors import PoolExhaustedError
-    from ..keys import RadixKey
+    new_request's match keeps the slot. Fires when a slot leaks that way."""
     from ..params import MatchPrefixParams
-    from ..request import Req
 
-    mamba, tree = cache.by_name["mamba"], cache.tree
-    correct_new_request = cache.new_request
-
-    def leak_cow(tokens, rid, extra_key) -> None:
-        key = RadixKey(tokens, extra_key)
-        path = tree.peek_match(key)
-        if not path or path[-1][0].data[mamba.index].value is None:
-            return  # nothing matched: no copy-on-write, nothing to leak
-        if mamba.available_size() < 1:
-            return  # the copy would need eviction (or fail): leave that to other faults
-        req = Req(rid or "refused", list(tokens), tree._empty, tree.root.id, None, extra_key=extra_key)
-        with cache.events.op("new_request", request=req.rid):
-            cache.match_prefix(MatchPrefixParams(key, cow_mamba=True, req=req))
+    def match_refused(req, key) -> None:
+        cache.match_prefix(MatchPrefixParams(key, cow_mamba=True, req=req))
         if req.mamba_pool_idx is not None:
             fired(cache, COW_LEAK)  # the request goes back to the queue still owning the slot
 
-    def new_request(tokens, rid=None, extra_key=None):
-        try:
-            return correct_new_request(tokens, rid, extra_key)
-        except PoolExhaustedError:
-            leak_cow(tokens, rid, extra_key)
-            raise
-
-    cache.new_request = new_request
+    cache._match_refused = match_refused
 
 
 # ---- sgl-project/sglang#21379: Mamba eviction deletes a childless node whose Full is locked

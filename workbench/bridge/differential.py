@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from cache.errors import ForeignIndexError, InvalidKeyError, InvalidValueError, LockError, UnknownNodeError
+from cache.errors import (
+    ForeignIndexError, InvalidKeyError, InvalidValueError, LockError, ReferenceAssertsError, UnknownNodeError,
+)
 
 from ..model.timeline.runner import build_cache
 from ..model.scenarios.scenario import Scenario
@@ -66,6 +68,7 @@ class DifferentialReport:
     divergence: Optional[Divergence] = None
     by_design: list[ByDesign] = dataclasses.field(default_factory=list)
     skipped: Optional[str] = None  # the whole scenario cannot run on SGLang, and why
+    stopped_at: Optional[int] = None  # the step where SGLang asserted (as ours said it would): not compared past it
 
     @property
     def agrees(self) -> bool:
@@ -77,6 +80,7 @@ class DifferentialReport:
             "run": self.run, "states_compared": self.states_compared, "nodes_compared": self.nodes_compared,
             "agrees": self.agrees, "divergence": self.divergence.as_dict() if self.divergence else None,
             "by_design": [note.as_dict() for note in self.by_design], "skipped": self.skipped,
+            "stopped_at": self.stopped_at,
         }
 
 
@@ -118,6 +122,12 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
         if isinstance(their_error, BridgeError):
             raise their_error
         report.run += 1
+        if isinstance(my_error, ReferenceAssertsError) and isinstance(their_error, AssertionError):
+            report.by_design.append(ByDesign(
+                "SGLang asserts here", f"{_error_text(their_error)[9:]}; ours refuses with nothing changed, and "
+                "SGLang's state past its assert is not compared: the run stops", (step.index,)))
+            report.stopped_at = step.index
+            break
         difference = _compare_results(mine, my_error, theirs_result, their_error)
         compared_last = False
         if difference is None and (step.index % every == 0 or step.index == len(scenario.steps)):
@@ -175,8 +185,9 @@ def summary_line(report: DifferentialReport) -> str:
     if report.skipped:
         return f"{report.path}: not run against {side}: {report.skipped}"
     if report.divergence is None:
+        stop = f", stopped at step {report.stopped_at} where SGLang asserts" if report.stopped_at else ""
         return (f"{report.path}: agrees with {side}: {report.run} step(s) run on both, "
-                f"{report.states_compared} state(s) compared")
+                f"{report.states_compared} state(s) compared{stop}")
     d = report.divergence
     return f"{report.path}:{d.line}: step {d.step} ({d.op}) diverges from {side}: {d.difference.field}"
 

@@ -74,6 +74,7 @@ NAMES = {
     "EvictParams": "sglang.srt.mem_cache.base_prefix_cache", "InsertParams": "sglang.srt.mem_cache.base_prefix_cache",
     "MatchPrefixParams": "sglang.srt.mem_cache.base_prefix_cache", "TreeLock": "sglang.srt.mem_cache.base_prefix_cache",
     "CacheInitParams": "sglang.srt.mem_cache.cache_init_params",
+    "ensure_mamba_capacity": "sglang.srt.mem_cache.allocation",
     "match_kv_cache": "sglang.srt.mem_cache.common", "release_kv_cache": "sglang.srt.mem_cache.common",
     "HybridLinearKVPool": "sglang.srt.mem_cache.memory_pool", "HybridReqToTokenPool": "sglang.srt.mem_cache.memory_pool",
     "MHATokenToKVPool": "sglang.srt.mem_cache.memory_pool", "ReqToTokenPool": "sglang.srt.mem_cache.memory_pool",

@@ -49,6 +49,9 @@ class OpGenerator:
         self.held: list[str] = []
         self.released: list[str] = []
         self.running: list[str] = []
+        self.chunked: set[str] = set()  # running requests whose prompt is not all computed yet
+        self.computed: dict[str, int] = {}  # per request: tokens computed (when not chunked)
+        self.outputs: dict[str, int] = {}  # per request: output tokens decoded
         self.count = 0
 
     def key(self, min_len: int = 0) -> list[int]:

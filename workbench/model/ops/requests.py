@@ -1,13 +1,14 @@
 """Request ops, the scheduler's calls for one request: ``req_prefill`` (admit: match,
-lock, allocate the rest), ``req_decode`` (new tokens, the window may slide),
-``req_chunk`` (cache what is done so far: ``checkpoint``) and ``req_finish``
-(``release_kv_cache``: insert or not, then unlock)."""
+lock, allocate the rest, or only a first chunk of it), ``req_extend`` (chunked
+prefill's next chunk), ``req_decode`` (new tokens, the window may slide),
+``checkpoint`` (cache what is done so far) and ``release`` (``release_kv_cache``:
+insert or not, up to the stop, then unlock and free the rest)."""
 
 from __future__ import annotations
 
 from array import array
 
-from .spec import FLAG, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
+from .spec import COUNT, FLAG, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
 
 REQ = Field("req", NAME, required=True, uses="requests", positional=True)
 
@@ -17,7 +18,7 @@ def run_prefill(session, f: dict) -> dict:
     name = f["req"]
     if name in session.reqs:
         raise session.refused(f"request {name!r} is already running")
-    req = session.cache.new_request(f["tokens"], rid=name)
+    req = session.cache.new_request(f["tokens"], rid=name, chunk=f.get("chunk"))
     session.reqs[name] = req
     session.finished.pop(name, None)
     return {"prefix_len": req.cache_protected_len}
@@ -32,22 +33,25 @@ def sglang_prefill(side, f: dict) -> dict:
                  sampling_params=sg.SamplingParams(temperature=0, max_new_tokens=1 << 20))
     sg.match_kv_cache(req, side.cache, cow_mamba=side.has_mamba)
     entry = {"req": req, "spare": torch.empty((0,), dtype=torch.int64)}
-    try:
-        if side.has_mamba and not req.kv.holds_mamba and side.r2t.mamba_allocator.available_size() < 1:
-            side.evict_short(mamba=1)
-        if side.r2t.alloc([req]) is None:
-            raise side.refused("no free req_to_token row")
+    try:  # the scheduler's order: budget the KV, lock the prefix, the row and its states, the KV
         req.lock = side.cache.lock(req.last_node)
         prefix = side.cache.prefix_device_indices(req).to(torch.int64)
-        fresh = side.take_slots(entry, len(tokens) - prefix.numel())
+        computed = len(tokens) if f.get("chunk") is None else min(len(tokens), prefix.numel() + f["chunk"])
+        side.check_capacity(computed - prefix.numel())
+        if side.has_mamba:  # alloc_req_slots: the running slot and the ping-pong pair, evicting the shortfall
+            sg.ensure_mamba_capacity(side.r2t, [req], side.cache)
+        if side.r2t.alloc([req]) is None:
+            raise side.refused("no free req_to_token row")
+        fresh = side.take_slots(entry, computed - prefix.numel())
     except BaseException:
         side.abandon(req)  # what the scheduler gives back when it cannot admit (sglang#16067's fix)
         raise
     row = req.kv.req_pool_idx
     side.r2t.write((row, slice(0, prefix.numel())), prefix.to(torch.int32))
-    side.r2t.write((row, slice(prefix.numel(), len(tokens))), fresh.to(torch.int32))
+    side.r2t.write((row, slice(prefix.numel(), computed)), fresh.to(torch.int32))
     req.kv.cache_protected_len = prefix.numel()
-    req.kv.kv_allocated_len = req.kv.kv_committed_len = len(tokens)
+    req.kv.kv_allocated_len = req.kv.kv_committed_len = computed
+    req.prefix_len = req.extend_end = computed  # where the next chunk starts
     req.refresh_fill_ids()
     side.track_checkpoint(req)
     side.reqs[name] = entry
@@ -62,7 +66,12 @@ def fuzz_prefill(gen) -> dict:
     if rng.random() < 0.1:  # a prompt about the size of the pool: admission may be refused
         kv = gen.config.scenario_config()["kv_size"]
         tokens = tokens + [rng.randint(1, 3) for _ in range(rng.randint(kv // 2, kv + kv // 4))]
-    return {"op": PREFILL.name, "req": name, "tokens": tokens}
+    step = {"op": PREFILL.name, "req": name, "tokens": tokens}
+    gen.computed[name], gen.outputs[name] = len(tokens), 0
+    if rng.random() < 0.2 and len(tokens) > 1:  # chunked prefill: the rest comes with req_extend
+        step["chunk"] = rng.randint(1, len(tokens) - 1)
+        gen.chunked.add(name)
+    return step
 
 
 def _prefill_weight(gen) -> int:
@@ -74,9 +83,12 @@ PREFILL = declare(OpSpec(
     "req_prefill", "admit a request: match its prompt, lock the prefix, allocate the rest",
     run_prefill,
     fields=(Field("req", NAME, required=True, defines="requests", positional=True),
-            Field("tokens", TOKENS, required=True, nonempty=True)),
+            Field("tokens", TOKENS, required=True, nonempty=True),
+            Field("chunk", COUNT, placeholder="N")),
     results=("prefix_len",),
     run_sglang=sglang_prefill,
+    refusal_changes="SGLang's scheduler matches a request before it knows it can admit it: a refused admission "
+    "keeps its match's split and LRU refresh (it holds nothing)",
     fuzz=(FuzzRule(3, _prefill_weight, fuzz_prefill),),
 ))
 
@@ -84,6 +96,8 @@ PREFILL = declare(OpSpec(
 # ---- req_decode ---------------------------------------------------------------------------------
 def run_decode(session, f: dict) -> None:
     req = session.request_named(f["req"])
+    if req.is_chunked:  # SGLang's scheduler never decodes a request mid-prefill (its bridge side does not check)
+        raise session.refused(f"request {f['req']!r} is still in chunked prefill: req_extend it first")
     # one call: a refused decode must not leave half a step (tokens in, no slide)
     session.cache.extend_request(req, f["tokens"], slide=bool(f.get("slide_window")))
 
@@ -104,10 +118,16 @@ def sglang_decode(side, f: dict) -> None:
         side.cache.evict_sliding_windows(req, req.kv.kv_committed_len - 1)
 
 
+def _decoding(gen) -> list[str]:
+    return [name for name in gen.running if name not in gen.chunked]
+
+
 def fuzz_decode(gen) -> dict:
     rng = gen.rng
-    step = {"op": DECODE.name, "req": rng.choice(gen.running),
-            "tokens": [rng.randint(1, 3) for _ in range(rng.randint(1, 2 * gen.page))]}
+    name = rng.choice(_decoding(gen))
+    step = {"op": DECODE.name, "req": name, "tokens": [rng.randint(1, 3) for _ in range(rng.randint(1, 2 * gen.page))]}
+    gen.computed[name] += len(step["tokens"])
+    gen.outputs[name] += len(step["tokens"])
     if "swa" in gen.config.components and rng.random() < 0.4:
         step["slide_window"] = True
     return step
@@ -119,57 +139,142 @@ DECODE = declare(OpSpec(
     fields=(REQ, Field("tokens", TOKENS, required=True, nonempty=True),
             Field("slide_window", FLAG, flag_word="slide", needs="swa")),
     run_sglang=sglang_decode,
-    fuzz=(FuzzRule(8, lambda gen: 9 if gen.running else 0, fuzz_decode),),
+    fuzz=(FuzzRule(8, lambda gen: 9 if _decoding(gen) else 0, fuzz_decode),),
+))
+
+
+# ---- req_extend ---------------------------------------------------------------------------------
+def run_extend(session, f: dict) -> None:
+    session.cache.extend_prompt(session.request_named(f["req"]), f.get("chunk"))
+
+
+def sglang_extend(side, f: dict) -> None:
+    torch = side.sg.torch
+    entry = side.request_named(f["req"])
+    req = entry["req"]
+    start = req.kv.kv_committed_len
+    left = len(req.origin_input_ids) - start
+    if left <= 0:
+        raise side.refused(f"request {f['req']!r} has computed its whole prompt")
+    n = left if f.get("chunk") is None else min(f["chunk"], left)
+    slots = side.take_slots(entry, n)
+    side.r2t.write((req.kv.req_pool_idx, slice(start, start + n)), slots.to(torch.int32))
+    req.kv.kv_committed_len += n
+    req.kv.kv_allocated_len += n
+    req.prefix_len = req.extend_end = req.kv.kv_committed_len
+    side.track_checkpoint(req)
+
+
+def fuzz_extend(gen) -> dict:
+    name = gen.rng.choice(sorted(gen.chunked))
+    step = {"op": EXTEND.name, "req": name}
+    if gen.rng.random() < 0.5:
+        step["chunk"] = gen.rng.randint(1, 3 * gen.page)
+    else:
+        gen.chunked.discard(name)
+    return step
+
+
+EXTEND = declare(OpSpec(
+    "req_extend", "chunked prefill's next chunk: compute the next N prompt tokens of a request admitted with "
+    "chunk=N (default: the rest of its prompt)",
+    run_extend,
+    fields=(REQ, Field("chunk", COUNT, placeholder="N")),
+    run_sglang=sglang_extend,
+    fuzz=(FuzzRule(20, lambda gen: 6 if gen.chunked else 0, fuzz_extend),),
 ))
 
 
 # ---- checkpoint (was req_chunk) ------------------------------------------------------------------
-def sglang_chunk(side, f: dict) -> None:
+def run_checkpoint(session, f: dict) -> None:
+    req = session.request_named(f["req"])
+    up_to = f.get("up_to")
+    if up_to is not None and up_to > req.kv_committed_len:
+        raise session.refused(f"up_to={up_to}: request {f['req']!r} has computed {req.kv_committed_len} tokens")
+    session.cache.checkpoint(req, up_to=up_to)
+
+
+def sglang_checkpoint(side, f: dict) -> None:
+    """SGLang's checkpoint_kv_cache: the chunk's end (extend_end), or ``up_to``."""
     req = side.request_named(f["req"])["req"]
-    side.cache.checkpoint(req, up_to=req.kv.kv_committed_len)
+    up_to = f.get("up_to")
+    side.cache.checkpoint(req, up_to=req.kv.kv_committed_len if up_to is None else up_to)
 
 
-CHUNK = declare(OpSpec(
-    "checkpoint", "cache what a running request has so far and move its lock there; it keeps running "
-    "(SGLang's checkpoint)",
-    lambda session, f: session.cache.checkpoint(session.request_named(f["req"])),
-    fields=(REQ,),
-    run_sglang=sglang_chunk,
-    fuzz=(FuzzRule(9, lambda gen: 3 if gen.running else 0,
-                   lambda gen: {"op": CHUNK.name, "req": gen.rng.choice(gen.running)}),),
+def fuzz_checkpoint(gen) -> dict:
+    name = gen.rng.choice(gen.running)
+    step = {"op": CHECKPOINT.name, "req": name}
+    if gen.rng.random() < 0.1 and name not in gen.chunked:  # a checkpoint short of what it has computed
+        done = gen.computed[name]
+        step["up_to"] = gen.rng.randint(max(0, done - 2 * gen.page), done)
+    return step
+
+
+CHECKPOINT = declare(OpSpec(
+    "checkpoint", "cache what a running request has so far (or its first up_to=N tokens) and move its lock "
+    "there; it keeps running (SGLang's checkpoint: chunked prefill's per-chunk publish)",
+    run_checkpoint,
+    fields=(REQ, Field("up_to", COUNT, placeholder="N")),
+    run_sglang=sglang_checkpoint,
+    fuzz=(FuzzRule(9, lambda gen: 3 if gen.running else 0, fuzz_checkpoint),),
     aliases=("req_chunk",),
 ))
 
 
 # ---- release (was req_finish) --------------------------------------------------------------------
-def run_finish(session, f: dict) -> None:
-    name = f["req"]
+def run_release(session, f: dict) -> None:
+    name, stop = f["req"], f.get("stop_at")
     req = session.request_named(name)
-    session.cache.release_kv_cache(req, checkpoint=f.get("insert", True))
+    if stop is not None:
+        _check_stop(session, name, req, stop)
+    before, req.finished_len = req.finished_len, stop
+    try:
+        session.cache.release_kv_cache(req, checkpoint=f.get("insert", True))
+    except BaseException:
+        req.finished_len = before  # refused: the request runs on as it was
+        raise
     session.finished[name] = session.reqs.pop(name)
 
 
-def sglang_finish(side, f: dict) -> None:
+def _check_stop(session, name: str, req, stop: int) -> None:
+    """A stop within the request's output, past what the tree already holds of it
+    (SGLang frees from the stop's page on, so an earlier stop would free tree KV)."""
+    if stop > len(req.output_ids):
+        raise session.refused(f"stop_at={stop}: request {name!r} has {len(req.output_ids)} output tokens")
+    if len(req.origin_input_ids) + stop < req.cache_protected_len:
+        raise session.refused(f"stop_at={stop} would end request {name!r} inside the {req.cache_protected_len} "
+                              "tokens the tree already holds for it")
+
+
+def sglang_release(side, f: dict) -> None:
     req = side.request_named(f["req"])["req"]
+    if f.get("stop_at") is not None:
+        req.finished_len = f["stop_at"]
     req.finished_reason = side.sg.FINISH_LENGTH(length=len(req.output_ids))
     side.sg.release_kv_cache(req, side.cache, checkpoint=f.get("insert", True))
     del side.reqs[f["req"]]
 
 
-def fuzz_finish(gen) -> dict:
-    step = {"op": FINISH.name, "req": gen.running.pop(gen.rng.randrange(len(gen.running)))}
+def fuzz_release(gen) -> dict:
+    name = gen.running.pop(gen.rng.randrange(len(gen.running)))
+    gen.chunked.discard(name)
+    step = {"op": RELEASE.name, "req": name}
     if gen.rng.random() < 0.15:
         step["insert"] = False
+    outputs = gen.outputs.get(name, 0)
+    if outputs and gen.rng.random() < 0.2:  # a stop before the last token: the KV past it is freed
+        step["stop_at"] = gen.rng.randint(0, outputs - 1)
     return step
 
 
-FINISH = declare(OpSpec(
-    "release", "a request ends: insert what it computed (or not: noinsert), unlock, free the rest "
-    "(SGLang's release_kv_cache)",
-    run_finish,
+RELEASE = declare(OpSpec(
+    "release", "a request ends: insert what it owns up to its stop (or not: noinsert), unlock, free the rest "
+    "(SGLang's release_kv_cache; stop_at=N: its output ends after N tokens, finished_len)",
+    run_release,
     fields=(Field("req", NAME, required=True, uses="requests", ends=True, positional=True),
-            Field("insert", FLAG, flag_word="noinsert", flag_value=False)),
-    run_sglang=sglang_finish,
-    fuzz=(FuzzRule(10, lambda gen: 6 if gen.running else 0, fuzz_finish),),
+            Field("insert", FLAG, flag_word="noinsert", flag_value=False),
+            Field("stop_at", COUNT, placeholder="N")),
+    run_sglang=sglang_release,
+    fuzz=(FuzzRule(10, lambda gen: 6 if gen.running else 0, fuzz_release),),
     aliases=("req_finish",),
 ))
