@@ -12,6 +12,23 @@ from .spec import FLAG, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
 REQ = Field("req", NAME, required=True, uses="requests", positional=True)
 
 
+def _recorded(name: str):
+    """The recorder's mapping for a request op (workbench/record/request_calls.py,
+    imported at the call: the recorder imports the ops)."""
+    def record(mapper, call):
+        from workbench.record import request_calls
+
+        return getattr(request_calls, name)(mapper, call)
+
+    return record
+
+
+def _req_before(args: tuple, kwargs: dict):
+    from workbench.record.request_calls import view_of_first_arg
+
+    return view_of_first_arg(args, kwargs)
+
+
 # ---- req_prefill --------------------------------------------------------------------------------
 def run_prefill(session, f: dict) -> dict:
     name = f["req"]
@@ -37,6 +54,7 @@ def sglang_prefill(side, f: dict) -> dict:
             side.evict_short(mamba=1)
         if side.r2t.alloc([req]) is None:
             raise side.refused("no free req_to_token row")
+        req.extend_end = len(tokens)  # set before the lock, as the scheduler's admission does
         req.lock = side.cache.lock(req.last_node)
         prefix = side.cache.prefix_device_indices(req).to(torch.int64)
         fresh = side.take_slots(entry, len(tokens) - prefix.numel())
@@ -78,6 +96,7 @@ PREFILL = declare(OpSpec(
     results=("prefix_len",),
     run_sglang=sglang_prefill,
     fuzz=(FuzzRule(3, _prefill_weight, fuzz_prefill),),
+    record=_recorded("record_prefill"),  # the lock that admits a matched request (the recorder finds it)
 ))
 
 
@@ -120,6 +139,7 @@ DECODE = declare(OpSpec(
             Field("slide_window", FLAG, flag_word="slide", needs="swa")),
     run_sglang=sglang_decode,
     fuzz=(FuzzRule(8, lambda gen: 9 if gen.running else 0, fuzz_decode),),
+    record=_recorded("record_decode"),  # what a request computed between its calls
 ))
 
 
@@ -138,6 +158,7 @@ CHUNK = declare(OpSpec(
     fuzz=(FuzzRule(9, lambda gen: 3 if gen.running else 0,
                    lambda gen: {"op": CHUNK.name, "req": gen.rng.choice(gen.running)}),),
     aliases=("req_chunk",),
+    records=("checkpoint",), record=_recorded("record_checkpoint"), record_before=_req_before,
 ))
 
 
@@ -172,4 +193,5 @@ FINISH = declare(OpSpec(
     run_sglang=sglang_finish,
     fuzz=(FuzzRule(10, lambda gen: 6 if gen.running else 0, fuzz_finish),),
     aliases=("req_finish",),
+    records=("on_release",), record=_recorded("record_release"), record_before=_req_before,
 ))
