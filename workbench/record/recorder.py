@@ -25,10 +25,12 @@ from typing import Any
 from ..bridge.sglang_env import installed_version
 from ..model import ops
 from .mapping import Line, RecordedCall, TraceMapper, call_arg, state_expect
+from ..model.ops.requests import CHUNK, DECODE, FINISH, PREFILL
 from .request_calls import view_of_first_arg
 
 NOTED = ("release_swa_prefix_lock",)  # no op of ours: noted, its tree calls recorded
-REQUEST_CALLS = ("checkpoint", "on_release", "evict_sliding_windows")  # request ops when the request is tracked
+CHECKPOINT_CALL, RELEASE_END = CHUNK.records[0], FINISH.records[0]  # SGLang's checkpoint and on_release
+REQUEST_CALLS = (CHECKPOINT_CALL, RELEASE_END, "evict_sliding_windows")  # request ops when the request is tracked
 WRAPPED = ("claim_kv_row", "evict_sliding_windows", *NOTED)  # watched beyond the ops' own ``records``
 # state_every counts written steps of every op; the sizes go on those that are not read-only
 
@@ -107,7 +109,7 @@ class Recorder:
         def recorded(*args, **kwargs):
             if self._stream.closed:
                 return call(*args, **kwargs)
-            if name == "on_release" and self._release is not None and self._depth == 1:
+            if name == RELEASE_END and self._release is not None and self._depth == 1:
                 return self._release_ends(call, args, kwargs)
             if self._depth > 0:  # part of the outer call (or of a release)
                 return self._run(name, call, args, kwargs, None)
@@ -116,10 +118,10 @@ class Recorder:
             view = view_of_first_arg(args, kwargs) if name in REQUEST_CALLS else None
             live = self.mapper.requests.tracked(args[0] if args else kwargs.get("req")) if view else None
             if name in NOTED or (name in REQUEST_CALLS and live is None):
-                if name != "on_release":  # the end of an untracked release says nothing new
+                if name != RELEASE_END:  # the end of an untracked release says nothing new
                     self._safely(self._comment, f"{name}({_describe_args(args, kwargs)}): its tree calls follow")
                 return call(*args, **kwargs)
-            if name == "checkpoint":  # what it decoded first, with the sizes before the checkpoint
+            if name == CHECKPOINT_CALL:  # what it decoded first, with the sizes before the checkpoint
                 self._safely(self._finish, self._decoded(view))
             if name == "evict_sliding_windows":
                 return self._run(name, call, args, kwargs, self._slide(view, args, kwargs))
@@ -184,8 +186,7 @@ class Recorder:
         skipped = call_arg(args, kwargs, 1, "skip_lock_components")
         why = "its lock skips components" if skipped else self.mapper.requests.admit(pending)
         if why is None:
-            prefill = ops.get("req_prefill")
-            return self._run("inc_lock_ref", call, args, kwargs, lambda result: prefill.record(
+            return self._run("inc_lock_ref", call, args, kwargs, lambda result: PREFILL.record(
                 self.mapper, RecordedCall("inc_lock_ref", args, kwargs, result, pending, self.cache.is_root)))
         rid = getattr(pending.req, "rid", "?")
         mapping = self._mapping("inc_lock_ref", args, kwargs)
@@ -209,7 +210,7 @@ class Recorder:
 
     def _decoded(self, view):
         """``req_decode`` of what a tracked request computed since its last step (or None)."""
-        return ops.get("req_decode").record(self.mapper, RecordedCall("req_decode", (), {}, None, view))
+        return DECODE.record(self.mapper, RecordedCall(DECODE.name, (), {}, None, view))
 
     def _release_starts(self, call, args: tuple, kwargs: dict):
         """``release_kv_cache`` begins: a tracked request's release gathers every cache
@@ -235,10 +236,9 @@ class Recorder:
         finally:
             self._depth -= 1
         try:
-            line = self.calls["on_release"].record(self.mapper, RecordedCall(
-                "on_release", args, kwargs, result, view, self.cache.is_root))
+            line = FINISH.record(self.mapper, RecordedCall(RELEASE_END, args, kwargs, result, view, self.cache.is_root))
         except Exception as exc:
-            line = f"on_release: not recorded ({type(exc).__name__}: {exc})"
+            line = f"{RELEASE_END}: not recorded ({type(exc).__name__}: {exc})"
         self._safely(self._finish, line)
         return result
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+from ..model.ops.requests import CHUNK, DECODE, FINISH, PREFILL
+
 
 @dataclasses.dataclass
 class ReqView:
@@ -139,7 +141,7 @@ class RequestTracker:
             return None
         live = self.running[view.rid]
         live.known += len(tokens)
-        return {"op": "req_decode", "req": live.name, "tokens": tokens}
+        return {"op": DECODE.name, "req": live.name, "tokens": tokens}
 
 
 # ---- the request ops' ``record`` functions (declared in workbench/model/ops/requests.py) ----------
@@ -147,7 +149,7 @@ def record_prefill(mapper, call) -> dict:
     """``call``: the lock that admitted a tracked request; ``call.before``: its _Pending."""
     pending = call.before
     live = mapper.requests.running[str(pending.req.rid)]
-    return {"op": "req_prefill", "req": live.name, "tokens": pending.tokens, "expect": {"prefix_len": pending.prefix_len}}
+    return {"op": PREFILL.name, "req": live.name, "tokens": pending.tokens, "expect": {"prefix_len": pending.prefix_len}}
 
 
 def record_decode(mapper, call) -> Optional[dict]:
@@ -161,7 +163,7 @@ def record_checkpoint(mapper, call):
     live = mapper.requests.running.get(view.rid) if view is not None else None
     if live is None:
         return None  # not a trace request: its tree calls were recorded as they happened
-    step: dict = {"op": "checkpoint", "req": live.name}
+    step: dict = {"op": CHUNK.name, "req": live.name}
     up_to = call.arg(1, "up_to")
     if up_to is not None and int(up_to) != live.known:
         step["up_to"] = int(up_to)
@@ -174,7 +176,7 @@ def record_release(mapper, call):
     live = mapper.requests.running.pop(view.rid, None) if view is not None else None
     if live is None:
         return None
-    step: dict = {"op": "release", "req": live.name}
+    step: dict = {"op": FINISH.name, "req": live.name}
     if not call.arg(1, "checkpointed", True):
         step["insert"] = False
     if view.finished_len is not None:
