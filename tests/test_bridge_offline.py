@@ -21,8 +21,10 @@ from workbench.bridge.sglang_env import BridgeError, check_version
 from workbench.model.timeline.runner import run_scenario
 from workbench.model.scenarios.scenario import ScenarioError, load_scenario, scenario_from_records
 from workbench.record.hook import next_free
+from workbench.model import ops
 from workbench.model.ops import evict as evict_ops, keys, locks
-from workbench.record.mapping import TraceMapper, state_expect
+from workbench.record.mapping import RecordedCall, TraceMapper, state_expect
+from workbench.record.request_calls import req_view
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = str(ROOT / "scenarios" / "smoke.toml")
@@ -128,6 +130,89 @@ def test_a_mapped_trace_with_comments_replays_on_our_cache(tmp_path):
     assert [s.line for s in scenario.steps] == [2, 4, 5, 6, 7, 8]  # file lines, comments counted
     timeline = run_scenario(scenario)
     assert timeline.passed, [r.failures for r in timeline.records]
+
+
+def _live_req(rid, prompt, committed=None):
+    """A stand-in for SGLang's Req: only what the recorder reads."""
+    return SimpleNamespace(rid=rid, origin_input_ids=list(prompt), output_ids=[], lock=None, extend_end=None,
+                           finished_len=None, cache_salt=None,
+                           kv=SimpleNamespace(kv_committed_len=len(prompt) if committed is None else committed))
+
+
+def _admitted(m, req, node, prefix_len):
+    """The scheduler's admission as the cache sees it: the match with the request, a
+    pin while it decides (no extend_end yet: a plain lock), then ``req.lock``."""
+    lines = [keys.record_match(m, list(req.origin_input_ids), None, node=node, prefix_len=prefix_len)]
+    m.requests.matched(req, node, list(req.origin_input_ids), None, prefix_len, 0)
+    assert m.requests.admission(node) is None  # the pin
+    lines.append(locks.record_lock(m, node, receipt=f"pin-{req.rid}"))
+    req.extend_end = len(req.origin_input_ids)
+    pending = m.requests.admission(node)
+    assert pending is not None and m.requests.admit(pending) is None
+    lines.append(ops.get("req_prefill").record(m, RecordedCall("inc_lock_ref", (node,), {}, None, pending)))
+    req.lock = "held"
+    lines.append(locks.record_unlock(m, node, f"pin-{req.rid}"))
+    return lines
+
+
+def test_a_live_request_is_written_as_request_ops_and_replays(tmp_path):
+    m = TraceMapper(["full"])
+    a, b = _live_req("rid-a", [1, 2, 3, 4]), _live_req("rid-b", [1, 2, 7])
+    lines = [keys.record_insert(m, [1, 2, 3], None, 0, node=11, prefix_len=0, page_size=1)]
+    lines += _admitted(m, a, 11, 3)
+    assert lines[-2] == {"op": "req_prefill", "req": "r1", "tokens": [1, 2, 3, 4], "expect": {"prefix_len": 3}}
+    a.output_ids, a.kv.kv_committed_len = [5, 6, 9], 6  # two decode steps; 9 is sampled, its KV not yet computed
+    decoded = ops.get("req_decode").record(m, RecordedCall("req_decode", (), {}, None, req_view(a)))
+    assert decoded == {"op": "req_decode", "req": "r1", "tokens": [5, 6]}
+    checkpoint = ops.get("checkpoint")
+    lines += [decoded, checkpoint.record(m, RecordedCall("checkpoint", (a,), {"up_to": 6}, None, req_view(a)))]
+    assert lines[-1] == {"op": "checkpoint", "req": "r1"}  # up_to is what it computed: no field
+    lines += _admitted(m, b, 11, 2)
+    release = ops.get("release")
+    lines.append(release.record(m, RecordedCall("on_release", (b,), {"checkpointed": False}, None, req_view(b))))
+    lines.append(release.record(m, RecordedCall("on_release", (a,), {"checkpointed": True}, None, req_view(a))))
+    assert lines[-2:] == [{"op": "release", "req": "r2", "insert": False}, {"op": "release", "req": "r1"}]
+    assert not m.requests.running
+    scenario = scenario_from_records(JSONL_HEADER, lines)
+    timeline = run_scenario(scenario)
+    assert timeline.passed, [r.failures for r in timeline.records]
+    final = timeline.final
+    # the prompt (1-4) is its own node: a Full-only checkpoint inserts the prompt apart
+    assert sorted(final.path(n.id) for n in final.non_root()) == [(1, 2), (1, 2, 3), (1, 2, 3, 4), (1, 2, 3, 4, 5, 6)]
+
+
+def test_a_request_the_ops_cannot_express_stays_tree_calls():
+    m = TraceMapper(["full"])
+    chunked = _live_req("c", [1, 2, 3, 4, 5, 6], committed=4)
+    m.requests.matched(chunked, 5, [1, 2, 3, 4, 5, 6], None, 0, 0)
+    chunked.extend_end = 4
+    assert "chunked prefill" in m.requests.admit(m.requests.admission(5))
+    capped = _live_req("k", [1, 2, 3])
+    m.requests.matched(capped, 6, [1, 2], None, 0, 0)  # a key cut short (swa_reprefill_tail_tokens)
+    capped.extend_end = 3
+    assert "not its whole sequence" in m.requests.admit(m.requests.admission(6))
+    hit = _live_req("h", [1, 2, 3])
+    m.requests.matched(hit, 7, [1, 2, 3], None, 0, 2)
+    hit.extend_end = 3
+    assert "host tier" in m.requests.admit(m.requests.admission(7))
+    assert not m.requests.running and m.requests.name("c") == "r1" and m.requests.name("h") == "r3"
+    # untracked: its checkpoint and release write nothing (their tree calls are recorded instead)
+    assert ops.get("checkpoint").record(m, RecordedCall("checkpoint", (chunked,), {"up_to": 4}, None, req_view(chunked))) is None
+    assert ops.get("release").record(m, RecordedCall("on_release", (chunked,), {"checkpointed": True}, None,
+                                                     req_view(chunked))) is None
+
+
+def test_a_checkpoint_short_of_the_computed_length_and_a_stop_are_written():
+    m = TraceMapper(["full"])
+    req = _live_req("s", [1, 2, 3, 4])
+    m.requests.matched(req, 3, [1, 2, 3, 4], None, 0, 0)
+    req.extend_end = 4
+    assert m.requests.admit(m.requests.admission(3)) is None
+    step = ops.get("checkpoint").record(m, RecordedCall("checkpoint", (req,), {"up_to": 2}, None, req_view(req)))
+    assert step == {"op": "checkpoint", "req": "r1", "up_to": 2}
+    req.finished_len = 1
+    step = ops.get("release").record(m, RecordedCall("on_release", (req,), {"checkpointed": True}, None, req_view(req)))
+    assert step == {"op": "release", "req": "r1", "stop_at": 1}
 
 
 def test_a_recorded_expectation_that_fails_is_reported(tmp_path):

@@ -151,7 +151,7 @@ def test_a_recording_of_the_real_cache_replays_on_ours(tmp_path, name):
     assert recorded.config["components"] == load_scenario(ROOT / name).config["components"]
     timeline = run_scenario(recorded)  # every recorded result and tree size holds on ours
     assert timeline.passed, [(r.step.index, [str(f) for f in r.failures]) for r in timeline.records if not r.passed]
-    assert any(s.op == "lock" for s in recorded.steps) and any(s.op == "evict" for s in recorded.steps)
+    assert any(s.op in ("lock", "req_prefill") for s in recorded.steps) and any(s.op == "evict" for s in recorded.steps)
     report = run_against(recorded)
     assert report.agrees, report.divergence.as_dict()
 
@@ -168,6 +168,44 @@ def test_a_recording_of_a_random_workload_replays_on_ours(tmp_path, components):
     if "mamba" not in components:  # with Mamba most matches end on the root (no state there): nothing to lock
         assert ops.count("lock") == ops.count("unlock") > 60
     assert run_scenario(recorded).passed
+
+
+REQUEST_LIFE = [{"op": "insert", "key": [1, 2, 3]},
+                {"op": "req_prefill", "req": "a", "tokens": [1, 2, 3, 4, 5]},
+                {"op": "req_decode", "req": "a", "tokens": [6, 7], "slide_window": True},
+                {"op": "checkpoint", "req": "a"},
+                {"op": "req_prefill", "req": "b", "tokens": [1, 2, 9]},
+                {"op": "req_decode", "req": "a", "tokens": [8]},
+                {"op": "release", "req": "a"},
+                {"op": "req_decode", "req": "b", "tokens": [10, 11]},
+                {"op": "release", "req": "b", "insert": False}]
+
+
+def _final(timeline):
+    state = timeline.final
+    return sorted(state.path(n.id) for n in state.nodes), state.pools
+
+
+@pytest.mark.parametrize("components", [("full",), ("full", "swa"), ("full", "mamba"), ("full", "swa", "mamba")])
+def test_a_recording_of_requests_replays_as_request_ops(tmp_path, capsys, components):
+    """Requests driven on the real cache (SGLang's own match_kv_cache, lock, checkpoint and
+    release_kv_cache) come back as the request ops, not as their tree calls."""
+    steps = [dict(s) for s in REQUEST_LIFE]
+    if "swa" not in components:
+        del steps[2]["slide_window"]
+    scenario = scenario_from_records({"schema": 1, "scenario": {"name": "life"}, "config": {
+        "components": list(components), "kv_size": 64, "sliding_window": 4, "mamba_size": 8}}, steps)
+    assert _record(scenario, tmp_path / "rec.jsonl") == 0
+    recorded = load_scenario(tmp_path / "rec.jsonl")
+    assert [(s.op, s.fields.get("req")) for s in recorded.steps if s.op not in ("insert", "match")] == [
+        ("req_prefill", "r1"), ("req_decode", "r1"), ("checkpoint", "r1"), ("req_prefill", "r2"),
+        ("req_decode", "r1"), ("release", "r1"), ("req_decode", "r2"), ("release", "r2")]
+    assert recorded.steps[-1].fields.get("insert") is False
+    replay = run_scenario(recorded)
+    assert replay.passed, [(r.step.index, [str(f) for f in r.failures]) for r in replay.records if not r.passed]
+    assert _final(replay) == _final(run_scenario(scenario))  # the same tree and pools as the session recorded
+    rc, out, err = urc(capsys, "run", "--against", "sglang", str(tmp_path / "rec.jsonl"))
+    assert rc == 0 and f"agrees with SGLang 0.5.23 (python tree core): {len(recorded.steps)} step(s) run on both" in out, err
 
 
 def test_the_recorder_detaches_cleanly_and_writes_whole_lines(tmp_path):

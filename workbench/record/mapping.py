@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Hashable, Optional, Union
 
+from .request_calls import RequestTracker
+
 Line = Union[dict, str]  # a step, or a comment (written as "# …")
 
 
@@ -36,6 +38,7 @@ class TraceMapper:
         self._count = 0
         self._node_names: dict[Any, str] = {}  # node id -> the latest match/insert name ending there
         self._open: list[_OpenLock] = []
+        self.requests = RequestTracker()  # live requests written as request ops
 
     def new_name(self, prefix: str) -> str:
         self._count += 1
@@ -60,6 +63,13 @@ class TraceMapper:
         return self._open[exact[-1]].name if keep else self._open.pop(exact[-1]).name
 
 
+def call_arg(args: tuple, kwargs: dict, index: int, name: str, default: Optional[Any] = None):
+    """A call's argument, passed by position or by name."""
+    if len(args) > index:
+        return args[index]
+    return kwargs.get(name, default)
+
+
 @dataclasses.dataclass
 class RecordedCall:
     """One SGLang cache call as the recorder saw it: what an op's ``record`` reads."""
@@ -72,9 +82,7 @@ class RecordedCall:
     root_check: Any = None  # the cache's is_root
 
     def arg(self, index: int, name: str, default: Optional[Any] = None):
-        if len(self.args) > index:
-            return self.args[index]
-        return self.kwargs.get(name, default)
+        return call_arg(self.args, self.kwargs, index, name, default)
 
     @staticmethod
     def tokens(key) -> list[int]:

@@ -6,9 +6,11 @@ dropped with a notice when loaded). Only the outermost recorded call is written:
 a call made inside another (an eviction inside a match's copy-on-write) is part of
 it: evictions made inside a call are written as their own steps right after it,
 anything else is noted. A call that raised is a comment (evictions it made first are
-still written). Request-level calls (``checkpoint``,
-``evict_sliding_windows``, ``release_swa_prefix_lock``) are noted by name; the tree
-calls they make are recorded as they happen.
+still written). A request the trace can replay (``request_calls.py``) is written as
+request ops: its admitting lock as ``req_prefill``, what it computed since as
+``req_decode``, ``checkpoint``, and its whole ``release_kv_cache`` (``claim_kv_row``
+up to ``on_release``) as one ``release``. Any other request's request-level calls
+are noted by name, and the tree calls they make recorded as they happen.
 """
 
 from __future__ import annotations
@@ -22,9 +24,14 @@ from typing import Any
 
 from ..bridge.sglang_env import installed_version
 from ..model import ops
-from .mapping import Line, RecordedCall, TraceMapper, state_expect
+from .mapping import Line, RecordedCall, TraceMapper, call_arg, state_expect
+from ..model.ops.requests import CHUNK, DECODE, FINISH, PREFILL
+from .request_calls import view_of_first_arg
 
-NOTED = ("checkpoint", "evict_sliding_windows", "release_swa_prefix_lock")
+NOTED = ("release_swa_prefix_lock",)  # no op of ours: noted, its tree calls recorded
+CHECKPOINT_CALL, RELEASE_END = CHUNK.records[0], FINISH.records[0]  # SGLang's checkpoint and on_release
+REQUEST_CALLS = (CHECKPOINT_CALL, RELEASE_END, "evict_sliding_windows")  # request ops when the request is tracked
+WRAPPED = ("claim_kv_row", "evict_sliding_windows", *NOTED)  # watched beyond the ops' own ``records``
 # state_every counts written steps of every op; the sizes go on those that are not read-only
 
 
@@ -66,7 +73,8 @@ class Recorder:
         self.state_every = state_every
         self.written = 0  # steps written
         self._depth = 0
-        self._nested: list[str] = []
+        self._nested: list[tuple] = []
+        self._release = None  # the tracked request whose release_kv_cache is under way
         self._originals: dict[str, Any] = {}
         # never through a link, never into a pipe or device (non-blocking: a FIFO fails at once)
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_TRUNC if force else os.O_EXCL)
@@ -91,43 +99,148 @@ class Recorder:
                     "so its first results may differ")
             self._comment(note)
             print(f"workbench.record: {note}", file=sys.stderr)
-        for name in (*self.calls, *NOTED):
+        for name in dict.fromkeys((*self.calls, *WRAPPED)):
             if hasattr(cache, name):
                 self._originals[name] = getattr(cache, name)
                 setattr(cache, name, self._wrap(name, self._originals[name]))
 
     # ---- wrapping ------------------------------------------------------------------
     def _wrap(self, name: str, call):
-        noted = name in NOTED
-
         def recorded(*args, **kwargs):
-            if noted:
-                self._safely(self._comment, f"{name}({_describe_args(args, kwargs)}): its tree calls follow")
+            if self._stream.closed:
                 return call(*args, **kwargs)
-            # read before the call what the call changes (a lock's window flag)
-            before = self.calls[name].record_before
-            already = before(args, kwargs) if before is not None else None
-            self._depth += 1
-            try:
-                result = call(*args, **kwargs)
-            except BaseException as exc:
-                self._depth -= 1
-                if self._depth == 0:
-                    first = (str(exc).splitlines() or [""])[0][:200]
-                    self._safely(self._finish, f"{name} raised {type(exc).__name__}: {first}")
-                raise
-            self._depth -= 1
-            if self._depth > 0:  # part of the outer call; evictions are written after it
-                self._nested.append((name, args, kwargs, result))
-                return result
-            try:
-                line = self._map(name, args, kwargs, result, already)
-            except Exception as exc:  # never break the live cache over a line we cannot map
-                line = f"{name}: not recorded ({type(exc).__name__}: {exc})"
-            self._safely(self._finish, line)
-            return result
+            if name == RELEASE_END and self._release is not None and self._depth == 1:
+                return self._release_ends(call, args, kwargs)
+            if self._depth > 0:  # part of the outer call (or of a release)
+                return self._run(name, call, args, kwargs, None)
+            if name == "claim_kv_row":
+                return self._release_starts(call, args, kwargs)
+            view = view_of_first_arg(args, kwargs) if name in REQUEST_CALLS else None
+            live = self.mapper.requests.tracked(args[0] if args else kwargs.get("req")) if view else None
+            if name in NOTED or (name in REQUEST_CALLS and live is None):
+                if name != RELEASE_END:  # the end of an untracked release says nothing new
+                    self._safely(self._comment, f"{name}({_describe_args(args, kwargs)}): its tree calls follow")
+                return call(*args, **kwargs)
+            if name == CHECKPOINT_CALL:  # what it decoded first, with the sizes before the checkpoint
+                self._safely(self._finish, self._decoded(view))
+            if name == "evict_sliding_windows":
+                return self._run(name, call, args, kwargs, self._slide(view, args, kwargs))
+            if name == "inc_lock_ref":
+                pending = self.mapper.requests.admission(call_arg(args, kwargs, 0, "node_id"))
+                if pending is not None:
+                    return self._admit(call, args, kwargs, pending)
+            return self._run(name, call, args, kwargs, self._mapping(name, args, kwargs))
 
         return recorded
+
+    def _mapping(self, name: str, args: tuple, kwargs: dict):
+        """The op's own ``record``, with what its ``record_before`` reads now."""
+        before = self.calls[name].record_before
+        already = before(args, kwargs) if before is not None else None
+        return lambda result: self._map(name, args, kwargs, result, already)
+
+    def _run(self, name: str, call, args: tuple, kwargs: dict, mapping):
+        """Make the call; at the outermost level (``mapping`` set) write its line."""
+        outer = mapping is not None
+        self._depth += 1
+        try:
+            result = call(*args, **kwargs)
+        except BaseException as exc:
+            self._depth -= 1
+            if outer or (self._release is not None and self._depth == 1):
+                if not outer:  # a release that cannot finish: it is not written
+                    self.mapper.requests.running.pop(self._release.rid, None)
+                    self._depth, self._release = 0, None
+                first = (str(exc).splitlines() or [""])[0][:200]
+                self._safely(self._finish, f"{name} raised {type(exc).__name__}: {first}")
+            raise
+        self._depth -= 1
+        if not outer:
+            if name in self.calls:  # evictions are written after the outer call; the rest is noted
+                self._nested.append((name, args, kwargs, result))
+            return result
+        try:
+            line = mapping(result)
+        except Exception as exc:  # never break the live cache over a line we cannot map
+            line = f"{name}: not recorded ({type(exc).__name__}: {exc})"
+        self._safely(self._finish, line)
+        if name == "match_prefix":
+            self._note_request_match(args, kwargs, result)
+        return result
+
+    # ---- request calls (workbench/record/request_calls.py) ------------------------------
+    def _note_request_match(self, args: tuple, kwargs: dict, result) -> None:
+        params = call_arg(args, kwargs, 0, "params")
+        req = getattr(params, "req", None)
+        if req is None:
+            return
+        try:
+            self.mapper.requests.matched(req, result.last_device_node, RecordedCall.tokens(params.key),
+                                         params.key.extra_key, int(result.device_prefix_len),
+                                         int(getattr(result, "host_hit_length", 0) or 0))
+        except Exception as exc:  # the request stays tree calls
+            self._safely(self._comment, f"match_prefix of req {getattr(req, 'rid', '?')}: not tracked ({exc})")
+
+    def _admit(self, call, args: tuple, kwargs: dict, pending):
+        """The lock that admits a matched request: ``req_prefill``, or the lock (and why not)."""
+        skipped = call_arg(args, kwargs, 1, "skip_lock_components")
+        why = "its lock skips components" if skipped else self.mapper.requests.admit(pending)
+        if why is None:
+            return self._run("inc_lock_ref", call, args, kwargs, lambda result: PREFILL.record(
+                self.mapper, RecordedCall("inc_lock_ref", args, kwargs, result, pending, self.cache.is_root)))
+        rid = getattr(pending.req, "rid", "?")
+        mapping = self._mapping("inc_lock_ref", args, kwargs)
+        return self._run("inc_lock_ref", call, args, kwargs, lambda result: [
+            mapping(result), f"req {rid} is admitted as tree calls, not req_prefill: {why}"])
+
+    def _slide(self, view, args: tuple, kwargs: dict):
+        """``evict_sliding_windows`` of a tracked request: its decode, sliding."""
+        pre_len = call_arg(args, kwargs, 1, "pre_len")
+
+        def mapping(result):
+            step = self._decoded(view)
+            if step is None:
+                return f"evict_sliding_windows(req {view.rid}) with no new token: a slide alone is not an op"
+            if pre_len is not None and int(pre_len) == view.committed - 1:
+                step["slide_window"] = True
+                return step
+            return [step, f"evict_sliding_windows(req {view.rid}, {pre_len}): not at its last token, not replayed"]
+
+        return mapping
+
+    def _decoded(self, view):
+        """``req_decode`` of what a tracked request computed since its last step (or None)."""
+        return DECODE.record(self.mapper, RecordedCall(DECODE.name, (), {}, None, view))
+
+    def _release_starts(self, call, args: tuple, kwargs: dict):
+        """``release_kv_cache`` begins: a tracked request's release gathers every cache
+        call up to its ``on_release`` (its checkpoint, unlock, frees) into one step."""
+        view = view_of_first_arg(args, kwargs)
+        tracker = self.mapper.requests
+        if view is None or tracker.tracked(args[0] if args else kwargs.get("req")) is None:
+            self._safely(self._comment, f"release_kv_cache({_describe_args(args, kwargs)}): its tree calls follow")
+            return call(*args, **kwargs)
+        self._safely(self._finish, self._decoded(view))
+        kept = call(*args, **kwargs)
+        if kept:
+            tracker.running.pop(view.rid, None)
+            self._safely(self._comment, f"release_kv_cache(req {view.rid}): a session kept its row, not replayed")
+        else:
+            self._release, self._depth = view, self._depth + 1
+        return kept
+
+    def _release_ends(self, call, args: tuple, kwargs: dict):
+        view, self._release = self._release, None
+        try:
+            result = call(*args, **kwargs)
+        finally:
+            self._depth -= 1
+        try:
+            line = FINISH.record(self.mapper, RecordedCall(RELEASE_END, args, kwargs, result, view, self.cache.is_root))
+        except Exception as exc:
+            line = f"{RELEASE_END}: not recorded ({type(exc).__name__}: {exc})"
+        self._safely(self._finish, line)
+        return result
 
     def detach(self) -> None:
         for name, call in self._originals.items():
@@ -149,19 +262,25 @@ class Recorder:
             self.detach()
 
     # ---- lines ---------------------------------------------------------------------
-    def _finish(self, line: Line) -> None:
-        """The outer call's line, then the evictions made inside it as their own steps
-        (they changed the tree after the outer call's own changes: a match's walk comes
-        before its copy-on-write eviction); other nested calls are noted."""
+    def _finish(self, line) -> None:
+        """The outer call's line (none, one, or a list), then the evictions made inside
+        it as their own steps (they changed the tree after the outer call's own changes:
+        a match's walk comes before its copy-on-write eviction); the other nested calls
+        are noted in one comment."""
         nested, self._nested = self._nested, []
-        self._emit(line)
+        for one in line if isinstance(line, list) else [line]:
+            if one is not None:
+                self._emit(one)
+        inside = []
         for name, args, kwargs, result in nested:
             if self.calls[name].records_nested:
                 step = self._map(name, args, kwargs, result)
                 step["description"] = (step.get("description", "") + " (made inside the call above)").strip()
                 self._emit(step)
             else:
-                self._comment(f"{name} was called inside the call above: part of it, not replayed apart")
+                inside.append(name)
+        if inside:
+            self._comment(f"{', '.join(inside)} called inside the call above: part of it, not replayed apart")
 
     def _emit(self, line: Line) -> None:
         if isinstance(line, str):

@@ -13,6 +13,23 @@ from .spec import COUNT, FLAG, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
 REQ = Field("req", NAME, required=True, uses="requests", positional=True)
 
 
+def _recorded(name: str):
+    """The recorder's mapping for a request op (workbench/record/request_calls.py,
+    imported at the call: the recorder imports the ops)."""
+    def record(mapper, call):
+        from workbench.record import request_calls
+
+        return getattr(request_calls, name)(mapper, call)
+
+    return record
+
+
+def _req_before(args: tuple, kwargs: dict):
+    from workbench.record.request_calls import view_of_first_arg
+
+    return view_of_first_arg(args, kwargs)
+
+
 # ---- req_prefill --------------------------------------------------------------------------------
 def run_prefill(session, f: dict) -> dict:
     name = f["req"]
@@ -34,9 +51,10 @@ def sglang_prefill(side, f: dict) -> dict:
     sg.match_kv_cache(req, side.cache, cow_mamba=side.has_mamba)
     entry = {"req": req, "spare": torch.empty((0,), dtype=torch.int64)}
     try:  # the scheduler's order: budget the KV, lock the prefix, the row and its states, the KV
-        req.lock = side.cache.lock(req.last_node)
         prefix = side.cache.prefix_device_indices(req).to(torch.int64)
         computed = len(tokens) if f.get("chunk") is None else min(len(tokens), prefix.numel() + f["chunk"])
+        req.extend_end = computed  # set before the lock, as the scheduler's admission does (the recorder reads it)
+        req.lock = side.cache.lock(req.last_node)
         side.check_capacity(computed - prefix.numel())
         if side.has_mamba:  # alloc_req_slots: the running slot and the ping-pong pair, evicting the shortfall
             sg.ensure_mamba_capacity(side.r2t, [req], side.cache)
@@ -90,6 +108,7 @@ PREFILL = declare(OpSpec(
     refusal_changes="SGLang's scheduler matches a request before it knows it can admit it: a refused admission "
     "keeps its match's split and LRU refresh (it holds nothing)",
     fuzz=(FuzzRule(3, _prefill_weight, fuzz_prefill),),
+    record=_recorded("record_prefill"),  # the lock that admits a matched request (the recorder finds it)
 ))
 
 
@@ -140,6 +159,7 @@ DECODE = declare(OpSpec(
             Field("slide_window", FLAG, flag_word="slide", needs="swa")),
     run_sglang=sglang_decode,
     fuzz=(FuzzRule(8, lambda gen: 9 if _decoding(gen) else 0, fuzz_decode),),
+    record=_recorded("record_decode"),  # what a request computed between its calls
 ))
 
 
@@ -218,6 +238,7 @@ CHECKPOINT = declare(OpSpec(
     run_sglang=sglang_checkpoint,
     fuzz=(FuzzRule(9, lambda gen: 3 if gen.running else 0, fuzz_checkpoint),),
     aliases=("req_chunk",),
+    records=("checkpoint",), record=_recorded("record_checkpoint"), record_before=_req_before,
 ))
 
 
@@ -277,4 +298,5 @@ RELEASE = declare(OpSpec(
     run_sglang=sglang_release,
     fuzz=(FuzzRule(10, lambda gen: 6 if gen.running else 0, fuzz_release),),
     aliases=("req_finish",),
+    records=("on_release",), record=_recorded("record_release"), record_before=_req_before,
 ))
