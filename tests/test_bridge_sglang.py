@@ -34,7 +34,7 @@ if os.environ.get("URC_REQUIRE_SGLANG") and not _sglang_importable():
 pytestmark = pytest.mark.skipif(not _sglang_importable(), reason=_REASON)
 
 from urc_util import urc  # noqa: E402
-from workbench.bridge.differential import run_against  # noqa: E402
+from workbench.bridge.differential import ASSERTS, run_against  # noqa: E402
 from workbench.bridge.sglang_env import BridgeError  # noqa: E402
 from workbench.bridge.side_by_side import bench_against  # noqa: E402
 from workbench.bridge.sglang_side import SGLangSide  # noqa: E402
@@ -54,7 +54,9 @@ def test_every_bundled_scenario_agrees_with_sglang(name):
         assert "sidecar" in name and "no 'sidecar' component" in report.skipped
         return
     assert report.agrees, (report.divergence.as_dict(), report.by_design)
-    assert report.run + sum(len(n.steps) for n in report.by_design) == report.steps
+    assert report.stopped_at is None
+    not_sent = sum(len(n.steps) for n in report.by_design if n.what != ASSERTS)
+    assert report.run + not_sent == report.steps
     assert report.states_compared == report.run and report.nodes_compared
 
 

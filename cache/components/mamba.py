@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
-from ..errors import InvalidValueError, PoolExhaustedError
+from ..errors import InvalidValueError, StateSlotsAssertError
 from ..events import Cause, EventKind
 from ..match_verdicts import node_ids_text
 from ..params import EvictParams
@@ -167,7 +167,7 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
         if self.pool.available_size() < 1:
             self.cache.evict_for_alloc(EvictParams(mamba_num=1))
         if self.pool.available_size() < 1:
-            raise PoolExhaustedError(
+            raise StateSlotsAssertError(  # SGLang 0.5.23 asserts "Can not alloc mamba cache"
                 f"cannot alloc mamba cache: all {self.pool.size} state slots are locked or held by running requests"
             )
         return self.pool.alloc(1)

@@ -35,6 +35,9 @@ REFUSED_BY_DESIGN = {
 }
 
 
+ASSERTS = "SGLang asserts here (a server would crash)"
+
+
 @dataclasses.dataclass(frozen=True)
 class Divergence:
     step: int
@@ -109,6 +112,7 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
                                          "SGLang's Rust tree core has no node inspection; op results and pools are"))
     components = list(config["components"])
     refused: dict[str, list[int]] = {}
+    asserted: list[int] = []  # steps where SGLang asserted as ours said it would
     compared_last = True
     for step in scenario.steps:
         mine, my_error = _attempt(ours.run, step.op, step.fields)
@@ -122,11 +126,16 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
         if isinstance(their_error, BridgeError):
             raise their_error
         report.run += 1
-        if isinstance(my_error, ReferenceAssertsError) and isinstance(their_error, AssertionError):
-            report.by_design.append(ByDesign(
-                "SGLang asserts here", f"{_error_text(their_error)[9:]}; ours refuses with nothing changed, and "
-                "SGLang's state past its assert is not compared: the run stops", (step.index,)))
-            report.stopped_at = step.index
+        if my_error is not None and isinstance(their_error, AssertionError):
+            # a server would crash here; while SGLang's state is still ours the run goes on
+            asserted.append(step.index)
+            difference, compared_last = _compare_states(ours, theirs, components, report), True
+            if difference is None:
+                continue
+            if isinstance(my_error, ReferenceAssertsError):  # ours said SGLang asserts mid-change: not compared past it
+                report.stopped_at = step.index
+                break
+            report.divergence = Divergence(step.index, step.line, step.op, difference)
             break
         difference = _compare_results(mine, my_error, theirs_result, their_error)
         compared_last = False
@@ -143,6 +152,11 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
                 report.divergence = Divergence(last.index, last.line, last.op, difference)
     for why, steps in refused.items():
         report.by_design.append(ByDesign("steps ours refuses were not sent to SGLang", why, tuple(steps)))
+    if asserted:
+        report.by_design.append(ByDesign(
+            ASSERTS, "ours refuses with nothing changed (ReferenceAssertsError); where SGLang's state after its "
+            "assert still equals ours the run goes on" + (
+                f", else it stops (step {report.stopped_at})" if report.stopped_at else ""), tuple(asserted)))
     return report
 
 

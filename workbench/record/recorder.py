@@ -25,11 +25,11 @@ from typing import Any
 from ..bridge.sglang_env import installed_version
 from ..model import ops
 from .mapping import Line, RecordedCall, TraceMapper, call_arg, state_expect
-from ..model.ops.requests import CHUNK, DECODE, FINISH, PREFILL
+from ..model.ops.requests import CHECKPOINT, DECODE, PREFILL, RELEASE
 from .request_calls import view_of_first_arg
 
 NOTED = ("release_swa_prefix_lock",)  # no op of ours: noted, its tree calls recorded
-CHECKPOINT_CALL, RELEASE_END = CHUNK.records[0], FINISH.records[0]  # SGLang's checkpoint and on_release
+CHECKPOINT_CALL, RELEASE_END = CHECKPOINT.records[0], RELEASE.records[0]  # SGLang's checkpoint and on_release
 REQUEST_CALLS = (CHECKPOINT_CALL, RELEASE_END, "evict_sliding_windows")  # request ops when the request is tracked
 WRAPPED = ("claim_kv_row", "evict_sliding_windows", *NOTED)  # watched beyond the ops' own ``records``
 # state_every counts written steps of every op; the sizes go on those that are not read-only
@@ -236,7 +236,7 @@ class Recorder:
         finally:
             self._depth -= 1
         try:
-            line = FINISH.record(self.mapper, RecordedCall(RELEASE_END, args, kwargs, result, view, self.cache.is_root))
+            line = RELEASE.record(self.mapper, RecordedCall(RELEASE_END, args, kwargs, result, view, self.cache.is_root))
         except Exception as exc:
             line = f"{RELEASE_END}: not recorded ({type(exc).__name__}: {exc})"
         self._safely(self._finish, line)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from ..model.ops.requests import CHUNK, DECODE, FINISH, PREFILL
+from ..model.ops.requests import CHECKPOINT, DECODE, PREFILL, RELEASE
 
 
 @dataclasses.dataclass
@@ -163,7 +163,7 @@ def record_checkpoint(mapper, call):
     live = mapper.requests.running.get(view.rid) if view is not None else None
     if live is None:
         return None  # not a trace request: its tree calls were recorded as they happened
-    step: dict = {"op": CHUNK.name, "req": live.name}
+    step: dict = {"op": CHECKPOINT.name, "req": live.name}
     up_to = call.arg(1, "up_to")
     if up_to is not None and int(up_to) != live.known:
         step["up_to"] = int(up_to)
@@ -176,7 +176,7 @@ def record_release(mapper, call):
     live = mapper.requests.running.pop(view.rid, None) if view is not None else None
     if live is None:
         return None
-    step: dict = {"op": FINISH.name, "req": live.name}
+    step: dict = {"op": RELEASE.name, "req": live.name}
     if not call.arg(1, "checkpointed", True):
         step["insert"] = False
     if view.finished_len is not None:

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from ..ops.evict import CHECK, EVICT
 from ..ops.keys import INSERT, MATCH
 from ..ops.locks import LOCK, UNLOCK
-from ..ops.requests import DECODE, FINISH, PREFILL
+from ..ops.requests import DECODE, PREFILL, RELEASE
 
 VOCAB = 32000
 
@@ -108,6 +108,6 @@ def random_records(steps: int, seed: int = 0, components: tuple[str, ...] = ("fu
                 step["slide_window"] = True
             yield step
         elif running:
-            yield FINISH.step(req=running.pop(rng.randrange(len(running))))
+            yield RELEASE.step(req=running.pop(rng.randrange(len(running))))
         else:
             yield CHECK.step()
