@@ -45,7 +45,8 @@ class RequestFlows:
     _rids: Iterator[int]  # numbers for requests admitted without an id
 
     # ---- admission --------------------------------------------------------------
-    def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None) -> Req:
+    def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None,
+                    load_back: bool = False, mem_quota: Optional[int] = None) -> Req:
         """Admit a request: match its prefix, lock it, allocate and write the rest.
 
         Refused before anything changes when eviction cannot make room. When the pools
@@ -55,7 +56,8 @@ class RequestFlows:
         taken before its KV, in v0.5.23's order; the room was checked, so only a
         fault (a bug, or one a test injects) fails after that, and then the slots and
         the lock go back but the match's split and LRU refresh, and what was
-        evicted, stay."""
+        evicted, stay. ``load_back``: first bring the prefix's host part back
+        (v0.5.23's init_load_back, within ``mem_quota``; see request_load_back.py)."""
         key = RadixKey(tokens, extra_key)
         rid = rid if rid is not None else f"req{next(self._rids)}"
         if rid in self.requests:
@@ -63,6 +65,10 @@ class RequestFlows:
         req = Req(rid, list(tokens), self.tree._empty, self.tree.root.id, None, extra_key=extra_key,
                   token_bytes=bytearray(key.data))
         with self.events.op("new_request", request=rid):
+            if load_back:  # the host tier's part of the prefix first (cache/request_load_back.py)
+                self._admit_loading_back(req, key, mem_quota)
+                self.requests[rid] = req
+                return req
             path = self.tree.peek_match(key)
             need = len(tokens) - sum(n for _, n in path)
             shorts = self._shortfalls(need)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from array import array
 
-from .spec import FLAG, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
+from .spec import COUNT, FLAG, HOST, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
 
 REQ = Field("req", NAME, required=True, uses="requests", positional=True)
 
@@ -17,10 +17,17 @@ def run_prefill(session, f: dict) -> dict:
     name = f["req"]
     if name in session.reqs:
         raise session.refused(f"request {name!r} is already running")
-    req = session.cache.new_request(f["tokens"], rid=name)
+    load_back = bool(f.get("load_back"))
+    if f.get("mem_quota") is not None and not load_back:
+        raise session.refused("mem_quota is the load-back's budget: it needs load_back")
+    more = {"load_back": True, "mem_quota": f.get("mem_quota")} if load_back else {}
+    req = session.cache.new_request(f["tokens"], rid=name, **more)
     session.reqs[name] = req
     session.finished.pop(name, None)
-    return {"prefix_len": req.cache_protected_len}
+    out = {"prefix_len": req.cache_protected_len}
+    if load_back:
+        out["host_loaded"] = req.host_loaded_length
+    return out
 
 
 def sglang_prefill(side, f: dict) -> dict:
@@ -33,6 +40,7 @@ def sglang_prefill(side, f: dict) -> dict:
     sg.match_kv_cache(req, side.cache, cow_mamba=side.has_mamba)
     entry = {"req": req, "spare": torch.empty((0,), dtype=torch.int64)}
     try:
+        loaded = side.host.admit_load_back(req, f) if f.get("load_back") else None  # workbench/bridge/sglang_host.py
         if side.has_mamba and not req.kv.holds_mamba and side.r2t.mamba_allocator.available_size() < 1:
             side.evict_short(mamba=1)
         if side.r2t.alloc([req]) is None:
@@ -51,7 +59,10 @@ def sglang_prefill(side, f: dict) -> dict:
     req.refresh_fill_ids()
     side.track_checkpoint(req)
     side.reqs[name] = entry
-    return {"prefix_len": int(req.kv.cache_protected_len)}
+    out = {"prefix_len": int(req.kv.cache_protected_len)}
+    if loaded is not None:
+        out["host_loaded"] = loaded
+    return out
 
 
 def fuzz_prefill(gen) -> dict:
@@ -62,7 +73,12 @@ def fuzz_prefill(gen) -> dict:
     if rng.random() < 0.1:  # a prompt about the size of the pool: admission may be refused
         kv = gen.config.scenario_config()["kv_size"]
         tokens = tokens + [rng.randint(1, 3) for _ in range(rng.randint(kv // 2, kv + kv // 4))]
-    return {"op": PREFILL.name, "req": name, "tokens": tokens}
+    step = {"op": PREFILL.name, "req": name, "tokens": tokens}
+    if gen.config.hicache and rng.random() < 0.4:  # admission with the host tier's part of the prefix
+        step["load_back"] = True
+        if rng.random() < 0.25:
+            step["mem_quota"] = rng.randint(0, 8 * gen.page)
+    return step
 
 
 def _prefill_weight(gen) -> int:
@@ -74,8 +90,11 @@ PREFILL = declare(OpSpec(
     "req_prefill", "admit a request: match its prompt, lock the prefix, allocate the rest",
     run_prefill,
     fields=(Field("req", NAME, required=True, defines="requests", positional=True),
-            Field("tokens", TOKENS, required=True, nonempty=True)),
-    results=("prefix_len",),
+            Field("tokens", TOKENS, required=True, nonempty=True),
+            Field("load_back", FLAG, flag_word="load_back", needs=HOST), Field("mem_quota", COUNT, needs=HOST)),
+    results=("prefix_len", "host_loaded"),
+    refusal_changes="with load_back, a load v0.5.23 has made stays when the rest of the prompt cannot be allocated; "
+                    "a called-off load lets go of what it locked (host LRU: most recent end)",
     run_sglang=sglang_prefill,
     fuzz=(FuzzRule(3, _prefill_weight, fuzz_prefill),),
 ))
