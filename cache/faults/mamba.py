@@ -84,9 +84,9 @@ def _install_cow_leak(cache) -> None:
         if req.mamba_pool_idx is not None:
             fired(cache, COW_LEAK)  # the request goes back to the queue still owning the slot
 
-    def new_request(tokens, rid=None, extra_key=None):
+    def new_request(tokens, rid=None, extra_key=None, **more):
         try:
-            return correct_new_request(tokens, rid, extra_key)
+            return correct_new_request(tokens, rid, extra_key, **more)
         except PoolExhaustedError:
             leak_cow(tokens, rid, extra_key)
             raise
