@@ -183,9 +183,8 @@ class HostTier:
         return int(loaded)
 
     def _give_back(self, req) -> None:
-        if getattr(req.kv, "mamba_pool_idx", None) is not None:
-            self.side.r2t.mamba_allocator.free(req.kv.mamba_pool_idx.view(-1))
-            req.kv.mamba_pool_idx = None
+        if getattr(req.kv, "mamba_pool_idx", None) is not None:  # its running slot and, page > 1, its ping-pong slots
+            self.side.r2t.free_mamba_cache(req)
         self.side.r2t.free(req)
 
     # ---- state -----------------------------------------------------------------------
