@@ -36,10 +36,11 @@ from .host_tier import HostCalls, HostTier
 from .pools import KVFingerprintBuffer, PagedAllocator, prefix_fingerprints
 from .request import Req
 from .request_flows import RequestFlows
+from .request_load_back import RequestLoadBack
 from .tree_core import UnifiedTreeCore
 
 
-class UnifiedRadixCache(RequestFlows, HostCalls):
+class UnifiedRadixCache(RequestFlows, RequestLoadBack, HostCalls):
     def __init__(self, config: Optional[CacheConfig] = None, **kwargs) -> None:
         self.config = config if config is not None else CacheConfig.of(**kwargs)
         cfg = self.config

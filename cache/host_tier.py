@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 import torch
 
 from .host_config import HiCacheConfig
-from .errors import CacheError
+from .errors import CacheError, PoolExhaustedError
 from .events import Cause, EventBus, EventKind
 from .keys import as_key
 from .params import EvictParams, MatchPrefixParams
@@ -247,8 +247,16 @@ class HostTier:
         (PoolExhaustedError) before anything changes but the match's own effects
         (access times, a split) and the host LRU places of the copies it locked. ``loaded`` counts every token below the old
         device prefix, as SGLang's does."""
+        return self.load_back_at(self.cache.match_prefix(MatchPrefixParams(key)), mem_quota)
+
+    def load_back_at(self, match, mem_quota: Optional[int] = None, req=None) -> LoadBackResult:
+        """v0.5.23's ``load_back(node, mem_quota, req)`` for a match already made. With
+        a request (admission, cache/request_load_back.py) each component first
+        prepares it (``prepare_load_back``: Mamba gives the request its own state
+        slot when the best match's state is on the host only; the load then copies
+        the state there too) and is told afterwards whether the load went through
+        (``finalize_load_back``: a load called off gives that slot back)."""
         cache, tree = self.cache, self.cache.tree
-        match = cache.match_prefix(MatchPrefixParams(key))
         best = tree.node_by_id(match.best_match_node)
         path = tree.host_path(best)
         aux = [(c, ns) for c in tree.host_components if (ns := c.load_back_nodes(best))]
@@ -269,26 +277,33 @@ class HostTier:
             tree.unlock_aux_host(best, host_locks)
             tree.hold_host(path, -1)
 
-        if (kv_tokens < max(1, self.config.load_back_threshold) and not aux) or (
-                mem_quota is not None and kv_tokens + receipt.delta > mem_quota):
-            unlock()
-            return LoadBackResult(0, hit, match.last_device_node)
+        preps, success = {}, False
         try:
-            slots, taken = self._alloc_for_load(kv_tokens, aux)
+            for component in tree.host_components:  # v0.5.23: after the lock, before the transfers are built
+                preps[component.name] = component.prepare_load_back(best, req)
         except BaseException:
             unlock()
+            self._finalize(preps, req, False)
             raise
-        start = 0
-        for node in path:
-            part = slots[start : start + node.length]
-            self.kv.load(cache.kv_buffer, node.data[0].host_value, part)
-            tree.restore_device(node, part)
-            start += node.length
-        for component, nodes in aux:
-            values = component.commit_load(nodes, taken[component.name])
-            for node, value in zip(nodes, values):
-                self.aux[component.name].load(component.device_store, node.data[component.index].host_value, value)
-                tree.set_component_value(node.id, component.name, value)
+        try:
+            if (kv_tokens < max(1, self.config.load_back_threshold) and not aux) or (
+                    mem_quota is not None and kv_tokens + receipt.delta > mem_quota):
+                unlock()
+                return LoadBackResult(0, hit, match.last_device_node)
+            try:
+                slots, taken = self._alloc_for_load(kv_tokens, aux, req)
+            except PoolExhaustedError:
+                unlock()
+                if req is None:
+                    raise
+                return LoadBackResult(0, hit, match.last_device_node)  # v0.5.23: False, the request recomputes
+            except BaseException:
+                unlock()
+                raise
+            self._commit_load(path, aux, slots, taken, req)
+            success = True
+        finally:
+            self._finalize(preps, req, success)
         tree.dec_lock_ref(best.id, receipt)
         loaded = 0
         node, top = best, tree.node_by_id(match.last_device_node)
@@ -302,7 +317,28 @@ class HostTier:
         self.drain()
         return LoadBackResult(loaded, hit, best.id)
 
-    def _alloc_for_load(self, kv_tokens: int, aux) -> tuple:
+    def _finalize(self, preps: dict, req, success: bool) -> None:
+        for component in self.cache.tree.host_components:
+            if component.name in preps:
+                component.finalize_load_back(req, preps[component.name], success)
+
+    def _commit_load(self, path, aux, slots, taken, req) -> None:
+        """Copy the host data into the slots taken for it and put it on the nodes."""
+        cache, tree = self.cache, self.cache.tree
+        start = 0
+        for node in path:
+            part = slots[start : start + node.length]
+            self.kv.load(cache.kv_buffer, node.data[0].host_value, part)
+            tree.restore_device(node, part)
+            start += node.length
+        for component, nodes in aux:
+            values = component.commit_load(nodes, taken[component.name], req)
+            for node, value in zip(nodes, values):
+                self.aux[component.name].load(component.device_store, node.data[component.index].host_value, value)
+                tree.set_component_value(node.id, component.name, value)
+            component.after_load(nodes, req)
+
+    def _alloc_for_load(self, kv_tokens: int, aux, req=None) -> tuple:
         """Device slots for a load: Full KV only for its tokens (no SWA peers: SWA
         comes back only for its window) and each auxiliary component's share; every
         pool is checked first, then eviction covers the shortfalls."""
@@ -310,7 +346,7 @@ class HostTier:
         pool = cache.kv_pool
         shorts = {"full": pool.pages_for(kv_tokens) * cache.page_size - pool.available_size()}
         for component, nodes in aux:
-            shorts[component.name] = component.load_shortfall(nodes)
+            shorts[component.name] = component.load_shortfall(nodes, req)
         if any(short > 0 for short in shorts.values()):
             cache._ensure_capacity(shorts, {}, True)
             cache.evict_for_alloc(EvictParams.of({name: max(0, short) for name, short in shorts.items()}))
@@ -318,7 +354,7 @@ class HostTier:
         taken = {}
         try:
             for component, nodes in aux:
-                taken[component.name] = component.alloc_for_load(nodes)
+                taken[component.name] = component.alloc_for_load(nodes, req)
         except BaseException:
             if slots is not None:
                 cache.free_kv([slots], full_only=True)

@@ -48,7 +48,7 @@ class RequestFlows:
 
     # ---- admission --------------------------------------------------------------
     def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None,
-                    chunk: Optional[int] = None) -> Req:
+                    chunk: Optional[int] = None, load_back: bool = False, mem_quota: Optional[int] = None) -> Req:
         """Admit a request: match its prefix, lock it, allocate and write the rest
         (with ``chunk``: only the next ``chunk`` prompt tokens, chunked prefill; the
         rest come with extend_prompt).
@@ -63,7 +63,8 @@ class RequestFlows:
         taken before its KV, in v0.5.23's order; the room was checked, so only a
         fault (a bug, or one a test injects) fails after that, and then the slots and
         the lock go back but the match's split and LRU refresh, and what was
-        evicted, stay."""
+        evicted, stay. ``load_back``: first bring the prefix's host part back
+        (v0.5.23's init_load_back, within ``mem_quota``; see request_load_back.py)."""
         key = RadixKey(tokens, extra_key)
         if chunk is not None and (type(chunk) is not int or chunk < 1):
             raise InvalidValueError(f"chunk={chunk!r}: a prefill chunk is at least one token")
@@ -73,6 +74,10 @@ class RequestFlows:
         req = Req(rid, list(tokens), self.tree._empty, self.tree.root.id, None, extra_key=extra_key,
                   token_bytes=bytearray(key.data))
         with self.events.op("new_request", request=rid):
+            if load_back:  # the host tier's part of the prefix first (cache/request_load_back.py)
+                self._admit_loading_back(req, key, mem_quota, chunk)
+                self.requests[rid] = req
+                return req
             path = self.tree.peek_match(key)
             need = len(tokens) - sum(n for _, n in path)
             if chunk is not None:

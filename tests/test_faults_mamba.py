@@ -14,6 +14,8 @@ Detection table (bug scenario run with the fault on; steps are 1-based):
                                                                    mamba_lock_ref
   mamba-alloc-asserts-when-all-locked  4 (chunk)    4              expectation expect_error (the assert, not the
                                                                    clean "cannot alloc mamba" refusal)
+  mamba-load-back-slot-kept            6 (prefill)  6              violation mamba.request_state (the prefill ran
+                                                                   from the kept slot's stale state)
 
 The LRU fault is the only one flagged later than it fires: no invariant checks the
 Mamba LRU's order (only its membership), so the scenario sees it when an eviction
@@ -45,6 +47,7 @@ CASES = {
     "mamba-evict-locked-leaf": ("sglang-21379-mamba-evict-full-locked-leaf", 9, 9, "counter.evictable"),
     "mamba-unlock-after-revive": ("sglang-27147-mamba-lock-tombstone-revive", 6, 6, "lock.unaccounted"),
     "mamba-alloc-asserts-when-all-locked": ("sglang-36770-cannot-alloc-mamba-all-locked", 4, 4, "expect_error"),
+    "mamba-load-back-slot-kept": ("sglang-30986-load-back-call-off-keeps-mamba-slot", 6, 6, "mamba.request_state"),
 }
 SOURCES = {
     "mamba-lru-not-refreshed": "sgl-project/sglang#12007",
@@ -52,6 +55,7 @@ SOURCES = {
     "mamba-evict-locked-leaf": "sgl-project/sglang#21379",
     "mamba-unlock-after-revive": "sgl-project/sglang#27147",
     "mamba-alloc-asserts-when-all-locked": "sgl-project/sglang#36770",
+    "mamba-load-back-slot-kept": "sgl-project/sglang#30986",
 }
 
 
@@ -135,7 +139,8 @@ def test_a_fault_touches_only_its_own_cache(name):
     hooks = [h for h in clean.cache.tree._match_end_hooks if getattr(h, "__self__", None) is mamba]
     assert [h.__func__ for h in hooks] == [MambaComponent.on_match_end]  # the tree's own hook list
     assert not any(attr in vars(mamba) for attr in ("on_match_end", "commit_insert", "evict_next", "acquire_lock",
-                                                    "check_release", "release_lock", "alloc_slot"))
+                                                    "check_release", "release_lock", "alloc_slot",
+                                                    "finalize_load_back"))
     assert "new_request" not in vars(clean.cache)
     assert Runner(scenario).run().passed  # and one built after it ran
 

@@ -104,11 +104,12 @@ def test_the_cache_core_stays_within_its_line_budget():
     opened to any component's host part. Plus 40 for issue 25: held lock receipts filed
     in groups that lock the same nodes, so the per-step lock checks walk a group once;
     and 15 more: content probes only where a step may have changed data, one fresh
-    filing of the receipts per sweep."""
+    filing of the receipts per sweep. Plus 85 for issue 26's admission with load-back
+    (request_load_back.py, the Mamba request-state check; the base was at 4310)."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 4305, core
+    assert 3000 < core <= 4390, core
     assert 200 < sum(code_lines(p) for p in host) <= 1100
 
 

@@ -9,7 +9,9 @@ Hooks (the host tier and the tree core call them on every component with a host 
   config    host_paged, default_host_size; make_host_pool builds the pool the cache uses
   match     create_host_match_validator (accepts data on either tier)
   backup    device_store, backup_nodes (the nodes whose data a backup of a node copies)
-  load      load_back_nodes, load_shortfall, alloc_for_load, free_load, commit_load
+  load      load_back_nodes, load_shortfall, alloc_for_load, free_load, commit_load, after_load
+            (each of the last three told the admitting request, None for a key-only load);
+            prepare_load_back / finalize_load_back around a request's load (v0.5.23's)
   locks     lock_host_copies / unlock_host_copies (what a load reads stays on the host)
   checks    check_host_copies, probe_host_copies (what the host copies hold)
 A split of a node with a host copy is the component's own ``redistribute_on_split``.
@@ -37,6 +39,19 @@ class HostPart:
         """The host pool: ``allocator``, ``size``, ``available_size``, ``clear`` and
         ``copy_in(device_store, slots, host)`` / ``load(device_store, host, slots)``."""
         raise NotImplementedError
+
+    def prepare_load_back(self, best: TreeNode, req):
+        """Before a load for an admitting request (``req``; None: a key-only load):
+        what the component takes for it (v0.5.23 gives Mamba's request its state slot
+        here). Handed back to ``finalize_load_back``."""
+        return None
+
+    def finalize_load_back(self, req, prep, success: bool) -> None:
+        """After the load, done (``success``) or called off: a call-off gives back
+        what ``prepare_load_back`` took."""
+
+    def after_load(self, nodes: list[TreeNode], req) -> None:
+        """The loaded nodes hold their data on the device again."""
 
     def check_host_copies(self, pool, nodes: list[TreeNode]) -> list[tuple[str, str]]:
         """(name, message) for host copies among ``nodes`` that hold the wrong data

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..request import Req
     from ..tree_node import TreeNode
 
+CLEARED = -1  # the fingerprint of an empty state slot (no tokens run yet)
 CHUNK_SIZE = 64  # the model's SSM chunk: checkpoints sit on lcm(chunk, page) boundaries
 
 
@@ -177,6 +178,7 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
         extra buffer, its two ping-pong slots; a failed second one returns the first."""
         if req.mamba_pool_idx is None:
             req.mamba_pool_idx = self.alloc_slot()
+            self.pool.write(req.mamba_pool_idx, CLEARED)  # v0.5.23's mamba_needs_clear: a fresh slot starts empty
         if self.extra_buffer and req.mamba_ping_pong is None:
             first = self.alloc_slot()
             try:
@@ -190,16 +192,24 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
         """A new request: its running state (copied on match, or fresh) has now seen
         every token of its prompt."""
         self.reserve_request(req)
-        self.advance_request(req, 0)
+        self.advance_request(req, 0, admitting=True)
 
-    def advance_request(self, req: Req, start: int) -> None:
+    def advance_request(self, req: Req, start: int, admitting: bool = False) -> None:
         """The model ran tokens [start, kv_len): update the running state and track
-        checkpoint states at grid boundaries (extra buffer)."""
+        checkpoint states at grid boundaries (extra buffer). ``admitting``: the
+        prefill starts from whatever the running slot holds, which must be empty or
+        a state of this prompt's prefix (a copy-on-write or a load's copy); any other
+        content is a stale state, and the state computed from it is wrong too."""
         tokens = req.fill_ids[: req.kv_len]
         if not tokens:
             return
         fps = prefix_fingerprints(tokens, self.pool.device)
-        self.pool.write(req.mamba_pool_idx, int(fps[-1]))
+        state = int(fps[-1])
+        if admitting:
+            start_state = self.pool.fingerprint_of(req.mamba_pool_idx)
+            if start_state != CLEARED and not bool((fps == start_state).any()):
+                state = -(state + 2)  # a state no prefix has: the checks name it (mamba.request_state)
+        self.pool.write(req.mamba_pool_idx, state)
         if not self.extra_buffer:
             return
         tracked = len(tokens) - len(tokens) % self.grid

@@ -42,6 +42,7 @@ def check_mamba(mamba: MambaComponent, cols: Optional[NodeColumns] = None) -> li
             out.extend(_state_violations(nodes, want, stored, consistent))
     req_slots = [s for req in mamba.cache.requests.values() for s in mamba.held_slots(req)]
     out.extend(pool_balance(pool.allocator, tree_slots, req_slots))
+    out.extend(_request_state_violations(mamba))
     out.extend(_check_lock_order(mamba))
     return out
 
@@ -69,6 +70,19 @@ def state_fingerprints(pool, slots: torch.Tensor) -> tuple[list[int], list[bool]
     return fps.tolist(), (conv_ok & ssm_ok).tolist()
 
 
+def _request_state_violations(mamba: MambaComponent) -> list[tuple[str, str]]:
+    """A running request's state is the state after the tokens it has computed."""
+    out = []
+    for req in mamba.cache.requests.values():
+        if req.mamba_pool_idx is None or req.kv_len == 0:
+            continue
+        want = int(prefix_fingerprints(req.fill_ids[: req.kv_len], mamba.pool.device)[-1])
+        if mamba.pool.fingerprint_of(req.mamba_pool_idx) != want:
+            out.append(("mamba.request_state", f"request {req.rid}: its running state is not the state after its "
+                                               f"{req.kv_len} computed tokens (a stale slot it started from?)"))
+    return out
+
+
 def probe_mamba(mamba: MambaComponent, nodes: list) -> bool:
     """The incremental probe: each touched node's state (one owned slot whose
     fingerprint is this path's, tensors consistent), the pool balance and the LRU size
@@ -89,6 +103,8 @@ def probe_mamba(mamba: MambaComponent, nodes: list) -> bool:
     states = tree.evictable[i] + tree.protected[i]
     held = sum(len(mamba.held_slots(req)) for req in mamba.cache.requests.values())
     if pool.available_size() + states + held != pool.size or tree.lru[mamba.name].size != states:
+        return False
+    if _request_state_violations(mamba):
         return False
     return not _check_lock_order(mamba, tree.held_lock_groups())
 

@@ -51,23 +51,50 @@ class MambaHostMixin(HostPart):
         cd = best.data[self.index]
         return [best] if cd.value is None and cd.host_value is not None else []
 
-    # A load takes the node's state slot and, first, the loading request's own slots
-    # (its running state, and with the extra buffer its two ping-pong slots: v0.5.23's
-    # prepare_load_back and request row); load_back has no request, so those are
-    # handed back once the load is done.
-    def load_shortfall(self, nodes: list[TreeNode]) -> int:
-        return len(nodes) + self.slots_for_request() - self.pool.available_size()
+    # A key-only load takes the node's state slot and, first, a request's own slots
+    # (its running state, and with the extra buffer its two ping-pong slots: the
+    # request row v0.5.23's load is made for), handed back once the load is done. An
+    # admitting request has its running slot from prepare_load_back: only the
+    # node's slot is taken then.
+    def _request_slots(self, req) -> int:
+        return self.slots_for_request() if req is None else 0
 
-    def alloc_for_load(self, nodes: list[TreeNode]) -> torch.Tensor:
-        return self.pool.alloc(len(nodes) + self.slots_for_request())
+    def load_shortfall(self, nodes: list[TreeNode], req=None) -> int:
+        return len(nodes) + self._request_slots(req) - self.pool.available_size()
+
+    def alloc_for_load(self, nodes: list[TreeNode], req=None) -> torch.Tensor:
+        return self.pool.alloc(len(nodes) + self._request_slots(req))
 
     def free_load(self, slots: torch.Tensor) -> None:
         self.pool.free(slots)
 
-    def commit_load(self, nodes: list[TreeNode], slots: torch.Tensor) -> list[torch.Tensor]:
+    def commit_load(self, nodes: list[TreeNode], slots: torch.Tensor, req=None) -> list[torch.Tensor]:
         """Device values for ``nodes`` from the slots a load filled."""
-        self.pool.free(slots[len(nodes) :])  # the request's slots
+        if slots.shape[0] > len(nodes):
+            self.pool.free(slots[len(nodes) :])  # the key-only load's request slots
         return [slots[k : k + 1] for k in range(len(nodes))]
+
+    def prepare_load_back(self, best: TreeNode, req):
+        """v0.5.23: a request holding no state slot, loading a state that is on the
+        host only, gets its slot now (evicting a state when the pool is full); the
+        load copies the state into it as well. Returns that slot (None: none taken)."""
+        cd = best.data[self.index]
+        if req is None or req.mamba_pool_idx is not None or not (cd.value is None and cd.host_value is not None):
+            return None
+        req.mamba_pool_idx = self.alloc_slot()  # v0.5.23 asserts where ours refuses (PoolExhaustedError)
+        return req.mamba_pool_idx
+
+    def finalize_load_back(self, req, prep, success: bool) -> None:
+        """A load called off: the slot prepared for it goes back, its copy never ran
+        (sgl-project/sglang#30986)."""
+        if not success and prep is not None:
+            self.pool.free(prep)
+            req.mamba_pool_idx = None
+
+    def after_load(self, nodes: list[TreeNode], req) -> None:
+        """The request's own copy of the loaded state (v0.5.23's second Mamba transfer)."""
+        if req is not None and req.mamba_pool_idx is not None and nodes:
+            self.pool.copy(nodes[-1].data[self.index].value, req.mamba_pool_idx)
 
     def lock_host_copies(self, anchor: TreeNode):
         cd = anchor.data[self.index]

@@ -64,16 +64,16 @@ class SidecarHostMixin(HostPart):
         cd = best.data[self.index]
         return [best] if cd.value is None and cd.host_value is not None else []
 
-    def load_shortfall(self, nodes: list[TreeNode]) -> int:
+    def load_shortfall(self, nodes: list[TreeNode], req=None) -> int:
         return sum(self.value_len(n) for n in nodes) - self.pool.available_size()
 
-    def alloc_for_load(self, nodes: list[TreeNode]) -> torch.Tensor:
+    def alloc_for_load(self, nodes: list[TreeNode], req=None) -> torch.Tensor:
         return self.pool.alloc(sum(self.value_len(n) for n in nodes))
 
     def free_load(self, slots: torch.Tensor) -> None:
         self.pool.free(slots)
 
-    def commit_load(self, nodes: list[TreeNode], slots: torch.Tensor) -> list[torch.Tensor]:
+    def commit_load(self, nodes: list[TreeNode], slots: torch.Tensor, req=None) -> list[torch.Tensor]:
         values, start = [], 0
         for node in nodes:
             n = self.value_len(node)

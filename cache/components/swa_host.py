@@ -82,17 +82,17 @@ class SWAHostMixin(HostPart):
         out.reverse()
         return out
 
-    def load_shortfall(self, nodes: list[TreeNode]) -> int:
+    def load_shortfall(self, nodes: list[TreeNode], req=None) -> int:
         need = sum(n.length for n in nodes)
         return self.pool.allocator.pages_for(need) * self.page_size - self.pool.available_size()
 
-    def alloc_for_load(self, nodes: list[TreeNode]) -> torch.Tensor:
+    def alloc_for_load(self, nodes: list[TreeNode], req=None) -> torch.Tensor:
         return self.pool.allocator.alloc(sum(n.length for n in nodes))
 
     def free_load(self, slots: torch.Tensor) -> None:
         self.pool.allocator.free(slots, trusted=True)
 
-    def commit_load(self, nodes: list[TreeNode], slots: torch.Tensor) -> list[torch.Tensor]:
+    def commit_load(self, nodes: list[TreeNode], slots: torch.Tensor, req=None) -> list[torch.Tensor]:
         """Map the loaded nodes' Full slots (restored just before) to the SWA slots."""
         values, start = [], 0
         for node in nodes:

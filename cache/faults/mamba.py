@@ -182,6 +182,30 @@ def _install_alloc_asserts(cache) -> None:
     mamba.alloc_slot = types.MethodType(alloc_slot, mamba)
 
 
+# ---- sgl-project/sglang#30986: a called-off load-back keeps the request's Mamba slot ------
+
+LOAD_BACK_SLOT_KEPT = "mamba-load-back-slot-kept"
+
+
+def _install_load_back_slot_kept(cache) -> None:
+    """Before the fix, building a load-back's Mamba transfer gave the request its own
+    state slot before the load was known to go through; when it was called off
+    (mem_quota, no room, or the controller's load failing) nothing took the slot
+    back: the request kept it and ran its prefill from whatever the slot held, its
+    copy never having run. Fires each time a called-off load leaves the slot on the
+    request."""
+    mamba = cache.by_name["mamba"]
+    correct_finalize = mamba.finalize_load_back
+
+    def finalize_load_back(self, req, prep, success: bool) -> None:
+        if not success and prep is not None:
+            fired(cache, LOAD_BACK_SLOT_KEPT)  # upstream: the slot stays on req.mamba_pool_idx
+            return
+        correct_finalize(req, prep, success)
+
+    mamba.finalize_load_back = types.MethodType(finalize_load_back, mamba)
+
+
 FAULTS: list[Fault] = [
     Fault(
         LRU_NOT_REFRESHED, "sgl-project/sglang#12007", ("mamba",),
@@ -207,5 +231,10 @@ FAULTS: list[Fault] = [
         ALLOC_ASSERTS, "sgl-project/sglang#36770", ("mamba",),
         "a Mamba slot allocation that eviction cannot cover asserts instead of being refused cleanly",
         _install_alloc_asserts,
+    ),
+    Fault(
+        LOAD_BACK_SLOT_KEPT, "sgl-project/sglang#30986", ("mamba",),
+        "a called-off load-back leaves the Mamba slot it gave the request on it: the prefill starts from a stale state",
+        _install_load_back_slot_kept,
     ),
 ]

@@ -164,10 +164,27 @@ class HostTier:
             self._give_back(req)
         return {"loaded": int(loaded), "host_hit_length": int(m.host_hit_length)}
 
+    def admit_load_back(self, req, f: dict) -> int:
+        """PrefillAdder's load-back for a request just matched (schedule_policy.py):
+        ``init_load_back`` with the request, whose prepared Mamba slot it keeps; the
+        prefix then ends on the node returned, loaded tokens protected."""
+        from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams
+
+        cache = self.cache
+        if not req.needs_host_load_back():
+            return 0
+        loaded, node = cache.init_load_back(InitLoadBackParams(
+            best_match_node=req.best_match_node, host_hit_length=req.host_hit_length, mem_quota=f.get("mem_quota"),
+            req=req))
+        cache.ready_to_load_host_cache()
+        req.host_loaded_length, req.last_node = loaded, node
+        req.prefix_len += loaded
+        req.kv.cache_protected_len = req.prefix_len
+        return int(loaded)
+
     def _give_back(self, req) -> None:
-        if getattr(req.kv, "mamba_pool_idx", None) is not None:
-            self.side.r2t.mamba_allocator.free(req.kv.mamba_pool_idx.view(-1))
-            req.kv.mamba_pool_idx = None
+        if getattr(req.kv, "mamba_pool_idx", None) is not None:  # its running slot and, page > 1, its ping-pong slots
+            self.side.r2t.free_mamba_cache(req)
         self.side.r2t.free(req)
 
     # ---- state -----------------------------------------------------------------------

@@ -337,6 +337,7 @@ SCALE_CONFIGS = (  # the configurations the fuzzer is run on at scale (README), 
     FuzzConfig(("full", "swa"), 1, 4), FuzzConfig(("full", "swa"), 4, 2), FuzzConfig(("full", "swa"), 16, 16),
     FuzzConfig(("full", "mamba"), 1), FuzzConfig(("full", "mamba"), 4),
     FuzzConfig(("full", "swa", "mamba"), 1, 4),
+    FuzzConfig(("full", "mamba"), 1, hicache="write_back"),  # admission with load-back (sglang#30986)
 )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from array import array
 
-from .spec import COUNT, FLAG, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
+from .spec import COUNT, FLAG, HOST, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
 
 REQ = Field("req", NAME, required=True, uses="requests", positional=True)
 
@@ -35,10 +35,17 @@ def run_prefill(session, f: dict) -> dict:
     name = f["req"]
     if name in session.reqs:
         raise session.refused(f"request {name!r} is already running")
-    req = session.cache.new_request(f["tokens"], rid=name, chunk=f.get("chunk"))
+    load_back = bool(f.get("load_back"))
+    if f.get("mem_quota") is not None and not load_back:
+        raise session.refused("mem_quota is the load-back's budget: it needs load_back")
+    more = {"load_back": True, "mem_quota": f.get("mem_quota")} if load_back else {}
+    req = session.cache.new_request(f["tokens"], rid=name, chunk=f.get("chunk"), **more)
     session.reqs[name] = req
     session.finished.pop(name, None)
-    return {"prefix_len": req.cache_protected_len}
+    out = {"prefix_len": req.cache_protected_len}
+    if load_back:
+        out["host_loaded"] = req.host_loaded_length
+    return out
 
 
 def sglang_prefill(side, f: dict) -> dict:
@@ -50,7 +57,8 @@ def sglang_prefill(side, f: dict) -> dict:
                  sampling_params=sg.SamplingParams(temperature=0, max_new_tokens=1 << 20))
     sg.match_kv_cache(req, side.cache, cow_mamba=side.has_mamba)
     entry = {"req": req, "spare": torch.empty((0,), dtype=torch.int64)}
-    try:  # the scheduler's order: budget the KV, lock the prefix, the row and its states, the KV
+    try:  # the scheduler's order: load back, budget the KV, lock the prefix, the row and its states, the KV
+        loaded = side.host.admit_load_back(req, f) if f.get("load_back") else None  # workbench/bridge/sglang_host.py
         prefix = side.cache.prefix_device_indices(req).to(torch.int64)
         computed = len(tokens) if f.get("chunk") is None else min(len(tokens), prefix.numel() + f["chunk"])
         req.extend_end = computed  # set before the lock, as the scheduler's admission does (the recorder reads it)
@@ -73,7 +81,10 @@ def sglang_prefill(side, f: dict) -> dict:
     req.refresh_fill_ids()
     side.track_checkpoint(req)
     side.reqs[name] = entry
-    return {"prefix_len": int(req.kv.cache_protected_len)}
+    out = {"prefix_len": int(req.kv.cache_protected_len)}
+    if loaded is not None:
+        out["host_loaded"] = loaded
+    return out
 
 
 def fuzz_prefill(gen) -> dict:
@@ -89,6 +100,10 @@ def fuzz_prefill(gen) -> dict:
     if rng.random() < 0.2 and len(tokens) > 1:  # chunked prefill: the rest comes with req_extend
         step["chunk"] = rng.randint(1, len(tokens) - 1)
         gen.chunked.add(name)
+    if gen.config.hicache and rng.random() < 0.4:  # admission with the host tier's part of the prefix
+        step["load_back"] = True
+        if rng.random() < 0.25:
+            step["mem_quota"] = rng.randint(0, 8 * gen.page)
     return step
 
 
@@ -102,11 +117,13 @@ PREFILL = declare(OpSpec(
     run_prefill,
     fields=(Field("req", NAME, required=True, defines="requests", positional=True),
             Field("tokens", TOKENS, required=True, nonempty=True),
-            Field("chunk", COUNT, placeholder="N")),
-    results=("prefix_len",),
+            Field("chunk", COUNT, placeholder="N"),
+            Field("load_back", FLAG, flag_word="load_back", needs=HOST), Field("mem_quota", COUNT, needs=HOST)),
+    results=("prefix_len", "host_loaded"),
     run_sglang=sglang_prefill,
     refusal_changes="SGLang's scheduler matches a request before it knows it can admit it: a refused admission "
-    "keeps its match's split and LRU refresh (it holds nothing)",
+    "keeps its match's split and LRU refresh (it holds nothing); with load_back, a load v0.5.23 has made stays, "
+    "and a called-off load lets go of what it locked (host LRU: most recent end)",
     fuzz=(FuzzRule(3, _prefill_weight, fuzz_prefill),),
     record=_recorded("record_prefill"),  # the lock that admits a matched request (the recorder finds it)
 ))

@@ -490,7 +490,10 @@ def _check_needs(spec, fields: dict, config: dict, name: str, line_of) -> None:
         field = spec.field(key)
         if field is None and key not in comps:  # a <component>=N field names a component the config lacks
             raise ScenarioError(f"op {spec.name!r} as written needs the {key} component", name, line_of(key), key)
-        if field is not None and field.needs and value and field.needs not in comps:
+        if field is not None and field.needs == ops.HOST and value and not config.get("hicache"):
+            raise ScenarioError(f"op {spec.name!r} as written needs the host tier ([config] hicache = {{ … }})",
+                                name, line_of(key), key)
+        if field is not None and field.needs and field.needs != ops.HOST and value and field.needs not in comps:
             raise ScenarioError(f"op {spec.name!r} as written needs the {field.needs} component", name, line_of(), "op")
     for need in spec.needs:
         if need == ops.HOST and not config.get("hicache"):
