@@ -46,6 +46,7 @@ class Cause(str, enum.Enum):
     TAIL = "tail"  # unaligned tail of a key: a partial page is never cached
     CASCADE = "cascade"  # another component's eviction took this data along (``detail``: "from <it>")
     CLEANUP = "cleanup"  # an emptied ancestor removed after its last child
+    RETRACT = "retract"  # a retracted request's host backup: taken, restored or discarded
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
