@@ -334,6 +334,7 @@ SCALE_CONFIGS = (  # the configurations the fuzzer is run on at scale (README), 
     FuzzConfig(("full", "swa"), 1, 4), FuzzConfig(("full", "swa"), 4, 2), FuzzConfig(("full", "swa"), 16, 16),
     FuzzConfig(("full", "mamba"), 1), FuzzConfig(("full", "mamba"), 4),
     FuzzConfig(("full", "swa", "mamba"), 1, 4),
+    FuzzConfig(("full",), 4, hicache="write_through"),  # the host tier: retraction backups, restore, abort
 )
 
 

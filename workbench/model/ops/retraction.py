@@ -69,6 +69,12 @@ def fuzz_retract(gen) -> dict:
     return step
 
 
+def _hosted(weight: int, when=lambda gen: True):
+    """Drawn only on fuzz configs with a host tier: the configs without one replay the
+    sequences their seeds always gave (the fault detection table pins them)."""
+    return lambda gen: weight if gen.config.hicache and when(gen) else 0
+
+
 def _retracted(gen) -> list:
     """The generator's retracted requests: (name, with a backup)."""
     return gen.__dict__.setdefault("retracted", [])
@@ -81,7 +87,7 @@ RETRACT = declare(OpSpec(
     fields=(REQ, Field("backup", FLAG, flag_word="backup"), Field("evict", COUNT)),
     results=("backup_slots",),
     run_sglang=sglang_retract,
-    fuzz=(FuzzRule(20, lambda gen: 2 if gen.running else 0, fuzz_retract),),
+    fuzz=(FuzzRule(20, _hosted(2, lambda gen: bool(gen.running)), fuzz_retract),),
     describe=lambda f: f"retract {f['req']}" + (" with a host backup" if f.get("backup") else ""),
 ))
 
@@ -139,7 +145,7 @@ RESTORE = declare(OpSpec(
     run_restore,
     fields=(REQ,),
     run_sglang=sglang_restore,
-    fuzz=(FuzzRule(21, lambda gen: 4 if any(kept for _, kept in _retracted(gen)) else 0, fuzz_restore),),
+    fuzz=(FuzzRule(21, _hosted(4, lambda gen: any(kept for _, kept in _retracted(gen))), fuzz_restore),),
 ))
 
 
@@ -186,5 +192,5 @@ ABORT = declare(OpSpec(
     run_abort,
     fields=(Field("req", NAME, required=True, uses="requests", ends=True, positional=True),),
     run_sglang=sglang_abort,
-    fuzz=(FuzzRule(22, lambda gen: 2 if gen.running or _retracted(gen) else 0, fuzz_abort),),
+    fuzz=(FuzzRule(22, _hosted(2, lambda gen: bool(gen.running or _retracted(gen))), fuzz_abort),),
 ))
