@@ -73,9 +73,12 @@ class RequestRetraction:
         with self.events.op("retract", request=req.rid):
             saved = self._backup_kv_cache(req, window) if backup else None
             self.release_kv_cache(req, checkpoint=False)
-            available = min([self.kv_pool.available_size(), *(c.pool.available_size() for c in self.hooks.kv_peers)])
-            if evict > available:  # evict_from_tree_cache: only the shortfall
-                self.evict_for_alloc(EvictParams(num_tokens=evict - available))
+            # evict_from_tree_cache: each KV pool's own shortfall below ``evict`` (SWA's too)
+            shorts = {"full": max(0, evict - self.kv_pool.available_size())}
+            for component in self.hooks.kv_peers:
+                shorts[component.name] = max(0, evict - component.available_size())
+            if any(shorts.values()):
+                self.evict_for_alloc(EvictParams.of(shorts))
             self._reset_for_retract(req)
             if backup and saved is None:  # SGLang aborts a request it could not back up
                 return False
