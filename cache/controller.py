@@ -37,10 +37,11 @@ from .pools import KVFingerprintBuffer, PagedAllocator, prefix_fingerprints
 from .request import Req
 from .request_flows import RequestFlows
 from .request_load_back import RequestLoadBack
+from .request_retraction import RequestRetraction
 from .tree_core import UnifiedTreeCore
 
 
-class UnifiedRadixCache(RequestFlows, RequestLoadBack, HostCalls):
+class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCalls):
     def __init__(self, config: Optional[CacheConfig] = None, **kwargs) -> None:
         self.config = config if config is not None else CacheConfig.of(**kwargs)
         cfg = self.config
@@ -57,6 +58,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, HostCalls):
         self.host = HostTier(self, cfg.hicache) if cfg.hicache is not None else None  # HiCache's host tier
         self.hooks = HookTable.of(self.components)  # which components each hook runs on
         self.requests: dict[str, Req] = {}
+        self.retracted: dict[str, Req] = {}  # retracted requests (request_retraction.py)
         self._rids = itertools.count(1)
         self.fingerprints = True  # write_kv records KV fingerprints (off only for timing replays)
         self.fault_hits: dict[str, int] = {}  # fault name -> times it changed behaviour (cache/faults)
@@ -355,6 +357,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, HostCalls):
         for component in self.hooks.own_pools:
             component.reset_pool()
         self.requests.clear()
+        self.retracted.clear()
 
     def snapshot(self):
         from .snapshot import take_snapshot

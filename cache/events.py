@@ -47,6 +47,7 @@ class Cause(str, enum.Enum):
     STOP = "stop"  # KV past a request's stop (finished_len): nothing can match it
     CASCADE = "cascade"  # another component's eviction took this data along (``detail``: "from <it>")
     CLEANUP = "cleanup"  # an emptied ancestor removed after its last child
+    RETRACT = "retract"  # a retracted request's host backup: taken, restored or discarded
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -36,8 +36,13 @@ def check_host_tier(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Viola
     if tree.host_held != held:
         out.append(Violation("host.counter", f"host tokens held {tree.host_held} != recomputed {held}"))
     used = host.kv.size - host.kv.available_size()
-    if used != pages * ps:
-        out.append(Violation("host.pool_balance", f"host pool hands out {used} slots, the nodes hold {pages * ps}"))
+    backups = _backups(cache)
+    kept = backups.get("full", [])
+    held_by_backups = sum(int(b.shape[0]) for b in kept)
+    if used != pages * ps + held_by_backups:
+        out.append(Violation("host.pool_balance", f"host pool hands out {used} slots, the nodes hold {pages * ps}"
+                             + (f" and retraction backups {held_by_backups}" if kept else "")))
+    copies = copies + kept
     if copies:
         slots = torch.cat(copies) if len(copies) > 1 else copies[0]
         if torch.unique(slots).shape[0] != slots.shape[0]:
@@ -85,8 +90,12 @@ def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vi
         used = pool.size - pool.available_size()
         ps = pool.allocator.page_size
         held = sum(pool.allocator.pages_for(int(c.shape[0])) for c in copies) * ps
-        if used != held:
-            out.append(Violation("host.pool_balance", f"{name} host pool hands out {used} slots, the nodes hold {held}"))
+        kept = _backups(cache).get(name, [])
+        held_by_backups = sum(int(b.shape[0]) for b in kept)
+        if used != held + held_by_backups:
+            out.append(Violation("host.pool_balance", f"{name} host pool hands out {used} slots, the nodes hold {held}"
+                                 + (f" and retraction backups {held_by_backups}" if kept else "")))
+        copies = copies + kept
         total = sum(int(c.shape[0]) for c in copies)
         if len(copies) > 1 and torch.unique(torch.cat(copies)).shape[0] != total:
             out.append(Violation("host.shared_slots", f"two {name} host copies share a host slot"))
@@ -99,16 +108,31 @@ def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vi
                                  f"missing {sorted(expected - actual)[:5]}"))
 
 
+def _backups(cache: UnifiedRadixCache) -> dict[str, list]:
+    """Host slots of the retracted requests' backups (request_retraction.py), per host
+    pool: they are neither free nor any node's."""
+    out: dict[str, list] = {}
+    for req in cache.retracted.values():
+        saved = req.retraction_backup
+        if saved is not None:
+            out.setdefault("full", []).append(saved.host_indices)
+            if saved.swa_host_indices is not None:
+                out.setdefault("swa", []).append(saved.swa_host_indices)
+    return out
+
+
 def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
     """The per-step probe (invariants_incremental.py): the touched nodes' host state
     and each host pool's balance from the tree's counters. False: the sweep names it."""
     tree, host = cache.tree, cache.host
-    if host.kv.size - host.kv.available_size() != tree.host_held:
+    backups = cache.backup_held() if cache.retracted else {}
+    if host.kv.size - host.kv.available_size() != tree.host_held + backups.get("full", 0):
         return False
     for component in tree.host_components:
         pool = host.aux[component.name]
         held = tree.host_units[component.name]
-        if pool.size - pool.available_size() != pool.allocator.pages_for(held) * pool.allocator.page_size:
+        if pool.size - pool.available_size() != pool.allocator.pages_for(held) * pool.allocator.page_size + \
+                backups.get(component.name, 0):
             return False
         if not component.probe_host_copies(pool, nodes):
             return False

@@ -39,6 +39,8 @@ class Req:
     mamba_cow_src: Optional[torch.Tensor] = None  # the tree slot its running state was copied from
     released: bool = False
     host_loaded_length: int = 0  # prefix tokens its admission loaded back from the host tier
+    # a retracted request's host backup (request_retraction.py's RetractionBackup; None: none)
+    retraction_backup: Optional[Any] = None
     # output tokens through the stop (SGLang's finished_len): a stop before the last
     # committed token leaves KV past it that nothing can match (freed on release)
     finished_len: Optional[int] = None

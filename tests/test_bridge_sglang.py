@@ -299,3 +299,27 @@ def test_a_second_window_release_is_recorded_as_a_comment(tmp_path):
     assert "already released: SGLang does nothing" in (tmp_path / "t.jsonl").read_text()
     assert run_scenario(recorded).passed
     assert run_against(recorded).agrees
+
+
+@pytest.mark.parametrize("components, page", [(("full",), 4), (("full", "swa"), 2)])
+def test_random_retract_restore_abort_agree_with_sglang(components, page):
+    """The fuzzer's steps on a write-through host tier (where it draws retract, restore
+    and abort), less the requests whose admission was refused (a refused prefill
+    changes nothing on ours; SGLang's match has split a node by then, compared
+    elsewhere), agree with SGLang step by step."""
+    import itertools
+
+    from workbench.model.fuzzing.config import FuzzConfig
+    from workbench.model.fuzzing.fuzz import LockstepRun, OpGenerator
+
+    config = FuzzConfig(components, page, hicache="write_through")
+    run = LockstepRun(config, checks=False)
+    for raw in itertools.islice(OpGenerator(config, 1), 300):
+        run.step(raw)
+    refused = {s["req"] for s in run.steps if s["op"] == "req_prefill" and "expect_error" in s}
+    steps = [s for s in run.steps if s.get("req") not in refused]
+    header = {"schema": 1, "scenario": {"name": "retraction-random"}, "config": config.scenario_config()}
+    report = run_against(scenario_from_records(header, steps))
+    assert report.agrees, report.divergence.as_dict()
+    ran = [s["op"] for s in steps]
+    assert {"retract", "restore", "abort"} <= set(ran) and report.states_compared == report.run

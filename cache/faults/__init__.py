@@ -9,8 +9,8 @@ exactly the code it always runs: zero cost when off. Each faulty copy calls
 so a run knows the first step where the fault mattered (the "first faulty step" of the
 fuzzer's detection table).
 
-The catalogue is data (name, source, components, summary) held by three modules —
-``full``, ``swa`` and ``mamba`` — which import nothing heavy at import time: checking a
+The catalogue is data (name, source, components, summary) held by four modules —
+``full``, ``swa``, ``mamba`` and ``requests`` (retraction and abort) — which import nothing heavy at import time: checking a
 scenario's config never imports torch. Adding a fault is one ``Fault`` entry and its
 installer in one of them.
 """
@@ -21,7 +21,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Iterable
 
-MODULES = ("full", "swa", "mamba")
+MODULES = ("full", "swa", "mamba", "requests")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Fault:
 
 
 def catalogue() -> dict[str, Fault]:
-    """Every fault, by name, in module order (Full, SWA, Mamba)."""
+    """Every fault, by name, in module order (Full, SWA, Mamba, requests)."""
     out: dict[str, Fault] = {}
     for module in MODULES:
         for fault in importlib.import_module(f"{__name__}.{module}").FAULTS:

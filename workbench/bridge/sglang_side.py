@@ -50,6 +50,7 @@ class SGLangSide:
         self.matches: dict[str, Any] = {}  # name -> node handle
         self.locks: dict[str, Any] = {}  # name -> TreeLock (released ones kept: a second unlock reaches SGLang)
         self.reqs: dict[str, dict] = {}  # name -> {"req": Req, "spare": slots past the committed length}
+        self.retracted: dict[str, dict] = {}  # name -> a retracted request's entry (ops/retraction.py)
         self._rid = 0
 
     @classmethod

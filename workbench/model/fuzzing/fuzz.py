@@ -338,6 +338,7 @@ SCALE_CONFIGS = (  # the configurations the fuzzer is run on at scale (README), 
     FuzzConfig(("full", "mamba"), 1), FuzzConfig(("full", "mamba"), 4),
     FuzzConfig(("full", "swa", "mamba"), 1, 4),
     FuzzConfig(("full", "mamba"), 1, hicache="write_back"),  # admission with load-back (sglang#30986)
+    FuzzConfig(("full",), 4, hicache="write_through"),  # the host tier: retraction backups, restore, abort
 )
 
 

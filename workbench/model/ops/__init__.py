@@ -1,5 +1,5 @@
 """The op registry: every scenario op, declared once, one module per family (keys,
-locks, evict, requests, host). Import this package to have them all declared;
+locks, evict, requests, host, retraction). Import this package to have them all declared;
 ``spec`` says what a declaration holds."""
 
 # each module declares its ops; this order is the order users see them in
@@ -8,6 +8,7 @@ from . import locks  # noqa: F401  isort: skip
 from . import evict  # noqa: F401  isort: skip
 from . import requests  # noqa: F401  isort: skip
 from . import host  # noqa: F401  isort: skip
+from . import retraction  # noqa: F401  isort: skip
 from .spec import (  # noqa: F401
     COUNT, DEVICE, FLAG, HOST, HOST_PARTS, NAME, NAMESPACES, OPS, TOKENS, Field, FuzzRule, OpSpec,
     all_ops, canonical, declare, timed_calls, flag_words, get, host_parts, name_fields, owner, reference_table,

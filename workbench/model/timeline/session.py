@@ -47,6 +47,7 @@ class Session:
         self.released: dict[str, LockHandle] = {}  # kept so a second unlock reaches the cache
         self.reqs: dict[str, Req] = {}
         self.finished: dict[str, Req] = {}
+        self.retracted: dict[str, Req] = {}  # retracted requests: restore or abort them (ops/retraction.py)
         self.last_match: Optional[MatchHandle] = None
 
     def run(self, op: str, fields: dict[str, Any]) -> Optional[dict[str, Any]]:
@@ -88,7 +89,7 @@ class Session:
         self.released[name] = self.locks.pop(name)
 
     def request_named(self, name: str) -> Req:
-        req = self.reqs.get(name) or self.finished.get(name)
+        req = self.reqs.get(name) or self.retracted.get(name) or self.finished.get(name)
         if req is None:
             raise RunError(f"unknown request {name!r}")
         return req

@@ -1,0 +1,82 @@
+"""The request-flow faults of the catalogue (cache/faults/requests.py): each one, turned
+on in the bug scenario that shows the correct behaviour, fires and is caught.
+
+Measured (first step the fault fired / first failing step / what names it there):
+
+  retract-pads-unaligned-prefix  fired 4 (retract after the checkpoint at 6 on page 4),
+                                 flagged 4: pool.full.balance; expectation full_available
+  abort-retracted-keeps-backup   fired 6 (abort of the retracted r1), flagged 6:
+                                 host.pool_balance; expectation full_host_available
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cache.faults import catalogue
+from workbench.model.scenarios.scenario import load_scenario
+from workbench.model.timeline.runner import Runner
+
+BUGS = Path(__file__).resolve().parents[1] / "scenarios" / "bugs"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    fault: str
+    source: str
+    scenario: str
+    fired_and_flagged: int
+    violation: str
+    field: str
+
+
+CASES = [
+    Case("retract-pads-unaligned-prefix", "sgl-project/sglang#4977", "sglang-4977-retract-pads-unaligned-prefix", 4,
+         "pool.full.balance", "full_available"),
+    Case("abort-retracted-keeps-backup", "sgl-project/sglang#18701", "sglang-18701-abort-retracted-keeps-backup", 6,
+         "host.pool_balance", "full_host_available"),
+]
+IDS = [c.fault for c in CASES]
+
+
+def scenario_of(case: Case, faults=()):
+    scenario = load_scenario(BUGS / f"{case.scenario}.toml")
+    return dataclasses.replace(scenario, config={**scenario.config, "faults": list(faults)})
+
+
+def test_catalogue_entries_cite_their_source_and_the_scenario_says_it_too():
+    known = catalogue()
+    for case in CASES:
+        assert known[case.fault].source == case.source and known[case.fault].components == ("full",)
+        assert load_scenario(BUGS / f"{case.scenario}.toml").source == case.source
+
+
+def test_the_requests_faults_module_imports_no_torch():
+    code = "import sys, cache.faults.requests; from cache.faults import catalogue; catalogue(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_scenario_passes_without_the_fault(case):
+    timeline = Runner(scenario_of(case)).run()
+    assert timeline.passed, [str(f) for r in timeline.records for f in (*r.failures, *r.violations)]
+    assert not any(r.faults_fired for r in timeline.records)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_fault_fires_and_is_caught_where_it_fires(case):
+    timeline = Runner(scenario_of(case, [case.fault])).run()
+    assert not timeline.passed
+    fired = [r.index for r in timeline.records if case.fault in r.faults_fired]
+    flagged = [r.index for r in timeline.records if not r.passed]
+    assert fired == [case.fired_and_flagged] and flagged[0] == case.fired_and_flagged
+    record = timeline.records[case.fired_and_flagged - 1]
+    assert case.violation in {v.name for v in record.violations}
+    assert case.field in {f.field for f in record.failures}
