@@ -218,7 +218,7 @@ EXTEND = declare(OpSpec(
     run_extend,
     fields=(REQ, Field("chunk", COUNT, placeholder="N")),
     run_sglang=sglang_extend,
-    fuzz=(FuzzRule(20, lambda gen: 6 if gen.chunked else 0, fuzz_extend),),
+    fuzz=(FuzzRule(14, lambda gen: 6 if gen.chunked else 0, fuzz_extend),),
 ))
 
 

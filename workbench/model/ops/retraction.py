@@ -60,6 +60,7 @@ def sglang_retract(side, f: dict) -> dict:
 def fuzz_retract(gen) -> dict:
     retracted = _retracted(gen)
     name = gen.running.pop(gen.rng.randrange(len(gen.running)))
+    gen.chunked.discard(name)
     step = {"op": RETRACT.name, "req": name}
     if gen.config.hicache and "mamba" not in gen.config.components and gen.rng.random() < 0.7:
         step["backup"] = True
@@ -70,9 +71,8 @@ def fuzz_retract(gen) -> dict:
 
 
 def _hosted(weight: int, when=lambda gen: True):
-    """Drawn only on fuzz configs with a host tier: the configs without one replay the
-    sequences their seeds always gave (the fault detection table pins them)."""
-    return lambda gen: weight if gen.config.hicache and when(gen) else 0
+    """Drawn on every fuzz config (a backup only with a host tier and no Mamba)."""
+    return lambda gen: weight if when(gen) else 0
 
 
 def _retracted(gen) -> list:
@@ -183,6 +183,7 @@ def fuzz_abort(gen) -> dict:
         name, _ = retracted.pop(gen.rng.randrange(len(retracted)))
     else:
         name = gen.running.pop(gen.rng.randrange(len(gen.running)))
+        gen.chunked.discard(name)
     return {"op": ABORT.name, "req": name}
 
 
