@@ -74,3 +74,53 @@ def test_a_component_shows_its_own_request_state_without_the_snapshot_knowing_it
     run.cache.hooks = HookTable.of(run.cache.components)
     assert take_snapshot(run.cache).requests[0].components == (("full", (("seen", 3),)),)
     assert TreeComponent.request_extras(full, run.cache.requests["r"]) == {}
+
+
+# ---- the request diff ------------------------------------------------------------------------------
+from workbench.model.timeline.request_diff import ADDED, CHANGED, ENDED, request_diff, step_request_diff  # noqa: E402
+
+STORY = ({"op": "req_prefill", "req": "r1", "tokens": list(range(1, 71))},
+         {"op": "req_decode", "req": "r1", "tokens": [5, 6, 7], "slide_window": True},
+         {"op": "checkpoint", "req": "r1"},
+         {"op": "req_prefill", "req": "r2", "tokens": list(range(1, 67))},
+         {"op": "release", "req": "r1"})
+
+
+def test_each_step_says_what_it_did_to_each_request():
+    timeline = runner(HYBRID4, *STORY).timeline
+    admitted = step_request_diff(timeline, 1).get("r1")
+    assert admitted.status == ADDED and admitted.allocated == {"full": 70}
+    assert admitted.lines[0] == "admitted: prefix 0 of a 70-token prompt, lock on #0"
+    decode = step_request_diff(timeline, 2).get("r1")
+    assert decode.status == CHANGED and decode.field("committed").text == "committed grew 70 → 73 (+3)"
+    assert decode.field("swa.evicted_seqlen").after == 64 and decode.freed == {("swa", "window"): 64}
+    checkpoint = step_request_diff(timeline, 3).get("r1")
+    node = timeline.state_after(3).requests[0].lock_node
+    assert checkpoint.field("prefix").text == "prefix grew 0 → 64 (+64)" and not checkpoint.prefix_shrank
+    assert checkpoint.field("lock").text == f"lock moved from #0 to #{node}"
+    assert checkpoint.field("mamba.last_track_seqlen").before == 64
+    other = step_request_diff(timeline, 4)
+    assert [c.rid for c in other.changes] == ["r2"]  # r1 untouched by r2's admission is not listed
+    ended = step_request_diff(timeline, 5).get("r1")
+    assert ended.status == ENDED and ended.after is None
+    assert ended.lines[0] == f"ended: it held 9 own slots past a prefix of 64, lock on #{node} released"
+    assert ended.freed == {("full", "tail"): 9, ("swa", "tail"): 12}
+    assert step_request_diff(timeline, 0).is_empty and step_request_diff(timeline, 99).is_empty
+
+
+def test_a_shrinking_prefix_and_row_and_a_lock_taken_again_are_named():
+    from dataclasses import replace
+
+    timeline = runner(HYBRID4, *STORY[:3]).timeline
+    before = timeline.final.requests[0]
+    after = replace(before, tokens=64, cache_protected_len=0, lock_node=0, lock_receipt=9, is_chunked=True,
+                    finished_len=2, owned_len=64)
+    change = request_diff([before], [after]).get("r1")
+    texts = [f.text for f in change.fields]
+    assert change.prefix_shrank and "prefix shrank 64 → 0 (-64)" in texts
+    assert "9 slots freed from its tail" in texts and "back in chunked prefill" in texts
+    assert f"lock moved from #{before.lock_node} to #0" in texts and "stop set after 2 output tokens" in texts
+    same_node = replace(before, lock_receipt=before.lock_receipt + 5)
+    assert request_diff([before], [same_node]).get("r1").field("lock").text.startswith(
+        f"lock on #{before.lock_node} taken again")
+    assert request_diff([before], [before]).is_empty
