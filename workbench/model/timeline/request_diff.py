@@ -203,3 +203,34 @@ def _value(value) -> str:
     if isinstance(value, tuple):
         return "(" + ", ".join(map(str, value)) + ")" if value else "()"
     return str(value)
+
+
+# ---- one request as cells, for every viewer ------------------------------------------------------
+def request_cells(v: RequestView) -> dict[str, str]:
+    """A running request's columns as the panel, the report and the SVG show them:
+    ``req``, ``prefix``, ``committed`` (with the owned length under a stop), ``inserted``,
+    ``lock`` (node and receipt), ``row`` (its ends), ``priority``, ``state`` (chunked)
+    and ``components`` (each component's request fields)."""
+    committed = f"{v.tokens:,}"
+    if v.finished_len is not None:
+        committed += f" (owns {_or_dash(v.owned_len)}, stop {v.finished_len})"
+    return {
+        "req": v.rid,
+        "prefix": f"{v.cache_protected_len:,}",
+        "committed": committed,
+        "inserted": f"{v.inserted_len:,}",
+        "lock": f"#{v.lock_node} r{v.lock_receipt}" if v.lock_node is not None else "–",
+        "row": row_text(v),
+        "priority": str(v.priority),
+        "state": "chunked" if v.is_chunked else "",
+        "components": "  ".join(f"{name} " + " ".join(f"{k}={_value(x)}" for k, x in fields)
+                                for name, fields in v.components if fields),
+    }
+
+
+def row_text(v: RequestView) -> str:
+    """``[0 1 2 … 70 71 72]``: the row's first and last slots (the whole row when short)."""
+    head, tail = v.row_ends
+    if not tail:
+        return "[" + " ".join(map(str, head)) + "]"
+    return "[" + " ".join(map(str, head)) + " … " + " ".join(map(str, tail)) + "]"
