@@ -124,3 +124,17 @@ def test_a_shrinking_prefix_and_row_and_a_lock_taken_again_are_named():
     assert request_diff([before], [same_node]).get("r1").field("lock").text.startswith(
         f"lock on #{before.lock_node} taken again")
     assert request_diff([before], [before]).is_empty
+
+
+def test_the_text_report_says_what_each_step_did_to_its_requests(capsys):
+    from pathlib import Path
+
+    from urc_util import urc
+
+    tour = Path(__file__).resolve().parent.parent / "scenarios" / "tour.toml"
+    code, out, _ = urc(capsys, "show", str(tour), "--walk")
+    assert code == 0
+    lines = [line.strip() for line in out.splitlines() if line.strip().startswith("request r1:")]
+    assert lines[0] == "request r1: admitted: prefix 6 of a 9-token prompt, lock on #4; took 3 slots of full"
+    assert "request r1: prefix grew 6 → 11 (+5); inserted 0 → 11; lock moved from #4 to #6" in lines
+    assert lines[-1].startswith("request r1: ended: it held 0 own slots past a prefix of 11, lock on #6 released")
