@@ -87,10 +87,6 @@ class RequestView:
     components: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
 
     @property
-    def committed_len(self) -> int:
-        return self.tokens
-
-    @property
     def own_len(self) -> int:
         """Slots it holds itself (past the prefix): what release frees or caches."""
         return self.tokens - self.cache_protected_len

@@ -16,8 +16,8 @@ ROOMS = {
     "ops": ["spec", "keys", "locks", "evict", "requests", "host"],  # every op, declared once
     "scenarios": ["scenario", "errors", "inputs", "fields", "writer", "live", "workload", "outputs"],  # scenario files in and out
     "timeline": ["session", "runner", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
-                 "shown_tree", "step_view"],  # running a scenario, the states it leaves, moving through them
-    "debugging": ["why", "breakpoints", "regression_test"],
+                 "shown_tree", "step_view", "request_diff"],  # running a scenario, the states it leaves, moving through them
+    "debugging": ["why", "why_request", "breakpoints", "regression_test"],
     "fuzzing": ["config", "fuzz", "shrink"],
 }
 MODEL = [f"{room}.{module}" for room, modules in ROOMS.items() for module in modules]
@@ -104,11 +104,13 @@ def test_the_cache_core_stays_within_its_line_budget():
     opened to any component's host part. Plus 40 for issue 25: held lock receipts filed
     in groups that lock the same nodes, so the per-step lock checks walk a group once;
     and 15 more: content probes only where a step may have changed data, one fresh
-    filing of the receipts per sweep."""
+    filing of the receipts per sweep. Plus 55 for issue 26: the request flows under
+    SGLang's names (checkpoint, release_kv_cache; Req's committed length and stop) and
+    the snapshot's running requests (RequestView's fields, the request_extras hook)."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 4305, core
+    assert 3000 < core <= 4360, core
     assert 200 < sum(code_lines(p) for p in host) <= 1100
 
 

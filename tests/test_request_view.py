@@ -26,7 +26,7 @@ def test_a_running_request_is_seen_whole_after_a_checkpoint():
                  {"op": "checkpoint", "req": "r1"})
     (view,) = run.timeline.final.requests
     req = run.cache.requests["r1"]
-    assert (view.rid, view.tokens, view.committed_len, view.prompt_len) == ("r1", 73, 73, 70)
+    assert (view.rid, view.tokens, view.prompt_len) == ("r1", 73, 70)
     assert (view.cache_protected_len, view.inserted_len, view.own_len) == (64, 64, 9)
     assert view.lock_node == view.last_node == req.last_node != 0 and view.lock_receipt == req.lock.receipt_id
     assert view.finished_len is None and view.owned_len is None and not view.is_chunked and view.priority == 0
@@ -97,7 +97,7 @@ def test_each_step_says_what_it_did_to_each_request():
     checkpoint = step_request_diff(timeline, 3).get("r1")
     node = timeline.state_after(3).requests[0].lock_node
     assert checkpoint.field("prefix").text == "prefix grew 0 → 64 (+64)" and not checkpoint.prefix_shrank
-    assert checkpoint.field("lock").text == f"lock moved from #0 to #{node}"
+    assert checkpoint.field("locked").text == f"lock moved from #0 to #{node}"
     assert checkpoint.field("mamba.last_track_seqlen").before == 64
     other = step_request_diff(timeline, 4)
     assert [c.rid for c in other.changes] == ["r2"]  # r1 untouched by r2's admission is not listed
@@ -121,7 +121,7 @@ def test_a_shrinking_prefix_and_row_and_a_lock_taken_again_are_named():
     assert "9 slots freed from its tail" in texts and "back in chunked prefill" in texts
     assert f"lock moved from #{before.lock_node} to #0" in texts and "stop set after 2 output tokens" in texts
     same_node = replace(before, lock_receipt=before.lock_receipt + 5)
-    assert request_diff([before], [same_node]).get("r1").field("lock").text.startswith(
+    assert request_diff([before], [same_node]).get("r1").field("locked").text.startswith(
         f"lock on #{before.lock_node} taken again")
     assert request_diff([before], [before]).is_empty
 

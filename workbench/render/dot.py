@@ -167,7 +167,7 @@ def _legend(dot: graphviz.Digraph, components: tuple[str, ...], host: bool = Fal
                     **{"class": "legend"})
 
 
-REQUEST_COLUMNS = ("req", "prefix", "committed", "inserted", "lock", "row", "priority", "state", "components")
+REQUEST_COLUMNS = ("req", "prefix", "committed", "inserted", "locked", "row", "priority", "state", "components")
 
 
 def _requests(dot: graphviz.Digraph, requests: tuple, diff) -> None:

@@ -112,7 +112,7 @@ def _prefix_lines(timeline: Timeline, history) -> list[tuple[int, str]]:
             out.append((s, f"{at}: it ended; its lock on #{v.lock_node} went with it" if v.lock_node is not None
                            else f"{at}: it ended"))
             continue
-        prefix, lock = change.field("prefix"), change.field("lock")
+        prefix, lock = change.field("prefix"), change.field("locked")
         if prefix is None and lock is None:
             continue
         reasons = []

@@ -26,7 +26,7 @@ EMPTY: Mapping = MappingProxyType({})
 @dataclasses.dataclass(frozen=True)
 class FieldChange:
     """One field of a request that changed: ``field`` is ``prefix``, ``committed``,
-    ``inserted``, ``lock``, ``stop``, ``owned``, ``priority``, ``chunked``, ``row``, or
+    ``inserted``, ``locked``, ``stop``, ``owned``, ``priority``, ``chunked``, ``row``, or
     ``<component>.<field>`` for a component's request state."""
 
     field: str
@@ -153,7 +153,7 @@ def field_changes(b: RequestView, a: RequestView) -> tuple[FieldChange, ...]:
                                f"inserted {b.inserted_len} → {a.inserted_len}"))
     lock = _lock_change(b, a)
     if lock:
-        out.append(FieldChange("lock", (b.lock_node, b.lock_receipt), (a.lock_node, a.lock_receipt), lock))
+        out.append(FieldChange("locked", (b.lock_node, b.lock_receipt), (a.lock_node, a.lock_receipt), lock))
     if b.finished_len != a.finished_len:
         text = (f"stop set after {plural(a.finished_len, 'output token')}" if b.finished_len is None
                 else "stop cleared" if a.finished_len is None
@@ -209,7 +209,7 @@ def _value(value) -> str:
 def request_cells(v: RequestView) -> dict[str, str]:
     """A running request's columns as the panel, the report and the SVG show them:
     ``req``, ``prefix``, ``committed`` (with the owned length under a stop), ``inserted``,
-    ``lock`` (node and receipt), ``row`` (its ends), ``priority``, ``state`` (chunked)
+    ``locked`` (node and receipt), ``row`` (its ends), ``priority``, ``state`` (chunked)
     and ``components`` (each component's request fields)."""
     committed = f"{v.tokens:,}"
     if v.finished_len is not None:
@@ -219,7 +219,7 @@ def request_cells(v: RequestView) -> dict[str, str]:
         "prefix": f"{v.cache_protected_len:,}",
         "committed": committed,
         "inserted": f"{v.inserted_len:,}",
-        "lock": f"#{v.lock_node} r{v.lock_receipt}" if v.lock_node is not None else "–",
+        "locked": f"#{v.lock_node} r{v.lock_receipt}" if v.lock_node is not None else "–",
         "row": row_text(v),
         "priority": str(v.priority),
         "state": "chunked" if v.is_chunked else "",

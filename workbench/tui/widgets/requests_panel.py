@@ -56,7 +56,7 @@ def _running(request, change: RequestChange | None) -> Text:
     text = Text()
     text.append(f"{cells['req']} ", style="bold")
     text.append(f"prefix {cells['prefix']} / committed {cells['committed']}  inserted {cells['inserted']}  "
-                f"lock {cells['lock']}  prio {cells['priority']}")
+                f"lock {cells['locked']}  prio {cells['priority']}")
     if cells["state"]:
         text.append(f"  {cells['state']}", style="bold magenta")
     text.append(f"\n  row {cells['row']}", style="dim")
