@@ -46,6 +46,8 @@ class HookTable:
     free_out_of_window_slots: Components
     cleanup_after_caching_req: Components
     slide_window: Components  # frees what a decoding request no longer needs (SWA's window)
+    # inspection
+    request_extras: Components  # components that show request state in the snapshot
 
     @classmethod
     def of(cls, components: Sequence[TreeComponent]) -> HookTable:

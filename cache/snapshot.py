@@ -7,6 +7,7 @@ valid (and comparable) after the cache moves on; the timeline keeps one per step
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Optional
@@ -62,13 +63,37 @@ class PoolView:
     held: int  # owned by running requests (outside the tree)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class RequestView:
+    """A running request as the step left it: plain values, so two steps' views
+    compare field by field (the request diff). ``row_ends`` is its req_to_token row
+    summarised: the first and last ``VALUE_END`` slots (the whole row when short)."""
+
     rid: str
-    tokens: int
-    cache_protected_len: int
+    tokens: int  # the committed length (kv_committed_len: the row's length)
+    cache_protected_len: int  # the prefix the tree owns (the request holds a lock there)
     last_node: int
     locked: bool
+    prompt_len: int = 0
+    finished_len: Optional[int] = None  # output tokens through the stop; None: no stop
+    owned_len: Optional[int] = None  # what it may cache (owned_kv_len), shown only with a stop
+    inserted_len: int = 0  # cache_inserted_len: tokens it already inserted
+    lock_node: Optional[int] = None  # the node its lock receipt is anchored to
+    lock_receipt: Optional[int] = None  # that receipt's id
+    priority: int = 0
+    is_chunked: bool = False  # still in chunked prefill: part of the prompt has no KV yet
+    row_ends: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+    # per component with request state (its ``request_extras`` hook): (name, ((field, value), ...))
+    components: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
+
+    @property
+    def own_len(self) -> int:
+        """Slots it holds itself (past the prefix): what release frees or caches."""
+        return self.tokens - self.cache_protected_len
+
+    def component(self, name: str) -> dict[str, object]:
+        """One component's request fields ({} when it keeps none)."""
+        return next((dict(fields) for n, fields in self.components if n == name), {})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,9 +204,7 @@ def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
 
 
 def global_record(cache: UnifiedRadixCache) -> GlobalRecord:
-    requests = tuple(
-        RequestView(r.rid, r.kv_len, r.cache_protected_len, r.last_node, r.lock is not None) for r in cache.requests.values()
-    )
+    requests = request_views(cache)
     tree = cache.tree
     relabels = tuple(tree.lru[c.name].relabels if c.name in tree.lru else 0 for c in cache.components)
     if tree.host_policy is not None:  # then the host LRUs', by component index too
@@ -237,9 +260,7 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
         )
     leaves = tuple(n.id for n in sorted(tree.leaves, key=lambda n: (n.last_access_time, n.id)))
     pools = pool_views(cache)
-    requests = tuple(
-        RequestView(r.rid, r.kv_len, r.cache_protected_len, r.last_node, r.lock is not None) for r in cache.requests.values()
-    )
+    requests = request_views(cache)
     return CacheSnapshot(
         cache.events.seq,
         cache.page_size,
@@ -250,6 +271,41 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
         MappingProxyType(pools),
         requests,
     )
+
+
+_ROW_ENDS: dict[int, tuple[weakref.ref, tuple]] = {}  # id(row tensor) -> (its weak ref, its ends)
+
+
+def _row_ends(row) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A request's row ends, computed once per row tensor: the flows replace a row
+    (torch.cat) rather than write into it, so an unchanged row is the same tensor and
+    a snapshot after every step reads it in O(1) instead of slicing it again."""
+    key = id(row)
+    hit = _ROW_ENDS.get(key)
+    if hit is not None and hit[0]() is row:
+        return hit[1]
+    ends = _value_ends(row)
+    _ROW_ENDS[key] = (weakref.ref(row, lambda _, key=key: _ROW_ENDS.pop(key, None)), ends)
+    return ends
+
+
+def request_views(cache: UnifiedRadixCache) -> tuple[RequestView, ...]:
+    """Every running request, in admission order; each component with request state
+    adds its own fields through its ``request_extras`` hook (O(1) per request)."""
+    extras = cache.hooks.request_extras
+    out = []
+    for req in cache.requests.values():
+        lock = req.lock
+        kv_len = req.kv_len
+        finished_len = req.finished_len
+        comps = tuple((c.name, tuple(c.request_extras(req).items())) for c in extras)
+        out.append(RequestView(
+            req.rid, kv_len, req.cache_protected_len, req.last_node, lock is not None,
+            len(req.origin_input_ids), finished_len, None if finished_len is None else req.owned_kv_len(),
+            req.cache_inserted_len, None if lock is None else lock.node_id, None if lock is None else lock.receipt_id,
+            req.priority, kv_len < len(req.origin_input_ids), _row_ends(req.kv_indices), comps,
+        ))
+    return tuple(out)
 
 
 def pool_views(cache: UnifiedRadixCache) -> dict[str, PoolView]:

@@ -16,8 +16,8 @@ ROOMS = {
     "ops": ["spec", "keys", "locks", "evict", "requests", "host", "retraction"],  # every op, declared once
     "scenarios": ["scenario", "errors", "inputs", "fields", "writer", "live", "workload", "outputs"],  # scenario files in and out
     "timeline": ["session", "runner", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
-                 "shown_tree", "step_view"],  # running a scenario, the states it leaves, moving through them
-    "debugging": ["why", "breakpoints", "regression_test"],
+                 "shown_tree", "step_view", "request_diff"],  # running a scenario, the states it leaves, moving through them
+    "debugging": ["why", "why_request", "breakpoints", "regression_test"],
     "fuzzing": ["config", "fuzz", "shrink"],
 }
 MODEL = [f"{room}.{module}" for room, modules in ROOMS.items() for module in modules]
@@ -107,7 +107,8 @@ def test_the_cache_core_stays_within_its_line_budget():
     filing of the receipts per sweep. Plus issue 26's request flows as v0.5.23 runs them:
     checkpoint/release steps, chunked prefill, admission with load-back, decode
     retraction with its host backup, restore and abort (request_load_back.py,
-    request_retraction.py; the base was at 4305)."""
+    request_retraction.py), and the snapshot's running requests (RequestView's fields,
+    the request_extras hook); the base was at 4305."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)

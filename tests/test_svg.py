@@ -156,3 +156,17 @@ def test_a_host_only_node_is_drawn_as_host_and_the_legend_says_so():
     in_flight = picture(timeline, 1).source  # both backups held until the flush
     assert in_flight.count("⇡backup") >= 2 and "+host" in in_flight
     assert "HOST n:" not in picture(run_scenario(SMOKE), 2).source  # no host tier: the usual legend
+
+
+@needs_dot
+def test_the_running_requests_are_a_table_with_what_the_step_did_to_them():
+    timeline = run_scenario(ROOT / "scenarios" / "tour.toml")  # step 12: r1's chunk moved its lock
+    svg = picture(timeline, 12, 11).pipe(format="svg", encoding="utf-8")
+    assert "requests" in svg_nodes(svg)["requests"]
+    text = "".join(ET.fromstring(svg).itertext())
+    assert "running requests" in text and "prefix" in text and "committed" in text
+    node = timeline.state_after(12).requests[0].lock_node
+    assert f"▲ prefix grew 6 → 11 (+5); inserted 0 → 11; lock moved from #4 to #{node}" in text
+    ended = "".join(ET.fromstring(picture(timeline, 13, 12).pipe(format="svg", encoding="utf-8")).itertext())
+    assert "r1: ended: it held 0 own slots past a prefix of 11" in ended
+    assert "requests" not in svg_nodes(picture(timeline, 5).pipe(format="svg", encoding="utf-8"))  # none running

@@ -107,3 +107,18 @@ def test_host_only_node_step(snap_compare):
         await pilot.pause()
 
     assert snap_compare(tour("tour_hicache_hybrid.toml"), terminal_size=SIZE, run_before=run_before)
+
+
+def test_request_panel_mid_flight(snap_compare):
+    """The first tour's chunk step: request r1 mid-flight under the tree, its prefix grown
+    to 11 and its lock moved to the new leaf (the step's changes in yellow), highlighted."""
+    async def run_before(pilot) -> None:
+        from workbench.tui.widgets.requests_panel import RequestsPanel
+
+        await at_step(12)(pilot)
+        panel = pilot.app.query_one(RequestsPanel)
+        panel.focus()
+        panel.highlighted = 0
+        await pilot.pause()
+
+    assert snap_compare(tour("tour.toml"), terminal_size=SIZE, run_before=run_before)

@@ -19,7 +19,7 @@ Hooks by phase:
            a component with its own pool also answers available_size, pool_size,
            reset_pool, pool_views; a pool that follows Full KV slot for slot sets
            ``kv_peer`` and implements the peer_* hooks
-  inspect  node_has_component_data, value_len, node_extras, check_invariants, probe_invariants,
+  inspect  node_has_component_data, value_len, node_extras, request_extras, check_invariants, probe_invariants,
            verify_match
 """
 
@@ -87,6 +87,13 @@ class TreeComponent:
 
     def node_extras(self, node: TreeNode) -> dict:
         """Component-private facts the snapshot shows (e.g. a lock boundary)."""
+        return {}
+
+    def request_extras(self, req) -> dict:
+        """This component's state for one running request, as plain values, for the
+        inspection snapshot (``RequestView.components``): a component that keeps
+        request state (in ``req.component_state`` or its own fields) shows it here.
+        Runs after every observed step: O(1), no tensors in the result."""
         return {}
 
     def check_invariants(self, cols=None) -> list[tuple[str, str]]:

@@ -285,6 +285,17 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
             self.pool.free(torch.cat(slots))
         req.mamba_pool_idx = req.mamba_ping_pong = None
 
+    def request_extras(self, req: Req) -> dict:
+        """The running state slot, the ping-pong track slots (extra buffer) and where
+        the newest tracked state was taken (the checkpoint cursor)."""
+        running = req.mamba_pool_idx
+        ping_pong = req.mamba_ping_pong
+        return {
+            "running_slot": None if running is None else running.item(),
+            "ping_pong": () if ping_pong is None else tuple(ping_pong.tolist()),
+            "last_track_seqlen": req.mamba_last_track_seqlen,
+        }
+
     def held_slots(self, req: Req) -> list[int]:
         slots = [] if req.mamba_pool_idx is None else req.mamba_pool_idx.tolist()
         if req.mamba_ping_pong is not None:

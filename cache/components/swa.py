@@ -344,6 +344,10 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         req.swa_evicted_seqlen = max(evicted, new)
         return freed
 
+    def request_extras(self, req) -> dict:
+        """The window cursor: positions below hold no live SWA slot of the request."""
+        return {"evicted_seqlen": req.swa_evicted_seqlen}
+
     # ---- pools ------------------------------------------------------------
     def held_by_requests(self) -> list[int]:
         """SWA pages running requests hold (mapped from their own Full slots)."""

@@ -7,13 +7,17 @@ from .common import EXIT_OK, FILE_HELP, load_all, step_in_range
 
 
 def add_parser(command) -> None:
-    why = command("why", "explain how a node came to be as it is, or why a match stopped where it did",
+    why = command("why", "explain how a node or a request came to be as it is, or why a match stopped where it did",
                   "The chain of causes, in sentences built from the events: when each component's data on the node "
-                  "was set, tombstoned, locked or evicted, by which step, op and request; without --node, why the "
-                  "step's match stopped where it did (each component's verdict).")
+                  "was set, tombstoned, locked or evicted, by which step, op and request; with --request, which steps "
+                  "changed the request's prefix, lock and row and why (--about prefix or tail narrows it); without "
+                  "either, why the step's match stopped where it did (each component's verdict).")
     why.add_argument("file", metavar="FILE", help=FILE_HELP)
     why.add_argument("--step", type=int, default=None, metavar="N", help="the state after step N (default: the last)")
     why.add_argument("--node", type=int, default=None, metavar="ID", help="the node to explain (see urc show)")
+    why.add_argument("--request", default=None, metavar="RID", help="the request to explain (its name in the file)")
+    why.add_argument("--about", choices=("prefix", "tail"), default=None,
+                     help="with --request: only why its prefix changed, or only why its tail was freed")
 
 
 def run(args) -> int:
@@ -21,10 +25,18 @@ def run(args) -> int:
     step = step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
     from ..model.timeline.runner import run_scenario
     from ..model.debugging.why import why_match, why_node
+    from ..model.debugging.why_request import why_request
 
+    if args.about is not None and args.request is None:
+        raise ScenarioError("--about needs --request", scenario.path)
+    if args.request is not None and args.node is not None:
+        raise ScenarioError("ask about a node or a request, not both", scenario.path)
     timeline = run_scenario(scenario)
     try:
-        answer = why_match(timeline, step) if args.node is None else why_node(timeline, step, args.node)
+        if args.request is not None:
+            answer = why_request(timeline, step, args.request, args.about)
+        else:
+            answer = why_match(timeline, step) if args.node is None else why_node(timeline, step, args.node)
     except ValueError as exc:
         raise ScenarioError(str(exc), scenario.path) from None
     print(answer.text())

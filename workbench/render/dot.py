@@ -34,7 +34,7 @@ LEGEND = [  # (label, fill, border, style): identical on every picture; every ch
 ]
 
 
-def to_dot(graph: nx.DiGraph, caption: str, name: str = "state") -> graphviz.Digraph:
+def to_dot(graph: nx.DiGraph, caption: str, name: str = "state", requests: tuple = (), request_diff=None) -> graphviz.Digraph:
     dot = graphviz.Digraph(name=name, graph_attr={"rankdir": "TB", "labelloc": "t", "label": caption,
                                                   "fontname": FONT, "nodesep": "0.25", "ranksep": "0.35"},
                            node_attr={"shape": "plain", "fontname": FONT, "fontsize": "10"},
@@ -51,6 +51,7 @@ def to_dot(graph: nx.DiGraph, caption: str, name: str = "state") -> graphviz.Dig
             dot.edge(node, child, style=style)
     host = any(f.get("host") is not None for _, d in graph.nodes(data=True) for f in d.get("components", {}).values())
     _legend(dot, components, host)
+    _requests(dot, requests, request_diff)
     return dot
 
 
@@ -164,6 +165,36 @@ def _legend(dot: graphviz.Digraph, components: tuple[str, ...], host: bool = Fal
                      '⇡backup / ⇣load: a copy in flight<BR ALIGN="LEFT"/></TD></TR>')
         legend.node("legend", label=f'<<TABLE BORDER="0" CELLSPACING="2">{rows}</TABLE>>', id="legend",
                     **{"class": "legend"})
+
+
+REQUEST_COLUMNS = ("req", "prefix", "committed", "inserted", "locked", "row", "priority", "state", "components")
+
+
+def _requests(dot: graphviz.Digraph, requests: tuple, diff) -> None:
+    """The running requests as a small table (the model's ``request_cells``), each with
+    what the highlighted step(s) did to it; requests those steps ended, dimmed."""
+    from ..model.timeline.request_diff import ENDED, request_cells
+
+    ended = [c for c in diff.changes if c.status == ENDED] if diff is not None else []
+    if not requests and not ended:
+        return
+    head = "".join(f'<TD ALIGN="LEFT"><B>{c}</B></TD>' for c in REQUEST_COLUMNS)
+    rows = [f"<TR>{head}</TR>"]
+    width = len(REQUEST_COLUMNS)
+    for view in requests:
+        cells = request_cells(view)
+        rows.append("<TR>" + "".join(f'<TD ALIGN="LEFT">{html.escape(cells[c])}</TD>' for c in REQUEST_COLUMNS) + "</TR>")
+        change = diff.get(view.rid) if diff is not None else None
+        if change is not None:
+            rows.append(f'<TR><TD COLSPAN="{width}" ALIGN="LEFT" BGCOLOR="{CHANGE_FILL["lock_ref"]}">'
+                        f'{html.escape("▲ " + "; ".join(change.lines))}</TD></TR>')
+    for change in ended:
+        rows.append(f'<TR><TD COLSPAN="{width}" ALIGN="LEFT"><FONT COLOR="#757575">'
+                    f'{html.escape(change.text())}</FONT></TD></TR>')
+    with dot.subgraph(name="cluster_requests", graph_attr={"label": "running requests", "fontname": FONT,
+                                                          "fontsize": "10", "color": "#bdbdbd", "style": "rounded"}) as box:
+        box.node("requests", label=f'<<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="2">{"".join(rows)}</TABLE>>',
+                 id="requests", tooltip=f"{len(requests)} running", **{"class": "requests"})
 
 
 def render_svg(dot: graphviz.Digraph) -> str:

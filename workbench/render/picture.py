@@ -8,6 +8,7 @@ from typing import Optional
 import graphviz
 
 from ..model.timeline.fmt import fields_text
+from ..model.timeline.request_diff import request_diff
 from ..model.timeline.timeline import Timeline
 from .dot import caption_text, to_dot
 from .graph import elide, state_graph, subtree_sizes
@@ -27,4 +28,9 @@ def picture(timeline: Timeline, step: int, diff_from: Optional[int] = None, max_
     folded += [f"{elided} nodes beyond --max-nodes {max_nodes} folded"] if elided else []
     if folded:
         caption += "\n" + "; ".join(folded)
-    return to_dot(graph, caption, name=f"step{step}")
+    changes = None
+    if diff_from is not None:  # what the highlighted steps did to the requests, their events included
+        first, last = sorted((diff_from, step))
+        events = [e for r in timeline.records[first:last] for e in r.events]
+        changes = request_diff(timeline.state_after(diff_from).requests, state.requests, events)
+    return to_dot(graph, caption, name=f"step{step}", requests=state.requests, request_diff=changes)

@@ -117,6 +117,19 @@ def walk(timeline: Timeline, console: Console, upto: int | None = None) -> None:
         console.print(step_view(record, scenario.path, plain=is_plain(console)))
 
 
+def _request_lines(record: StepRecord) -> list[str]:
+    """What the step did to each running request (the model's request diff)."""
+    from ..model.timeline.request_diff import request_diff
+
+    store_globals = record.store.globals
+    if not 1 <= record.index < len(store_globals):
+        return []
+    before, after = store_globals[record.index - 1].requests, store_globals[record.index].requests
+    if not before and not after:
+        return []
+    return request_diff(before, after, record.events).lines()
+
+
 def step_view(record: StepRecord, path: str, plain: bool = False) -> RenderableType:
     """A step: its description, result or error, events, the tree after it and what failed."""
     parts: list[RenderableType] = []
@@ -128,6 +141,8 @@ def step_view(record: StepRecord, path: str, plain: bool = False) -> RenderableT
         parts.append(Text("result: " + result_text(record.result), style="bold"))
     for event in record.events:
         parts.append(Text("  " + event_text(event), style="dim"))
+    for line in _request_lines(record):
+        parts.append(Text("  request " + line, style="yellow"))
     parts.append(render_state(record.state))
     for line in problems(record):
         parts.append(Text(f"✗ {line}", style="bold red"))

@@ -42,6 +42,7 @@ from .widgets.inspector import Inspector
 from .widgets.lru_panel import LRUPanel
 from .widgets.panel import Panel
 from .widgets.pools_panel import PoolsPanel
+from .widgets.requests_panel import RequestsPanel
 from .widgets.step_list import StepList
 from .widgets.step_panel import StepPanel
 from .widgets.tree_panel import TreePanel
@@ -66,6 +67,7 @@ LAYOUT: tuple[Slot, ...] = (
     Slot("main", StepList, "steps", "steps"),
     Slot("middle", StepPanel, "step", "step"),
     Slot("middle", TreePanel, "tree", "tree"),
+    Slot("middle", RequestsPanel, "requests", "requests"),
     Slot("side", Inspector, "inspector", "node"),
     Slot("side", EventsPanel, "events", "events"),
     Slot("bottom", PoolsPanel, "pools", "pools"),
@@ -310,13 +312,16 @@ class WorkbenchApp(App[None]):
         self.push_screen(DiffScreen(self.cursor, max(0, step - 1), step))
 
     def action_why(self) -> None:
-        """Explain the chosen event, the selected node, or the step's match."""
+        """Explain the chosen event or request, the selected node, or the step's match."""
         from ..model.debugging.why import why_event, why_match, why_node
+        from ..model.debugging.why_request import why_request
 
-        cursor, events = self.cursor, self.query_one(EventsPanel)
+        cursor, events, requests = self.cursor, self.query_one(EventsPanel), self.query_one(RequestsPanel)
         try:
             with cursor.lock:
-                if self.focused is events and events.highlighted_event is not None and cursor.step:
+                if self.focused is requests and requests.highlighted_request is not None:
+                    answer = why_request(cursor.timeline, cursor.step, requests.highlighted_request)
+                elif self.focused is events and events.highlighted_event is not None and cursor.step:
                     answer = why_event(cursor.timeline, cursor.step, events.highlighted_event)
                 elif self.selected is not None:
                     answer = why_node(cursor.timeline, cursor.step, self.selected)

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Optional
 
 from .diff import StateDiff
+from .request_diff import RequestDiff, step_request_diff
 from ..scenarios.scenario import Scenario
 from .shown_tree import ShownTree
 from .states import TimelineState
@@ -45,6 +46,12 @@ class StepView:
             return self.cursor.timeline.diff(self.step - 1, self.step)
 
     @cached_property
+    def request_diff(self) -> RequestDiff:
+        """What this step did to each running request (empty at the start)."""
+        with self.cursor.lock:
+            return step_request_diff(self.cursor.timeline, self.step)
+
+    @cached_property
     def previous_state(self) -> TimelineState:
         with self.cursor.lock:
             return self.cursor.timeline.state_after(max(0, self.step - 1))
@@ -67,5 +74,5 @@ class StepView:
     def selecting(self, node_id: Optional[int]) -> StepView:
         """The same step with another node selected (what it has computed is kept)."""
         view = dataclasses.replace(self, selected=node_id)
-        view.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("diff", "previous_state", "tree")})
+        view.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("diff", "previous_state", "tree", "request_diff")})
         return view
