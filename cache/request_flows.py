@@ -248,7 +248,7 @@ class RequestFlows:
             if req.lock is not None:
                 self.tree.dec_lock_ref(req.last_node, req.lock)
             req.lock = None
-            past_stop = max(-(-owned // self.page_size) * self.page_size, protected)
+            past_stop = self._past_stop(owned, protected)
             if past_stop < row.shape[0]:
                 self.free_kv([row[past_stop:]], Cause.STOP, None)
             if not checkpoint:
@@ -257,6 +257,11 @@ class RequestFlows:
             req.released = True
             req.kv_indices = req.kv_indices[:0]
             self.requests.pop(req.rid, None)
+
+    def _past_stop(self, owned: int, protected: int) -> int:
+        """Where the KV past a stop starts being freed: the next page boundary (the
+        row's paged free took the page the stop is on), never inside the tree's part."""
+        return max(-(-owned // self.page_size) * self.page_size, protected)
 
     def checkpoint(self, req: Req, up_to: Optional[int] = None) -> None:
         """Cache the request's first ``up_to`` tokens (default: all it has computed)

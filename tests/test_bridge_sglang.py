@@ -49,12 +49,15 @@ SCENARIOS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scenarios").rglob(
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_every_bundled_scenario_agrees_with_sglang(name):
-    report = run_against(load_scenario(ROOT / name))
+    scenario = load_scenario(ROOT / name)
+    report = run_against(scenario)
     if report.skipped:  # a component SGLang does not have: said, not hidden
         assert "sidecar" in name and "no 'sidecar' component" in report.skipped
         return
     assert report.agrees, (report.divergence.as_dict(), report.by_design)
-    assert report.stopped_at is None
+    if report.stopped_at is not None:  # SGLang asserted mid-change, where the scenario says ours refuses
+        assert "SGLang asserts here" in (scenario.steps[report.stopped_at - 1].expect_error or "")
+        return
     not_sent = sum(len(n.steps) for n in report.by_design if n.what != ASSERTS)
     assert report.run + not_sent == report.steps
     assert report.states_compared == report.run and report.nodes_compared

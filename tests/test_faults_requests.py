@@ -7,6 +7,10 @@ Measured (first step the fault fired / first failing step / what names it there)
                                  flagged 4: pool.full.balance; expectation full_available
   abort-retracted-keeps-backup   fired 6 (abort of the retracted r1), flagged 6:
                                  host.pool_balance; expectation full_host_available
+  stop-tail-freed-from-the-stop  fired 3 (release with the stop mid-page), flagged 3:
+                                 the release refused as a double free, pool.full.balance
+  abort-chunked-not-released     fired 4 (abort of r1 in chunked prefill), flagged 4:
+                                 pool.full.balance; expectation full_protected
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ CASES = [
          "pool.full.balance", "full_available"),
     Case("abort-retracted-keeps-backup", "sgl-project/sglang#18701", "sglang-18701-abort-retracted-keeps-backup", 6,
          "host.pool_balance", "full_host_available"),
+    Case("stop-tail-freed-from-the-stop", "sgl-project/sglang#38941", "sglang-38941-stop-tail-double-free", 3,
+         "pool.full.balance", "error"),
+    Case("abort-chunked-not-released", "sgl-project/sglang-jax#984", "sglang-jax-984-abort-chunked-leak", 4,
+         "pool.full.balance", "full_protected"),
 ]
 IDS = [c.fault for c in CASES]
 

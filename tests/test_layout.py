@@ -112,7 +112,7 @@ def test_the_cache_core_stays_within_its_line_budget():
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 4600, core
+    assert 3000 < core <= 4720, core
     assert 200 < sum(code_lines(p) for p in host) <= 1100
 
 
