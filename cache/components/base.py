@@ -227,6 +227,11 @@ class TreeComponent:
         would assert on is refused before any component changes anything."""
         return None
 
+    def checkpoint_seqlen(self, req) -> Optional[int]:
+        """Where this component's newest state checkpoint of a running request lies
+        (a later match can end there), or None: SWA keeps its window behind it."""
+        return None
+
     def floor_cache_len(self, length: int) -> int:
         """Round the agreed cache length down to what this component can key (v0.5.23:
         identity for Full, SWA and Mamba)."""

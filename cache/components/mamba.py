@@ -223,6 +223,9 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
     def _keep_idx(self, req: Req) -> int:
         return req.mamba_next_track_idx ^ 1  # the newest tracked slot
 
+    def checkpoint_seqlen(self, req: Req) -> Optional[int]:
+        return req.mamba_last_track_seqlen
+
     def caching_len(self, req: Req, length: int, finished: bool) -> Optional[int]:
         return self._caching_plan(req, length, finished)[0] or 0
 

@@ -328,14 +328,21 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
     def slide_window(self, req, pre_len: int) -> int:
         """Free the request's own SWA slots that fell out of the window before
         position ``pre_len``, keeping whole pages and max(window, page) rounded up to
-        a page, so the leaf a later insert makes still has a live window."""
+        a page, so the leaf a later insert makes still has a live window, and the
+        window behind another component's newest checkpoint (Mamba's), where a later
+        match may end."""
         ps, evicted = self.page_size, req.swa_evicted_seqlen
         if pre_len - self.window < evicted + 1:
             return 0
         floor = req.cache_protected_len  # the tree owns everything below
         evicted = max(evicted, floor)
         keep = -(-max(self.window, ps) // ps) * ps
-        new = max(evicted, pre_len - keep)
+        threshold = pre_len - keep
+        for other in self.tree.components:  # a match may end on another component's checkpoint:
+            tracked = other.checkpoint_seqlen(req) if other is not self else None  # keep the window behind it
+            if tracked is not None:
+                threshold = min(threshold, tracked - self.window)  # v0.5.23's swa_retain_floor
+        new = max(evicted, threshold)
         new -= new % ps
         freed = 0
         if new > evicted:

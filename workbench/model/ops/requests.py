@@ -149,6 +149,7 @@ def sglang_decode(side, f: dict) -> None:
     req.kv.kv_committed_len += len(tokens)
     req.kv.kv_allocated_len += len(tokens)
     req.refresh_fill_ids()
+    req.extend_end = req.kv.kv_committed_len  # prepare_for_decode: the forward's end is the row's
     side.track_checkpoint(req)
     if f.get("slide_window"):
         side.cache.evict_sliding_windows(req, req.kv.kv_committed_len - 1)

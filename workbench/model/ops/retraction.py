@@ -127,6 +127,7 @@ def sglang_restore(side, f: dict) -> None:
         req.output_ids.pop()
     req.last_node = side.cache.root_node if req.last_node is None else req.last_node
     req.refresh_fill_ids()
+    req.extend_end = n  # it decodes on from its whole row
     entry["spare"] = spare
     side.reqs[name] = side.retracted.pop(name)
 
