@@ -89,7 +89,7 @@ def test_the_sliding_window_and_duplicates_are_named_as_causes():
                    {"op": "release", "req": "r1"},
                    {"op": "release", "req": "r2"})
     assert why_request(timeline, 2, "r1", "tail").lines[1] == (
-        "step 2 (req_decode r1, line 3): the req_decode freed 64 swa slots [cause window]: "
+        "step 2 (req_decode r1, line 3): the req_decode freed 56 swa slots [cause window]: "
         "it slid out of the sliding window")
     r2 = why_request(timeline, 6, "r2", "tail").lines
     assert r2[1] == ("step 6 (release r2, line 7): release freed 64 full slots [cause duplicate]: the tree already "

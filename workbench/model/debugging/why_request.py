@@ -21,9 +21,12 @@ from .why import CAUSE_TEXT, Explanation, _at, _check_step, _record
 
 ABOUT = ("prefix", "tail")  # what a question may narrow to; None: the whole story
 TAIL_CAUSE_TEXT = {
-    Cause.TAIL.value: "committed KV past what it cached (an unaligned tail, or past its stop): nothing could match it",
+    Cause.TAIL.value: "committed KV past what it cached (an unaligned tail): nothing could match it",
+    Cause.STOP.value: "KV past its stop (stop_at, SGLang's finished_len), freed from the stop's next page: no one "
+                      "ever sees those tokens, so nothing could match them",
     Cause.WINDOW.value: "it slid out of the sliding window",
     Cause.DUPLICATE.value: "the tree already held those tokens, so its own copies went back to the pool",
+    Cause.RETRACT.value: "the request was retracted: its row went back uncached (a backup, if any, on the host)",
     Cause.REQUEST.value: "the op asked for it directly (released without caching)",
 }
 
@@ -148,12 +151,12 @@ def _tail_lines(timeline: Timeline, history) -> list[tuple[int, str]]:
             why = TAIL_CAUSE_TEXT.get(cause, CAUSE_TEXT.get(Cause(cause), cause) if cause in Cause._value2member_map_
                                       else cause)
             if cause == Cause.TAIL.value and component == "full" and before is not None:
-                cached = before.tokens - n
-                why = (f"its tail of {plural(n, 'slot')}: the committed tokens past the {cached} it cached "
-                       f"({before.tokens} committed) — nothing could match them")
-                if before.finished_len is not None and before.owned_len is not None and before.owned_len < before.tokens:
-                    why += (f"; its stop after {plural(before.finished_len, 'output token')} owned only "
-                            f"{before.owned_len}")
+                if ("full", Cause.STOP.value) in change.freed:  # the row's end is not what it owned
+                    why = (f"its tail of {plural(n, 'slot')} past the whole pages it cached, up to its stop "
+                           f"({before.tokens} committed) — nothing could match them")
+                else:
+                    why = (f"its tail of {plural(n, 'slot')}: the committed tokens past the {before.tokens - n} it "
+                           f"cached ({before.tokens} committed) — nothing could match them")
             out.append((s, f"{text}: {why}"))
         row = change.field("row")
         if row is not None and change.field("committed") is not None and row.after < row.before and not full_tail:
