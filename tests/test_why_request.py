@@ -92,10 +92,10 @@ def test_the_sliding_window_and_duplicates_are_named_as_causes():
         "step 2 (req_decode r1, line 3): the req_decode freed 56 swa slots [cause window]: "
         "it slid out of the sliding window")
     r2 = why_request(timeline, 6, "r2", "tail").lines
-    assert r2[1] == ("step 6 (release r2, line 7): release freed 64 full slots [cause duplicate]: the tree already "
-                     "held those tokens, so its own copies went back to the pool")
-    assert r2[3].endswith("its tail of 2 slots: the committed tokens past the 64 it cached (66 committed) — "
-                          "nothing could match them")
+    assert ("step 6 (release r2, line 7): release freed 64 full slots [cause duplicate]: the tree already "
+            "held those tokens, so its own copies went back to the pool") in r2
+    assert any(line.endswith("its tail of 2 slots: the committed tokens past the 64 it cached (66 committed) — "
+                             "nothing could match them") for line in r2)
 
 
 def test_a_reused_name_tells_only_its_latest_life():

@@ -21,6 +21,8 @@ def run_retract(session, f: dict) -> dict:
     req = session.reqs.get(name)
     if req is None:
         raise session.refused(f"retract: request {name!r} is not running")
+    if req.is_chunked:  # decode retraction takes only requests in the decode batch (SGLang's side does not check)
+        raise session.refused(f"retract: request {name!r} is still in chunked prefill")
     kept = session.cache.retract(req, backup=bool(f.get("backup")), evict=f.get("evict", 0))
     del session.reqs[name]
     if kept:
