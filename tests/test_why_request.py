@@ -91,11 +91,14 @@ def test_the_sliding_window_and_duplicates_are_named_as_causes():
     assert why_request(timeline, 2, "r1", "tail").lines[1] == (
         "step 2 (req_decode r1, line 3): the req_decode freed 56 swa slots [cause window]: "
         "it slid out of the sliding window")
-    r2 = why_request(timeline, 6, "r2", "tail").lines
-    assert ("step 6 (release r2, line 7): release freed 64 full slots [cause duplicate]: the tree already "
-            "held those tokens, so its own copies went back to the pool") in r2
-    assert any(line.endswith("its tail of 2 slots: the committed tokens past the 64 it cached (66 committed) — "
-                             "nothing could match them") for line in r2)
+    r2 = why_request(timeline, 6, "r2", "tail").lines  # r2 matched r1's 64 (its window kept behind r1's state)
+    assert r2[-1].endswith("its tail of 2 slots: the committed tokens past the 64 it cached (66 committed) — "
+                           "nothing could match them")
+    twins = run(FULL, {"op": "req_prefill", "req": "a", "tokens": [1, 2, 3, 4]},
+                {"op": "req_prefill", "req": "b", "tokens": [1, 2, 3, 4]},
+                {"op": "release", "req": "a"}, {"op": "release", "req": "b"})
+    assert ("step 4 (release b, line 5): release freed 4 full slots [cause duplicate]: the tree already "
+            "held those tokens, so its own copies went back to the pool") in why_request(twins, 4, "b", "tail").lines
 
 
 def test_a_reused_name_tells_only_its_latest_life():
