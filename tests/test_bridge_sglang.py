@@ -306,10 +306,9 @@ def test_a_second_window_release_is_recorded_as_a_comment(tmp_path):
 
 @pytest.mark.parametrize("components, page", [(("full",), 4), (("full", "swa"), 2)])
 def test_random_retract_restore_abort_agree_with_sglang(components, page):
-    """The fuzzer's steps on a write-through host tier (where it draws retract, restore
-    and abort), less the requests whose admission was refused (a refused prefill
-    changes nothing on ours; SGLang's match has split a node by then, compared
-    elsewhere), agree with SGLang step by step."""
+    """The fuzzer's steps on a write-through host tier (backups: retract, restore and
+    abort), refused admissions included (their match splits on both sides), agree with
+    SGLang step by step."""
     import itertools
 
     from workbench.model.fuzzing.config import FuzzConfig
@@ -319,10 +318,33 @@ def test_random_retract_restore_abort_agree_with_sglang(components, page):
     run = LockstepRun(config, checks=False)
     for raw in itertools.islice(OpGenerator(config, 1), 300):
         run.step(raw)
-    refused = {s["req"] for s in run.steps if s["op"] == "req_prefill" and "expect_error" in s}
-    steps = [s for s in run.steps if s.get("req") not in refused]
+    steps = run.steps
     header = {"schema": 1, "scenario": {"name": "retraction-random"}, "config": config.scenario_config()}
     report = run_against(scenario_from_records(header, steps))
     assert report.agrees, report.divergence.as_dict()
     ran = [s["op"] for s in steps]
     assert {"retract", "restore", "abort"} <= set(ran) and report.states_compared == report.run
+
+
+REQUEST_HEAVY = [(components, page) for components in (("full",), ("full", "swa"), ("full", "mamba"),
+                                                        ("full", "swa", "mamba")) for page in (1, 4)]
+
+
+@pytest.mark.parametrize("components, page", REQUEST_HEAVY, ids=["+".join(c) + f"-p{p}" for c, p in REQUEST_HEAVY])
+def test_request_heavy_random_sequences_agree_with_sglang(components, page):
+    """tools/differential_requests.py in small: the fuzzer's steps, request ops three
+    times as likely, on every component set at pages 1 and 4, agree with SGLang step by
+    step (a run may stop where ours says SGLang asserts)."""
+    import importlib.util
+
+    from workbench.model.fuzzing.config import FuzzConfig
+
+    spec = importlib.util.spec_from_file_location("differential_requests", ROOT / "tools" / "differential_requests.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    config = FuzzConfig(components, page, mamba_size=12)
+    header = {"schema": 1, "scenario": {"name": "requests"}, "config": config.scenario_config()}
+    steps = tool.request_heavy_steps(config, 0, 120)
+    report = run_against(scenario_from_records(header, steps))
+    assert report.agrees, report.divergence.as_dict()
+    assert report.run >= 40 and {"req_prefill", "req_decode", "checkpoint", "release"} <= {s["op"] for s in steps}
