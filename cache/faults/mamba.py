@@ -62,10 +62,14 @@ def _install_cow_leak(cache) -> None:
     matched state copied in) before it knew the request could be admitted; when
     add_one_req then refused it, nothing returned that slot. Here a refused
     new_request's match keeps the slot. Fires when a slot leaks that way."""
+    from ..errors import PoolExhaustedError
     from ..params import MatchPrefixParams
 
     def match_refused(req, key) -> None:
-        cache.match_prefix(MatchPrefixParams(key, cow_mamba=True, req=req))
+        try:
+            cache.match_prefix(MatchPrefixParams(key, cow_mamba=True, req=req))
+        except PoolExhaustedError:
+            return  # no slot for the copy: nothing to leak (the correct code says the same)
         if req.mamba_pool_idx is not None:
             fired(cache, COW_LEAK)  # the request goes back to the queue still owning the slot
 
