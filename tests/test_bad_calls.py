@@ -233,14 +233,21 @@ def test_new_request_beyond_pool_releases_its_lock(full):
     full.unlock(b, rb)
 
 
-def test_new_request_beyond_pool_leaves_cache_unchanged(full):
+def test_new_request_beyond_pool_keeps_only_its_match(full):
+    """The prefix ends inside the base node: as SGLang's scheduler matches before it
+    admits, the refused request's match splits that node (checked against SGLang through
+    the bridge); it holds nothing, and the pools are as they were."""
     cache, P = full.cache, full.ps
     _, a, b = populated(full)
     full.lock(a), full.lock(b)
     free = cache.available_size()
-    # the prefix ends inside the base node: the match splits it before the alloc fails
-    with unchanged(cache, PoolExhaustedError):
+    before = cache.snapshot()
+    with pytest.raises(PoolExhaustedError):
         cache.new_request(seq(1, 1, P) + list(range(20000, 20000 + free + 1)))
+    after = cache.snapshot()
+    assert (after.pools, after.requests) == (before.pools, before.requests)
+    assert len(after.nodes) == len(before.nodes) + 1
+    assert check_invariants(cache) == []
 
 
 def test_negative_allocation_is_a_cache_error(full):

@@ -113,7 +113,7 @@ def test_the_cache_core_stays_within_its_line_budget():
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
     assert 3000 < core <= 4720, core
-    assert 200 < sum(code_lines(p) for p in host) <= 1100
+    assert 200 < sum(code_lines(p) for p in host) <= 1120  # + issue 26: load-back for a request (load_back_at)
 
 
 def _op_name_strings(path: Path, names: set[str]) -> set[str]:

@@ -242,8 +242,8 @@ def test_first_word_completes_ops_valid_for_the_components():
     full = complete("", NAMES, ["full"])
     assert "release_window" not in full and full == sorted(full) and "insert" in full
     assert "release_window" in complete("", NAMES, ["full", "swa"])
-    assert complete("req_", NAMES, ["full"]) == ["req_decode", "req_prefill"]  # the older names are not offered
-    assert complete("re", NAMES, ["full", "swa"]) == ["release", "release_window", "req_decode", "req_prefill",
+    assert complete("req_", NAMES, ["full"]) == ["req_decode", "req_extend", "req_prefill"]  # not the older names
+    assert complete("re", NAMES, ["full", "swa"]) == ["release", "release_window", "req_decode", "req_extend", "req_prefill",
                                                       "restore", "retract"]
     assert complete("nosuch", NAMES, ["full"]) == []
 

@@ -32,7 +32,7 @@ def test_a_running_request_is_seen_whole_after_a_checkpoint():
     assert view.finished_len is None and view.owned_len is None and not view.is_chunked and view.priority == 0
     row = req.kv_indices.tolist()
     assert view.row_ends == (tuple(row[:3]), tuple(row[-3:]))
-    assert view.component("swa") == {"evicted_seqlen": 64}  # the window slid past the first 64 positions
+    assert view.component("swa") == {"evicted_seqlen": 56}  # slid up to a window behind its Mamba checkpoint at 64
     mamba = view.component("mamba")
     assert mamba["running_slot"] == int(req.mamba_pool_idx[0])
     assert mamba["ping_pong"] == tuple(req.mamba_ping_pong.tolist()) and len(mamba["ping_pong"]) == 2
@@ -93,7 +93,7 @@ def test_each_step_says_what_it_did_to_each_request():
     assert admitted.lines[0] == "admitted: prefix 0 of a 70-token prompt, lock on #0"
     decode = step_request_diff(timeline, 2).get("r1")
     assert decode.status == CHANGED and decode.field("committed").text == "committed grew 70 → 73 (+3)"
-    assert decode.field("swa.evicted_seqlen").after == 64 and decode.freed == {("swa", "window"): 64}
+    assert decode.field("swa.evicted_seqlen").after == 56 and decode.freed == {("swa", "window"): 56}
     checkpoint = step_request_diff(timeline, 3).get("r1")
     node = timeline.state_after(3).requests[0].lock_node
     assert checkpoint.field("prefix").text == "prefix grew 0 → 64 (+64)" and not checkpoint.prefix_shrank
