@@ -63,10 +63,7 @@ class Req:
     def kv_len(self) -> int:
         return int(self.kv_indices.shape[0])
 
-    @property
-    def kv_committed_len(self) -> int:
-        """Tokens whose KV is computed and written (the row's length)."""
-        return int(self.kv_indices.shape[0])
+    kv_committed_len = kv_len  # SGLang's name: tokens whose KV is computed and written
 
     @property
     def is_chunked(self) -> bool:

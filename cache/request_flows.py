@@ -66,8 +66,7 @@ class RequestFlows:
         evicted, stay. ``load_back``: first bring the prefix's host part back
         (v0.5.23's init_load_back, within ``mem_quota``; see request_load_back.py)."""
         key = RadixKey(tokens, extra_key)
-        if chunk is not None and (type(chunk) is not int or chunk < 1):
-            raise InvalidValueError(f"chunk={chunk!r}: a prefill chunk is at least one token")
+        self._check_chunk(chunk)
         rid = rid if rid is not None else f"req{next(self._rids)}"
         if rid in self.requests:
             raise CacheError(f"request {rid!r} is already running")
@@ -79,9 +78,7 @@ class RequestFlows:
                 self.requests[rid] = req
                 return req
             path = self.tree.peek_match(key)
-            need = len(tokens) - sum(n for _, n in path)
-            if chunk is not None:
-                need = min(need, chunk)
+            need = self._first_chunk(req, sum(n for _, n in path), chunk)
             shorts = self._shortfalls(need)
             own = {}  # the request's own slots (Mamba's states), taken after its KV is known to fit
             for component in self.hooks.slots_for_request:
@@ -155,8 +152,14 @@ class RequestFlows:
 
     @staticmethod
     def _first_chunk(req: Req, prefix_len: int, chunk: Optional[int]) -> int:
+        """The prompt tokens a prefill pass computes after ``prefix_len``."""
         rest = len(req.origin_input_ids) - prefix_len
         return rest if chunk is None else min(rest, chunk)
+
+    @staticmethod
+    def _check_chunk(chunk: Optional[int]) -> None:
+        if chunk is not None and (type(chunk) is not int or chunk < 1):
+            raise InvalidValueError(f"chunk={chunk!r}: a prefill chunk is at least one token")
 
     # ---- decode -----------------------------------------------------------------
     def extend_request(self, req: Req, tokens: list[int], slide: bool = False) -> None:
@@ -186,9 +189,8 @@ class RequestFlows:
             left = len(req.origin_input_ids) - req.kv_len
             if left <= 0:
                 raise CacheError(f"request {req.rid!r} has computed its whole prompt")
-            if chunk is not None and (type(chunk) is not int or chunk < 1):
-                raise InvalidValueError(f"chunk={chunk!r}: a prefill chunk is at least one token")
-            self._grow_row(req, self._take_row_slots(req, left if chunk is None else min(chunk, left)))
+            self._check_chunk(chunk)
+            self._grow_row(req, self._take_row_slots(req, self._first_chunk(req, req.kv_len, chunk)))
 
     def _take_row_slots(self, req: Req, count: int) -> Optional[torch.Tensor]:
         """The slots for the row's next ``count`` tokens: the rest of its last page
