@@ -19,6 +19,8 @@ class CacheConfig:
     device: str = "auto"
     auto_evict: bool = True  # allocations evict their shortfall first
     faults: tuple[str, ...] = ()  # upstream bugs to re-introduce (cache/faults); none by default
+    # v0.5.23's --enable-session-radix-cache: finished session requests tag their KV (session_refs.py)
+    session_radix_cache: bool = False
     hicache: Optional[Mapping[str, Any]] = None  # the host tier: HiCacheConfig's fields (None: no host tier)
     # Fields a component declares itself (``config_fields``), named "<component>_<field>":
     # checked here for their owner only (no import), by the component when the cache is built.
@@ -52,6 +54,8 @@ class CacheConfig:
                 raise ValueError(f"{name} must be a positive int (got {value!r})")
             if value > MAX_POOL:
                 raise ValueError(f"{name} {value} is larger than this workbench supports ({MAX_POOL})")
+        if not isinstance(self.session_radix_cache, bool):
+            raise ValueError(f"session_radix_cache must be true or false (got {self.session_radix_cache!r})")
         if self.kv_size % self.page_size:
             raise ValueError(f"kv_size {self.kv_size} must be a multiple of page_size {self.page_size}")
         if "swa" in comps and not (isinstance(self.sliding_window, int) and self.sliding_window > 0):

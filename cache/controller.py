@@ -54,7 +54,8 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self.components = [COMPONENT_REGISTRY[name](self, i) for i, name in enumerate(cfg.components)]
         self.by_name = {c.name: c for c in self.components}
         _check_component_fields(self.components, cfg.extra)
-        self.tree = UnifiedTreeCore(self.components, cfg.page_size, self.device, self.events)
+        self.tree = UnifiedTreeCore(self.components, cfg.page_size, self.device, self.events, cfg.session_radix_cache)
+        self.session_refs = self.tree.session_refs  # generations, closes, leaf indexes (session_refs.py)
         self.host = HostTier(self, cfg.hicache) if cfg.hicache is not None else None  # HiCache's host tier
         self.hooks = HookTable.of(self.components)  # which components each hook runs on
         self.requests: dict[str, Req] = {}
@@ -358,6 +359,19 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             component.reset_pool()
         self.requests.clear()
         self.retracted.clear()
+
+    # ---- session radix cache (v0.5.23's names; session_refs.py) ------------------
+    def open_radix_session(self, session_id: str) -> int:
+        with self.events.op("open_radix_session"):
+            return self.session_refs.open_radix_session(session_id)
+
+    def ensure_session_generation(self, session_id: str) -> int:
+        with self.events.op("ensure_session_generation"):
+            return self.session_refs.ensure_session_generation(session_id)
+
+    def release_radix_session(self, session_id: str) -> int:
+        with self.events.op("release_radix_session"):
+            return self.session_refs.release_radix_session(session_id)
 
     def snapshot(self):
         from .snapshot import take_snapshot

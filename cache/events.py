@@ -36,6 +36,8 @@ class EventKind(str, enum.Enum):
     LOAD = "load"  # a host-only node got device KV again (load-back, or an insert over it)
     HOST_EVICT = "host_evict"  # a host-only node's host copy was evicted (the node goes)
     TRANSFER = "transfer"  # a held host-tier copy was queued or completed (``detail``: which)
+    SESSION_REF = "session_ref"  # a session's coverage moved a node's session_ref (``detail``: session, new count)
+    SESSION_LEAF = "session_leaf"  # a node became or stopped being a session's frontier (``detail``: which)
 
 
 class Cause(str, enum.Enum):
@@ -48,6 +50,8 @@ class Cause(str, enum.Enum):
     CASCADE = "cascade"  # another component's eviction took this data along (``detail``: "from <it>")
     CLEANUP = "cleanup"  # an emptied ancestor removed after its last child
     RETRACT = "retract"  # a retracted request's host backup: taken, restored or discarded
+    SESSION = "session"  # a session request's finish tagged its leaf, or a deleted tag receded upward
+    SESSION_CLOSE = "session_close"  # release_radix_session let go of a closed session's tags
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -46,6 +46,12 @@ class Req:
     finished_len: Optional[int] = None
     # fill_ids packed as a key's bytes, grown with each decode: caching never re-packs
     token_bytes: bytearray = dataclasses.field(default_factory=bytearray)
+    # the session radix cache: the session this request belongs to, the generation it was
+    # admitted under (a finish under an older one registers nothing), and SGLang's
+    # FINISH_ABORT (an aborted request never tags its KV for the session)
+    session_id: Optional[str] = None
+    session_generation: Optional[int] = None
+    finish_aborted: bool = False
     # per component name: that component's own state for this request (a new component
     # keeps it here rather than adding fields; SWA and Mamba predate it)
     component_state: dict[str, Any] = dataclasses.field(default_factory=dict)

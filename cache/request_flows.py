@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .components.base import TreeComponent
     from .events import EventBus
     from .hooks import HookTable
+    from .session_refs import SessionRefTracker
     from .tree_core import UnifiedTreeCore
 
 
@@ -44,11 +45,13 @@ class RequestFlows:
     device: torch.device
     auto_evict: bool
     requests: dict[str, Req]
+    session_refs: SessionRefTracker
     _rids: Iterator[int]  # numbers for requests admitted without an id
 
     # ---- admission --------------------------------------------------------------
     def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None,
-                    chunk: Optional[int] = None, load_back: bool = False, mem_quota: Optional[int] = None) -> Req:
+                    chunk: Optional[int] = None, load_back: bool = False, mem_quota: Optional[int] = None,
+                    session_id: Optional[str] = None, session_generation: Optional[int] = None) -> Req:
         """Admit a request: match its prefix, lock it, allocate and write the rest
         (with ``chunk``: only the next ``chunk`` prompt tokens, chunked prefill; the
         rest come with extend_prompt).
@@ -64,14 +67,19 @@ class RequestFlows:
         fault (a bug, or one a test injects) fails after that, and then the slots and
         the lock go back but the match's split and LRU refresh, and what was
         evicted, stay. ``load_back``: first bring the prefix's host part back
-        (v0.5.23's init_load_back, within ``mem_quota``; see request_load_back.py)."""
+        (v0.5.23's init_load_back, within ``mem_quota``; see request_load_back.py).
+        ``session_id``: the session it belongs to; with the session radix cache on and
+        no ``session_generation`` given, the session's current one (opening it if it is
+        closed or new, as the scheduler's ensure_session_generation does)."""
         key = RadixKey(tokens, extra_key)
         self._check_chunk(chunk)
         rid = rid if rid is not None else f"req{next(self._rids)}"
         if rid in self.requests:
             raise CacheError(f"request {rid!r} is already running")
         req = Req(rid, list(tokens), self.tree._empty, self.tree.root.id, None, extra_key=extra_key,
-                  token_bytes=bytearray(key.data))
+                  token_bytes=bytearray(key.data), session_id=session_id, session_generation=session_generation)
+        if session_id is not None and session_generation is None and self.tree.session_radix_cache:
+            req.session_generation = self.session_refs.ensure_session_generation(session_id)
         with self.events.op("new_request", request=rid):
             if load_back:  # the host tier's part of the prefix first (cache/request_load_back.py)
                 self._admit_loading_back(req, key, mem_quota, chunk)
@@ -326,6 +334,9 @@ class RequestFlows:
         req.last_node, req.cache_protected_len = new_node, aligned
         for component in hooks.cleanup_after_caching_req:
             component.cleanup_after_caching_req(req, finished, result, params)
+        if finished and not req.finish_aborted and self.tree.session_radix_cache:
+            # the insert's own end (the prompt split, if any, cut above it)
+            self.session_refs.register_session_ref(req, self.tree.nodes[new_node])
 
     def _check_checkpoint(self, req: Req, finished: bool, up_to: int) -> None:
         """SGLang 0.5.23 asserts when a checkpoint's aligned length falls below the

@@ -221,7 +221,8 @@ class RequestRetraction:
         """Abort a request wherever it is; returns where it was ("running", "chunked",
         "retracted"). Running: released with its KV cached (0.5.23 inserts aborted KV);
         chunked: released uncached after release_aborted_request (nothing of it is
-        pending here); retracted: its backup discarded."""
+        pending here); retracted: its backup discarded. It finishes as FINISH_ABORT
+        (``finish_aborted``), so the session radix cache registers nothing for it."""
         if self.retracted.get(req.rid) is req:
             with self.events.op("abort", request=req.rid):
                 self._discard_backup(req)
@@ -229,6 +230,7 @@ class RequestRetraction:
             return "retracted"
         self._check_live(req)
         chunked = req.is_chunked
+        req.finish_aborted = True  # FINISH_ABORT: its cached KV is never tagged for its session
         with self.events.op("abort", request=req.rid):
             self.release_kv_cache(req, checkpoint=not chunked)
         return "chunked" if chunked else "running"

@@ -22,8 +22,10 @@ from .hooks import overriding
 from .keys import TOKEN_BYTES, RadixKey, child_key, unpack_tokens
 from .leaf_set import EvictableLeafSet
 from .lru import LRUList
+from .lru_session import PartitionedLRUList
 from .match_verdicts import emit_verdicts
 from .params import IncLockRefResult, InsertParams, InsertResult, MatchResult
+from .session_refs import SessionRefTracker
 from .tree_core_evict import TreeEviction
 from .tree_core_host import TreeHostTier
 from .tree_core_locks import TreeLocks
@@ -37,7 +39,8 @@ def _child_order(node: TreeNode):
 
 
 class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
-    def __init__(self, components: list[TreeComponent], page_size: int, device: torch.device, events: EventBus):
+    def __init__(self, components: list[TreeComponent], page_size: int, device: torch.device, events: EventBus,
+                 session_radix_cache: bool = False):
         if not components or components[0].name != "full":
             raise ValueError("the first component must be 'full'")
         self.components = components
@@ -59,6 +62,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         self._checked_releases = overriding(components, "check_release")
         self._empty = torch.empty(0, dtype=torch.int64, device=device)
         self._touched: Optional[set[int]] = None  # recording for take_touched (off until asked)
+        self.session_radix_cache = session_radix_cache  # session refs (session_refs.py)
+        self.session_refs = SessionRefTracker(self, session_radix_cache)
         self.reset()
 
     # ---- state ------------------------------------------------------------
@@ -78,13 +83,21 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         self.evictable = [0] * n
         self.protected = [0] * n
         self.leaves = EvictableLeafSet()
-        self.lru = {c.name: LRUList(c.index, n) for c in self.components if c.uses_lru}
+        self.lru = {c.name: self._new_lru(c, n) for c in self.components if c.uses_lru}
+        self.session_refs.reset()
         self.live_receipts: dict[int, IncLockRefResult] = {}  # receipt id -> receipt
         self.lock_groups: dict[tuple, dict[int, IncLockRefResult]] = {}  # the same, filed by lock_group_key
         if self.host_policy is not None:
             self.reset_host_tier()
         if self._touched is not None:
             self._touched.clear()
+
+    def _new_lru(self, component: TreeComponent, n: int) -> LRUList:
+        """With session refs on, referenced nodes keep to the MRU side (lru_session.py)."""
+        if not self.session_radix_cache:
+            return LRUList(component.index, n)
+        i = component.index
+        return PartitionedLRUList(i, n, lambda node: node.data[i].session_ref > 0)
 
     def take_touched(self) -> set[int]:
         """Ids of the nodes whose state changed since the previous call, for a per-step

@@ -75,6 +75,8 @@ class TreeEviction:
                 lru.remove(node)
 
     def _remove_from_parent(self, node: TreeNode, cause: Cause, detail: str = "") -> None:
+        if self.session_radix_cache:  # its session markers recede first (v0.5.23's discard_deleted_session_leaf)
+            self.session_refs.discard_deleted(node)
         self.leaves.discard(node)
         parent = node.parent
         popped = parent.children.pop(node.child_key)
@@ -110,7 +112,8 @@ class TreeEviction:
         """After ``trigger`` lost its data on ``node``, evict every other component whose
         priority there is <= the trigger's. A component whose true (internal) priority is
         at least the trigger's is only here because leaf priorities tie at 0; a lock on
-        it is legitimate and spares it. A lock on a strictly lower tier is a bug."""
+        it is legitimate and spares it, as does a session ref the trigger lacks there.
+        A lock on a strictly lower tier is a bug."""
         is_leaf = node.in_leaf_set
         trigger_priority = trigger.eviction_priority(is_leaf)
         for component in self.components:
@@ -121,6 +124,9 @@ class TreeEviction:
             cd = node.data[component.index]
             if component.eviction_priority(False) >= trigger.eviction_priority(False):
                 if cd.lock_ref != 0:
+                    continue
+                # a session's data is not taken along by a trigger no session holds here
+                if cd.session_ref > 0 and node.data[trigger.index].session_ref == 0:
                     continue
             assert cd.lock_ref == 0, f"{component.name} locked on node {node.id} below evicting {trigger.name}"
             n = component.evict_component(node, batch)

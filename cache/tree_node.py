@@ -15,7 +15,7 @@ from .keys import TOKEN_BYTES, unpack_tokens
 
 
 class ComponentData:
-    __slots__ = ("value", "lock_ref", "metadata", "host_value", "host_lock_ref")
+    __slots__ = ("value", "lock_ref", "metadata", "host_value", "host_lock_ref", "session_ref", "session_ids")
 
     def __init__(self) -> None:
         self.value: Optional[torch.Tensor] = None
@@ -24,6 +24,10 @@ class ComponentData:
         # Reserved for a host tier (HiCache); this project keeps them empty.
         self.host_value: Optional[torch.Tensor] = None
         self.host_lock_ref = 0
+        # Session radix cache (session_refs.py): how many sessions' coverage holds this
+        # node, and the sessions whose frontier leaf it is (None: none).
+        self.session_ref = 0
+        self.session_ids: Optional[set[str]] = None
 
 
 class TreeNode:

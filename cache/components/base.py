@@ -32,6 +32,7 @@ import torch
 
 from ..config import MAX_POOL
 from ..events import Cause, EventKind
+from ..session_refs import session_evict_next
 
 if TYPE_CHECKING:
     from ..controller import UnifiedRadixCache
@@ -51,6 +52,9 @@ class TreeComponent:
     has_window_lock = False  # a lock part release_window lets go early (SWA's window)
     sets_checkpoints = False  # caching stops at this component's own boundaries (Mamba states)
     prompt_split_ok = True  # a finished request's leaf may be split at its prompt's end
+    # What a session's frontier node holds with the session radix cache on (session_refs.py):
+    # "path" (Full), "window" (SWA), or "node", the default: that node only, as Mamba's state.
+    session_coverage = "node"
     # This component's own [config] fields -> default (None: required), positive ints,
     # named "<component>_<field>"; CacheConfig keeps them in ``extra``.
     config_fields: ClassVar[dict[str, Optional[int]]] = {}
@@ -317,6 +321,7 @@ class TreeComponent:
 
 
 class LRUEvictionMixin:
+    _session_walk = False  # this walk uses the session-partitioned list's cursor
     """A component's own LRU list (``uses_lru``): walks and matches refresh the nodes
     holding its data, and eviction takes the least recent unlocked first: an
     evictable leaf is handed to the controller to delete whole (every component's
@@ -335,9 +340,17 @@ class LRUEvictionMixin:
 
     def evict_start(self, request: int) -> None:
         self._evict_request = request
-        self._cursor = self.tree.lru[self.name].lru_first()
+        lru = self.tree.lru[self.name]
+        self._session_walk = getattr(lru, "partitioned", False)
+        if self._session_walk:  # the session-partitioned list walks with its cursor
+            lru.cursor_begin()
+            self._cursor = lru.cursor_next()
+            return
+        self._cursor = lru.lru_first()
 
     def evict_next(self, batch):
+        if self._session_walk:
+            return session_evict_next(self, batch)
         lru = self.tree.lru[self.name]
         if self._cursor is not None and self._cursor not in lru:
             self._cursor = lru.lru_first()  # the previous step removed it: restart
@@ -351,6 +364,9 @@ class LRUEvictionMixin:
         return None, True
 
     def evict_end(self) -> None:
+        if self._session_walk:
+            self.tree.lru[self.name].cursor_end()
+            self._session_walk = False
         self._cursor = None
 
 

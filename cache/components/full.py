@@ -7,6 +7,7 @@ lock from the node up to the root.
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING, Optional
 
 import torch
@@ -25,6 +26,8 @@ class FullComponent(FullHostMixin, TreeComponent):
     name = "full"
     leaf_priority = 0
     internal_priority = 2
+    session_coverage = "path"  # a session holds its whole path (session_refs.py)
+    _session_heap = None  # the session-aware walk's heap, while one runs
 
     # Full matches every node that has Full KV, i.e. every node (no host tier here),
     # so it needs no validator; it orders eviction by access time, not an LRU list
@@ -38,6 +41,7 @@ class FullComponent(FullHostMixin, TreeComponent):
         i = self.index
         upper, lower = new_parent.data[i], child.data[i]
         upper.lock_ref, upper.host_lock_ref = lower.lock_ref, lower.host_lock_ref
+        upper.session_ref = lower.session_ref  # every session covering the suffix covers the prefix
         cut = new_parent.length
         if lower.value is not None:
             value = lower.value
@@ -57,12 +61,42 @@ class FullComponent(FullHostMixin, TreeComponent):
 
     def evict_start(self, request: int) -> None:
         self._evict_request = request
+        self._session_heap = None
+        if self.tree.session_radix_cache:  # v0.5.23's heap, built per walk
+            self._session_heap = [(self._session_key(n), n.id, n) for n in self.tree.leaves]
+            heapq.heapify(self._session_heap)
+            self._last_victim = None
+
+    def _session_key(self, node: TreeNode) -> tuple:
+        """Unreferenced leaves first, then fewer session refs, then least recent."""
+        ref = node.data[self.index].session_ref
+        return ref > 0, ref, node.last_access_time
 
     def evict_next(self, batch: EvictionBatch) -> tuple[Optional[TreeNode], bool]:
+        if self._session_heap is not None:
+            return self._evict_next_session(batch)
         if batch.counts["full"] >= self._evict_request:
             return None, False
         leaf = self.tree.leaves.peek_oldest()
         return leaf, leaf is not None
+
+    def _evict_next_session(self, batch: EvictionBatch) -> tuple[Optional[TreeNode], bool]:
+        """Pop the heap; the previous victim's parent joins it once it became a leaf
+        (keys are taken when pushed, as v0.5.23's heap does)."""
+        heap, last = self._session_heap, self._last_victim
+        if last is not None and last.parent is not None and last.parent.in_leaf_set:
+            heapq.heappush(heap, (self._session_key(last.parent), last.parent.id, last.parent))
+        self._last_victim = None
+        while batch.counts["full"] < self._evict_request and heap:
+            node = heapq.heappop(heap)[2]
+            if node.in_leaf_set:
+                self._last_victim = node
+                return node, True
+        return None, False
+
+    def evict_end(self) -> None:
+        self._session_heap = None
+        self._last_victim = None
 
     def acquire_lock(self, node: TreeNode, receipt: IncLockRefResult) -> None:
         i = self.index

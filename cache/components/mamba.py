@@ -147,6 +147,7 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
     def redistribute_on_split(self, new_parent: TreeNode, child: TreeNode) -> None:
         upper = new_parent.data[self.index]
         upper.value, upper.lock_ref = None, 0  # the state belongs to the deeper boundary
+        upper.session_ref = 0  # and so does a session's ref on it
 
     # ---- eviction ---------------------------------------------------------
     def evict_component(self, node: TreeNode, batch: EvictionBatch) -> int:

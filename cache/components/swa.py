@@ -35,6 +35,7 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
     internal_priority = 1
     has_window_lock = True
     prompt_split_ok = False  # a leaf is capped to one live window; a split would cut it
+    session_coverage = "window"  # a session holds its last window plus a page (session_refs.py)
 
     def __init__(self, cache, index: int) -> None:
         super().__init__(cache, index)
@@ -202,6 +203,7 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         i = self.index
         upper, lower = new_parent.data[i], child.data[i]
         upper.lock_ref = lower.lock_ref
+        upper.session_ref = lower.session_ref  # the window a session covers may span the cut
         if lower.value is not None:
             cut = new_parent.length
             value = lower.value
