@@ -102,6 +102,10 @@ def _sweep(cache: UnifiedRadixCache) -> list[Violation]:
                 from .invariants_host import check_host_tier
 
                 check_host_tier(cache, cols, out)
+            if cache.tree.session_radix_cache:
+                from .invariants_sessions import check_sessions
+
+                check_sessions(cache, out)
             # the components read every registered node: share the columns when that is the same set
             shared = cols if cols.registered else None
             for component in cache.components:
@@ -302,23 +306,23 @@ def _check_lru_lists(cache, cols: NodeColumns, out: list[Violation]) -> None:
             continue
         lru = tree.lru[component.name]
         prev, s, tail = lru.head, lru.slot, lru.tail
-        cur, ids, walked = prev.lru_next[s], set(), 0
+        cur, ids, members = prev.lru_next[s], set(), 0
         add = ids.add
-        for walked in range(len(tree.nodes) + 2):  # a loop in the links cannot run forever
+        for _ in range(len(tree.nodes) + 4):  # a loop in the links cannot run forever (+ 2 sentinels)
             if cur is tail or cur is None:
                 break
             if cur.lru_prev[s] is not prev:
                 out.append(Violation("lru.links", f"{component.name} LRU: broken prev link at node {cur.id}"))
                 return
-            add(cur.id)
+            if cur.id >= 0:  # not a session partition's sentinel (lru_session.py)
+                add(cur.id)
+                members += 1
             prev, cur = cur, cur.lru_next[s]
-        else:
-            walked += 1
         if cur is not tail:
             out.append(Violation("lru.links", f"{component.name} LRU: chain does not reach the tail"))
             return
-        if walked != lru.size or len(ids) != walked:
-            out.append(Violation("lru.size", f"{component.name} LRU size {lru.size}, walked {walked}"))
+        if members != lru.size or len(ids) != members:
+            out.append(Violation("lru.size", f"{component.name} LRU size {lru.size}, walked {members}"))
         want = {node_id for node_id, v in zip(cols.ids, cols.values[component.index]) if v is not None}
         if ids != want:
             out.append(

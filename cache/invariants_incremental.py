@@ -86,7 +86,14 @@ def probe(cache, touched: Iterable[int], data_touched: Optional[Iterable[int]] =
         and _nodes_ok(cache, data_nodes)
         and all(component.probe_invariants(data_nodes) for component in cache.components)
         and (cache.host is None or _host_ok(cache, nodes))
+        and (not tree.session_radix_cache or _sessions_ok(cache))
     )
+
+
+def _sessions_ok(cache) -> bool:
+    from .invariants_sessions import sessions_ok
+
+    return sessions_ok(cache)
 
 
 def _host_ok(cache, nodes: list) -> bool:

@@ -23,6 +23,8 @@ class ComponentView:
     lru_rank: Optional[int]  # 0 = most recently used; None when not ranked
     extras: Mapping[str, object] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     host_len: Optional[int] = None  # the host tier's copy (HiCache), when there is one
+    session_ref: int = 0  # sessions whose coverage holds this node (session radix cache)
+    session_ids: tuple[str, ...] = ()  # sessions whose frontier this node is, sorted
 
     @property
     def host_only(self) -> bool:
@@ -97,6 +99,26 @@ class RequestView:
 
 
 @dataclasses.dataclass(frozen=True)
+class SessionsView:
+    """The session radix cache's bookkeeping (None in a snapshot when it is off)."""
+
+    generations: Mapping[str, int]  # open session -> its current generation
+    incarnation_counter: int  # the last generation handed out
+    closed: tuple[str, ...]  # closed-session tombstones, oldest close first
+    leaves: Mapping[str, Mapping[str, tuple[int, ...]]]  # session -> component -> frontier node ids
+
+
+def sessions_view(cache: UnifiedRadixCache) -> Optional[SessionsView]:
+    refs = cache.session_refs
+    if not refs.enabled:
+        return None
+    sids = sorted({sid for index in refs.by_component.values() for sid in index.leaves})
+    leaves = {sid: MappingProxyType({k: tuple(v) for k, v in refs.leaves_of(sid).items()}) for sid in sids}
+    return SessionsView(MappingProxyType(dict(refs.generations)), refs.incarnation_counter, tuple(refs.closed),
+                        MappingProxyType(leaves))
+
+
+@dataclasses.dataclass(frozen=True)
 class CacheSnapshot:
     op_seq: int
     page_size: int
@@ -106,6 +128,7 @@ class CacheSnapshot:
     evictable_leaves: tuple[int, ...]  # oldest first: the order Full would evict them
     pools: Mapping[str, PoolView]
     requests: tuple[RequestView, ...]
+    sessions: Optional[SessionsView] = None  # the session radix cache's state (None: off)
 
     @property
     def root(self) -> NodeView:
@@ -133,6 +156,8 @@ class ComponentRecord:
     value_ends: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # first and last few slot ids of the value
     host_len: Optional[int] = None  # the host tier's copy, when there is one
     host_lru_label: Optional[int] = None  # place in the component's host LRU (host tier); None: not listed
+    session_ref: int = 0  # as ComponentView's
+    session_ids: tuple[str, ...] = ()
 
 
 VALUE_END = 3  # slot ids kept from each end of a value, for inspectors
@@ -195,6 +220,8 @@ def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
             _value_ends(cd.value),
             None if cd.host_value is None else int(cd.host_value.shape[0]),
             node.lru_label[n + i] if host_slots else None,
+            cd.session_ref,
+            tuple(sorted(cd.session_ids)) if cd.session_ids else (),
         ))
     return NodeRecord(
         node.id, node.parent.id if node.parent is not None else None, node.key, node.extra_key,
@@ -242,6 +269,8 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
                 ranks.get(component.name, {}).get(node.id),
                 MappingProxyType(dict(component.node_extras(node))),
                 None if cd.host_value is None else int(cd.host_value.shape[0]),
+                cd.session_ref,
+                tuple(sorted(cd.session_ids)) if cd.session_ids else (),
             )
         views.append(
             NodeView(
@@ -270,6 +299,7 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
         leaves,
         MappingProxyType(pools),
         requests,
+        sessions_view(cache),
     )
 
 

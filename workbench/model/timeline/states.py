@@ -303,7 +303,7 @@ class TimelineState:
     def _view(self, record: NodeRecord) -> NodeView:
         comps = {
             name: ComponentView(c.value_len, c.lock_ref, self._rank(name, record), MappingProxyType(dict(c.extras)),
-                                c.host_len)
+                                c.host_len, c.session_ref, c.session_ids)
             for name, c in zip(self.components, record.components)
         }
         return NodeView(
