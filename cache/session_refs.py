@@ -13,7 +13,7 @@ counts their coverage adds up to. What a frontier covers is the component's
 * ``"path"`` (Full): the frontier and every ancestor up to the root;
 * ``"window"`` (SWA): the frontier and the ancestors covering the last window plus a
   page, the covered length recorded per frontier so the release walks the same nodes;
-* ``"node"`` (Mamba, and the default for any other component, e.g. the sidecar, whose
+* ``"node"`` (Mamba, and the default for any other component, e.g. a per-stride one whose
   entries like a Mamba state each stand for their whole prefix): the frontier only.
 
 A new frontier replaces its nearest registered ancestor (advance); a deleted frontier
