@@ -36,6 +36,7 @@ class EventKind(str, enum.Enum):
     LOAD = "load"  # a host-only node got device KV again (load-back, or an insert over it)
     HOST_EVICT = "host_evict"  # a host-only node's host copy was evicted (the node goes)
     TRANSFER = "transfer"  # a held host-tier copy was queued or completed (``detail``: which)
+    SLOT = "slot"  # a streaming session's slot took, lent, kept, handed back or released its record
 
 
 class Cause(str, enum.Enum):
@@ -48,6 +49,8 @@ class Cause(str, enum.Enum):
     CASCADE = "cascade"  # another component's eviction took this data along (``detail``: "from <it>")
     CLEANUP = "cleanup"  # an emptied ancestor removed after its last child
     RETRACT = "retract"  # a retracted request's host backup: taken, restored or discarded
+    SESSION = "session"  # a streaming session's record: rewound by a later turn, or released on close
+    ABORT = "abort"  # an aborted streaming turn took its session's record back
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

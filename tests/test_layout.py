@@ -108,11 +108,13 @@ def test_the_cache_core_stays_within_its_line_budget():
     checkpoint/release steps, chunked prefill, admission with load-back, decode
     retraction with its host backup, restore and abort (request_load_back.py,
     request_retraction.py), and the snapshot's running requests (RequestView's fields,
-    the request_extras hook); the base was at 4305."""
+    the request_extras hook); the base was at 4305. Plus 390 for issue 27's streaming
+    sessions and the scheduler's session controller (streaming_session.py,
+    session_controller.py, their snapshot views and invariant)."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 4720, core
+    assert 3000 < core <= 5110, core
     assert 200 < sum(code_lines(p) for p in host) <= 1120  # + issue 26: load-back for a request (load_back_at)
 
 
