@@ -213,6 +213,12 @@ class StreamingSessions:
         if slot.lock is not None:
             self.tree.dec_lock_ref(slot.lock.node_id, slot.lock)
         record = slot.record
+        for req in [r for r in self.requests.values() if r.__dict__.get("record") is record]:
+            # only after a rejected turn cleared the in-flight flag (see stream_turn): SGLang
+            # goes on running the turn on the freed row; we drop it
+            del self.requests[req.rid]
+            req.session = None
+            self._emit_slot(sid, req.kv_len, Cause.SESSION, f"{req.rid} still ran on it: dropped")
         if slot.holds_kv:
             protected, row = record.cache_protected_len, record.kv_indices
             if row.shape[0] > protected:
