@@ -38,10 +38,11 @@ from .request import Req
 from .request_flows import RequestFlows
 from .request_load_back import RequestLoadBack
 from .request_retraction import RequestRetraction
+from .session_controller import SessionCalls, SessionController
 from .tree_core import UnifiedTreeCore
 
 
-class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCalls):
+class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCalls, SessionCalls):
     def __init__(self, config: Optional[CacheConfig] = None, **kwargs) -> None:
         self.config = config if config is not None else CacheConfig.of(**kwargs)
         cfg = self.config
@@ -60,6 +61,8 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self.hooks = HookTable.of(self.components)  # which components each hook runs on
         self.requests: dict[str, Req] = {}
         self.retracted: dict[str, Req] = {}  # retracted requests (request_retraction.py)
+        self.session_controller = SessionController()  # the scheduler's sessions (session_controller.py)
+        self.session_slots: dict = {}  # streaming sessions' records and locks (streaming_session.py)
         self._rids = itertools.count(1)
         self.fingerprints = True  # write_kv records KV fingerprints (off only for timing replays)
         self.fault_hits: dict[str, int] = {}  # fault name -> times it changed behaviour (cache/faults)
@@ -359,6 +362,8 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             component.reset_pool()
         self.requests.clear()
         self.retracted.clear()
+        self.session_controller.sessions.clear()
+        self.session_slots.clear()
 
     # ---- session radix cache (v0.5.23's names; session_refs.py) ------------------
     def open_radix_session(self, session_id: str) -> int:

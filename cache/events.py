@@ -38,6 +38,7 @@ class EventKind(str, enum.Enum):
     TRANSFER = "transfer"  # a held host-tier copy was queued or completed (``detail``: which)
     SESSION_REF = "session_ref"  # a session's coverage moved a node's session_ref (``detail``: session, new count)
     SESSION_LEAF = "session_leaf"  # a node became or stopped being a session's frontier (``detail``: which)
+    SLOT = "slot"  # a streaming session's slot took, lent, kept, handed back or released its record
 
 
 class Cause(str, enum.Enum):
@@ -50,8 +51,10 @@ class Cause(str, enum.Enum):
     CASCADE = "cascade"  # another component's eviction took this data along (``detail``: "from <it>")
     CLEANUP = "cleanup"  # an emptied ancestor removed after its last child
     RETRACT = "retract"  # a retracted request's host backup: taken, restored or discarded
-    SESSION = "session"  # a session request's finish tagged its leaf, or a deleted tag receded upward
+    SESSION = "session"  # a session did it: a finish tagged its leaf, a deleted tag receded upward, or a
+    # streaming session's record was rewound by a later turn or released on close
     SESSION_CLOSE = "session_close"  # release_radix_session let go of a closed session's tags
+    ABORT = "abort"  # an aborted streaming turn took its session's record back
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

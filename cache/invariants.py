@@ -98,6 +98,10 @@ def _sweep(cache: UnifiedRadixCache) -> list[Violation]:
             check_full_pool(cache, cols, out)
             _check_receipts(cache, out)
             _check_lock_counts(cache, cols, out)
+            if cache.session_slots or cache.session_controller.sessions:
+                from .streaming_session import check_streaming
+
+                out.extend(Violation(name, msg) for name, msg in check_streaming(cache))
             if cache.host is not None:
                 from .invariants_host import check_host_tier
 

@@ -65,6 +65,7 @@ import torch
 from .invariants import expected_locks
 from .keys import child_key
 from .pools.kv_buffer import continue_fingerprints, node_path_fingerprints
+from .streaming_session import check_streaming
 
 
 def probe(cache, touched: Iterable[int], data_touched: Optional[Iterable[int]] = None) -> bool:
@@ -87,6 +88,7 @@ def probe(cache, touched: Iterable[int], data_touched: Optional[Iterable[int]] =
         and all(component.probe_invariants(data_nodes) for component in cache.components)
         and (cache.host is None or _host_ok(cache, nodes))
         and (not tree.session_radix_cache or _sessions_ok(cache))
+        and not (cache.session_slots and check_streaming(cache))
     )
 
 
@@ -130,7 +132,7 @@ def _receipts_ok(cache, expected: list[dict[int, int]], groups: dict) -> bool:
 def _full_pool_ok(cache) -> bool:
     """available + evictable + protected + held by running requests == total."""
     pool, tree = cache.kv_pool, cache.tree
-    held = sum(pool.pages_for(int(r.own_indices.shape[0])) for r in cache.requests.values()) * pool.page_size
+    held = sum(pool.pages_for(int(r.own_indices.shape[0])) for r in cache.kv_holders()) * pool.page_size
     return pool.available_size() + tree.evictable[0] + tree.protected[0] + held == pool.size
 
 

@@ -8,7 +8,7 @@ lock there); the rest are the request's own.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 
@@ -52,6 +52,7 @@ class Req:
     session_id: Optional[str] = None
     session_generation: Optional[int] = None
     finish_aborted: bool = False
+    session_streaming: ClassVar[bool] = False  # a streaming session's turn registers no session ref
     # per component name: that component's own state for this request (a new component
     # keeps it here rather than adding fields; SWA and Mamba predate it)
     component_state: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -85,30 +85,36 @@ class RequestFlows:
                 self._admit_loading_back(req, key, mem_quota, chunk)
                 self.requests[rid] = req
                 return req
-            path = self.tree.peek_match(key)
-            need = self._first_chunk(req, sum(n for _, n in path), chunk)
-            shorts = self._shortfalls(need)
-            own = {}  # the request's own slots (Mamba's states), taken after its KV is known to fit
-            for component in self.hooks.slots_for_request:
-                slots = component.slots_for_request()
-                if slots:
-                    own[component.name] = slots - component.available_size()
-            pinned = {c.name: c.pinned_by_lock(path) for c in self.hooks.pinned_by_lock}
-            try:
-                self._ensure_capacity(shorts, pinned, self.auto_evict)
-            except PoolExhaustedError:
-                self._match_refused(req, key)
-                raise
-            try:
-                self._ensure_capacity(own, pinned, True)
-            except PoolExhaustedError as exc:
-                raise StateSlotsAssertError(
-                    f"SGLang asserts here: {exc} (HybridReqToTokenPool.alloc: 'Not enough space for mamba …', "
-                    "after evicting what it could)") from None
-            shorts.update(own)
-            self._admit(req, key, need if all(short <= 0 for short in shorts.values()) else None, chunk)
-            self.requests[rid] = req
-            return req
+            return self._admit_new(req, key, chunk)
+
+    def _admit_new(self, req: Req, key: RadixKey, chunk: Optional[int]) -> Req:
+        """new_request's admission of a built request; ``key`` is what it matches (a
+        streaming turn's stops one token short of its input, as init_next_round_input's)."""
+        rid = req.rid
+        path = self.tree.peek_match(key)
+        need = self._first_chunk(req, sum(n for _, n in path), chunk)
+        shorts = self._shortfalls(need)
+        own = {}  # the request's own slots (Mamba's states), taken after its KV is known to fit
+        for component in self.hooks.slots_for_request:
+            slots = component.slots_for_request()
+            if slots:
+                own[component.name] = slots - component.available_size()
+        pinned = {c.name: c.pinned_by_lock(path) for c in self.hooks.pinned_by_lock}
+        try:
+            self._ensure_capacity(shorts, pinned, self.auto_evict)
+        except PoolExhaustedError:
+            self._match_refused(req, key)
+            raise
+        try:
+            self._ensure_capacity(own, pinned, True)
+        except PoolExhaustedError as exc:
+            raise StateSlotsAssertError(
+                f"SGLang asserts here: {exc} (HybridReqToTokenPool.alloc: 'Not enough space for mamba …', "
+                "after evicting what it could)") from None
+        shorts.update(own)
+        self._admit(req, key, need if all(short <= 0 for short in shorts.values()) else None, chunk)
+        self.requests[rid] = req
+        return req
 
     def _match_refused(self, req: Req, key: RadixKey) -> None:
         """SGLang's scheduler matches a request before it knows it can admit it, so a
@@ -249,6 +255,8 @@ class RequestFlows:
         whole page on (the paged free of the row took the page the stop is on)."""
         self._check_live(req)
         with self.events.op("release_kv_cache", request=req.rid):
+            if self._claim_kv_row(req):  # a streaming session keeps the record (streaming_session.py)
+                return
             owned = req.owned_kv_len()
             if checkpoint:
                 self._checkpoint(req, finished=True, up_to=owned)  # runs the components' cleanup
@@ -282,7 +290,9 @@ class RequestFlows:
         if up_to is not None and (type(up_to) is not int or not 0 <= up_to <= req.kv_len):
             raise InvalidValueError(f"up_to={up_to!r}: request {req.rid!r} has computed {req.kv_len} tokens")
         with self.events.op("checkpoint", request=req.rid):
-            self._checkpoint(req, finished=False, up_to=req.kv_len if up_to is None else up_to)
+            up_to = req.kv_len if up_to is None else up_to
+            if not self._try_checkpoint(req, up_to):  # a streaming turn publishes at most its first prompt
+                self._checkpoint(req, finished=False, up_to=up_to)
 
     def _checkpoint(self, req: Req, finished: bool, up_to: int) -> None:
         """v0.5.23's checkpoint_into_tree: insert the request's first ``up_to`` tokens

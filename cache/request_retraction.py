@@ -28,6 +28,7 @@ from .errors import CacheError
 from .events import Cause, EventKind
 from .params import EvictParams
 from .request import Req
+from .streaming_session import refuse_if_streaming
 
 if TYPE_CHECKING:
     from .host_tier import HostTier
@@ -61,6 +62,7 @@ class RequestRetraction:
         """Retract a running request; returns False when its backup did not fit on the
         host (SGLang then aborts it: the request is gone, its KV freed)."""
         self._check_live(req)
+        refuse_if_streaming(req, "retract")
         if type(evict) is not int or evict < 0:
             raise CacheError(f"retract: evict must be a non-negative int (got {evict!r})")
         if req.is_chunked:

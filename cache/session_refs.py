@@ -250,7 +250,7 @@ class SessionRefTracker:
         if not self.enabled:
             return False
         sid = req.session_id
-        if sid is None or getattr(req, "session_streaming", False) or sid in self.closed:
+        if sid is None or req.session_streaming or sid in self.closed:
             return False
         generation = self.generations.get(sid)
         if generation is None or req.session_generation != generation:

@@ -87,6 +87,8 @@ class RequestView:
     row_ends: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
     # per component with request state (its ``request_extras`` hook): (name, ((field, value), ...))
     components: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
+    session: Optional[str] = None  # the session it runs in (a streaming turn's)
+    streaming: bool = False  # a streaming turn: last_node is VIRTUAL_NODE while it runs on its slot
 
     @property
     def own_len(self) -> int:
@@ -129,6 +131,8 @@ class CacheSnapshot:
     pools: Mapping[str, PoolView]
     requests: tuple[RequestView, ...]
     sessions: Optional[SessionsView] = None  # the session radix cache's state (None: off)
+    # the scheduler's open sessions and the streaming slots (cache/streaming_session.py)
+    streaming_sessions: Optional[StreamingSessionsView] = None
 
     @property
     def root(self) -> NodeView:
@@ -300,6 +304,7 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
         MappingProxyType(pools),
         requests,
         sessions_view(cache),
+        streaming_sessions_view(cache),
     )
 
 
@@ -334,6 +339,7 @@ def request_views(cache: UnifiedRadixCache) -> tuple[RequestView, ...]:
             len(req.origin_input_ids), finished_len, None if finished_len is None else req.owned_kv_len(),
             req.cache_inserted_len, None if lock is None else lock.node_id, None if lock is None else lock.receipt_id,
             req.priority, kv_len < len(req.origin_input_ids), _row_ends(req.kv_indices), comps,
+            *_session_of(req),
         ))
     return tuple(out)
 
@@ -342,7 +348,7 @@ def pool_views(cache: UnifiedRadixCache) -> dict[str, PoolView]:
     """Per pool: total, available, evictable, protected and held by running requests."""
     pool = cache.kv_pool
     held_pages = set()
-    for req in cache.requests.values():
+    for req in cache.kv_holders():
         held_pages.update(pool.page_ids(req.own_indices).tolist())
     views = {
         "full": PoolView(
@@ -363,3 +369,49 @@ def pool_views(cache: UnifiedRadixCache) -> dict[str, PoolView]:
             views[f"{name}_host"] = PoolView(f"{name}_host", pool.size, pool.available_size(),
                                              pool.size - pool.available_size(), 0, 0)
     return views
+
+
+def _session_of(req) -> tuple[Optional[str], bool]:
+    if req.session_streaming:
+        return req.session, True
+    return req.session_id, False
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionView:
+    streaming: bool
+    inflight: bool  # a streaming turn was created and has not finished or aborted
+    close_on_finish: bool  # a close waits for the running turn
+    req_nodes: int  # 1 once a streaming turn finished (the session's rollback point)
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotView:
+    holds_kv: bool
+    cache_protected_len: int  # the tree owns [0, here) of the record; the slot's lock ends there
+    kv_committed_len: int
+    kv_allocated_len: int
+    lock_node: Optional[int]  # the node the slot's lock sits on (None while a checkpoint moves it)
+    publishes_prompt: bool  # the first turn still runs: its checkpoints publish its prompt
+    borrowed_by: tuple[str, ...]  # the running turns on its record (more than one: SGLang's suspected bug)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamingSessionsView:
+    controller: Mapping[str, SessionView]
+    slots: Mapping[str, SlotView]
+
+
+def streaming_sessions_view(cache: UnifiedRadixCache) -> Optional[StreamingSessionsView]:
+    """None while no session is open and no slot is held."""
+    sessions, slots = cache.session_controller.sessions, cache.session_slots
+    if not sessions and not slots:
+        return None
+    ctrl = {sid: SessionView(s.streaming, s.inflight, s.close_on_finish, s.req_nodes) for sid, s in sorted(sessions.items())}
+    views = {}
+    for sid, slot in sorted(slots.items()):
+        record = slot.record
+        users = tuple(r.rid for r in cache.requests.values() if slot is cache.borrowed_slot(r))
+        views[sid] = SlotView(slot.holds_kv, record.cache_protected_len, record.kv_len, record.kv_len,
+                              None if slot.lock is None else slot.lock.node_id, slot.publishes_prompt, users)
+    return StreamingSessionsView(MappingProxyType(ctrl), MappingProxyType(views))

@@ -319,7 +319,7 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
     def pool_views(self) -> dict:
         from ..snapshot import PoolView
 
-        held = sum(len(self.held_slots(r)) for r in self.cache.requests.values())
+        held = sum(len(self.held_slots(r)) for r in self.cache.kv_holders())
         i = self.index
         return {"mamba": PoolView("mamba", self.pool.size, self.pool.available_size(), self.tree.evictable[i], self.tree.protected[i], held)}
 

@@ -40,7 +40,7 @@ def check_mamba(mamba: MambaComponent, cols: Optional[NodeColumns] = None) -> li
         stored, consistent = state_fingerprints(pool, tree_slots)
         if None in want or any(map(operator.ne, stored, want)) or not all(consistent):
             out.extend(_state_violations(nodes, want, stored, consistent))
-    req_slots = [s for req in mamba.cache.requests.values() for s in mamba.held_slots(req)]
+    req_slots = [s for req in mamba.cache.kv_holders() for s in mamba.held_slots(req)]
     out.extend(pool_balance(pool.allocator, tree_slots, req_slots))
     out.extend(_request_state_violations(mamba))
     out.extend(_check_lock_order(mamba))
@@ -101,7 +101,7 @@ def probe_mamba(mamba: MambaComponent, nodes: list) -> bool:
         if stored != want or not all(consistent):
             return False
     states = tree.evictable[i] + tree.protected[i]
-    held = sum(len(mamba.held_slots(req)) for req in mamba.cache.requests.values())
+    held = sum(len(mamba.held_slots(req)) for req in mamba.cache.kv_holders())
     if pool.available_size() + states + held != pool.size or tree.lru[mamba.name].size != states:
         return False
     if _request_state_violations(mamba):

@@ -361,7 +361,7 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
     def held_by_requests(self) -> list[int]:
         """SWA pages running requests hold (mapped from their own Full slots)."""
         pages: list[int] = []
-        for req in self.cache.requests.values():
+        for req in self.cache.kv_holders():
             swa = self.pool.translate(req.own_indices)
             pages.extend(self.pool.allocator.page_ids(swa[swa >= 0]).tolist())
         return pages

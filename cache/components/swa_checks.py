@@ -98,7 +98,7 @@ def _cat(values: list, like: torch.Tensor) -> torch.Tensor:
 def held_swa_values(swa: SWAComponent) -> list[torch.Tensor]:
     """The live SWA slots each running request holds (mapped from its own Full slots)."""
     out = []
-    for req in swa.cache.requests.values():
+    for req in swa.cache.kv_holders():
         mapped = swa.pool.translate(req.own_indices)
         out.append(mapped[mapped >= 0])
     return out
