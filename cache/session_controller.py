@@ -157,8 +157,8 @@ class SessionCalls(StreamingSessions):
         prefix is the committed history), lock (nothing, on the slot), KV for the rest,
         the slot takes a first turn's record and lock, then the post-prefill checkpoint
         (a first turn publishes its prompt). A turn create_req rejects still has its
-        scheduling pass: its match runs on the tree, and where the session's slot holds
-        KV the pass clears the session's in-flight flag (SGLang 0.5.23's
+        scheduling pass (its prompt cut to one stub token, so its match takes nothing),
+        and where the session's slot holds KV the pass clears the session's in-flight flag (SGLang 0.5.23's
         find_active_slot calls abort_req on the session) even though another turn is
         running, so a third turn is accepted and borrows the running turn's record.
         We follow SGLang and flag it (invariant ``session.record_shared``); the
@@ -179,10 +179,9 @@ class SessionCalls(StreamingSessions):
             turn.session, turn.max_new_tokens, turn.prefix_len, turn.borrowed_slot = sid, max_new_tokens, 0, False
             key = key[: max(len(history) - 1, 0)]
             slot = self.session_slots.get(sid)
-            if message is not None:
+            if message is not None:  # its prompt is cut to one stub token: its match (of none) changes nothing
                 if slot is not None and slot.holds_kv:
                     session.inflight = False
-                self.match_prefix(key)
                 return TurnRejected(name, message, session.inflight)
             try:
                 if slot is not None and slot.holds_kv:

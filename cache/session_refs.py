@@ -44,7 +44,9 @@ class SessionLeafIndex:
         self.tree = tree
         self.index = component.index
         self.coverage = getattr(component, "session_coverage", "node")
-        self.leaves: dict[str, set[TreeNode]] = {}
+        # session -> its frontier nodes, in the order they became frontiers (a dict as an ordered
+        # set: a release walks them in that order, the same on every run)
+        self.leaves: dict[str, dict[TreeNode, None]] = {}
         self.covered_len: dict[str, dict[TreeNode, int]] = {}  # "window" coverage only
         self.span = 0
         if self.coverage == "window":
@@ -126,7 +128,7 @@ class SessionLeafIndex:
 
     # ---- frontier markers ----------------------------------------------------------
     def _mark(self, sid: str, leaf: TreeNode, cause: Cause) -> None:
-        self.leaves.setdefault(sid, set()).add(leaf)
+        self.leaves.setdefault(sid, {})[leaf] = None
         cd = leaf.data[self.index]
         if cd.session_ids is None:
             cd.session_ids = set()
@@ -135,7 +137,7 @@ class SessionLeafIndex:
 
     def _unmark(self, sid: str, leaf: TreeNode, cause: Cause) -> None:
         leaves = self.leaves[sid]
-        leaves.remove(leaf)
+        del leaves[leaf]
         if not leaves:
             del self.leaves[sid]
         cd = leaf.data[self.index]
@@ -194,7 +196,7 @@ class SessionLeafIndex:
     def discard_deleted(self, node: TreeNode) -> None:
         """``node`` leaves the tree: each session marked there recedes to the nearest
         reusable ancestor (unless that is already one of its frontiers)."""
-        for sid in tuple(node.data[self.index].session_ids):
+        for sid in sorted(node.data[self.index].session_ids):
             fallback = self.reusable_ancestor(node.parent)
             if fallback is not None and fallback in self.leaves.get(sid, ()):
                 fallback = None

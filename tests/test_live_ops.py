@@ -260,7 +260,7 @@ def test_first_word_completes_ops_valid_for_the_components():
     ("req_decode ", ["r1", "r2"]),
     ("req_chunk r", ["r1", "r2"]),
     ("req_finish ", ["r1", "r2"]),
-    ("req_finish r1 ", ["noinsert"]),
+    ("req_finish r1 ", ["abort", "noinsert"]),
     ("req_decode r1 5 ", ["slide"]),
     ("req_decode r1 5 slide ", []),
     ("req_prefill ", []),
@@ -296,7 +296,7 @@ def test_every_op_has_a_one_line_usage_starting_with_its_name():
 
 def test_usage_examples_parse():
     """The usage lines, with placeholders filled in, are commands that parse."""
-    fill = {"TOKENS…": "1 2", "MATCH": "m", "NAME": "n", "LOCK": "L", "REQ": "r", "NS": "ns", "N": "1"}
+    fill = {"TOKENS…": "1 2", "MATCH": "m", "NAME": "n", "LOCK": "L", "REQ": "r", "NS": "ns", "N": "1", "SID": "s1"}
     for usage in OP_HELP.values():
         words = []
         for word in usage.replace("[", "").replace("]", "").split():

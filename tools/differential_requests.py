@@ -7,7 +7,7 @@ table says, per component set and page size, how many sequences and ops agreed, 
 many runs stopped where SGLang asserts (ours refuses there), and the first divergence.
 
     PYTHONPATH=$PWD <python with sglang 0.5.23> tools/differential_requests.py \
-        [--seeds 8] [--steps 120] [--pages 1,4] [--hicache write_through]
+        [--seeds 8] [--steps 120] [--pages 1,4] [--hicache write_through] [--sessions]
 
 Exit 1 when any sequence diverges.
 """
@@ -18,7 +18,8 @@ import argparse
 import sys
 
 REQUEST_OPS = frozenset({"req_prefill", "req_extend", "req_decode", "checkpoint", "release",
-                         "retract", "restore", "abort"})
+                         "retract", "restore", "abort",
+                         "session_open", "session_release", "session_reap", "stream_turn"})  # drawn with --sessions
 COMPONENT_SETS = (("full",), ("full", "swa"), ("full", "mamba"), ("full", "swa", "mamba"))
 
 
@@ -44,6 +45,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pages", default="1,4")
     parser.add_argument("--mamba-size", type=int, default=12, help="state slots: room for a few requests (3 each at page > 1)")
     parser.add_argument("--hicache", default=None, help="a write policy: the host tier on too")
+    parser.add_argument("--sessions", action="store_true", help="the session radix cache on, session ops drawn")
     parser.add_argument("--keep", default=None, help="a folder: each diverging sequence is written there (JSONL)")
     args = parser.parse_args(argv)
 
@@ -55,7 +57,8 @@ def main(argv: list[str]) -> int:
     print(f"{'components':<18} {'page':>4} {'runs':>5} {'ops run':>8} {'asserts':>8}  first divergence")
     for components in COMPONENT_SETS:
         for page in (int(p) for p in args.pages.split(",")):
-            config = FuzzConfig(components=components, page_size=page, hicache=args.hicache, mamba_size=args.mamba_size)
+            config = FuzzConfig(components=components, page_size=page, hicache=args.hicache, mamba_size=args.mamba_size,
+                                sessions=args.sessions)
             header = {"schema": 1, "scenario": {"name": "requests"}, "config": config.scenario_config()}
             ops_run = asserts = 0
             first = ""

@@ -23,6 +23,8 @@ class NodeState:
     id: int  # that side's node id (for the report only, never compared)
     components: dict[str, tuple[Optional[int], int]]  # name -> (value length or None, lock_ref)
     host: dict[str, Optional[int]] = dataclasses.field(default_factory=dict)  # host tier: name -> host copy length
+    # session radix cache: name -> (session_ref, the sessions whose frontier it is), where either is set
+    sessions: dict[str, tuple[int, tuple[str, ...]]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +34,8 @@ class CanonicalState:
     lru: dict[str, tuple[Ident, ...]]
     pools: dict[str, tuple[int, int, int]]  # name -> (available, evictable, protected)
     host_pools: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # host tier: (available, total)
+    # sessions: generations, closed tombstones (oldest first), the controller's sessions, streaming slots
+    sessions: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,13 +63,34 @@ def from_snapshot(snapshot, components: list[str]) -> CanonicalState:
         ident_of[view.id] = ident
         comps = {name: (view.components[name].value_len, view.components[name].lock_ref) for name in components}
         host = {name: view.components[name].host_len for name in components} if hosted else {}
-        nodes[ident] = NodeState(len(view.key), view.id, comps, host)
+        tagged = {name: (c.session_ref, c.session_ids) for name in components
+                  if ((c := view.components[name]).session_ref, c.session_ids) != (0, ())}
+        nodes[ident] = NodeState(len(view.key), view.id, comps, host, tagged)
     leaves = frozenset(ident_of[i] for i in snapshot.evictable_leaves)
     lru = {name: tuple(ident_of[i] for i in snapshot.lru[name]) for name in components if name != "full"}
     pools = {name: (p.available, p.evictable, p.protected) for name, p in snapshot.pools.items() if name in components}
     host_pools = {name: (p.available, p.total) for name in components
                   if (p := snapshot.pools.get(f"{name}_host")) is not None}
-    return CanonicalState(nodes, leaves, lru, pools, host_pools)
+    return CanonicalState(nodes, leaves, lru, pools, host_pools, _sessions(snapshot, ident_of))
+
+
+def _sessions(snapshot, ident_of: dict[int, Ident]) -> dict[str, Any]:
+    """Our session bookkeeping in the form SGLangSide._sessions_state gives SGLang's."""
+    refs, streaming = snapshot.sessions, snapshot.streaming_sessions
+    parts: dict[str, Any] = {}
+    if refs is not None:
+        parts["generations"] = tuple(sorted(refs.generations.items()))
+        parts["closed"] = refs.closed
+        parts["leaves"] = tuple(sorted((sid, name, ident_of[node]) for sid, per in refs.leaves.items()
+                                       for name, ids in per.items() for node in ids))
+    if streaming is not None:
+        parts["controller"] = tuple(sorted((sid, s.streaming, s.inflight, s.close_on_finish)
+                                           for sid, s in streaming.controller.items()))
+        parts["slots"] = tuple(sorted(
+            (sid, s.holds_kv, s.cache_protected_len, s.kv_committed_len, s.kv_allocated_len, s.publishes_prompt,
+             None if s.lock_node is None else ident_of.get(s.lock_node, "root"))
+            for sid, s in streaming.slots.items()))
+    return {part: value for part, value in parts.items() if value}
 
 
 def describe(ident: Ident) -> str:
@@ -107,6 +132,8 @@ def first_difference(ours: CanonicalState, theirs: CanonicalState) -> Optional[D
                 return Difference(f"node.{name}.lock_ref", lock_a, lock_b, where)
             if a.host.get(name) != b.host.get(name):
                 return Difference(f"node.{name}.host_len", a.host.get(name), b.host.get(name), where)
+            if a.sessions.get(name) != b.sessions.get(name):  # (session_ref, frontier of) or None: no session
+                return Difference(f"node.{name}.session", a.sessions.get(name), b.sessions.get(name), where)
     if ours.evictable_leaves != theirs.evictable_leaves:
         extra = sorted(ours.evictable_leaves ^ theirs.evictable_leaves, key=lambda i: (len(i[1]), i[1]))[0]
         side = "ours" if extra in ours.evictable_leaves else "SGLang"
@@ -118,6 +145,10 @@ def first_difference(ours: CanonicalState, theirs: CanonicalState) -> Optional[D
             k = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             where = f"position {k} (0 = most recent)"
             return Difference(f"lru.{name}", [_short(i, ours) for i in a], [_short(i, theirs) for i in b], where)
+    for part in sorted(set(ours.sessions) | set(theirs.sessions)):
+        a, b = ours.sessions.get(part), theirs.sessions.get(part)
+        if a != b:
+            return Difference(f"sessions.{part}", _plain(a), _plain(b))
     return None
 
 

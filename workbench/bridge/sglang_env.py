@@ -3,6 +3,7 @@ clear line (exit 2), never an ImportError from deep inside a run."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import warnings
 from importlib import metadata
@@ -86,6 +87,10 @@ NAMES = {
     "ComponentType": "sglang.srt.mem_cache.unified_cache.component_type",
     "UnifiedRadixCache": "sglang.srt.mem_cache.unified_radix_cache",
     "SamplingParams": "sglang.srt.sampling.sampling_params",
+    "SessionController": "sglang.srt.session.session_controller",
+    "OpenSessionReqInput": "sglang.srt.managers.io_struct", "CloseSessionReqInput": "sglang.srt.managers.io_struct",
+    "TokenizedGenerateReqInput": "sglang.srt.managers.io_struct", "SessionParams": "sglang.srt.managers.io_struct",
+    "checkpoint_kv_cache": "sglang.srt.mem_cache.common", "get_parallel": "sglang.srt.runtime_context",
     "ServerArgs": "sglang.srt.server_args", "set_global_server_args_for_scheduler": "sglang.srt.server_args",
 }
 
@@ -98,7 +103,44 @@ def _import(version: str) -> SimpleNamespace:
     from .import_standins import install_if_missing
 
     api = SimpleNamespace(version=version, stand_ins=install_if_missing())
+    # SGLang's session controller warns on what a scenario does on purpose (a second open, a rejected
+    # turn); the bridge reports those as results, so its warnings would only be noise on our output
+    _order_session_leaves()
+    for name in ("sglang.srt.session", "sglang.srt.mem_cache.unified_cache.session_ref_tracker",
+                 "sglang.srt.managers.schedule_batch"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     for name, module in NAMES.items():
         loaded = importlib.import_module(module)
         setattr(api, name, loaded if name == module else getattr(loaded, name))
     return api
+
+
+class _OrderedNodeSet(dict):
+    """A set of tree nodes that iterates in insertion order (the set calls SGLang makes)."""
+
+    def add(self, node) -> None:
+        self[node] = None
+
+    def remove(self, node) -> None:
+        del self[node]
+
+
+def _order_session_leaves() -> None:
+    """SGLang keeps each session's frontier nodes in a set of nodes hashed by address, so
+    a release walks them (and re-files their LRU entries) in an order no other process
+    can reproduce. The bridge gives those sets insertion order, the order ours uses:
+    one of the orders SGLang itself may take, and the same on every run."""
+    from collections import defaultdict
+
+    from sglang.srt.mem_cache.unified_cache.components.base import TreeComponent
+
+    original = TreeComponent.reset_session_state
+    if getattr(original, "ordered_by_bridge", False):
+        return
+
+    def reset_session_state(self) -> None:
+        original(self)
+        self._session_leaves = defaultdict(_OrderedNodeSet)
+
+    reset_session_state.ordered_by_bridge = True
+    TreeComponent.reset_session_state = reset_session_state

@@ -45,6 +45,7 @@ class SGLangSide:
         self.swa_size = config.get("swa_kv_size") or self.kv_size
         self.has_swa, self.has_mamba = "swa" in self.names, "mamba" in self.names
         self.auto_evict = config.get("auto_evict", True)
+        self.session_radix = bool(config.get("session_radix_cache", False))
         self.core_name = core
         self._build(config, core, max_requests, max_context)
         self.matches: dict[str, Any] = {}  # name -> node handle
@@ -65,7 +66,8 @@ class SGLangSide:
     def _build(self, config: dict, core: str, max_requests: int, max_context: int) -> None:
         sg, ps = self.sg, self.ps
         torch = sg.torch
-        server_args = sg.ServerArgs(model_path="dummy", page_size=ps, **server_args_fields(config))
+        server_args = sg.ServerArgs(model_path="dummy", page_size=ps, enable_session_radix_cache=self.session_radix,
+                                    **server_args_fields(config))
         server_args._mamba_cache_chunk_size = max(MAMBA_CHUNK, ps)  # else it reads the model's HF config
         sg.set_global_server_args_for_scheduler(server_args)
         full_ids = list(SHAPE["full_layers"])
@@ -106,9 +108,10 @@ class SGLangSide:
             req_to_token_pool=self.r2t, token_to_kv_pool_allocator=self.alloc, page_size=ps, disable=False,
             sliding_window_size=config.get("sliding_window") if self.has_swa else None,
             tree_components=tuple(self.types.values()), enable_mamba_extra_buffer=extra_buffer,
-            eviction_policy="lru", tree_core_backend=core,
+            eviction_policy="lru", tree_core_backend=core, enable_session_radix_cache=self.session_radix,
         )
         self.cache = sg.UnifiedRadixCache(params=params)
+        self.sessions = sg.SessionController(self.cache)  # the scheduler's session bookkeeping (ops/sessions.py)
         self.host = HostTier(self, server_args, params, config) if config.get("hicache") else None
         self.core = self.cache.tree_core
         self.inspectable = type(self.core).__name__ != "RustUnifiedTreeCore"
@@ -123,6 +126,10 @@ class SGLangSide:
         finally:
             if self.host is not None:  # the host tier's transfers, acknowledged as SGLang's scheduler polls
                 self.host.after_op()
+
+    def session_leaf_counts(self, sid: str) -> dict[str, int]:
+        """Per component, the frontier nodes a session's references hang from."""
+        return {name: len(self.cache.components[kind]._session_leaves.get(sid, ())) for name, kind in self.types.items()}
 
     @staticmethod
     def refused(message: str) -> SGLangOpError:
@@ -273,7 +280,11 @@ class SGLangSide:
                     data = node.component_data[kind]
                     comps[name] = (None if data.value is None else int(len(data.value)), int(data.lock_ref))
                 host = self.host.node_host_lens(node) if self.host is not None else {}
-                nodes[ident] = NodeState(len(key.raw_token_ids()), node.id, comps, host)
+                tagged = {name: (int(node.component_data[kind].session_ref),
+                                 tuple(sorted(node.component_data[kind].session_ids or ())))
+                          for name, kind in self.types.items()}
+                tagged = {name: t for name, t in tagged.items() if t != (0, ())}
+                nodes[ident] = NodeState(len(key.raw_token_ids()), node.id, comps, host, tagged)
             stack.extend((child, path) for child in node.children.values())
         leaves = frozenset(ident_of[id(n)] for n in core.evictable_device_leaves if id(n) in ident_of)
         lru = {}
@@ -287,7 +298,24 @@ class SGLangSide:
                     order.append(ident_of.get(id(x), ("unreachable", x.id)))
                 x = x.lru_next[pt]
             lru[name] = tuple(order)
-        return CanonicalState(nodes, leaves, lru, pools, host_pools)
+        return CanonicalState(nodes, leaves, lru, pools, host_pools, self._sessions_state(ident_of))
+
+    def _sessions_state(self, ident_of: dict) -> dict:
+        """The session bookkeeping in canonical form (canonical.py): parts left out while empty."""
+        refs, slots = self.cache.session_refs, self.cache.session.slots
+        leaves = tuple(sorted((sid, name, ident_of[id(node)]) for name, kind in self.types.items()
+                              for sid, nodes in self.cache.components[kind]._session_leaves.items() for node in nodes))
+        controller = tuple(sorted((sid, bool(s.streaming), bool(s._inflight), bool(s.close_on_finish))
+                                  for sid, s in self.sessions.sessions.items()))
+        streaming = tuple(sorted(
+            (sid, bool(slot.kv.holds_kv), int(slot.kv.cache_protected_len), int(slot.kv.kv_committed_len),
+             int(slot.kv.kv_allocated_len), bool(slot.publishes_prompt),
+             None if slot.lock is None else ident_of.get(id(self.core.node_by_id(slot.lock.node)), "root"))
+            for sid, slot in slots.items()))
+        parts = {"generations": tuple(sorted(refs._session_generations.items())),
+                 "closed": tuple(refs._closed_session_ids), "leaves": leaves, "controller": controller,
+                 "slots": streaming}
+        return {part: value for part, value in parts.items() if value}
 
 
 def request_sizes(scenario) -> tuple[int, int]:

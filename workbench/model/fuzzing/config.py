@@ -17,6 +17,7 @@ class FuzzConfig:
     mamba_size: Optional[int] = None  # default 6 states
     faults: tuple[str, ...] = ()
     hicache: Optional[str] = None  # a write policy: the host tier is on, and the host ops are drawn
+    sessions: bool = False  # the session radix cache is on, and the session ops are drawn
 
     def scenario_config(self, faults: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
         page = self.page_size
@@ -32,6 +33,8 @@ class FuzzConfig:
             config["faults"] = list(faults)
         if self.hicache:  # host pools of SGLang's default sizes, so a run replays against SGLang's too
             config["hicache"] = {"write_policy": self.hicache, "load_back_threshold": 2}
+        if self.sessions:
+            config["session_radix_cache"] = True
         return config
 
     def longest_prompt(self) -> int:
@@ -42,4 +45,5 @@ class FuzzConfig:
         comps = "+".join(c.capitalize() if c != "swa" else "SWA" for c in self.components)
         window = f" w{self.sliding_window}" if "swa" in self.components else ""
         host = f" {self.hicache}" if self.hicache else ""
-        return f"{comps} p{self.page_size}{window}{host}"
+        sessions = " sessions" if self.sessions else ""
+        return f"{comps} p{self.page_size}{window}{host}{sessions}"

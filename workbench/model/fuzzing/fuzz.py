@@ -52,6 +52,10 @@ class OpGenerator:
         self.chunked: set[str] = set()  # running requests whose prompt is not all computed yet
         self.computed: dict[str, int] = {}  # per request: tokens computed (when not chunked)
         self.outputs: dict[str, int] = {}  # per request: output tokens decoded
+        self.open_sessions: set[str] = set()  # sessions the steps so far opened and did not close
+        self.streaming: set[str] = set()  # … of them, the streaming ones
+        self.turn_of: dict[str, str] = {}  # streaming session -> its running turn
+        self.turn_blocked: set[str] = set()  # sessions that rejected a turn while one runs (ops/streaming.py)
         self.count = 0
 
     def key(self, min_len: int = 0) -> list[int]:

@@ -39,7 +39,12 @@ def run_prefill(session, f: dict) -> dict:
     if f.get("mem_quota") is not None and not load_back:
         raise session.refused("mem_quota is the load-back's budget: it needs load_back")
     more = {"load_back": True, "mem_quota": f.get("mem_quota")} if load_back else {}
+    if f.get("session") is not None:  # a radix-native session request (ops/sessions.py)
+        more.update(session_id=f["session"], session_generation=f.get("generation"))
+    elif f.get("generation") is not None:
+        raise session.refused("generation is a session's: it needs session=ID")
     req = session.cache.new_request(f["tokens"], rid=name, chunk=f.get("chunk"), **more)
+    req.priority = f.get("priority", 0)  # read by its checkpoints (InsertParams.priority)
     session.reqs[name] = req
     session.finished.pop(name, None)
     out = {"prefix_len": req.cache_protected_len}
@@ -54,7 +59,12 @@ def sglang_prefill(side, f: dict) -> dict:
     if name in side.reqs:
         raise side.refused(f"request {name!r} is already running")
     req = sg.Req(rid=side.next_rid(), origin_input_text="", origin_input_ids=array("q", tokens),
-                 sampling_params=sg.SamplingParams(temperature=0, max_new_tokens=1 << 20))
+                 sampling_params=sg.SamplingParams(temperature=0, max_new_tokens=1 << 20),
+                 priority=f.get("priority"), session_id=f.get("session"))
+    if f.get("generation") is not None:  # a request created under an earlier incarnation of its session
+        req.session_generation = f["generation"]
+    elif f.get("session") is not None and side.session_radix:  # the scheduler's radix-native session request
+        req.session_generation = side.cache.ensure_session_generation(f["session"])
     sg.match_kv_cache(req, side.cache, cow_mamba=side.has_mamba)
     entry = {"req": req, "spare": torch.empty((0,), dtype=torch.int64)}
     try:  # the scheduler's order: load back, budget the KV, lock the prefix, the row and its states, the KV
@@ -104,6 +114,10 @@ def fuzz_prefill(gen) -> dict:
         step["load_back"] = True
         if rng.random() < 0.25:
             step["mem_quota"] = rng.randint(0, 8 * gen.page)
+    if gen.config.sessions and rng.random() < 0.7:  # a session's request (ops/sessions.py)
+        from .sessions import fuzz_session_fields
+
+        step.update(fuzz_session_fields(gen))
     return step
 
 
@@ -118,7 +132,9 @@ PREFILL = declare(OpSpec(
     fields=(Field("req", NAME, required=True, defines="requests", positional=True),
             Field("tokens", TOKENS, required=True, nonempty=True),
             Field("chunk", COUNT, placeholder="N"),
-            Field("load_back", FLAG, flag_word="load_back", needs=HOST), Field("mem_quota", COUNT, needs=HOST)),
+            Field("load_back", FLAG, flag_word="load_back", needs=HOST), Field("mem_quota", COUNT, needs=HOST),
+            Field("session", NAME, placeholder="SID"), Field("generation", COUNT, placeholder="N"),
+            Field("priority", COUNT, placeholder="N")),
     results=("prefix_len", "host_loaded"),
     run_sglang=sglang_prefill,
     refusal_changes="SGLang's scheduler matches a request before it knows it can admit it: a refused admission "
@@ -269,10 +285,11 @@ def run_release(session, f: dict) -> None:
     if stop is not None:
         _check_stop(session, name, req, stop)
     before, req.finished_len = req.finished_len, stop
+    req.finish_aborted = bool(f.get("abort"))  # FINISH_ABORT: its insert registers no session reference
     try:
         session.cache.release_kv_cache(req, checkpoint=f.get("insert", True))
     except BaseException:
-        req.finished_len = before  # refused: the request runs on as it was
+        req.finished_len, req.finish_aborted = before, False  # refused: the request runs on as it was
         raise
     session.finished[name] = session.reqs.pop(name)
 
@@ -291,7 +308,8 @@ def sglang_release(side, f: dict) -> None:
     req = side.request_named(f["req"])["req"]
     if f.get("stop_at") is not None:
         req.finished_len = f["stop_at"]
-    req.finished_reason = side.sg.FINISH_LENGTH(length=len(req.output_ids))
+    sg = side.sg
+    req.finished_reason = sg.FINISH_ABORT() if f.get("abort") else sg.FINISH_LENGTH(length=len(req.output_ids))
     side.sg.release_kv_cache(req, side.cache, checkpoint=f.get("insert", True))
     del side.reqs[f["req"]]
 
@@ -299,6 +317,10 @@ def sglang_release(side, f: dict) -> None:
 def fuzz_release(gen) -> dict:
     name = gen.running.pop(gen.rng.randrange(len(gen.running)))
     gen.chunked.discard(name)
+    if gen.turn_of:  # a streaming turn ends (ops/streaming.py)
+        from .streaming import turn_ended
+
+        turn_ended(gen, name)
     step = {"op": RELEASE.name, "req": name}
     if gen.rng.random() < 0.15:
         step["insert"] = False
@@ -308,6 +330,8 @@ def fuzz_release(gen) -> dict:
     mamba_running_state = "mamba" in gen.config.components and gen.page == 1
     if outputs and gen.rng.random() < 0.2 and not mamba_running_state:
         step["stop_at"] = gen.rng.randint(0, outputs - 1)
+    if gen.config.sessions and gen.rng.random() < 0.15:  # an aborted finish registers no session reference
+        step["abort"] = True
     return step
 
 
@@ -317,7 +341,7 @@ RELEASE = declare(OpSpec(
     run_release,
     fields=(Field("req", NAME, required=True, uses="requests", ends=True, positional=True),
             Field("insert", FLAG, flag_word="noinsert", flag_value=False),
-            Field("stop_at", COUNT, placeholder="N")),
+            Field("stop_at", COUNT, placeholder="N"), Field("abort", FLAG, flag_word="abort")),
     run_sglang=sglang_release,
     fuzz=(FuzzRule(10, lambda gen: 6 if gen.running else 0, fuzz_release),),
     aliases=("req_finish",),

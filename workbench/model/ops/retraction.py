@@ -59,9 +59,23 @@ def sglang_retract(side, f: dict) -> dict:
     return {"backup_slots": 0 if saved is None else int(len(saved.host_indices))}
 
 
+def _not_turns(gen) -> list[str]:
+    """Running requests that are not streaming turns (SGLang's streaming sessions keep
+    their turns out of retraction, and ours refuses it)."""
+    turns = set(gen.turn_of.values())
+    return [name for name in gen.running if name not in turns]
+
+
+def _take_plain(gen) -> str:
+    pool = _not_turns(gen)
+    name = pool[gen.rng.randrange(len(pool))]
+    gen.running.remove(name)
+    return name
+
+
 def fuzz_retract(gen) -> dict:
     retracted = _retracted(gen)
-    name = gen.running.pop(gen.rng.randrange(len(gen.running)))
+    name = _take_plain(gen)
     gen.chunked.discard(name)
     step = {"op": RETRACT.name, "req": name}
     if gen.config.hicache and "mamba" not in gen.config.components and gen.rng.random() < 0.7:
@@ -89,7 +103,7 @@ RETRACT = declare(OpSpec(
     fields=(REQ, Field("backup", FLAG, flag_word="backup"), Field("evict", COUNT)),
     results=("backup_slots",),
     run_sglang=sglang_retract,
-    fuzz=(FuzzRule(20, _hosted(2, lambda gen: bool(gen.running)), fuzz_retract),),
+    fuzz=(FuzzRule(20, _hosted(2, lambda gen: bool(_not_turns(gen))), fuzz_retract),),
     describe=lambda f: f"retract {f['req']}" + (" with a host backup" if f.get("backup") else ""),
 ))
 
@@ -182,10 +196,10 @@ def sglang_abort(side, f: dict) -> None:
 
 def fuzz_abort(gen) -> dict:
     retracted = _retracted(gen)
-    if retracted and (not gen.running or gen.rng.random() < 0.5):
+    if retracted and (not _not_turns(gen) or gen.rng.random() < 0.5):
         name, _ = retracted.pop(gen.rng.randrange(len(retracted)))
     else:
-        name = gen.running.pop(gen.rng.randrange(len(gen.running)))
+        name = _take_plain(gen)
         gen.chunked.discard(name)
     return {"op": ABORT.name, "req": name}
 
@@ -196,5 +210,5 @@ ABORT = declare(OpSpec(
     run_abort,
     fields=(Field("req", NAME, required=True, uses="requests", ends=True, positional=True),),
     run_sglang=sglang_abort,
-    fuzz=(FuzzRule(22, _hosted(2, lambda gen: bool(gen.running or _retracted(gen))), fuzz_abort),),
+    fuzz=(FuzzRule(22, _hosted(2, lambda gen: bool(_not_turns(gen) or _retracted(gen))), fuzz_abort),),
 ))

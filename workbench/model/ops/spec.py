@@ -19,6 +19,8 @@ NAME = "name"  # a non-empty string: a name or a namespace
 COUNT = "count"  # a non-negative int (an amount: the shrinker lowers it)
 FLAG = "flag"  # true / false
 
+# results that are true / false (every other result is an int)
+FLAG_RESULTS = frozenset({"success", "deferred", "aborted", "borrowed"})
 # what a name field refers to, and the prefix the shrinker renumbers it with
 NAMESPACES = {"matches": "m", "locks": "L", "requests": "r"}
 HOST = "host tier"  # an op's need: the config has [config] hicache

@@ -36,6 +36,7 @@ CONFIG_FIELDS = {
     "faults": list,
     "auto_evict": bool,
     "hicache": dict,
+    "session_radix_cache": bool,
 }
 SCENARIO_FIELDS = {"name": str, "description": str, "source": str}
 # Any other listed component gets the same per-component fields: "<component>_<suffix>"

@@ -436,8 +436,9 @@ def _check_expect(spec, results: tuple, key: str, value, name: str, line: Option
     if owner is not None and owner not in names.components and key in results and not spec.reports_all_results:
         raise ScenarioError(f"{key} is only reported with the {owner} component", name, line, f"expect.{key}")
     if key in results:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
+        if value is not None and (isinstance(value, bool) != (key in ops.FLAG_RESULTS) or not isinstance(value, int)):
+            kind = "true or false" if key in ops.FLAG_RESULTS else "an int"
+            raise ScenarioError(f"expected value must be {kind}", name, line, f"expect.{key}")
         return
     if host_state_field(key):
         if owner is not None and owner not in names.components:
