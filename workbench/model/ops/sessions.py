@@ -50,7 +50,7 @@ def fuzz_open(gen) -> dict:
     step = {"op": OPEN.name, "session": sid}
     if sid not in gen.open_sessions:  # (a second open is refused and changes nothing)
         gen.open_sessions.add(sid)
-        if gen.page == 1 and gen.rng.random() < 0.4:  # streaming turns are drawn at page 1 (ops/streaming.py)
+        if gen.rng.random() < 0.4:  # its requests are streaming turns (ops/streaming.py)
             step["streaming"] = True
             gen.streaming.add(sid)
     return step
