@@ -200,6 +200,8 @@ class GlobalRecord:
     pools: Mapping[str, PoolView]
     requests: tuple[RequestView, ...]
     lru_relabels: tuple[int, ...]  # per component list (then per host LRU): when one moves, every label in it moved
+    sessions: Optional[SessionsView] = None  # as CacheSnapshot's: a state rebuilt from records keeps them
+    streaming_sessions: Optional[StreamingSessionsView] = None
 
 
 def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
@@ -240,7 +242,8 @@ def global_record(cache: UnifiedRadixCache) -> GlobalRecord:
     relabels = tuple(tree.lru[c.name].relabels if c.name in tree.lru else 0 for c in cache.components)
     if tree.host_policy is not None:  # then the host LRUs', by component index too
         relabels += tuple(tree.host_lru[c.name].relabels if c.name in tree.host_lru else 0 for c in cache.components)
-    return GlobalRecord(cache.events.seq, MappingProxyType(pool_views(cache)), requests, relabels)
+    return GlobalRecord(cache.events.seq, MappingProxyType(pool_views(cache)), requests, relabels,
+                        sessions_view(cache), streaming_sessions_view(cache))
 
 
 def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
