@@ -108,6 +108,12 @@ class SessionsView:
     incarnation_counter: int  # the last generation handed out
     closed: tuple[str, ...]  # closed-session tombstones, oldest close first
     leaves: Mapping[str, Mapping[str, tuple[int, ...]]]  # session -> component -> frontier node ids
+    # what a frontier covers per component ("path", "window", "node": cache/session_refs.py), and for
+    # "window" the tokens each frontier's walk covered (session -> component -> {frontier: tokens}),
+    # so a viewer finds the nodes a session holds without the live tree
+    coverage: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    covered_len: Mapping[str, Mapping[str, Mapping[int, int]]] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}))
 
 
 def sessions_view(cache: UnifiedRadixCache) -> Optional[SessionsView]:
@@ -116,8 +122,14 @@ def sessions_view(cache: UnifiedRadixCache) -> Optional[SessionsView]:
         return None
     sids = sorted({sid for index in refs.by_component.values() for sid in index.leaves})
     leaves = {sid: MappingProxyType({k: tuple(v) for k, v in refs.leaves_of(sid).items()}) for sid in sids}
+    coverage = {name: index.coverage for name, index in refs.by_component.items()}
+    covered: dict[str, dict[str, Mapping[int, int]]] = {}
+    for name, index in refs.by_component.items():
+        for sid, by_leaf in index.covered_len.items():
+            covered.setdefault(sid, {})[name] = MappingProxyType({n.id: tokens for n, tokens in by_leaf.items()})
     return SessionsView(MappingProxyType(dict(refs.generations)), refs.incarnation_counter, tuple(refs.closed),
-                        MappingProxyType(leaves))
+                        MappingProxyType(leaves), MappingProxyType(coverage),
+                        MappingProxyType({sid: MappingProxyType(per) for sid, per in sorted(covered.items())}))
 
 
 @dataclasses.dataclass(frozen=True)
