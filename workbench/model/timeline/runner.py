@@ -229,7 +229,8 @@ def drift(cache: UnifiedRadixCache, store: StateStore) -> list[Violation]:
 
 
 def _same_globals(a: GlobalRecord, b: GlobalRecord) -> bool:
-    return a.pools == b.pools and a.requests == b.requests
+    return (a.pools == b.pools and a.requests == b.requests and a.sessions == b.sessions
+            and a.streaming_sessions == b.streaming_sessions)
 
 
 _TREE_COUNTS = ("nodes", "evictable_leaves", "host_nodes", "in_flight_nodes")
