@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # the model's rooms and what each holds
 ROOMS = {
     "ops": ["spec", "keys", "locks", "evict", "requests", "host", "retraction", "sessions", "streaming"],  # every op, declared once
-    "scenarios": ["scenario", "errors", "inputs", "fields", "writer", "live", "workload", "outputs"],  # scenario files in and out
+    "scenarios": ["scenario", "errors", "inputs", "fields", "session_fields", "writer", "live", "workload",
+                  "outputs"],  # scenario files in and out
     "timeline": ["session", "runner", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
                  "shown_tree", "step_view", "request_diff"],  # running a scenario, the states it leaves, moving through them
     "debugging": ["why", "why_request", "breakpoints", "regression_test"],
