@@ -18,7 +18,7 @@ ROOMS = {
                   "outputs"],  # scenario files in and out
     "timeline": ["session", "runner", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
                  "shown_tree", "step_view", "request_diff"],  # running a scenario, the states it leaves, moving through them
-    "debugging": ["why", "why_request", "breakpoints", "regression_test"],
+    "debugging": ["why", "why_request", "why_session", "breakpoints", "regression_test"],
     "fuzzing": ["config", "fuzz", "shrink"],
 }
 MODEL = [f"{room}.{module}" for room, modules in ROOMS.items() for module in modules]
