@@ -111,3 +111,21 @@ def test_urc_why_asks_about_a_session(tmp_path, capsys):
     assert code == 0 and "Full KV of #1 is still there: tagged by the session since step 3" in out
     code, _, err = urc(capsys, "why", str(path), "--session", "s1", "--node", "1")
     assert code == 2 and "one of a node, a request or a session" in err
+
+
+def test_coverage_that_moved_on_and_a_tagged_victim_after_untagged_ones():
+    """SWA covers the last window plus a page: r2's longer finish moves s1's SWA tag off
+    #1 and #2, so an SWA eviction takes them first, then the still-tagged #3."""
+    timeline = run({"components": ["full", "swa"], "page_size": 1, "kv_size": 24, "sliding_window": 2,
+                    "swa_kv_size": 12, "session_radix_cache": True}, *TAGGED[:1],
+                   {"op": "req_prefill", "req": "r1", "tokens": [1, 2, 3, 4], "session": "s1"},
+                   {"op": "release", "req": "r1"},
+                   {"op": "req_prefill", "req": "r2", "tokens": [1, 2, 3, 4, 5, 6, 7, 8], "session": "s1"},
+                   {"op": "release", "req": "r2"}, {"op": "evict", "swa": 6})
+    answer, lines = told(timeline, 6, "s1")
+    moved = [x for x in lines if x.startswith("SWA KV of #1 tombstoned")]
+    assert moved and moved[0].endswith("it was no longer tagged: its coverage had moved off it (a newer frontier, "
+                                       "or a deleted one receding) at step 5 (release r2), so it was evictable first")
+    assert lines[-1].startswith("SWA KV of #3 evicted at step 6 (evict swa=6)") and lines[-1].endswith(
+        "it was still tagged, but no untagged SWA KV was left to take after the untagged #1, #2")
+    assert not any("took untagged data" in x for x in lines)  # the loss line already names the victims

@@ -16,8 +16,6 @@ and the lock its slot holds tell its story.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Optional
-
 from cache.events import Cause, EventKind
 
 from ..ops.sessions import OPEN, RELEASE
@@ -55,6 +53,7 @@ class _Replay:
                 elif record.step.op == RELEASE.name and record.error is None:
                     self.closes.append(s)
             victims: dict[str, list[int]] = defaultdict(list)
+            first_loss = len(self.losses)
             for e in record.events:
                 key = (e.component, e.node)
                 if e.kind is EventKind.SESSION_REF:
@@ -68,9 +67,10 @@ class _Replay:
                 elif e.kind in LOSS_KINDS and e.node is not None:
                     if key in self.tagged_at:  # a node the session ever tagged
                         self.losses.append((s, e, self.mine[key] > 0, {c: list(v) for c, v in victims.items()}))
-                    elif e.cause is Cause.CAPACITY and self.total[key] == 0:
+                    if e.cause is Cause.CAPACITY and self.total[key] == 0:  # no session's tag on it then
                         victims[e.component].append(e.node)
-            if victims and any(n > 0 for n in self.mine.values()):
+            lost_tagged = any(x[2] for x in self.losses[first_loss:])  # then its loss lines name the victims
+            if victims and not lost_tagged and any(n > 0 for n in self.mine.values()):
                 self.spared.append((s, dict(victims)))
 
     def _tag(self, key, delta: int, s: int, cause: Cause) -> None:
@@ -231,15 +231,3 @@ def _spared_lines(timeline: Timeline, replay: _Replay, cited: set[int]) -> list[
         out.append(f"and {plural(more, 'more eviction')} took untagged data while it held tags")
     return out
 
-
-def parse_session_question(text: str) -> str:
-    words = text.split()
-    if len(words) != 1:
-        raise ValueError(f"ask about one session by its id (got {text!r})")
-    return words[0]
-
-
-def session_ids(timeline: Timeline, step: Optional[int] = None) -> list[str]:
-    """Sessions the timeline names up to ``step`` (an op's ``session`` field)."""
-    last = len(timeline.records) if step is None else step
-    return sorted({r.step.fields["session"] for r in timeline.records[:last] if "session" in r.step.fields})
