@@ -123,3 +123,20 @@ async def test_the_panel_is_hidden_without_sessions():
     async with workbench.run_test(size=SIZE) as pilot:
         await go(pilot, 2)
         assert not workbench.query_one(SessionsPanel).display
+
+
+@pytest.mark.asyncio
+async def test_y_on_a_highlighted_session_explains_that_session():
+    from workbench.tui.screens.why import WhyScreen
+
+    workbench = app()
+    async with workbench.run_test(size=SIZE) as pilot:
+        await go(pilot, 8)
+        panel = workbench.query_one(SessionsPanel)
+        panel.focus()
+        panel.highlighted = panel._sids.index("s1")
+        await pilot.pause()
+        await pilot.press("y")
+        assert isinstance(workbench.screen, WhyScreen)
+        text = "\n".join([workbench.screen.explanation.title, *map(str, workbench.screen.explanation.lines)])
+        assert "s1" in text and "closed" in text

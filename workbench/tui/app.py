@@ -328,15 +328,19 @@ class WorkbenchApp(App[None]):
         self.push_screen(DiffScreen(self.cursor, max(0, step - 1), step))
 
     def action_why(self) -> None:
-        """Explain the chosen event or request, the selected node, or the step's match."""
+        """Explain the chosen event, request or session, the selected node, or the step's match."""
         from ..model.debugging.why import why_event, why_match, why_node
         from ..model.debugging.why_request import why_request
+        from ..model.debugging.why_session import why_session
 
         cursor, events, requests = self.cursor, self.query_one(EventsPanel), self.query_one(RequestsPanel)
+        sessions = self.query_one(SessionsPanel)
         try:
             with cursor.lock:
                 if self.focused is requests and requests.highlighted_request is not None:
                     answer = why_request(cursor.timeline, cursor.step, requests.highlighted_request)
+                elif self.focused is sessions and sessions.highlighted_session is not None:
+                    answer = why_session(cursor.timeline, cursor.step, sessions.highlighted_session)
                 elif self.focused is events and events.highlighted_event is not None and cursor.step:
                     answer = why_event(cursor.timeline, cursor.step, events.highlighted_event)
                 elif self.selected is not None:
