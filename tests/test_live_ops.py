@@ -47,6 +47,14 @@ def strict(value) -> str:
     ("req_finish r1 noinsert", {"op": "req_finish", "req": "r1", "insert": False}),
     ("release r1 noinsert", {"op": "release", "req": "r1", "insert": False}),
     ("checkpoint r1", {"op": "checkpoint", "req": "r1"}),
+    ("session_open s1 streaming", {"op": "session_open", "session": "s1", "streaming": True}),
+    ("stream_turn t1 5 6 session=t", {"op": "stream_turn", "req": "t1", "tokens": [5, 6], "session": "t"}),
+    ("release r1 abort", {"op": "release", "req": "r1", "abort": True}),
+    # session state: a list of session ids, an empty table, a table in a table
+    ("session_reap expect sessions_open=[s1,t] session_leaves.s1={} session_slots.t.borrowed_by=[t2] "
+     "session_slots.t.kv_committed_len=6",
+     {"op": "session_reap", "expect": {"sessions_open": ["s1", "t"], "session_leaves": {"s1": {}},
+                                       "session_slots": {"t": {"borrowed_by": ["t2"], "kv_committed_len": 6}}}}),
     ("check", {"op": "check"}),
     ("  check\t ", {"op": "check"}),
 ])

@@ -74,6 +74,7 @@ _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/@+-]*")  # written without quotes by format_command
 _INT = re.compile(r"-?[0-9]{1,4000}")  # int() refuses longer digit strings
 _ID_LIST = re.compile(r"\[(?:[0-9]{1,18}(?:,[0-9]{1,18})*)?\]")  # [3,1,2]: node ids
+_NAME_LIST = re.compile(r"\[[A-Za-z_][A-Za-z0-9_]*(?:,[A-Za-z_][A-Za-z0-9_]*)*\]")  # [s1,t]: session ids
 _TOKEN = re.compile(r"[0-9]{1,20}")
 _RANGE = re.compile(r"([0-9]{1,20})\.\.([0-9]{1,20})")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
@@ -246,6 +247,9 @@ class _Parser:
     def option(self, word: _Word, name_part: _Word, value_part: _Word) -> None:
         dotted = name_part.split(".") if self.in_expect else None
         field_word, member = (dotted[0], dotted[1].text) if dotted else (name_part, None)
+        inner = dotted[1].split(".") if dotted else None  # FIELD.MEMBER.KEY=V: a table in a table
+        if inner is not None:
+            member = (inner[0].text, inner[1].text)
         field = field_word.text
         if field_word.quoted or not _FIELD_NAME.fullmatch(field):
             if name_part.split(".") is not None and not self.in_expect:
@@ -262,7 +266,9 @@ class _Parser:
         else:
             self.set(field, value)
 
-    def expect(self, field: str, member: Optional[str], value: Any) -> None:
+    def expect(self, field: str, member, value: Any) -> None:
+        """``FIELD=V``, ``FIELD.MEMBER=V`` or, for a table of tables (a session's slot),
+        ``FIELD.MEMBER.KEY=V`` (``member`` is then the pair)."""
         expect: dict[str, Any] = self.raw["expect"]
         if member is None:
             if field in expect:
@@ -270,6 +276,10 @@ class _Parser:
             expect[field] = value
             return
         table = expect.setdefault(field, {})
+        member, key = member if isinstance(member, tuple) else (member, None)
+        if key is not None:
+            table = table.setdefault(member, {}) if isinstance(table, dict) else None
+            member = key
         if not isinstance(table, dict) or member in table:
             raise ScenarioError(f"expect {field}.{member} is given twice")
         table[member] = value
@@ -285,6 +295,10 @@ def _value(field: str, word: _Word) -> Any:
         return int(text)
     if _ID_LIST.fullmatch(text):  # an LRU order: [3,1,2] (no spaces), most recent first
         return [int(v) for v in text[1:-1].split(",") if v]
+    if _NAME_LIST.fullmatch(text):  # session ids: [s1,t]
+        return text[1:-1].split(",")
+    if text == "{}":  # an empty table: a session with no frontier
+        return {}
     return {"true": True, "false": False}.get(text, text)
 
 
@@ -341,7 +355,11 @@ def _expect_words(expect: Any) -> list[str]:
         if isinstance(value, dict):
             if not value:
                 raise ValueError(f"no command for an empty expect {field!r} table")
-            words += [f"{_field(field)}.{_name(m)}={_literal(v)}" for m, v in value.items()]
+            for m, v in value.items():
+                if isinstance(v, dict) and v:  # a table in a table: FIELD.MEMBER.KEY=V
+                    words += [f"{_field(field)}.{_name(m)}.{_name(k)}={_literal(x)}" for k, x in v.items()]
+                else:
+                    words.append(f"{_field(field)}.{_name(m)}={_literal(v)}")
         else:
             words.append(f"{_field(field)}={_literal(value)}")
     return words
@@ -393,6 +411,10 @@ def _literal(value: Any) -> str:
         return _text(value)  # quoted, so it never reads back as an int or a boolean
     if isinstance(value, list) and all(type(v) is int and v >= 0 for v in value):
         return "[" + ",".join(map(str, value)) + "]"
+    if isinstance(value, list) and value and all(isinstance(v, str) and _FIELD_NAME.fullmatch(v) for v in value):
+        return "[" + ",".join(value) + "]"
+    if value == {}:
+        return "{}"
     raise ValueError(f"no command for the value {value!r}")
 
 
