@@ -108,6 +108,12 @@ class SessionsView:
     incarnation_counter: int  # the last generation handed out
     closed: tuple[str, ...]  # closed-session tombstones, oldest close first
     leaves: Mapping[str, Mapping[str, tuple[int, ...]]]  # session -> component -> frontier node ids
+    # what a frontier covers per component ("path", "window", "node": cache/session_refs.py), and for
+    # "window" the tokens each frontier's walk covered (session -> component -> {frontier: tokens}),
+    # so a viewer finds the nodes a session holds without the live tree
+    coverage: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    covered_len: Mapping[str, Mapping[str, Mapping[int, int]]] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}))
 
 
 def sessions_view(cache: UnifiedRadixCache) -> Optional[SessionsView]:
@@ -116,8 +122,14 @@ def sessions_view(cache: UnifiedRadixCache) -> Optional[SessionsView]:
         return None
     sids = sorted({sid for index in refs.by_component.values() for sid in index.leaves})
     leaves = {sid: MappingProxyType({k: tuple(v) for k, v in refs.leaves_of(sid).items()}) for sid in sids}
+    coverage = {name: index.coverage for name, index in refs.by_component.items()}
+    covered: dict[str, dict[str, Mapping[int, int]]] = {}
+    for name, index in refs.by_component.items():
+        for sid, by_leaf in index.covered_len.items():
+            covered.setdefault(sid, {})[name] = MappingProxyType({n.id: tokens for n, tokens in by_leaf.items()})
     return SessionsView(MappingProxyType(dict(refs.generations)), refs.incarnation_counter, tuple(refs.closed),
-                        MappingProxyType(leaves))
+                        MappingProxyType(leaves), MappingProxyType(coverage),
+                        MappingProxyType({sid: MappingProxyType(per) for sid, per in sorted(covered.items())}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +212,8 @@ class GlobalRecord:
     pools: Mapping[str, PoolView]
     requests: tuple[RequestView, ...]
     lru_relabels: tuple[int, ...]  # per component list (then per host LRU): when one moves, every label in it moved
+    sessions: Optional[SessionsView] = None  # as CacheSnapshot's: a state rebuilt from records keeps them
+    streaming_sessions: Optional[StreamingSessionsView] = None
 
 
 def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
@@ -240,7 +254,8 @@ def global_record(cache: UnifiedRadixCache) -> GlobalRecord:
     relabels = tuple(tree.lru[c.name].relabels if c.name in tree.lru else 0 for c in cache.components)
     if tree.host_policy is not None:  # then the host LRUs', by component index too
         relabels += tuple(tree.host_lru[c.name].relabels if c.name in tree.host_lru else 0 for c in cache.components)
-    return GlobalRecord(cache.events.seq, MappingProxyType(pool_views(cache)), requests, relabels)
+    return GlobalRecord(cache.events.seq, MappingProxyType(pool_views(cache)), requests, relabels,
+                        sessions_view(cache), streaming_sessions_view(cache))
 
 
 def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:

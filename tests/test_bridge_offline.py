@@ -410,3 +410,35 @@ def test_a_divergence_exits_1_with_both_sides(capsys, monkeypatch):
     assert rc == 1 and not report["agrees"]
     assert report["divergence"] == {"step": 3, "line": 21, "op": "lock", "field": "node.full.lock_ref", "ours": 1,
                                     "sglang": 2, "where": "the node"}
+
+
+def test_session_calls_are_written_as_session_ops_and_replay(tmp_path):
+    """open_radix_session / release_radix_session become session_open / session_release
+    (the controller's repeat release is left out), a session request's admission names
+    its session, an aborted finish says so, and a streaming turn stays tree calls."""
+    m = TraceMapper(["full"])
+    session_open, session_release = ops.get("session_open"), ops.get("session_release")
+    lines = [session_open.record(m, RecordedCall("open_radix_session", ("s1",), {}, 1, None))]
+    req = _live_req("rid-a", [1, 2, 3, 4])
+    req.session_id = "s1"
+    lines += _admitted(m, req, 0, 0)
+    assert lines[-2] == {"op": "req_prefill", "req": "r1", "tokens": [1, 2, 3, 4], "session": "s1",
+                         "expect": {"prefix_len": 0}}
+    req.finished_reason = type("FINISH_ABORT", (), {})()
+    step = ops.get("release").record(m, RecordedCall("on_release", (req,), {"checkpointed": True}, None, req_view(req)))
+    assert step == {"op": "release", "req": "r1", "abort": True}
+    lines.append(step)
+    close = RecordedCall("release_radix_session", ("s1",), {}, 0, None)
+    lines += [session_release.record(m, close), session_release.record(m, close)]
+    assert lines[-2:] == [{"op": "session_release", "session": "s1"}, None]
+    lines.pop()
+    header = {**JSONL_HEADER, "config": {**JSONL_HEADER["config"], "session_radix_cache": True}}
+    timeline = run_scenario(scenario_from_records(header, lines))
+    assert timeline.passed, [r.failures for r in timeline.records]
+    released = timeline.state_after(len(lines) - 1).to_snapshot()  # after the aborted release (steps count from 1)
+    assert len(released.nodes) > 1 and not any(c.session_ref for n in released.nodes for c in n.components.values())
+    turn = _live_req("rid-t", [5, 6])
+    turn.session = SimpleNamespace(streaming=True)
+    m.requests.matched(turn, 0, [5, 6], None, 0, 0)
+    turn.extend_end = 2
+    assert "streaming session" in m.requests.admit(m.requests.admission(0))

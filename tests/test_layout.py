@@ -14,10 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # the model's rooms and what each holds
 ROOMS = {
     "ops": ["spec", "keys", "locks", "evict", "requests", "host", "retraction", "sessions", "streaming"],  # every op, declared once
-    "scenarios": ["scenario", "errors", "inputs", "fields", "writer", "live", "workload", "outputs"],  # scenario files in and out
+    "scenarios": ["scenario", "errors", "inputs", "fields", "session_fields", "writer", "live", "workload",
+                  "outputs"],  # scenario files in and out
     "timeline": ["session", "runner", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
-                 "shown_tree", "step_view", "request_diff"],  # running a scenario, the states it leaves, moving through them
-    "debugging": ["why", "why_request", "breakpoints", "regression_test"],
+                 "shown_tree", "shown_sessions", "step_view", "request_diff"],  # running a scenario, the states it leaves, moving through them
+    "debugging": ["why", "why_request", "why_session", "breakpoints", "regression_test"],
     "fuzzing": ["config", "fuzz", "shrink"],
 }
 MODEL = [f"{room}.{module}" for room, modules in ROOMS.items() for module in modules]

@@ -170,3 +170,28 @@ def test_the_running_requests_are_a_table_with_what_the_step_did_to_them():
     ended = "".join(ET.fromstring(picture(timeline, 13, 12).pipe(format="svg", encoding="utf-8")).itertext())
     assert "r1: ended: it held 0 own slots past a prefix of 11" in ended
     assert "requests" not in svg_nodes(picture(timeline, 5).pipe(format="svg", encoding="utf-8"))  # none running
+
+
+@needs_dot
+def test_session_nodes_carry_a_badge_and_the_sessions_are_a_table():
+    timeline = timeline_of({"components": ["full", "mamba"], "kv_size": 64, "mamba_size": 6,
+                            "session_radix_cache": True},
+                           [{"op": "session_open", "session": "s1"},
+                            {"op": "req_prefill", "req": "r1", "tokens": [1, 2, 3, 4], "session": "s1"},
+                            {"op": "release", "req": "r1"},
+                            {"op": "req_prefill", "req": "r2", "tokens": [1, 2, 9]},
+                            {"op": "release", "req": "r2"}])
+    svg = picture(timeline, 5).pipe(format="svg", encoding="utf-8")
+    (frontier,) = timeline.state_after(5).sessions.leaves["s1"]["full"]
+    parent = timeline.state_after(5).record(frontier).parent
+    nodes = svg_nodes(svg)
+    assert {"session-held", "session-frontier"} <= nodes[f"n{frontier}"]
+    assert "session-held" in nodes[f"n{parent}"] and "session-frontier" not in nodes[f"n{parent}"]
+    assert not any("session-held" in classes for name, classes in nodes.items()
+                   if name.startswith("n") and name not in (f"n{frontier}", f"n{parent}"))
+    text = "".join(ET.fromstring(svg).itertext())
+    # Full and Mamba tag the frontier (the legend names the badge once more); only Full's path covers the parent
+    assert text.count("§1=s1") == 3 and "§n: n sessions hold it" in text
+    assert "sessions" in nodes["sessions"]
+    assert "s1" in text and "open" in text and "full:4 mamba:1" in text  # its coverage holds 4 tokens, 1 state
+    assert "sessions" not in svg_nodes(picture(run_scenario(SMOKE), 2).pipe(format="svg", encoding="utf-8"))

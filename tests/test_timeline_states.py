@@ -111,3 +111,28 @@ def test_a_state_costs_what_the_step_changed():
     assert len(store.deltas[-1]) <= 3  # the match refreshed one leaf (and the root's record)
     assert all(len(d) <= 3 for d in store.deltas[1:])
     assert same_state(timeline.state_after(len(timeline)).to_snapshot(), timeline.final.to_snapshot())
+
+
+def test_states_keep_the_sessions_views():
+    """A state rebuilt from the records (time travel, diff) has the snapshot's session
+    views: the radix sessions' frontiers and tombstones, the controller and the slots."""
+    steps = [
+        {"op": "session_open", "session": "s1"},
+        {"op": "req_prefill", "req": "r1", "tokens": [1, 2, 3, 4], "session": "s1"},
+        {"op": "release", "req": "r1"},
+        {"op": "session_release", "session": "s1"},
+        {"op": "session_open", "session": "t", "streaming": True},
+        {"op": "stream_turn", "req": "t1", "tokens": [7, 8], "session": "t"},
+        {"op": "release", "req": "t1"},
+        {"op": "session_release", "session": "t"},
+    ]
+    scenario = scenario_from_records({"schema": 1, "scenario": {"name": "sessions"}, "config": {
+        "components": ["full"], "kv_size": 32, "session_radix_cache": True}}, steps)
+    timeline, snapshots = run_with_snapshots(scenario, keyframe_every=2)
+    assert_states_equal(timeline, snapshots, range(len(timeline) + 1))
+    assert_states_equal(timeline, snapshots, reversed(range(len(timeline) + 1)))
+    after_tag, after_close, turn = (timeline.state_after(i) for i in (3, 4, 6))
+    assert after_tag.sessions.leaves["s1"]["full"]  # r1's finish tagged its path's frontier
+    assert after_close.sessions.closed == ("s1",) and "s1" not in after_close.sessions.leaves
+    assert turn.streaming_sessions.slots["t"].holds_kv
+    assert timeline.state_after(0).streaming_sessions is None

@@ -122,3 +122,24 @@ def test_request_panel_mid_flight(snap_compare):
         await pilot.pause()
 
     assert snap_compare(tour("tour.toml"), terminal_size=SIZE, run_before=run_before)
+
+
+def test_sessions_panel_with_a_session_highlighted(snap_compare):
+    """The sessions tour after s1's current incarnation tagged [17]: the sessions panel
+    under the requests, s1 highlighted and its frontier and coverage highlighted in the
+    tree, the §n badges on every node a session holds."""
+    async def run_before(pilot) -> None:
+        from workbench.tui.widgets.sessions_panel import SessionsPanel
+
+        await at_step(19)(pilot)
+        panel = pilot.app.query_one(SessionsPanel)
+        panel.focus()
+        panel.highlighted = 0
+        await pilot.pause()
+
+    assert snap_compare(tour("tour_sessions.toml"), terminal_size=SIZE, run_before=run_before)
+
+
+def test_sessions_panel_streaming_turn(snap_compare):
+    """The sessions tour's second streaming turn: t's slot lends its record to t2."""
+    assert snap_compare(tour("tour_sessions.toml"), terminal_size=SIZE, run_before=at_step(24))

@@ -10,12 +10,15 @@ def add_parser(command) -> None:
     why = command("why", "explain how a node or a request came to be as it is, or why a match stopped where it did",
                   "The chain of causes, in sentences built from the events: when each component's data on the node "
                   "was set, tombstoned, locked or evicted, by which step, op and request; with --request, which steps "
-                  "changed the request's prefix, lock and row and why (--about prefix or tail narrows it); without "
-                  "either, why the step's match stopped where it did (each component's verdict).")
+                  "changed the request's prefix, lock and row and why (--about prefix or tail narrows it); with "
+                  "--session, which evictions took the session's tagged data and why its tag did not save it, "
+                  "or why its data is still there; without any of them, why the step's match stopped where it did (each component's verdict).")
     why.add_argument("file", metavar="FILE", help=FILE_HELP)
     why.add_argument("--step", type=int, default=None, metavar="N", help="the state after step N (default: the last)")
     why.add_argument("--node", type=int, default=None, metavar="ID", help="the node to explain (see urc show)")
     why.add_argument("--request", default=None, metavar="RID", help="the request to explain (its name in the file)")
+    why.add_argument("--session", default=None, metavar="SID",
+                     help="the session to explain: why its data was evicted or is still there")
     why.add_argument("--about", choices=("prefix", "tail"), default=None,
                      help="with --request: only why its prefix changed, or only why its tail was freed")
 
@@ -29,11 +32,15 @@ def run(args) -> int:
 
     if args.about is not None and args.request is None:
         raise ScenarioError("--about needs --request", scenario.path)
-    if args.request is not None and args.node is not None:
-        raise ScenarioError("ask about a node or a request, not both", scenario.path)
+    if sum(x is not None for x in (args.request, args.node, args.session)) > 1:
+        raise ScenarioError("ask about one of a node, a request or a session", scenario.path)
     timeline = run_scenario(scenario)
     try:
-        if args.request is not None:
+        if args.session is not None:
+            from ..model.debugging.why_session import why_session
+
+            answer = why_session(timeline, step, args.session)
+        elif args.request is not None:
             answer = why_request(timeline, step, args.request, args.about)
         else:
             answer = why_match(timeline, step) if args.node is None else why_node(timeline, step, args.node)

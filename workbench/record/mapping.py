@@ -39,6 +39,7 @@ class TraceMapper:
         self._node_names: dict[Any, str] = {}  # node id -> the latest match/insert name ending there
         self._open: list[_OpenLock] = []
         self.requests = RequestTracker()  # live requests written as request ops
+        self.closed_sessions: set[str] = set()  # radix sessions the recording closed (session_calls.py)
 
     def new_name(self, prefix: str) -> str:
         self._count += 1

@@ -32,6 +32,7 @@ class ReqView:
     ids: list[int]  # origin_input_ids + output_ids: the tokens its row is for
     committed: int  # kv.kv_committed_len: the row's computed length
     finished_len: Optional[int] = None
+    aborted: bool = False  # finished with FINISH_ABORT: its release registers no session reference
 
 
 def req_view(req) -> Optional[ReqView]:
@@ -41,8 +42,9 @@ def req_view(req) -> Optional[ReqView]:
     kv = getattr(req, "kv", None)
     committed = getattr(kv, "kv_committed_len", None)
     finished_len = getattr(req, "finished_len", None)
+    aborted = type(getattr(req, "finished_reason", None)).__name__ == "FINISH_ABORT"
     return ReqView(str(req.rid), ids, int(committed) if committed is not None else len(ids),
-                   int(finished_len) if finished_len is not None else None)
+                   int(finished_len) if finished_len is not None else None, aborted)
 
 
 def view_of_first_arg(args: tuple, kwargs: dict) -> Optional[ReqView]:
@@ -99,6 +101,8 @@ class RequestTracker:
             why = "its key has an extra key (req_prefill takes none)"
         elif host_hit:
             why = f"its match hit {host_hit} token(s) on the host tier (a load-back)"
+        elif getattr(getattr(req, "session", None), "streaming", False):
+            why = "a streaming session's turn (the scheduler's session controller makes it; stream_turn is not recorded)"
         self._pending[view.rid] = _Pending(req, node, tokens, prefix_len, why)
 
     def admission(self, node) -> Optional[_Pending]:
@@ -149,7 +153,12 @@ def record_prefill(mapper, call) -> dict:
     """``call``: the lock that admitted a tracked request; ``call.before``: its _Pending."""
     pending = call.before
     live = mapper.requests.running[str(pending.req.rid)]
-    return {"op": PREFILL.name, "req": live.name, "tokens": pending.tokens, "expect": {"prefix_len": pending.prefix_len}}
+    step = {"op": PREFILL.name, "req": live.name, "tokens": pending.tokens}
+    session = getattr(pending.req, "session_id", None)
+    if session is not None:  # a radix-native session's request
+        step["session"] = str(session)
+    step["expect"] = {"prefix_len": pending.prefix_len}
+    return step
 
 
 def record_decode(mapper, call) -> Optional[dict]:
@@ -181,4 +190,6 @@ def record_release(mapper, call):
         step["insert"] = False
     if view.finished_len is not None:
         step["stop_at"] = view.finished_len
+    if view.aborted:
+        step["abort"] = True
     return step

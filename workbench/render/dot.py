@@ -1,9 +1,10 @@
 """DOT and SVG pictures of a timeline state (``urc svg``), drawn from ``graph.py``.
 
 Each node is an HTML-like table: a header (``#id``, tokens, the first tokens) and one
-row per component (value length or ✝, lock_ref, LRU rank). Ids are ``n<id>`` and
-every node carries CSS classes for what it is (``tombstone-swa``, ``locked``,
-``evictable-leaf``) and what the step did to it (``changed-added`` …), plus a tooltip
+row per component (value length or ✝, lock_ref, LRU rank, a ``§n`` session badge). Ids
+are ``n<id>`` and every node carries CSS classes for what it is (``tombstone-swa``,
+``locked``, ``evictable-leaf``, ``session-held``, ``session-frontier``) and what the step
+did to it (``changed-added`` …), plus a tooltip
 with the full details, so SVGs diff cleanly and can be post-processed. Output is
 deterministic: nodes in tree order, attributes sorted, no generated ids.
 """
@@ -18,6 +19,7 @@ import networkx as nx
 
 from ..model.timeline.fmt import plural, tokens_text
 from ..model.timeline.shown_tree import CHANGE_MEANING, CHANGE_ORDER
+from .tree_view import session_badge
 
 FONT = "Helvetica"
 CHANGE_FILL = {  # what the step did: a fill per change kind (the model's CHANGE_ORDER picks one)
@@ -26,6 +28,7 @@ CHANGE_FILL = {  # what the step did: a fill per change kind (the model's CHANGE
 }
 COMPONENT_COLOR = {"full": "#1f6fb2", "swa": "#8e3b9e", "mamba": "#2e7d32"}
 HOST_FILL = "#1565c0"  # a host-only value: white on blue, as in the tree view
+SESSION_COLOR = "#e65100"  # a session badge, §n, as the tree view's
 LEGEND = [  # (label, fill, border, style): identical on every picture; every change kind, in the model's order
     *((CHANGE_MEANING[k], CHANGE_FILL[k], "#9e9e9e" if k == "removed" else "black",
        "dashed" if k == "removed" else "solid") for k in CHANGE_ORDER),
@@ -34,7 +37,8 @@ LEGEND = [  # (label, fill, border, style): identical on every picture; every ch
 ]
 
 
-def to_dot(graph: nx.DiGraph, caption: str, name: str = "state", requests: tuple = (), request_diff=None) -> graphviz.Digraph:
+def to_dot(graph: nx.DiGraph, caption: str, name: str = "state", requests: tuple = (), request_diff=None,
+           sessions: tuple = ()) -> graphviz.Digraph:
     dot = graphviz.Digraph(name=name, graph_attr={"rankdir": "TB", "labelloc": "t", "label": caption,
                                                   "fontname": FONT, "nodesep": "0.25", "ranksep": "0.35"},
                            node_attr={"shape": "plain", "fontname": FONT, "fontsize": "10"},
@@ -49,9 +53,11 @@ def to_dot(graph: nx.DiGraph, caption: str, name: str = "state", requests: tuple
         for child in graph.successors(node):
             style = "dashed" if graph.nodes[child]["kind"] == "ghost" else "solid"
             dot.edge(node, child, style=style)
-    host = any(f.get("host") is not None for _, d in graph.nodes(data=True) for f in d.get("components", {}).values())
-    _legend(dot, components, host)
+    facts = [f for _, d in graph.nodes(data=True) for f in d.get("components", {}).values()]
+    host = any(f.get("host") is not None for f in facts)
+    _legend(dot, components, host, any(f["session_ref"] or f["session_ids"] for f in facts))
     _requests(dot, requests, request_diff)
+    _sessions(dot, sessions)
     return dot
 
 
@@ -81,6 +87,8 @@ def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, .
             value, cell = f"<B>HOST {host}</B>", f'<TD BGCOLOR="{HOST_FILL}"><FONT COLOR="white">'
         elif host is not None:
             value += f' <FONT COLOR="{HOST_FILL}">+host</FONT>'
+        if facts["session_ref"] or facts["session_ids"]:
+            value += f' <FONT COLOR="{SESSION_COLOR}">{html.escape(session_badge(facts["session_ref"], facts["session_ids"]))}</FONT>'
         transfer = facts["extras"].get("transfer")
         if transfer is not None:
             value += f' <FONT COLOR="#8e24aa">{"⇡" if transfer == "backup" else "⇣"}{transfer}</FONT>'
@@ -110,6 +118,10 @@ def _classes(data: dict, locked: bool) -> str:
         classes.append("locked")
     if data["evictable_leaf"]:
         classes.append("evictable-leaf")
+    if any(f["session_ref"] for f in data["components"].values()):
+        classes.append("session-held")
+    if any(f["session_ids"] for f in data["components"].values()):
+        classes.append("session-frontier")
     if len(data["members"]) > 1:
         classes.append("chain")
     classes += [f"changed-{k}" for k in sorted(data["changes"])]
@@ -132,7 +144,9 @@ def _tooltip(data: dict, components: tuple[str, ...]) -> str:
             value += f", host copy {f['host']}" + (" (host-only)" if f["len"] is None else "")
         extras = "".join(f", {k}={v}" for k, v in sorted(f["extras"].items()))
         rank = f", LRU rank {f['rank']}" if f["rank"] is not None else ""
-        lines.append(f"{comp}: {value}, lock_ref {f['lock_ref']}{rank}{extras}")
+        session = f", session_ref {f['session_ref']}" if f["session_ref"] or f["session_ids"] else ""
+        session += f", frontier of {','.join(f['session_ids'])}" if f["session_ids"] else ""
+        lines.append(f"{comp}: {value}, lock_ref {f['lock_ref']}{rank}{extras}{session}")
     if data["evictable_leaf"]:
         lines.append("evictable leaf")
     if data["changes"]:
@@ -147,8 +161,8 @@ def _folded(dot: graphviz.Digraph, name: str, data: dict) -> None:
              tooltip=text, **{"class": "folded"})
 
 
-def _legend(dot: graphviz.Digraph, components: tuple[str, ...], host: bool = False) -> None:
-    """The same on every picture; one with host-tier copies explains them too."""
+def _legend(dot: graphviz.Digraph, components: tuple[str, ...], host: bool = False, sessions: bool = False) -> None:
+    """The same on every picture; one with host-tier copies or session badges explains them too."""
     with dot.subgraph(name="cluster_legend", graph_attr={"label": "legend", "fontname": FONT, "fontsize": "10",
                                                         "color": "#bdbdbd", "style": "rounded"}) as legend:
         rows = "".join(
@@ -163,6 +177,9 @@ def _legend(dot: graphviz.Digraph, components: tuple[str, ...], host: bool = Fal
             rows += (f'<TR><TD BGCOLOR="{HOST_FILL}" BORDER="1">&nbsp;&nbsp;&nbsp;</TD><TD ALIGN="LEFT">HOST n: host-only '
                      '(device data evicted, host copy kept)<BR ALIGN="LEFT"/>+host: a host copy too; '
                      '⇡backup / ⇣load: a copy in flight<BR ALIGN="LEFT"/></TD></TR>')
+        if sessions:
+            rows += (f'<TR><TD><FONT COLOR="{SESSION_COLOR}">§</FONT></TD><TD ALIGN="LEFT">§n: n sessions hold it '
+                     '(session_ref); §1=s1: session s1\'s frontier<BR ALIGN="LEFT"/></TD></TR>')
         legend.node("legend", label=f'<<TABLE BORDER="0" CELLSPACING="2">{rows}</TABLE>>', id="legend",
                     **{"class": "legend"})
 
@@ -195,6 +212,23 @@ def _requests(dot: graphviz.Digraph, requests: tuple, diff) -> None:
                                                           "fontsize": "10", "color": "#bdbdbd", "style": "rounded"}) as box:
         box.node("requests", label=f'<<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="2">{"".join(rows)}</TABLE>>',
                  id="requests", tooltip=f"{len(requests)} running", **{"class": "requests"})
+
+
+def _sessions(dot: graphviz.Digraph, rows: tuple) -> None:
+    """The sessions as a small table (the model's ``SessionRow.cells``), beside the requests'."""
+    from ..model.timeline.shown_sessions import COLUMNS
+
+    if not rows:
+        return
+    head = "".join(f'<TD ALIGN="LEFT"><B>{c}</B></TD>' for c in COLUMNS)
+    body = [f"<TR>{head}</TR>"]
+    for row in rows:
+        cells = row.cells()
+        body.append("<TR>" + "".join(f'<TD ALIGN="LEFT">{html.escape(cells[c])}</TD>' for c in COLUMNS) + "</TR>")
+    with dot.subgraph(name="cluster_sessions", graph_attr={"label": "sessions", "fontname": FONT,
+                                                          "fontsize": "10", "color": "#bdbdbd", "style": "rounded"}) as box:
+        box.node("sessions", label=f'<<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="2">{"".join(body)}</TABLE>>',
+                 id="sessions", tooltip=plural(len(rows), "session"), **{"class": "sessions"})
 
 
 def render_svg(dot: graphviz.Digraph) -> str:

@@ -45,7 +45,8 @@ def state_graph(state: TimelineState, diff: Optional[StateDiff] = None) -> nx.Di
 
 def _facts(row: ShownNode) -> dict:
     components = {c.name: {"len": c.value_len, "lock_ref": c.lock_ref, "rank": c.rank, "extras": dict(c.extras),
-                           "host": c.host_len}  # the host tier's copy (None: none)
+                           "host": c.host_len,  # the host tier's copy (None: none)
+                           "session_ref": c.session_ref, "session_ids": c.session_ids}
                   for c in row.components}
     return {
         "kind": "ghost" if row.ghost else "node",

@@ -9,6 +9,7 @@ import graphviz
 
 from ..model.timeline.fmt import fields_text
 from ..model.timeline.request_diff import request_diff
+from ..model.timeline.shown_sessions import session_rows
 from ..model.timeline.timeline import Timeline
 from .dot import caption_text, to_dot
 from .graph import elide, state_graph, subtree_sizes
@@ -33,4 +34,5 @@ def picture(timeline: Timeline, step: int, diff_from: Optional[int] = None, max_
         first, last = sorted((diff_from, step))
         events = [e for r in timeline.records[first:last] for e in r.events]
         changes = request_diff(timeline.state_after(diff_from).requests, state.requests, events)
-    return to_dot(graph, caption, name=f"step{step}", requests=state.requests, request_diff=changes)
+    return to_dot(graph, caption, name=f"step{step}", requests=state.requests, request_diff=changes,
+                  sessions=session_rows(state))

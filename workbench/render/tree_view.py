@@ -17,6 +17,7 @@ from cache.snapshot import CacheSnapshot, NodeView
 from ..model.timeline.fmt import tokens_text
 
 COMPONENT_STYLE = {"full": "cyan", "swa": "magenta", "mamba": "green"}
+SESSION_STYLE = "bold dark_orange"  # a session badge, §n
 
 
 def abbreviate(tokens: tuple[int, ...]) -> str:
@@ -24,7 +25,8 @@ def abbreviate(tokens: tuple[int, ...]) -> str:
 
 
 def node_label(node: NodeView, snapshot: CacheSnapshot) -> Text:
-    comps = ((name, v.value_len, v.lock_ref, v.lru_rank, tuple(v.extras.items()), v.host_len)
+    comps = ((name, v.value_len, v.lock_ref, v.lru_rank, tuple(v.extras.items()), v.host_len, v.session_ref,
+              v.session_ids)
              for name, v in ((name, node.components[name]) for name in snapshot.components))
     return badge_line(node.id, node.key, node.extra_key, comps, node.evictable_leaf)
 
@@ -32,9 +34,11 @@ def node_label(node: NodeView, snapshot: CacheSnapshot) -> Text:
 def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable[tuple], evictable_leaf: bool,
                chain: int = 0) -> Text:
     """``#7 [1 2 3] 3t  full:3 🔒1 r0  swa:✝  leaf``: one node with a badge per component
-    (name, value length or None, lock_ref, LRU rank or None, extras[, host copy length])
-    — every view's line. With a host tier a copy shows as ``+host``, and a host-only
-    node (device data evicted, host copy kept) as a reversed ``full:HOST 3`` badge."""
+    (name, value length or None, lock_ref, LRU rank or None, extras[, host copy length[,
+    session_ref, session_ids]]) — every view's line. With a host tier a copy shows as
+    ``+host``, and a host-only node (device data evicted, host copy kept) as a reversed
+    ``full:HOST 3`` badge; a node sessions hold shows ``§n`` (session_ref), and a
+    session's frontier names it, ``§1=s1``."""
     text = Text()
     text.append(f"#{node_id} ", style="bold")
     if chain:
@@ -43,9 +47,10 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
     text.append(f" {len(key)}t", style="dim")
     if extra_key is not None:
         text.append(f" ns={extra_key}", style="yellow")
-    for name, value_len, lock_ref, rank, extras, *host in components:
+    for name, value_len, lock_ref, rank, extras, *more in components:
         style = COMPONENT_STYLE.get(name, "white")
-        host_len = host[0] if host else None
+        host_len = more[0] if more else None
+        session_ref, session_ids = (more[1], more[2]) if len(more) > 2 else (0, ())
         text.append("  ")
         if value_len is None and host_len is not None:
             text.append(f"{name}:HOST {host_len}", style="bold white on blue")
@@ -57,6 +62,8 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
                 text.append(" +host", style="blue")
         if lock_ref:
             text.append(f" 🔒{lock_ref}", style="bold red")
+        if session_ref or session_ids:
+            text.append(" " + session_badge(session_ref, session_ids), style=SESSION_STYLE)
         if rank is not None:
             text.append(f" r{rank}", style="dim")
         for k, value in extras:
@@ -67,6 +74,11 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
     if evictable_leaf:
         text.append("  leaf", style="dim green")
     return text
+
+
+def session_badge(session_ref: int, session_ids: tuple[str, ...]) -> str:
+    """``§2`` (two sessions' coverage holds it), ``§1=s1`` (and it is s1's frontier)."""
+    return f"§{session_ref}" + (f"={','.join(session_ids)}" if session_ids else "")
 
 
 def render_tree(snapshot: CacheSnapshot) -> Tree:

@@ -27,7 +27,7 @@ from ..model.timeline.step_view import StepView
 from .bindings import COMMANDS as COMMAND_TABLE
 from .bindings import Command, bindings, commands, is_printable
 from .commands import WorkbenchCommands
-from .messages import NodeChosen, StepChosen
+from .messages import NodeChosen, SessionChosen, StepChosen
 from .screens.breakpoints import BreakpointScreen
 from .screens.diff import DiffScreen
 from .screens.goto import GotoScreen
@@ -43,6 +43,7 @@ from .widgets.lru_panel import LRUPanel
 from .widgets.panel import Panel
 from .widgets.pools_panel import PoolsPanel
 from .widgets.requests_panel import RequestsPanel
+from .widgets.sessions_panel import SessionsPanel
 from .widgets.step_list import StepList
 from .widgets.step_panel import StepPanel
 from .widgets.tree_panel import TreePanel
@@ -68,6 +69,7 @@ LAYOUT: tuple[Slot, ...] = (
     Slot("middle", StepPanel, "step", "step"),
     Slot("middle", TreePanel, "tree", "tree"),
     Slot("middle", RequestsPanel, "requests", "requests"),
+    Slot("middle", SessionsPanel, "sessions", "sessions"),  # shown only when the scenario uses sessions
     Slot("side", Inspector, "inspector", "node"),
     Slot("side", EventsPanel, "events", "events"),
     Slot("bottom", PoolsPanel, "pools", "pools"),
@@ -103,6 +105,7 @@ class WorkbenchApp(App[None]):
         self._shown_steps = 0
         self._bottom_rows = 4  # pools the bottom row is sized for (workbench.tcss: #bottom)
         self.selected: Optional[int] = None
+        self.selected_session: Optional[str] = None  # the session whose nodes the tree highlights
 
     def _panels_in(self, area: str) -> ComposeResult:
         for slot in self.panel_layout:
@@ -139,6 +142,7 @@ class WorkbenchApp(App[None]):
     # ---- loading -------------------------------------------------------------------------------
     def open_chapter(self, index: int) -> None:
         self.cursor.switch(index)
+        self.selected_session = None
         chapter = self.cursor.chapter
         self.query_one(StepList).reset()
         self._shown_steps = 0
@@ -194,7 +198,8 @@ class WorkbenchApp(App[None]):
     def refresh_view(self, follow: bool = True) -> None:
         """One view of the step, shown by every panel."""
         cursor = self.cursor
-        view = self.view = cursor.view(follow, self.selected, self.divergences.get(cursor.chapter.scenario.path))
+        view = cursor.view(follow, self.selected, self.divergences.get(cursor.chapter.scenario.path))
+        view = self.view = view.choosing_session(self.selected_session)
         self.selected = view.selected
         self._fit_pools(len(view.state.pools))
         for panel in self.panels:
@@ -208,6 +213,17 @@ class WorkbenchApp(App[None]):
             self.view = self.view.selecting(message.node_id)
             for panel in self.panels:
                 if panel.follows_selection:
+                    panel.show(self.view)
+
+    @on(SessionChosen)
+    def session_chosen(self, message: SessionChosen) -> None:
+        if message.sid == self.selected_session:
+            return
+        self.selected_session = message.sid
+        if self.view is not None:
+            self.view = self.view.choosing_session(message.sid)
+            for panel in self.panels:
+                if panel.follows_session:
                     panel.show(self.view)
 
     @on(StepChosen)
@@ -312,15 +328,19 @@ class WorkbenchApp(App[None]):
         self.push_screen(DiffScreen(self.cursor, max(0, step - 1), step))
 
     def action_why(self) -> None:
-        """Explain the chosen event or request, the selected node, or the step's match."""
+        """Explain the chosen event, request or session, the selected node, or the step's match."""
         from ..model.debugging.why import why_event, why_match, why_node
         from ..model.debugging.why_request import why_request
+        from ..model.debugging.why_session import why_session
 
         cursor, events, requests = self.cursor, self.query_one(EventsPanel), self.query_one(RequestsPanel)
+        sessions = self.query_one(SessionsPanel)
         try:
             with cursor.lock:
                 if self.focused is requests and requests.highlighted_request is not None:
                     answer = why_request(cursor.timeline, cursor.step, requests.highlighted_request)
+                elif self.focused is sessions and sessions.highlighted_session is not None:
+                    answer = why_session(cursor.timeline, cursor.step, sessions.highlighted_session)
                 elif self.focused is events and events.highlighted_event is not None and cursor.step:
                     answer = why_event(cursor.timeline, cursor.step, events.highlighted_event)
                 elif self.selected is not None:

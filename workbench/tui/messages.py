@@ -19,3 +19,11 @@ class StepChosen(Message):
     def __init__(self, step: int) -> None:
         super().__init__()
         self.step = step
+
+
+class SessionChosen(Message):
+    """A session was highlighted in the sessions panel: the tree highlights its nodes."""
+
+    def __init__(self, sid: str) -> None:
+        super().__init__()
+        self.sid = sid

@@ -14,6 +14,12 @@ component=swa``); a breakpoint list holds when any of its conditions does. Terms
 - ``node=ID`` (with optional ``component=``) and no event term — the step changed that
   node: it was added, removed, or a component's value, tombstone or lock changed
 - ``op=NAME``, ``req=NAME``, ``step>=N`` (any comparison) — what the step is
+- ``session=ID`` — the step concerns that session: its op names it (``session_open``,
+  ``session_release``, ``stream_turn``, ``req_prefill … session=ID``), it runs one of the
+  session's requests (its ``req`` is in the session before or after the step), or one of
+  its events is about it (a SESSION_REF or SESSION_LEAF event of the session's tag, a
+  SLOT event of its streaming slot). Eviction events name no session: pair it with
+  ``why --session`` to see what an eviction did to the session's data
 - ``FIELD<N`` for any state field a step may expect (``swa_available<4``,
   ``full_evictable>=100``, ``requests>2``, ``nodes>=50``, ``mamba_tombstones>0``, with a
   host tier ``full_host_available<30``; any of ``= != < <= > >=``) — the field *crosses*
@@ -81,6 +87,7 @@ class Condition:
     node: Optional[int] = None
     op: Optional[str] = None
     req: Optional[str] = None
+    session: Optional[str] = None
     steps: tuple[Comparison, ...] = ()
     pools: tuple[Comparison, ...] = ()
 
@@ -109,7 +116,7 @@ def parse_condition(text: str, components: Sequence[str] = ("full", "swa", "mamb
             raise ConditionError(f"cannot read {word!r}: write NAME=VALUE, a comparison like swa_available<4, "
                                  f"or one of {', '.join(FLAGS)}")
         name, op, value = m.groups()
-        if name in ("event", "cause", "component", "op", "req", "violation", "node") and op != "=":
+        if name in ("event", "cause", "component", "op", "req", "session", "violation", "node") and op != "=":
             raise ConditionError(f"{name} takes '=' (got {word!r})")
         if name == "event":
             if value not in EVENT_KINDS:
@@ -130,13 +137,13 @@ def parse_condition(text: str, components: Sequence[str] = ("full", "swa", "mamb
                 fields["node"] = number
             else:
                 (steps if name == "step" else pools).append(Comparison(name, op, number))
-        elif name in ("op", "req", "violation"):
+        elif name in ("op", "req", "session", "violation"):
             fields[name] = value
         else:
             known = ", ".join(f"{c}_{k}" for c in components for k in POOL_COUNTERS[:2])
             host_hint = "" if host or not host_state_field(name) else " (a host-tier field: this scenario has no host tier)"
             raise ConditionError(f"unknown term {shown(name)}{host_hint}; terms: event, cause, component, node, op, req, "
-                                 f"step, violation, failed, error, or a state field ({known}, …, nodes, requests)")
+                                 f"session, step, violation, failed, error, or a state field ({known}, …, nodes, requests)")
     return Condition(**fields, steps=tuple(steps), pools=tuple(pools))
 
 
@@ -176,6 +183,8 @@ def holds(timeline: Timeline, condition: Condition, index: int) -> bool:
         return False
     if c.req is not None and record.step.fields.get("req") != c.req:
         return False
+    if c.session is not None and not concerns_session(timeline, index, c.session):
+        return False
     if any(not s.test(index) for s in c.steps):
         return False
     if c.failed and not record.failures:
@@ -205,6 +214,28 @@ def _event_matches(c: Condition, e: Event) -> bool:
     if c.component is not None and e.component != c.component:
         return False
     return c.node is None or e.node == c.node
+
+
+_SESSION_TAG_KINDS = (EventKind.SESSION_REF, EventKind.SESSION_LEAF)
+
+
+def concerns_session(timeline: Timeline, index: int, sid: str) -> bool:
+    """Step ``index`` names session ``sid``, runs one of its requests, or has an event
+    about its tag or its slot (the ``session=`` term)."""
+    record = timeline.records[index - 1]
+    fields = record.step.fields
+    if fields.get("session") == sid:
+        return True
+    for e in record.events:
+        if e.kind in _SESSION_TAG_KINDS and e.detail.startswith(sid + " "):
+            return True
+        if e.kind is EventKind.SLOT and e.detail.startswith(f"session {sid}:"):
+            return True
+    rid = fields.get("req")
+    if rid is None:
+        return False
+    store = timeline.store.globals
+    return any(v.rid == rid and v.session == sid for g in (store[index - 1], store[index]) for v in g.requests)
 
 
 def _node_changed(timeline: Timeline, c: Condition, index: int) -> bool:

@@ -124,9 +124,10 @@ def sanity_check_would_catch(record: StepRecord) -> bool:
     return any(v.name.startswith(SANITY_PREFIXES) or v.name.endswith(SANITY_SUFFIXES) for v in record.violations)
 
 
-def pinned(record: StepRecord, components: tuple[str, ...]) -> dict[str, Any]:
+def pinned(record: StepRecord, components: tuple[str, ...], cache=None) -> dict[str, Any]:
     """The expectations a step gets from the fault-free cache: its error, or its results
-    and the pool counters, node and tombstone counts after it."""
+    and the pool counters, node and tombstone counts after it (with ``cache``, a
+    session run's, also its open sessions and tombstones)."""
     if record.error is not None:
         return {"expect_error": record.error.split(": ", 1)[-1]}
     expect = {k: v for k, v in (record.result or {}).items() if v is not None}
@@ -139,6 +140,10 @@ def pinned(record: StepRecord, components: tuple[str, ...]) -> dict[str, Any]:
         expect[f"{c}_lru"] = state_field(state, f"{c}_lru")  # the order eviction will follow
     expect["nodes"] = state_field(state, "nodes")
     expect["requests"] = state_field(state, "requests")
+    if cache is not None:
+        from ..scenarios.session_fields import session_state
+
+        expect.update(session_state(cache))
     return {"expect": expect}
 
 
@@ -168,7 +173,8 @@ class LockstepRun:
             appender.append(raw)
             runner.extend(appender.scenario)
             op_only = {k: v for k, v in raw.items() if k not in ("expect", "expect_error")}
-            raw = {**op_only, **pinned(runner.step(), self.config.components)}
+            raw = {**op_only, **pinned(runner.step(), self.config.components,
+                                            runner.cache if self.config.sessions else None)}
         self.appender.append(raw)
         self.runner.extend(self.appender.scenario)
         record = self.runner.step()

@@ -18,6 +18,17 @@ from .spec import FLAG, NAME, Field, FuzzRule, OpSpec, declare
 SESSION = Field("session", NAME, required=True, positional=True, placeholder="SID")
 
 
+def _recorded(name: str):
+    """The recorder's mapping (workbench/record/session_calls.py, imported at the call:
+    the recorder imports the ops)."""
+    def record(mapper, call):
+        from workbench.record import session_calls
+
+        return getattr(session_calls, name)(mapper, call)
+
+    return record
+
+
 # ---- session_open -------------------------------------------------------------------------------
 def run_open(session, f: dict) -> dict:
     opened = session.cache.open_session(f["session"], streaming=bool(f.get("streaming")))
@@ -39,7 +50,7 @@ def fuzz_open(gen) -> dict:
     step = {"op": OPEN.name, "session": sid}
     if sid not in gen.open_sessions:  # (a second open is refused and changes nothing)
         gen.open_sessions.add(sid)
-        if gen.page == 1 and gen.rng.random() < 0.4:  # streaming turns are drawn at page 1 (ops/streaming.py)
+        if gen.rng.random() < 0.4:  # its requests are streaming turns (ops/streaming.py)
             step["streaming"] = True
             gen.streaming.add(sid)
     return step
@@ -53,6 +64,7 @@ OPEN = declare(OpSpec(
     results=("success", "generation"),
     reports_all_results=True,
     run_sglang=sglang_open,
+    records=("open_radix_session",), record=_recorded("record_open"),
     fuzz=(FuzzRule(30, lambda gen: 2 if gen.config.sessions else 0, fuzz_open),),
 ))
 
@@ -96,6 +108,7 @@ RELEASE = declare(OpSpec(
     results=("released", "deferred"),
     reports_all_results=True,
     run_sglang=sglang_release,
+    records=("release_radix_session",), record=_recorded("record_release"),
     fuzz=(FuzzRule(31, lambda gen: 1 if gen.config.sessions and set(SESSION_IDS) - gen.turn_blocked else 0,
                    fuzz_release),),
 ))

@@ -58,14 +58,17 @@ def sglang_turn(side, f: dict) -> dict:
         return {"aborted": True, "prefix_len": 0, "borrowed": False}
     req.init_next_round_input(side.cache)
     prefix_len, fill_len = int(req.prefix_len), len(req.full_untruncated_fill_ids)
-    if side.has_mamba and not req.kv.holds_mamba:
-        side.evict_short(mamba=max(0, 1 - side.r2t.mamba_allocator.available_size()))
     req.extend_end = fill_len
     req.lock = side.cache.lock(req.last_node)  # None on the slot's virtual node
     borrowed = bool(req.kv.holds_kv)
-    entry = {"req": req, "spare": torch.empty((0,), dtype=torch.int64)}
+    entry = {"req": req, "spare": _rest_of_last_page(side, req, prefix_len) if borrowed else
+             torch.empty((0,), dtype=torch.int64)}
     prefix = None if borrowed else side.cache.prefix_device_indices(req).to(torch.int64)
     try:
+        if side.has_mamba and side.ps > 1:  # the running slot and the ping-pong pair, evicting the shortfall
+            sg.ensure_mamba_capacity(side.r2t, [req], side.cache)
+        elif side.has_mamba and not req.kv.holds_mamba:
+            side.evict_short(mamba=max(0, 1 - side.r2t.mamba_allocator.available_size()))
         if side.r2t.alloc([req]) is None:
             raise side.refused("no free req_to_token row")
         fresh = side.take_slots(entry, fill_len - prefix_len)
@@ -83,6 +86,16 @@ def sglang_turn(side, f: dict) -> dict:
         sg.checkpoint_kv_cache(req, side.cache)
     side.reqs[name] = entry
     return {"aborted": False, "prefix_len": prefix_len, "borrowed": borrowed}
+
+
+def _rest_of_last_page(side, req, prefix_len: int):
+    """A borrowed record continues its last page (the scheduler's alloc_extend starts
+    after the row's last slot): the page's slots past the prefix come first."""
+    torch, page = side.sg.torch, side.ps
+    if page == 1 or prefix_len % page == 0:
+        return torch.empty((0,), dtype=torch.int64)
+    last = int(side.r2t.req_to_token[req.kv.req_pool_idx, prefix_len - 1])
+    return torch.arange(last + 1, (last // page + 1) * page, dtype=torch.int64)
 
 
 def fuzz_turn(gen) -> dict:
@@ -115,7 +128,7 @@ def turn_ended(gen, name: str) -> None:
 
 
 def _turn_weight(gen) -> int:
-    if gen.config.page_size != 1 or len(gen.running) >= 4 or not gen.streaming - gen.turn_blocked:
+    if len(gen.running) >= 4 or not gen.streaming - gen.turn_blocked:
         return 0
     return 5
 

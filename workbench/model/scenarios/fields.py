@@ -25,6 +25,7 @@ STATE_FIELDS = tuple(
 ORDER_FIELDS = ("full_lru", "swa_lru", "mamba_lru")
 # {match name: int}: the lock_ref of that match's last node, per component
 NAMED_FIELDS = ("full_lock_ref", "swa_lock_ref", "mamba_lock_ref")
+# Session state fields (<component>_session_ref, sessions_open, ...) are in session_fields.py
 CONFIG_FIELDS = {
     "components": list,
     "page_size": int,

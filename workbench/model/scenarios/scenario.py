@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - tomli is a dependency; stdlib fallback
 from .. import ops
 from ..ops import OPS  # noqa: F401  (re-exported: the registry's view, op name -> declaration)
 from .errors import ScenarioError, elide, shown, shown_name  # noqa: F401  (re-exported: the error of bad input)
+from .session_fields import check_session_expect, is_session_field
 from .inputs import DuplicateKeyError, check_stdin, loads_unique, read_bounded, read_regular
 from .fields import (  # noqa: F401  (re-exported: the schema's tables)
     COMMON_FIELDS, STATE_FIELDS, ORDER_FIELDS, NAMED_FIELDS, CONFIG_FIELDS, SCENARIO_FIELDS, COMPONENT_COUNTERS,
@@ -229,7 +230,7 @@ def _build(meta, config, steps: list, name: str, section_line, step_line) -> Sce
         raise ScenarioError("[scenario] needs a name", name, section_line("scenario"), "name")
     config = _check_config(config, name, section_line)
     checked = []
-    names = _Names(config["components"], bool(config.get("hicache")))
+    names = _Names(config["components"], bool(config.get("hicache")), bool(config.get("session_radix_cache")))
     for i, raw in enumerate(steps):
         checked.append(_check_step(i, raw, name, lambda field=None, i=i: step_line(i, field), config, names))
     notices = () if checked else (f"{name}: the scenario has no steps",)
@@ -281,9 +282,10 @@ class _Names:
     the line that defined it), to catch bad references and re-used live names at load
     time. Ended names (an unlocked lock) are remembered apart."""
 
-    def __init__(self, components: list[str], host: bool = False) -> None:
+    def __init__(self, components: list[str], host: bool = False, session_radix: bool = False) -> None:
         self.components = components
         self.host = host  # the config has a host tier
+        self.session_radix = session_radix  # [config] session_radix_cache: session refs are kept
         self.live: dict[str, dict[str, str]] = {space: {} for space in ops.NAMESPACES}
         self.ended: dict[str, set[str]] = {space: set() for space in ops.NAMESPACES}
 
@@ -292,7 +294,7 @@ class _Names:
         return self.live["matches"]
 
     def copy(self) -> "_Names":
-        other = _Names(self.components, self.host)
+        other = _Names(self.components, self.host, self.session_radix)
         other.live = {k: dict(v) for k, v in self.live.items()}
         other.ended = {k: set(v) for k, v in self.ended.items()}
         return other
@@ -308,7 +310,8 @@ class StepAppender:
     def __init__(self, scenario: Scenario) -> None:
         self._scenario = scenario
         self._pending: list[Step] = []
-        self._names = _Names(scenario.config["components"], bool(scenario.config.get("hicache")))
+        self._names = _Names(scenario.config["components"], bool(scenario.config.get("hicache")),
+                             bool(scenario.config.get("session_radix_cache")))
         for step in scenario.steps:  # replay the names, O(steps) once
             spec = ops.get(step.op)
             if spec is not None:
@@ -478,6 +481,9 @@ def _check_expect(spec, results: tuple, key: str, value, name: str, line: Option
                 raise ScenarioError(f"unknown match name {shown(match)}", name, line, f"expect.{key}")
             if isinstance(ref, bool) or not isinstance(ref, int):
                 raise ScenarioError("expected lock_ref must be an int", name, line, f"expect.{key}.{match}")
+        return
+    if is_session_field(key):
+        check_session_expect(key, value, names.components, names.session_radix, name, line)
         return
     other = [spec.name for spec in ops.all_ops() if key in spec.results]
     hint = f" (a result of {', '.join(other)})" if other else ""

@@ -15,6 +15,7 @@ from cache.invariants import one_thread
 from cache.snapshot import GlobalRecord, global_record, node_record
 
 from .. import ops
+from ..scenarios.session_fields import is_session_field, observe_session_field
 from ..scenarios.scenario import NAMED_FIELDS, Scenario, ScenarioError, Step, cache_config
 from .session import Session
 from .states import StateShape, StateStore, TimelineState, all_records
@@ -149,7 +150,9 @@ class Runner:
         state = TimelineState(store.shape, store.current, store.globals[-1])  # a view of now, not a copy
         out: dict[str, Any] = {}
         for key, want in fields.items():
-            if key in NAMED_FIELDS or key.endswith("_lock_ref"):
+            if is_session_field(key):
+                out[key] = observe_session_field(key, want, state, self.cache)
+            elif key in NAMED_FIELDS or key.endswith("_lock_ref"):
                 component = key.removesuffix("_lock_ref")
                 out[key] = {m: self._lock_ref(state, m, component) for m in want}
             elif key in result:
@@ -229,7 +232,8 @@ def drift(cache: UnifiedRadixCache, store: StateStore) -> list[Violation]:
 
 
 def _same_globals(a: GlobalRecord, b: GlobalRecord) -> bool:
-    return a.pools == b.pools and a.requests == b.requests
+    return (a.pools == b.pools and a.requests == b.requests and a.sessions == b.sessions
+            and a.streaming_sessions == b.streaming_sessions)
 
 
 _TREE_COUNTS = ("nodes", "evictable_leaves", "host_nodes", "in_flight_nodes")

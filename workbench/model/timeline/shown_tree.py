@@ -16,8 +16,9 @@ the tree's child order, then the ghosts under that member, by id.
 **Folding.** A row goes on from node ``a`` into ``b`` when ``b`` is ``a``'s only shown
 child (ghosts count: a node that lost a child this step ends its row), neither is the
 root or a ghost, the step changed neither, and per component they agree: both a value
-or both a tombstone, the same lock_ref, both with a host copy or both without, and
-neither has extras (an SWA boundary, a Mamba slot, a host transfer in flight). A
+or both a tombstone, the same lock_ref, the same session_ref, both with a host copy or
+both without, and neither has extras (an SWA boundary, a Mamba slot, a host transfer
+in flight) nor is a session's frontier (its ``session_ids``: a badge of its own). A
 folded row shows the whole chain's key and token count, summed value and host-copy
 lengths, the top member's LRU ranks and the bottom member's evictable-leaf flag.
 
@@ -65,6 +66,8 @@ class ShownComponent:
     rank: Optional[int]  # the top member's LRU rank (0 = most recent); None: not ranked, or a ghost
     extras: tuple[tuple[str, object], ...]
     host_len: Optional[int]  # the host tier's copy, summed over a chain; None: none
+    session_ref: int = 0  # sessions whose coverage holds it (alike over a chain)
+    session_ids: tuple[str, ...] = ()  # sessions whose frontier it is (never folded)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +106,8 @@ class ShownNode:
                   changes: frozenset[str] = frozenset(), ghost: bool = False) -> ShownNode:
         """One unfolded node (a ghost, or a record shown on its own, as the diff view does)."""
         ranks = ranks or {}
-        comps = tuple(ShownComponent(name, c.value_len, c.lock_ref, ranks.get(name), c.extras, c.host_len)
+        comps = tuple(ShownComponent(name, c.value_len, c.lock_ref, ranks.get(name), c.extras, c.host_len,
+                                     c.session_ref, c.session_ids)
                       for name, c in zip(components, record.components))
         return cls(record.id, (record.id,), record.parent, record.key, record.extra_key, record.evictable_leaf,
                    comps, changes, ghost)
@@ -196,6 +200,7 @@ class ShownTree:
         ra, rb = self.state.record(a), self.state.record(b)
         return all((x.value_len is None) == (y.value_len is None) and x.lock_ref == y.lock_ref
                    and (x.host_len is None) == (y.host_len is None) and not x.extras and not y.extras
+                   and x.session_ref == y.session_ref and not x.session_ids and not y.session_ids
                    for x, y in zip(ra.components, rb.components))
 
     # ---- paths -----------------------------------------------------------------------------------

@@ -151,6 +151,14 @@ class TimelineState:
         return self.globals.requests
 
     @property
+    def sessions(self):
+        return self.globals.sessions
+
+    @property
+    def streaming_sessions(self):
+        return self.globals.streaming_sessions
+
+    @property
     def root(self) -> NodeView:
         return self.node(self.root_id)
 
@@ -284,7 +292,7 @@ class TimelineState:
     def to_snapshot(self) -> CacheSnapshot:
         """The same state as a ``CacheSnapshot`` (for equivalence checks and old readers)."""
         return CacheSnapshot(self.op_seq, self.page_size, self.components, self.nodes, self.lru, self.evictable_leaves,
-                             self.pools, self.requests)
+                             self.pools, self.requests, self.sessions, self.streaming_sessions)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _child_key(self, record: NodeRecord):

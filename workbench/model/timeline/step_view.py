@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from .diff import StateDiff
 from .request_diff import RequestDiff, step_request_diff
+from .shown_sessions import SessionRow, session_rows
 from ..scenarios.scenario import Scenario
 from .shown_tree import ShownTree
 from .states import TimelineState
@@ -21,6 +22,9 @@ from .timeline import StepRecord
 
 if TYPE_CHECKING:
     from .cursor import TimelineCursor
+
+
+_KEPT = ("diff", "previous_state", "tree", "request_diff", "session_rows")  # what a re-selection keeps
 
 
 @dataclasses.dataclass(eq=False)
@@ -36,6 +40,7 @@ class StepView:
     state: TimelineState
     selected: Optional[int]  # the node the panels show in detail (the step's own, or the user's choice)
     divergence: Optional[tuple[int, str]] = None  # where the chapter first diverged from SGLang (step, text)
+    session: Optional[str] = None  # the session whose nodes the tree highlights (the user's choice)
 
     @cached_property
     def diff(self) -> Optional[StateDiff]:
@@ -71,8 +76,25 @@ class StepView:
     def steps_touching(self, node_id: int) -> list[int]:
         return self.cursor.steps_touching(node_id)
 
+    @cached_property
+    def session_rows(self) -> tuple[SessionRow, ...]:
+        """The sessions at this step, one row each (``model.shown_sessions``)."""
+        return session_rows(self.state)
+
+    @property
+    def chosen_session(self) -> Optional[SessionRow]:
+        """The highlighted session's row (None: none chosen, or gone at this step)."""
+        return next((row for row in self.session_rows if row.sid == self.session), None) if self.session else None
+
     def selecting(self, node_id: Optional[int]) -> StepView:
         """The same step with another node selected (what it has computed is kept)."""
-        view = dataclasses.replace(self, selected=node_id)
-        view.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("diff", "previous_state", "tree", "request_diff")})
+        return self._replacing(selected=node_id)
+
+    def choosing_session(self, sid: Optional[str]) -> StepView:
+        """The same step with another session's nodes highlighted."""
+        return self._replacing(session=sid)
+
+    def _replacing(self, **changes) -> StepView:
+        view = dataclasses.replace(self, **changes)
+        view.__dict__.update({k: v for k, v in self.__dict__.items() if k in _KEPT})
         return view

@@ -21,7 +21,7 @@ EXAMPLES = (
     "event=cascade component=swa · event=tombstone node=7 · cause=window",
     "node=7 · node=7 component=mamba (the node changed)",
     "swa_available<4 · full_evictable>=100 · requests>2 (crossing the threshold)",
-    "op=req_prefill req=r3 · step>=100 (terms joined by spaces must all hold)",
+    "op=req_prefill req=r3 · session=s1 · step>=100 (terms joined by spaces must all hold)",
 )
 
 

@@ -20,6 +20,8 @@ PANELS = {
     "steps": "Every checked step; enter jumps to it. ✗ marks a failed step.",
     "tree": "The radix tree after the step. Enter/space expands; the step's node is followed.",
     "events": "What the step did, in order, with causes; enter selects the event's node.",
+    "sessions": "The sessions at this step; the highlighted one's nodes are highlighted in the tree "
+                "(its frontier strongly, the rest of its coverage underlined).",
 }
 
 
@@ -37,7 +39,8 @@ class HelpScreen(ModalScreen[None]):
         legend = Text()
         legend.append("#7 [1 2 3] 3t  full:3 🔒1 r0  swa:✝  leaf\n", style="bold")
         legend.append("node id, key, tokens; per component value length (✝ tombstone), 🔒 lock_ref, "
-                      "LRU rank (r0 most recent); leaf = evictable Full leaf; +k = k more nodes folded in a chain\n")
+                      "LRU rank (r0 most recent); leaf = evictable Full leaf; +k = k more nodes folded in a chain; "
+                      "§n = n sessions hold it, §1=s1: session s1's frontier\n")
         for kind, style in CHANGE_STYLE.items():
             legend.append(f" {kind} ", style=style)
             legend.append(f" {CHANGE_LEGEND[kind]}\n")

@@ -13,7 +13,8 @@ from cache.snapshot import NodeRecord
 from ...model.timeline.shown_tree import CHANGE_MEANING, CHANGE_ORDER, ShownNode
 from ...render.tree_view import COMPONENT_STYLE, badge_line
 
-__all__ = ["CHANGE_LEGEND", "CHANGE_STYLE", "COMPONENT_STYLE", "node_label", "row_label"]
+__all__ = ["CHANGE_LEGEND", "CHANGE_STYLE", "COMPONENT_STYLE", "SESSION_COVERED_STYLE", "SESSION_FRONTIER_STYLE",
+           "node_label", "row_label"]
 CHANGE_STYLE = {  # one style per change kind, in the model's order (strongest first)
     "added": "bold black on green",
     "split": "bold black on yellow",
@@ -25,11 +26,14 @@ CHANGE_STYLE = {  # one style per change kind, in the model's order (strongest f
     "lru": "italic",
 }
 CHANGE_LEGEND = CHANGE_MEANING
+SESSION_FRONTIER_STYLE = "bold underline on dark_orange3"  # the highlighted session's frontier rows
+SESSION_COVERED_STYLE = "underline"  # the rest of what its coverage holds
 
 
 def row_label(row: ShownNode) -> Text:
     """The tree view's line for a row, styled by the change that marks it."""
-    comps = ((c.name, c.value_len, c.lock_ref, c.rank, c.extras, c.host_len) for c in row.components)
+    comps = ((c.name, c.value_len, c.lock_ref, c.rank, c.extras, c.host_len, c.session_ref, c.session_ids)
+             for c in row.components)
     text = badge_line(row.id, unpack_tokens(row.key), row.extra_key, comps, row.evictable_leaf, row.folded)
     if row.mark is not None:
         text.stylize(CHANGE_STYLE[row.mark])

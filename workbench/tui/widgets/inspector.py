@@ -1,5 +1,6 @@
 """The selected node in full: path, key, per component value / lock_ref / extras /
-LRU rank, access time, and every step whose events named it."""
+LRU rank / session_ref and the sessions whose frontier it is, access time, and every
+step whose events named it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from cache.keys import unpack_tokens
 
 from ...model.timeline.fmt import tokens_text
 from ...model.timeline.step_view import StepView
+from ...render.tree_view import SESSION_STYLE
 from .panel import Panel
 
 
@@ -49,6 +51,9 @@ class Inspector(Panel, Static):
             text.append(f"{name:6s}", style="bold")
             text.append(f" {value}  lock_ref {comp.lock_ref}" + (f"  LRU rank {rank}" if rank is not None else "")
                         + extras + "\n")
+            if comp.session_ref or comp.session_ids:
+                frontier = f"  frontier of {', '.join(comp.session_ids)}" if comp.session_ids else ""
+                text.append(f"       session_ref {comp.session_ref}{frontier}\n", style=SESSION_STYLE)
             head, tail = comp.value_ends
             if head:
                 slots = " ".join(map(str, head)) + (" … " + " ".join(map(str, tail)) if tail else "")

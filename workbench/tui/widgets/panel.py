@@ -13,6 +13,7 @@ class Panel:
     """Mixed in before the Textual widget class (``class LRUPanel(Panel, Static)``)."""
 
     follows_selection: ClassVar[bool] = False  # shown again when the user selects another node
+    follows_session: ClassVar[bool] = False  # shown again when the user highlights another session
 
     def show(self, view: StepView) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement show(view)")

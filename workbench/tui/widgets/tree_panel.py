@@ -1,7 +1,9 @@
 """The radix tree at the current step, as ``model.shown_tree`` lays it out (the same rows
 the SVG picture draws): badges per component, the step's changes marked, evicted nodes
 shown once as ghosts, single-child chains folded. Children are added only when a row
-is expanded, a page at a time, so a 10,000-node tree stays responsive."""
+is expanded, a page at a time, so a 10,000-node tree stays responsive. With a session
+highlighted (the sessions panel) the rows holding its nodes are highlighted too: its
+frontier nodes strongly, the rest of its coverage lightly."""
 
 from __future__ import annotations
 
@@ -13,19 +15,24 @@ from textual.widgets.tree import TreeNode
 from ...model.timeline.shown_tree import ShownTree
 from ...model.timeline.step_view import StepView
 from ..messages import NodeChosen
-from .badges import row_label
+from .badges import SESSION_COVERED_STYLE, SESSION_FRONTIER_STYLE, row_label
 from .panel import Panel
 
 PAGE = 100  # children added per expansion step
+SESSION_PATHS_OPENED = 32  # a chosen session's frontier nodes whose rows are opened
 
 
 class TreePanel(Panel, Tree):
     """Tree nodes carry ``(kind, row id, start)``: kind ``node``, ``ghost`` or ``more``
     (the next page of a row's children from ``start``)."""
 
+    follows_session = True
+
     def __init__(self, **kwargs) -> None:
         super().__init__("root", **kwargs)
         self.rows: Optional[ShownTree] = None
+        self.session_frontier: frozenset[int] = frozenset()  # the highlighted session's nodes
+        self.session_covered: frozenset[int] = frozenset()
         self.show_root = True
         self.guide_depth = 3
 
@@ -33,10 +40,16 @@ class TreePanel(Panel, Tree):
         """Redraw for a new step, opening the rows on the path to the selected node."""
         rows = self.rows = view.tree
         state = view.state
+        chosen = view.chosen_session
+        self.session_frontier = chosen.frontier_nodes if chosen is not None else frozenset()
+        self.session_covered = chosen.covered_nodes if chosen is not None else frozenset()
         self.clear()
         self.root.set_label(f"root  ({', '.join(state.components)}, page {state.page_size})")
         self.root.data = ("node", rows.root_id, 0)
-        self._fill(self.root, rows.root_id, 0, set(rows.path(view.selected)))
+        open_path = set(rows.path(view.selected))
+        for node_id in sorted(self.session_frontier)[:SESSION_PATHS_OPENED]:  # the chosen session's frontier in view
+            open_path.update(rows.path(node_id))
+        self._fill(self.root, rows.root_id, 0, open_path)
         self.root.expand()
         row = rows.row_of(view.selected) if view.selected is not None else None
         target = self._find(self.root, row) if row is not None else None
@@ -65,7 +78,12 @@ class TreePanel(Panel, Tree):
         rows = self.rows
         row = rows.row(row_id)
         has_kids = bool(rows.shown_children(row_id))
-        leaf = branch.add(row_label(row), data=(kind, row_id, 0), allow_expand=has_kids)
+        label = row_label(row)
+        if kind == "node" and not self.session_frontier.isdisjoint(row.members):
+            label.stylize(SESSION_FRONTIER_STYLE)
+        elif kind == "node" and not self.session_covered.isdisjoint(row.members):
+            label.stylize(SESSION_COVERED_STYLE)
+        leaf = branch.add(label, data=(kind, row_id, 0), allow_expand=has_kids)
         if has_kids and any(m in open_path for m in row.members):
             self._fill(leaf, row_id, 0, open_path)
             leaf.expand()
