@@ -360,7 +360,7 @@ SCALE_CONFIGS = (  # the configurations the fuzzer is run on at scale (README), 
 )
 
 
-SESSION_CONFIGS = (  # the session ops drawn (streaming turns at page 1 only): where session faults are searched
+SESSION_CONFIGS = (  # the session ops drawn (streaming turns too): where the session faults are searched
     FuzzConfig(("full",), 1, sessions=True), FuzzConfig(("full",), 4, sessions=True),
     FuzzConfig(("full", "swa"), 1, 4, sessions=True), FuzzConfig(("full", "mamba"), 1, sessions=True),
 )
