@@ -55,10 +55,9 @@ class SessionLeafIndex:
     # ---- coverage -----------------------------------------------------------------
     def _bump(self, node: TreeNode, delta: int, sid: str, cause: Cause) -> None:
         cd = node.data[self.index]
-        assert delta > 0 or cd.session_ref > 0, f"{self.component.name} session_ref underflow on node {node.id}"
         before = cd.session_ref
-        cd.session_ref = before + delta
-        if (before == 0) != (cd.session_ref == 0):
+        cd.session_ref = before + delta  # below 0 only through a bug: counted on, as v0.5.23 does (session.ref_negative)
+        if (before > 0) != (cd.session_ref > 0):
             self._refresh_partition(node)
         tree = self.tree
         if tree._touched is not None:

@@ -9,8 +9,9 @@ exactly the code it always runs: zero cost when off. Each faulty copy calls
 so a run knows the first step where the fault mattered (the "first faulty step" of the
 fuzzer's detection table).
 
-The catalogue is data (name, source, components, summary) held by four modules —
-``full``, ``swa``, ``mamba`` and ``requests`` (retraction and abort) — which import nothing heavy at import time: checking a
+The catalogue is data (name, source, components, summary) held by five modules —
+``full``, ``swa``, ``mamba``, ``requests`` (retraction and abort) and ``sessions`` (session
+tags and streaming slots) — which import nothing heavy at import time: checking a
 scenario's config never imports torch. Adding a fault is one ``Fault`` entry and its
 installer in one of them.
 """
@@ -21,7 +22,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Iterable
 
-MODULES = ("full", "swa", "mamba", "requests")
+MODULES = ("full", "swa", "mamba", "requests", "sessions")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,10 +32,11 @@ class Fault:
     components: tuple[str, ...]  # the components the cache must have for the fault to apply
     summary: str  # one line: the wrong behaviour it brings back
     install: Callable  # install(cache) -> None: patch that cache instance
+    sessions: bool = False  # it acts on sessions: the fuzzer searches it with the session ops drawn
 
 
 def catalogue() -> dict[str, Fault]:
-    """Every fault, by name, in module order (Full, SWA, Mamba, requests)."""
+    """Every fault, by name, in module order (Full, SWA, Mamba, requests, sessions)."""
     out: dict[str, Fault] = {}
     for module in MODULES:
         for fault in importlib.import_module(f"{__name__}.{module}").FAULTS:

@@ -284,7 +284,15 @@ def shrink_result(result: FuzzResult, budget_s: Optional[float] = 60.0) -> FuzzR
     target = result.finding
     assert target is not None, "nothing to shrink"
     steps = result.raw_steps[: target.step]
-    shrinker = Shrinker(lambda s: target.same_way(reproduce(result.config, s)), budget_s, result.config.page_size)
+    config = result.config
+    unfaulted = dataclasses.replace(config, faults=())
+
+    def fails_the_same_way(s: Steps) -> bool:
+        # … and only with the fault: a cut the generator would not make (a third turn after a
+        # rejected one, say) can fail the fault-free cache too, and then the repro shows no fault
+        return target.same_way(reproduce(config, s)) and (not config.faults or reproduce(unfaulted, s) is None)
+
+    shrinker = Shrinker(fails_the_same_way, budget_s, config.page_size)
     result.shrunk = shrinker.shrink(steps)
     result.shrink_runs = shrinker.runs
     return result
@@ -352,9 +360,16 @@ SCALE_CONFIGS = (  # the configurations the fuzzer is run on at scale (README), 
 )
 
 
-def configs_for(components: tuple[str, ...]) -> list[FuzzConfig]:
-    """The scale configs that carry these components, fewest components first."""
-    fits = [c for c in SCALE_CONFIGS if set(components) <= set(c.components)]
+SESSION_CONFIGS = (  # the session ops drawn (streaming turns too): where the session faults are searched
+    FuzzConfig(("full",), 1, sessions=True), FuzzConfig(("full",), 4, sessions=True),
+    FuzzConfig(("full", "swa"), 1, 4, sessions=True), FuzzConfig(("full", "mamba"), 1, sessions=True),
+)
+
+
+def configs_for(components: tuple[str, ...], sessions: bool = False) -> list[FuzzConfig]:
+    """The scale configs (``sessions``: the session configs) that carry these
+    components, fewest components first."""
+    fits = [c for c in (SESSION_CONFIGS if sessions else SCALE_CONFIGS) if set(components) <= set(c.components)]
     return sorted(fits, key=lambda c: len(c.components))
 
 
@@ -389,13 +404,14 @@ DETECT_EPISODE = 300  # short episodes: a fault found early in a fresh cache shr
 
 
 def detect(fault: str, components: tuple[str, ...], seeds: int = 4, steps: int = 3000,
-           shrink_budget: Optional[float] = 60.0, configs: Optional[list[FuzzConfig]] = None) -> Detection:
+           shrink_budget: Optional[float] = 60.0, configs: Optional[list[FuzzConfig]] = None,
+           sessions: bool = False) -> Detection:
     """Fuzz with one fault on, config by config and seed by seed (``steps`` each, in
     short episodes), until a check flags it; then shrink. ``components``: what the
-    fault needs."""
+    fault needs; ``sessions``: it acts on sessions (searched on the session configs)."""
     tried = 0
     last = None
-    for config in configs if configs is not None else configs_for(components):
+    for config in configs if configs is not None else configs_for(components, sessions):
         config = dataclasses.replace(config, faults=(fault,))
         for seed in range(seeds):
             tried += 1

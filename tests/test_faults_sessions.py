@@ -1,0 +1,124 @@
+"""The session faults of the catalogue (cache/faults/sessions.py): each one, turned on in
+the bug scenario that shows the correct behaviour, fires and is caught by a session or
+pool invariant at the step where it fires; without it the same steps pass.
+
+Measured (first step the fault fired = first flagged / what names it / a later expectation):
+
+  late-finish-retags-closed-session  4 (r1 finishes after s1 closed): session.closed;
+                                     step 7 prefix_len (r1's prompt survives the eviction)
+  close-drops-shared-prefix-refs     7 (s1 closes): session.ref_balance;
+                                     step 10 prefix_len (s2's shared prompt evicted)
+  streaming-borrow-leaks-stale-tail  5 (t2 borrows with prefix 5 of 8): pool.full.balance;
+                                     step 5 full_available (3 slots leaked)
+  slot-lock-outlives-close           5 (s1 closes): session.closed_holds_slot;
+                                     step 5 full_protected (the prompt stays locked)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cache.faults import catalogue
+from workbench.model.fuzzing.fuzz import SCALE_CONFIGS, SESSION_CONFIGS, configs_for, fuzz
+from workbench.model.scenarios.scenario import load_scenario
+from workbench.model.timeline.runner import Runner
+
+ROOT = Path(__file__).resolve().parents[1]
+BUGS = ROOT / "scenarios" / "bugs"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    fault: str
+    source: str
+    scenario: str
+    fired_and_flagged: int
+    violation: str
+    failed_step: int
+    field: str
+
+
+CASES = [
+    Case("late-finish-retags-closed-session", "sgl-project/sglang#29173",
+         "sglang-29173-late-finish-retags-closed-session", 4, "session.closed", 7, "prefix_len"),
+    Case("close-drops-shared-prefix-refs", "sgl-project/sglang#27058",
+         "sglang-27058-close-drops-shared-prefix-refs", 7, "session.ref_balance", 10, "prefix_len"),
+    Case("streaming-borrow-leaks-stale-tail", "sgl-project/sglang#22862",
+         "sglang-22862-streaming-borrow-stale-tail", 5, "pool.full.balance", 5, "full_available"),
+    Case("slot-lock-outlives-close", "sgl-project/sglang#27024",
+         "sglang-27024-slot-lock-outlives-close", 5, "session.closed_holds_slot", 5, "full_protected"),
+]
+IDS = [c.fault for c in CASES]
+
+
+def scenario_of(case: Case, faults=()):
+    scenario = load_scenario(BUGS / f"{case.scenario}.toml")
+    return dataclasses.replace(scenario, config={**scenario.config, "faults": list(faults)})
+
+
+def test_catalogue_entries_cite_their_source_need_sessions_and_the_scenario_says_it_too():
+    known = catalogue()
+    assert {c.fault for c in CASES} == {f.name for f in known.values() if f.sessions}
+    for case in CASES:
+        fault = known[case.fault]
+        assert fault.source == case.source and fault.components == ("full",) and fault.sessions
+        assert load_scenario(BUGS / f"{case.scenario}.toml").source == case.source
+
+
+def test_the_sessions_faults_module_imports_no_torch():
+    code = "import sys, cache.faults.sessions; from cache.faults import catalogue; catalogue(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_scenario_passes_without_the_fault(case):
+    timeline = Runner(scenario_of(case)).run()
+    assert timeline.passed, [str(f) for r in timeline.records for f in (*r.failures, *r.violations)]
+    assert not any(r.faults_fired for r in timeline.records)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_fault_fires_and_is_caught_where_it_fires(case):
+    timeline = Runner(scenario_of(case, [case.fault])).run()
+    assert not timeline.passed
+    fired = [r.index for r in timeline.records if case.fault in r.faults_fired]
+    flagged = [r.index for r in timeline.records if r.violations]
+    assert fired == [case.fired_and_flagged] and flagged[0] == case.fired_and_flagged
+    assert case.violation in {v.name for v in timeline.records[case.fired_and_flagged - 1].violations}
+    failed = [r.index for r in timeline.records if r.failures]
+    assert failed[0] == case.failed_step
+    assert case.field in {f.field for f in timeline.records[case.failed_step - 1].failures}
+
+
+def test_sglangs_rejected_turn_lets_a_third_turn_share_the_record_and_that_is_flagged(tmp_path):
+    """The bug scenario's third-turn form: after t3's rejection cleared the flag, t4 is
+    accepted on the record t2 runs on (SGLang 0.5.23 does the same); ours flags it."""
+    text = (BUGS / "sglang-v0523-rejected-turn-clears-inflight.toml").read_text()
+    head = text.split('[[step]]\nop = "session_release"')[0]
+    path = tmp_path / "third_turn.toml"
+    path.write_text(head + '[[step]]\nop = "stream_turn"\nreq = "t4"\ntokens = [12]\nsession = "s1"\n'
+                    'expect = { aborted = false, prefix_len = 7, borrowed = true, requests = 2 }\n')
+    timeline = Runner(load_scenario(path)).run()
+    *before, last = timeline.records
+    assert all(r.passed for r in before) and not last.failures
+    assert {v.name for v in last.violations} == {"session.record_shared"}
+
+
+def test_session_faults_are_searched_on_the_session_configs_only():
+    assert configs_for(("full",), sessions=True) == sorted(SESSION_CONFIGS, key=lambda c: len(c.components))
+    assert all(c.sessions for c in SESSION_CONFIGS) and not any(c.sessions for c in SCALE_CONFIGS)
+    assert configs_for(("full",)) == sorted(SCALE_CONFIGS, key=lambda c: len(c.components))
+    assert [c.label() for c in configs_for(("mamba",), sessions=True)] == ["Full+Mamba p1 sessions"]
+
+
+@pytest.mark.parametrize("config", SESSION_CONFIGS, ids=lambda c: c.label())
+def test_short_seeded_fuzz_of_the_unfaulted_cache_with_sessions_finds_nothing(config):
+    result = fuzz(config, seed=7, steps=600, episode_steps=300)
+    assert result.finding is None, result.finding
+    assert result.steps_run == 600 and result.episode == 1
