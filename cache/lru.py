@@ -65,12 +65,16 @@ class LRUList:
             self.head.lru_label[s] += LABEL_GAP
             node.lru_label[s] = self.head.lru_label[s]
             return
-        low, high = node.lru_next[s].lru_label[s], anchor.lru_label[s]
+        low, high = self._below(node).lru_label[s], anchor.lru_label[s]
         mid = (low + high) // 2
         if low < mid < high:
             node.lru_label[s] = mid
         else:
             self._relabel()
+
+    def _below(self, node: TreeNode):
+        """The labelled entry on ``node``'s LRU side (a subclass may skip a marker)."""
+        return node.lru_next[self.slot]
 
     def _relabel(self) -> None:
         """Spread every member's label out again (rare: a gap ran out of integers)."""
@@ -84,11 +88,16 @@ class LRUList:
         self.head.lru_label[s] = label
         self.relabels += 1
 
-    def _unlink(self, node: TreeNode) -> None:
+    def _unlink_member(self, node) -> None:
+        """Join ``node``'s neighbours (its own links stay: a marker is re-linked at once)."""
         s = self.slot
         prev, nxt = node.lru_prev[s], node.lru_next[s]
         prev.lru_next[s] = nxt
         nxt.lru_prev[s] = prev
+
+    def _unlink(self, node: TreeNode) -> None:
+        self._unlink_member(node)
+        s = self.slot
         node.lru_prev[s] = node.lru_next[s] = node.lru_label[s] = None
 
     def insert_mru(self, node: TreeNode) -> None:

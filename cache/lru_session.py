@@ -68,19 +68,11 @@ class PartitionedLRUList(LRUList):
             self.mid.lru_label[s] += LABEL_GAP
             node.lru_label[s] = self.mid.lru_label[s]
             return
-        if anchor is self.head:
-            super()._link_after(anchor, node)
-            return
-        self._link(anchor, node)
-        below = node.lru_next[s]
-        if below is self.cursor:
-            below = below.lru_next[s]
-        low, high = below.lru_label[s], anchor.lru_label[s]
-        mid = (low + high) // 2
-        if low < mid < high:
-            node.lru_label[s] = mid
-        else:
-            self._relabel()
+        super()._link_after(anchor, node)
+
+    def _below(self, node: TreeNode):
+        below = node.lru_next[self.slot]
+        return below.lru_next[self.slot] if below is self.cursor else below  # the cursor has no label of its own
 
     def _relabel(self) -> None:
         s = self.slot
@@ -96,12 +88,6 @@ class PartitionedLRUList(LRUList):
             cur = cur.lru_prev[s]
         self.head.lru_label[s] = label
         self.relabels += 1
-
-    def _unlink_member(self, node: TreeNode) -> None:
-        s = self.slot
-        prev, nxt = node.lru_prev[s], node.lru_next[s]
-        prev.lru_next[s] = nxt
-        nxt.lru_prev[s] = prev
 
     # ---- filing by partition --------------------------------------------------
     def _file(self, node: TreeNode) -> None:

@@ -8,20 +8,9 @@ from __future__ import annotations
 
 from array import array
 
-from .spec import COUNT, FLAG, HOST, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
+from .spec import COUNT, FLAG, HOST, NAME, TOKENS, Field, FuzzRule, OpSpec, declare, recorded_by
 
 REQ = Field("req", NAME, required=True, uses="requests", positional=True)
-
-
-def _recorded(name: str):
-    """The recorder's mapping for a request op (workbench/record/request_calls.py,
-    imported at the call: the recorder imports the ops)."""
-    def record(mapper, call):
-        from workbench.record import request_calls
-
-        return getattr(request_calls, name)(mapper, call)
-
-    return record
 
 
 def _req_before(args: tuple, kwargs: dict):
@@ -141,7 +130,8 @@ PREFILL = declare(OpSpec(
     "keeps its match's split and LRU refresh (it holds nothing); with load_back, a load v0.5.23 has made stays, "
     "and a called-off load lets go of what it locked (host LRU: most recent end)",
     fuzz=(FuzzRule(3, _prefill_weight, fuzz_prefill),),
-    record=_recorded("record_prefill"),  # the lock that admits a matched request (the recorder finds it)
+    # the lock that admits a matched request (the recorder finds it)
+    record=recorded_by("request_calls", "record_prefill"),
 ))
 
 
@@ -193,7 +183,7 @@ DECODE = declare(OpSpec(
             Field("slide_window", FLAG, flag_word="slide", needs="swa")),
     run_sglang=sglang_decode,
     fuzz=(FuzzRule(8, lambda gen: 9 if _decoding(gen) else 0, fuzz_decode),),
-    record=_recorded("record_decode"),  # what a request computed between its calls
+    record=recorded_by("request_calls", "record_decode"),  # what a request computed between its calls
 ))
 
 
@@ -274,7 +264,7 @@ CHECKPOINT = declare(OpSpec(
     run_sglang=sglang_checkpoint,
     fuzz=(FuzzRule(9, lambda gen: 3 if gen.running else 0, fuzz_checkpoint),),
     aliases=("req_chunk",),
-    records=("checkpoint",), record=_recorded("record_checkpoint"), record_before=_req_before,
+    records=("checkpoint",), record=recorded_by("request_calls", "record_checkpoint"), record_before=_req_before,
 ))
 
 
@@ -345,5 +335,5 @@ RELEASE = declare(OpSpec(
     run_sglang=sglang_release,
     fuzz=(FuzzRule(10, lambda gen: 6 if gen.running else 0, fuzz_release),),
     aliases=("req_finish",),
-    records=("on_release",), record=_recorded("record_release"), record_before=_req_before,
+    records=("on_release",), record=recorded_by("request_calls", "record_release"), record_before=_req_before,
 ))

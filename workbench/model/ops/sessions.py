@@ -13,20 +13,9 @@ scenario checks: naming a closed or never-opened session is legal (SGLang reopen
 
 from __future__ import annotations
 
-from .spec import FLAG, NAME, Field, FuzzRule, OpSpec, declare
+from .spec import FLAG, NAME, Field, FuzzRule, OpSpec, declare, recorded_by
 
 SESSION = Field("session", NAME, required=True, positional=True, placeholder="SID")
-
-
-def _recorded(name: str):
-    """The recorder's mapping (workbench/record/session_calls.py, imported at the call:
-    the recorder imports the ops)."""
-    def record(mapper, call):
-        from workbench.record import session_calls
-
-        return getattr(session_calls, name)(mapper, call)
-
-    return record
 
 
 # ---- session_open -------------------------------------------------------------------------------
@@ -64,7 +53,7 @@ OPEN = declare(OpSpec(
     results=("success", "generation"),
     reports_all_results=True,
     run_sglang=sglang_open,
-    records=("open_radix_session",), record=_recorded("record_open"),
+    records=("open_radix_session",), record=recorded_by("session_calls", "record_open"),
     fuzz=(FuzzRule(30, lambda gen: 2 if gen.config.sessions else 0, fuzz_open),),
 ))
 
@@ -108,7 +97,7 @@ RELEASE = declare(OpSpec(
     results=("released", "deferred"),
     reports_all_results=True,
     run_sglang=sglang_release,
-    records=("release_radix_session",), record=_recorded("record_release"),
+    records=("release_radix_session",), record=recorded_by("session_calls", "record_release"),
     fuzz=(FuzzRule(31, lambda gen: 1 if gen.config.sessions and set(SESSION_IDS) - gen.turn_blocked else 0,
                    fuzz_release),),
 ))

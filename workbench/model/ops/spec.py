@@ -149,6 +149,17 @@ _REGISTRY: dict[str, OpSpec] = {}
 _ALIASES: dict[str, str] = {}  # an older op name -> the op's name now
 
 
+def recorded_by(module: str, name: str) -> Callable[[Any, Any], Any]:
+    """An op's ``record``: function ``name`` of ``workbench.record.<module>``, imported at
+    the call (the recorder imports the ops, so the ops cannot import it first)."""
+    def record(mapper, call):
+        import importlib
+
+        return getattr(importlib.import_module(f"workbench.record.{module}"), name)(mapper, call)
+
+    return record
+
+
 def declare(spec: OpSpec) -> OpSpec:
     """Add an op; its name and its aliases must be new."""
     for name in (spec.name, *spec.aliases):
