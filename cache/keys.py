@@ -21,6 +21,11 @@ _LOW_BYTE = slice(0, None, 4) if sys.byteorder == "little" else slice(3, None, 4
 _INT_CODES = frozenset("bBhHiIlLqQ")
 
 
+def ceil_align(n: int, page_size: int) -> int:
+    """``n`` rounded up to whole pages (a paged free or allocation takes the page ``n`` ends in)."""
+    return -(-n // page_size) * page_size
+
+
 def pack_tokens(token_ids: Iterable[int]) -> bytes:
     """Validate token ids (non-negative ints below 2**31) and pack them to bytes.
 

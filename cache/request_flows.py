@@ -17,7 +17,7 @@ import torch
 
 from .errors import CacheError, InvalidValueError, PoolExhaustedError, ReferenceAssertsError, StateSlotsAssertError
 from .events import Cause
-from .keys import TOKEN_BYTES, RadixKey, as_key
+from .keys import TOKEN_BYTES, RadixKey, as_key, ceil_align
 from .params import InsertParams, MatchPrefixParams
 from .request import Req
 
@@ -279,7 +279,7 @@ class RequestFlows:
     def _past_stop(self, owned: int, protected: int) -> int:
         """Where the KV past a stop starts being freed: the next page boundary (the
         row's paged free took the page the stop is on), never inside the tree's part."""
-        return max(-(-owned // self.page_size) * self.page_size, protected)
+        return max(ceil_align(owned, self.page_size), protected)
 
     def checkpoint(self, req: Req, up_to: Optional[int] = None) -> None:
         """Cache the request's first ``up_to`` tokens (default: all it has computed)

@@ -26,6 +26,7 @@ import torch
 
 from .errors import CacheError
 from .events import Cause, EventKind
+from .keys import ceil_align
 from .params import EvictParams
 from .request import Req
 from .streaming_session import refuse_if_streaming
@@ -167,9 +168,9 @@ class RequestRetraction:
         if saved is None:
             raise CacheError(f"restore: request {req.rid!r} was retracted without a backup (it re-enters by prefill)")
         n = len(req.fill_ids)
-        if saved.length != n or saved.host_indices.shape[0] != _padded_len(n, self.page_size):
+        if saved.length != n or saved.host_indices.shape[0] != ceil_align(n, self.page_size):
             raise CacheError(f"restore: the backup of {req.rid!r} has {saved.host_indices.shape[0]} host slots, "
-                             f"its row needs {_padded_len(n, self.page_size)} (SGLang asserts the sizes match)")
+                             f"its row needs {ceil_align(n, self.page_size)} (SGLang asserts the sizes match)")
         with self.events.op("restore", request=req.rid):
             slots = self.alloc_kv(n)  # refused before any change when eviction cannot cover it
             host: HostTier = self.host
@@ -247,14 +248,10 @@ class RequestRetraction:
         return out
 
 
-def _padded_len(n: int, page: int) -> int:
-    return -(-n // page) * page
-
-
 def _padded(indices: torch.Tensor, page: int) -> torch.Tensor:
     """SGLang's _pad_retraction_indices: the last page's remaining slots appended."""
     n = int(indices.shape[0])
-    extra = _padded_len(n, page) - n
+    extra = ceil_align(n, page) - n
     if not extra:
         return indices
     tail = indices[-1] + torch.arange(1, extra + 1, dtype=torch.int64, device=indices.device)

@@ -12,14 +12,11 @@ runs. Session timeouts need a clock the cache does not have and are not modelled
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, NamedTuple, Optional, Union
+from typing import NamedTuple, Optional, Union
 
 from .errors import CacheError
 from .keys import RadixKey, as_key
 from .streaming_session import VIRTUAL_NODE, SessionSlot, StreamingSessions, StreamingTurn
-
-if TYPE_CHECKING:
-    from .controller import UnifiedRadixCache
 
 INFLIGHT = "Streaming session already has an active request."
 EMPTY = "A session request must contain input tokens after restoring history."
@@ -97,7 +94,7 @@ class SessionCalls(StreamingSessions):
     session_slots: dict[str, SessionSlot]
 
     def _session_refs_on(self) -> bool:
-        return bool(getattr(self.config, "session_radix_cache", False))
+        return self.session_refs.enabled
 
     def open_session(self, sid: str, streaming: bool = False) -> SessionOpened:
         """Scheduler.open_session: the controller opens it (refused for an id already
@@ -158,9 +155,10 @@ class SessionCalls(StreamingSessions):
         the slot takes a first turn's record and lock, then the post-prefill checkpoint
         (a first turn publishes its prompt). A turn create_req rejects still has its
         scheduling pass (its prompt cut to one stub token, so its match takes nothing),
-        and where the session's slot holds KV the pass clears the session's in-flight flag (SGLang 0.5.23's
-        find_active_slot calls abort_req on the session) even though another turn is
-        running, so a third turn is accepted and borrows the running turn's record.
+        and where the session's slot holds KV the pass clears the session's in-flight
+        flag (SGLang 0.5.23's find_active_slot calls abort_req on the session) even
+        though another turn is running, so a third turn is accepted and borrows the
+        running turn's record.
         We follow SGLang and flag it (invariant ``session.record_shared``); the
         rejected turn's one-token stub prefill and release are not modelled."""
         session = self.session_controller.sessions.get(sid)

@@ -195,10 +195,9 @@ class SessionLeafIndex:
     def discard_deleted(self, node: TreeNode) -> None:
         """``node`` leaves the tree: each session marked there recedes to the nearest
         reusable ancestor (unless that is already one of its frontiers)."""
+        ancestor = self.reusable_ancestor(node.parent)  # the same for every session marked here
         for sid in sorted(node.data[self.index].session_ids):
-            fallback = self.reusable_ancestor(node.parent)
-            if fallback is not None and fallback in self.leaves.get(sid, ()):
-                fallback = None
+            fallback = None if ancestor is not None and ancestor in self.leaves.get(sid, ()) else ancestor
             self._recede(sid, node, fallback, Cause.SESSION)
             self._unmark(sid, node, Cause.SESSION)
             if fallback is not None:

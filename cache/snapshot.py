@@ -239,7 +239,7 @@ def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
             None if cd.host_value is None else int(cd.host_value.shape[0]),
             node.lru_label[n + i] if host_slots else None,
             cd.session_ref,
-            tuple(sorted(cd.session_ids)) if cd.session_ids else (),
+            _session_ids(cd),
         ))
     return NodeRecord(
         node.id, node.parent.id if node.parent is not None else None, node.key, node.extra_key,
@@ -289,7 +289,7 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
                 MappingProxyType(dict(component.node_extras(node))),
                 None if cd.host_value is None else int(cd.host_value.shape[0]),
                 cd.session_ref,
-                tuple(sorted(cd.session_ids)) if cd.session_ids else (),
+                _session_ids(cd),
             )
         views.append(
             NodeView(
@@ -384,6 +384,11 @@ def pool_views(cache: UnifiedRadixCache) -> dict[str, PoolView]:
             views[f"{name}_host"] = PoolView(f"{name}_host", pool.size, pool.available_size(),
                                              pool.size - pool.available_size(), 0, 0)
     return views
+
+
+def _session_ids(cd) -> tuple[str, ...]:
+    """The sessions whose frontier this node is for one component, sorted (a view's form)."""
+    return tuple(sorted(cd.session_ids)) if cd.session_ids else ()
 
 
 def _session_of(req) -> tuple[Optional[str], bool]:

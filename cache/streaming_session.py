@@ -21,6 +21,7 @@ import torch
 
 from .errors import CacheError, ReferenceAssertsError
 from .events import Cause, EventKind
+from .keys import ceil_align
 from .params import IncLockRefResult
 from .request import Req
 
@@ -127,7 +128,7 @@ class StreamingSessions:
         """Free the record past ``target`` from the next page on (a paged free keeps the
         partial page until the session is released) and clamp its cursors."""
         ps = self.page_size
-        start = -(-target // ps) * ps
+        start = ceil_align(target, ps)
         row = record.kv_indices
         if row.shape[0] > start:
             self.free_kv([row[start:]], cause, None)

@@ -321,13 +321,14 @@ class TreeComponent:
 
 
 class LRUEvictionMixin:
-    _session_walk = False  # this walk uses the session-partitioned list's cursor
     """A component's own LRU list (``uses_lru``): walks and matches refresh the nodes
     holding its data, and eviction takes the least recent unlocked first: an
     evictable leaf is handed to the controller to delete whole (every component's
     data goes), anything else is tombstoned in place with the cascade. One mutation
     per step, so allocation-driven eviction can re-check the pools between steps. A
     component whose walks must not refresh sets ``on_walkdown = TreeComponent.on_walkdown``."""
+
+    _session_walk = False  # this walk uses the session-partitioned list's cursor
 
     def on_walkdown(self, node: TreeNode) -> None:
         lru = self.tree.lru[self.name]

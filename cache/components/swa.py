@@ -17,6 +17,7 @@ import torch
 
 from ..actions import ComponentAction, FreeDeviceKVFullOnly, RebuildSWA, RecoverLockedSWA
 from ..events import Cause, EventKind
+from ..keys import ceil_align
 from ..pools.swa_pool import SWAPool
 from .base import LRUEvictionMixin, TreeComponent
 from .swa_host import SWAHostMixin
@@ -43,7 +44,7 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         self.window = cfg.sliding_window
         self.page_size = cfg.page_size
         # a fresh leaf is capped to this many tokens of live SWA (one page-aligned window)
-        self.window_tail = -(-self.window // self.page_size) * self.page_size
+        self.window_tail = ceil_align(self.window, self.page_size)
         self.pool = SWAPool(cfg.swa_pool_size, cfg.kv_size, cfg.page_size, cache.device)
 
     # ---- inspection -------------------------------------------------------
@@ -338,7 +339,7 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
             return 0
         floor = req.cache_protected_len  # the tree owns everything below
         evicted = max(evicted, floor)
-        keep = -(-max(self.window, ps) // ps) * ps
+        keep = ceil_align(max(self.window, ps), ps)
         threshold = pre_len - keep
         for other in self.tree.components:  # a match may end on another component's checkpoint:
             tracked = other.checkpoint_seqlen(req) if other is not self else None  # keep the window behind it

@@ -18,6 +18,8 @@ def _install_retract_pads_unaligned_prefix(cache) -> None:
     boundary was the request's own, and rounding up skipped it, so it leaked. The faulty
     copy records the length each checkpoint saw and, at retraction, lets the request's
     own part start at that length rounded up to a page."""
+    from ..keys import ceil_align
+
     checkpoint, retract = cache.checkpoint, cache.retract
     ps = cache.page_size
 
@@ -28,7 +30,7 @@ def _install_retract_pads_unaligned_prefix(cache) -> None:
     def faulty_retract(req, *args, **kwargs):
         seen = req.component_state.get(_CHECKPOINTED)
         if seen is not None and seen % ps and cache.requests.get(req.rid) is req and not req.is_chunked:
-            padded = min(-(-seen // ps) * ps, req.kv_len)
+            padded = min(ceil_align(seen, ps), req.kv_len)
             if padded > req.cache_protected_len:
                 fired(cache, RETRACT_PADS_UNALIGNED_PREFIX)
                 req.cache_protected_len = padded  # the free starts here: the page below is skipped

@@ -85,12 +85,13 @@ def _install_borrow_leaks_stale_tail(cache) -> None:
     14 tokens per retract). The faulty copy cuts the record at the borrowed prefix
     without freeing what it cut."""
     from ..events import Cause
+    from ..keys import ceil_align
 
     correct = cache._rewind_record
     ps = cache.page_size
 
     def rewind_record(record, target: int, cause) -> None:
-        if cause is Cause.SESSION and record.kv_indices.shape[0] > -(-target // ps) * ps:
+        if cause is Cause.SESSION and record.kv_indices.shape[0] > ceil_align(target, ps):
             fired(cache, BORROW_LEAKS_STALE_TAIL)
             record.kv_indices = record.kv_indices[:target]
             record.swa_evicted_seqlen = min(record.swa_evicted_seqlen, target)

@@ -152,10 +152,11 @@ def _install_last_leaf_all_tombstone(cache) -> None:
     insert caches, so the new last leaf is entirely out of window: an all-tombstone
     leaf the follow-up match refuses."""
     from ..events import Cause, EventKind
+    from ..keys import ceil_align
 
     swa = cache.by_name["swa"]
     pool, window, ps = swa.pool, swa.window, swa.page_size
-    keep = -(-max(window, ps) // ps) * ps
+    keep = ceil_align(max(window, ps), ps)
 
     def slide_window(req, pre_len: int) -> int:
         evicted = req.swa_evicted_seqlen

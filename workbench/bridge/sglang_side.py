@@ -14,6 +14,8 @@ import math
 from array import array
 from typing import Any, Optional
 
+from cache.keys import ceil_align
+
 from ..model import ops
 from .canonical import CanonicalState, NodeState
 from .sglang_env import BridgeError, sglang_api
@@ -192,7 +194,7 @@ class SGLangSide:
         return out
 
     def _shortfalls(self, n: int, states: int = 0) -> dict[str, int]:
-        need = -(-n // self.ps) * self.ps
+        need = ceil_align(n, self.ps)
         available = self.available()
         short = {name: need - available[name] for name in ("full", "swa") if name in available}
         if states:
@@ -215,7 +217,7 @@ class SGLangSide:
     def alloc_kv(self, n: int):
         """``n`` fresh slots on whole pages (evicting the shortfall first, as our
         alloc_kv does), and the page-rounding slots past them."""
-        need = -(-n // self.ps) * self.ps
+        need = ceil_align(n, self.ps)
         short = self._shortfalls(n)
         if any(value > 0 for value in short.values()):
             self.check_capacity(n)

@@ -16,6 +16,7 @@ and the lock its slot holds tell its story.
 from __future__ import annotations
 
 from collections import defaultdict
+
 from cache.events import Cause, EventKind
 
 from ..ops.sessions import OPEN, RELEASE
