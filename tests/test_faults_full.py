@@ -25,9 +25,6 @@ the checks that name it there):
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -36,12 +33,12 @@ from cache.components.full import FullComponent
 from cache.controller import UnifiedRadixCache as ControllerClass
 from cache.faults import catalogue
 from cache.tree_core import UnifiedTreeCore
+from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults
 from urc_util import urc
 from workbench.model.timeline.runner import Runner
 from workbench.model.scenarios.scenario import load_scenario
 from workbench.model.scenarios.writer import scenario_toml
 
-BUGS = Path(__file__).resolve().parents[1] / "scenarios" / "bugs"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,17 +99,12 @@ def test_catalogue_entries():
 
 
 def test_full_faults_module_imports_no_torch():
-    code = "import sys, cache.faults.full; from cache.faults import catalogue; catalogue(); print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1])
-    assert out.stdout.strip() == "False"
+    assert_imports_no_torch("cache.faults.full")
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_scenario_passes_without_the_fault(case):
-    timeline = Runner(scenario_of(case)).run()
-    assert timeline.passed, [str(f) for r in timeline.records for f in (*r.failures, *r.violations)]
-    assert not any(r.faults_fired for r in timeline.records)
+    assert_passes_without_faults(scenario_of(case))
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

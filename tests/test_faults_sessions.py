@@ -17,19 +17,15 @@ Measured (first step the fault fired = first flagged / what names it / a later e
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from cache.faults import catalogue
+from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults, bug_scenario
 from workbench.model.fuzzing.fuzz import SCALE_CONFIGS, SESSION_CONFIGS, configs_for, fuzz
 from workbench.model.scenarios.scenario import load_scenario
 from workbench.model.timeline.runner import Runner
 
-ROOT = Path(__file__).resolve().parents[1]
-BUGS = ROOT / "scenarios" / "bugs"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +53,7 @@ IDS = [c.fault for c in CASES]
 
 
 def scenario_of(case: Case, faults=()):
-    scenario = load_scenario(BUGS / f"{case.scenario}.toml")
-    return dataclasses.replace(scenario, config={**scenario.config, "faults": list(faults)})
+    return bug_scenario(case.scenario, faults)
 
 
 def test_catalogue_entries_cite_their_source_need_sessions_and_the_scenario_says_it_too():
@@ -71,16 +66,12 @@ def test_catalogue_entries_cite_their_source_need_sessions_and_the_scenario_says
 
 
 def test_the_sessions_faults_module_imports_no_torch():
-    code = "import sys, cache.faults.sessions; from cache.faults import catalogue; catalogue(); print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.strip() == "False"
+    assert_imports_no_torch("cache.faults.sessions")
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_scenario_passes_without_the_fault(case):
-    timeline = Runner(scenario_of(case)).run()
-    assert timeline.passed, [str(f) for r in timeline.records for f in (*r.failures, *r.violations)]
-    assert not any(r.faults_fired for r in timeline.records)
+    assert_passes_without_faults(scenario_of(case))
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
