@@ -377,3 +377,29 @@ def test_session_heavy_random_sequences_agree_with_sglang(components, page):
     report = run_against(scenario_from_records(header, steps))
     assert report.agrees, report.divergence.as_dict()
     assert report.run >= 60
+
+
+def _option_runs():
+    from workbench.model.fuzzing.options import OPTION_SETS
+
+    return [(row, page) for row in OPTION_SETS for page in row.pages]
+
+
+@pytest.mark.parametrize("row, page", _option_runs(), ids=[f"{r.label()}-p{p}" for r, p in _option_runs()])
+def test_every_model_option_agrees_with_sglang_on_random_sequences(row, page):
+    """``tools/differential_requests.py --sweep-options`` in small: each option set the
+    fuzzer sweeps (an eviction policy, EAGLE keys, a Mamba or SWA option), on the
+    components it needs, agrees with SGLang 0.5.23 step by step."""
+    import importlib.util
+
+    from workbench.model.fuzzing.config import FuzzConfig
+
+    spec = importlib.util.spec_from_file_location("differential_requests", ROOT / "tools" / "differential_requests.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    config = FuzzConfig(row.needs, page, mamba_size=12).with_options(dict(row.options))
+    header = {"schema": 1, "scenario": {"name": "options"}, "config": config.scenario_config()}
+    steps = tool.request_heavy_steps(config, 0, 150)
+    report = run_against(scenario_from_records(header, steps))
+    assert report.agrees, report.divergence.as_dict()
+    assert report.run >= 60

@@ -8,6 +8,11 @@ many runs stopped where SGLang asserts (ours refuses there), and the first diver
 
     PYTHONPATH=$PWD <python with sglang 0.5.23> tools/differential_requests.py \
         [--seeds 8] [--steps 120] [--pages 1,4] [--hicache write_through] [--sessions]
+        [--option NAME=VALUE …] [--sweep-options]
+
+``--sweep-options`` runs every option set of workbench/model/fuzzing/options.py (each
+eviction policy, EAGLE, the Mamba and SWA options) on the component sets and pages it
+fits, one table row per option set, component set and page.
 
 Exit 1 when any sequence diverges.
 """
@@ -46,42 +51,53 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mamba-size", type=int, default=12, help="state slots: room for a few requests (3 each at page > 1)")
     parser.add_argument("--hicache", default=None, help="a write policy: the host tier on too")
     parser.add_argument("--sessions", action="store_true", help="the session radix cache on, session ops drawn")
+    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", help="a model option (TOML value)")
+    parser.add_argument("--sweep-options", action="store_true", help="every option set the fuzzer knows, in turn")
     parser.add_argument("--keep", default=None, help="a folder: each diverging sequence is written there (JSONL)")
     args = parser.parse_args(argv)
 
     from workbench.bridge.differential import run_against
+    from workbench.cli.fuzz import parse_options
     from workbench.model.fuzzing.config import FuzzConfig
+    from workbench.model.fuzzing.options import OPTION_SETS
     from workbench.model.scenarios.scenario import scenario_from_records
 
+    given = parse_options(args.option)
+    pages = [int(p) for p in args.pages.split(",")]
+    if args.sweep_options:
+        runs = [(components, page, {**dict(row.options), **given}) for row in OPTION_SETS
+                for components in COMPONENT_SETS if row.fits(components) for page in row.pages if page in pages]
+    else:
+        runs = [(components, page, given) for components in COMPONENT_SETS for page in pages]
     total_runs = total_ops = total_asserts = diverged = 0
     print(f"{'components':<18} {'page':>4} {'runs':>5} {'ops run':>8} {'asserts':>8}  first divergence")
-    for components in COMPONENT_SETS:
-        for page in (int(p) for p in args.pages.split(",")):
-            config = FuzzConfig(components=components, page_size=page, hicache=args.hicache, mamba_size=args.mamba_size,
-                                sessions=args.sessions)
-            header = {"schema": 1, "scenario": {"name": "requests"}, "config": config.scenario_config()}
-            ops_run = asserts = 0
-            first = ""
-            for seed in range(args.seeds):
-                steps = request_heavy_steps(config, seed, args.steps)
-                report = run_against(scenario_from_records(header, steps, f"seed {seed}"))
-                ops_run += report.run
-                asserts += report.stopped_at is not None
-                if not report.agrees and args.keep:
-                    import json
-                    from pathlib import Path
+    for components, page, options in runs:
+        config = FuzzConfig(components=components, page_size=page, hicache=args.hicache, mamba_size=args.mamba_size,
+                            sessions=args.sessions).with_options(options)
+        header = {"schema": 1, "scenario": {"name": "requests"}, "config": config.scenario_config()}
+        ops_run = asserts = 0
+        first = ""
+        for seed in range(args.seeds):
+            steps = request_heavy_steps(config, seed, args.steps)
+            report = run_against(scenario_from_records(header, steps, f"seed {seed}"))
+            ops_run += report.run
+            asserts += report.stopped_at is not None
+            if not report.agrees and args.keep:
+                import json
+                from pathlib import Path
 
-                    out = Path(args.keep) / f"{'-'.join(components)}-p{page}-s{seed}.jsonl"
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    out.write_text("".join(json.dumps(r) + "\n" for r in [header, *steps]))
-                if not report.agrees and not first:
-                    d = report.divergence
-                    first = f"seed {seed} step {d.step} ({d.op}): {d.difference.field}"
-                    diverged += 1
-            total_runs += args.seeds
-            total_ops += ops_run
-            total_asserts += asserts
-            print(f"{','.join(components):<18} {page:>4} {args.seeds:>5} {ops_run:>8} {asserts:>8}  {first or '-'}")
+                out = Path(args.keep) / f"{'-'.join(components)}-p{page}-s{seed}.jsonl"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text("".join(json.dumps(r) + "\n" for r in [header, *steps]))
+            if not report.agrees and not first:
+                d = report.divergence
+                first = f"seed {seed} step {d.step} ({d.op}): {d.difference.field}"
+                diverged += 1
+        total_runs += args.seeds
+        total_ops += ops_run
+        total_asserts += asserts
+        shown = ",".join(components) + "".join(f" {k}={v}" for k, v in sorted(options.items()))
+        print(f"{shown:<18} {page:>4} {args.seeds:>5} {ops_run:>8} {asserts:>8}  {first or '-'}")
     print(f"{total_runs} sequences, {total_ops} ops run on both sides, {total_asserts} stopped where SGLang asserts, "
           f"{diverged} configuration(s) diverged")
     return 1 if diverged else 0

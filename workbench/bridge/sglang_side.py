@@ -20,6 +20,7 @@ from ..model import ops
 from .canonical import CanonicalState, NodeState
 from .sglang_env import BridgeError, sglang_api
 from .sglang_host import HostTier, server_args_fields
+from .sglang_options import init_params_options, mamba_extra_buffer, option_env, server_args_options
 
 COMPONENTS = ("full", "swa", "mamba")  # what SGLang 0.5.23's unified cache has
 SHAPE = dict(layers=2, full_layers=(1,), heads=1, head_dim=8)  # one Full and one SWA/Mamba layer
@@ -49,6 +50,7 @@ class SGLangSide:
         self.auto_evict = config.get("auto_evict", True)
         self.session_radix = bool(config.get("session_radix_cache", False))
         self.core_name = core
+        self.config = config
         self._build(config, core, max_requests, max_context)
         self.matches: dict[str, Any] = {}  # name -> node handle
         self.locks: dict[str, Any] = {}  # name -> TreeLock (released ones kept: a second unlock reaches SGLang)
@@ -69,13 +71,13 @@ class SGLangSide:
         sg, ps = self.sg, self.ps
         torch = sg.torch
         server_args = sg.ServerArgs(model_path="dummy", page_size=ps, enable_session_radix_cache=self.session_radix,
-                                    **server_args_fields(config))
+                                    **server_args_fields(config), **server_args_options(config))
         server_args._mamba_cache_chunk_size = max(MAMBA_CHUNK, ps)  # else it reads the model's HF config
         sg.set_global_server_args_for_scheduler(server_args)
         full_ids = list(SHAPE["full_layers"])
         other_ids = [i for i in range(SHAPE["layers"]) if i not in full_ids]
         dtype, heads, dim = torch.bfloat16, SHAPE["heads"], SHAPE["head_dim"]
-        extra_buffer = self.has_mamba and ps > 1  # SGLang's Mamba needs it above page 1
+        extra_buffer = mamba_extra_buffer(config)
         rows = dict(size=max_requests, max_context_len=max_context, device="cpu", enable_memory_saver=False)
         if self.has_mamba:
             with sg.envs.SGLANG_MAMBA_SSM_DTYPE.override("bfloat16"):
@@ -110,7 +112,7 @@ class SGLangSide:
             req_to_token_pool=self.r2t, token_to_kv_pool_allocator=self.alloc, page_size=ps, disable=False,
             sliding_window_size=config.get("sliding_window") if self.has_swa else None,
             tree_components=tuple(self.types.values()), enable_mamba_extra_buffer=extra_buffer,
-            eviction_policy="lru", tree_core_backend=core, enable_session_radix_cache=self.session_radix,
+            tree_core_backend=core, enable_session_radix_cache=self.session_radix, **init_params_options(config),
         )
         self.cache = sg.UnifiedRadixCache(params=params)
         self.sessions = sg.SessionController(self.cache)  # the scheduler's session bookkeeping (ops/sessions.py)
@@ -124,7 +126,8 @@ class SGLangSide:
         if spec is None or spec.run_sglang is None:
             raise BridgeError(f"the bridge cannot run op {op!r} on SGLang")
         try:
-            return spec.run_sglang(self, fields)
+            with option_env(self.sg, self.config):
+                return spec.run_sglang(self, fields)
         finally:
             if self.host is not None:  # the host tier's transfers, acknowledged as SGLang's scheduler polls
                 self.host.after_op()

@@ -32,6 +32,12 @@ def add_parser(command) -> None:
     fuzz.add_argument("--hicache", choices=("write_through", "write_through_selective", "write_back"),
                       metavar="POLICY", help="turn the host tier on with this write policy (write_through | "
                       "write_through_selective | write_back) and draw its ops too: load_back, evict_host, flush")
+    fuzz.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                      help="a model option of the cache's [config] (repeatable; VALUE in TOML: "
+                           "eviction_policy=\"lfu\", mamba_max_states_per_path=2); see the README's config reference")
+    fuzz.add_argument("--sweep-options", action="store_true",
+                      help="run the episodes through every option set the fuzzer knows for these components "
+                           "(eviction policies, EAGLE, the Mamba and SWA options), one set per episode")
     fuzz.add_argument("--seed", type=int, default=0, metavar="S", help="the seed: a run is the same for a seed")
     fuzz.add_argument("--steps", type=int, default=10_000, metavar="N", help="steps to run (default 10,000; in "
                       "episodes of 2,000 on a fresh cache)")
@@ -71,8 +77,26 @@ def run(args) -> int:
         return _detection_table(args)
     config = FuzzConfig(tuple(args.config.split(",")), args.page_size, args.sliding_window, args.kv_size,
                         args.swa_kv_size, args.mamba_size, tuple(args.fault), args.hicache)
+    config = config.with_options(parse_options(args.option))
     _check_config(config)
     return _fuzz_once(config, args)
+
+
+def parse_options(given: list[str]) -> dict:
+    """``NAME=VALUE`` pairs, each VALUE read as a TOML value (a bare word as a string)."""
+    import tomllib
+
+    options = {}
+    for item in given:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise ScenarioError(f"--option {item!r}: give NAME=VALUE")
+        try:
+            value = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text  # a bare word: lfu, priority
+        options[name.strip()] = value
+    return options
 
 
 def _list_faults() -> int:
@@ -119,11 +143,13 @@ def _fuzz_once(config, args) -> int:
         if _where(args.trace) == _where(output):
             raise ScenarioError(f"--trace {args.trace}: the same file as -o; give each its own name")
     from ..model.fuzzing.fuzz import fuzz, repro_scenario, shrink_result
+    from ..model.fuzzing.options import option_sets_for
     from ..model.scenarios.writer import scenario_jsonl, scenario_toml
     from ..render.report import progress
 
     with progress(args.steps, f"fuzz {config.label()}", minimum=2000) as advance:
-        result = fuzz(config, args.seed, args.steps, args.time_budget, lambda n: advance(), full_checks=args.full_checks)
+        result = fuzz(config, args.seed, args.steps, args.time_budget, lambda n: advance(), full_checks=args.full_checks,
+                      option_sets=option_sets_for(config.components) if args.sweep_options else None)
     rate = f"{result.ops_per_second:,.0f} ops/s"
     if result.finding is None:
         _say_or_json(args, {"config": config.label(), "seed": args.seed, "steps": result.steps_run,
@@ -135,7 +161,7 @@ def _fuzz_once(config, args) -> int:
         from ..model.scenarios.scenario import scenario_from_records
 
         header = {"schema": 1, "scenario": {"name": f"fuzz-{label}-seed{args.seed}-run", "source": "urc fuzz"},
-                  "config": config.scenario_config()}
+                  "config": result.config.scenario_config()}
         with open_output(args.trace, (), args.force, "--trace") as stream:
             stream.write(scenario_jsonl(scenario_from_records(header, result.run_steps)))
     shrink_result(result, args.shrink_budget)
@@ -143,6 +169,7 @@ def _fuzz_once(config, args) -> int:
     with open_output(output, (), args.force, "-o") as stream:
         stream.write(scenario_toml(scenario))
     fired = result.first_fired
+    config = result.config  # with --sweep-options: the episode's options
     summary = {
         "config": config.label(), "seed": args.seed, "episode": result.episode, "steps": result.steps_run,
         "ops_per_second": round(result.ops_per_second), "check": finding.check, "message": finding.message,

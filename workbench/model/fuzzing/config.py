@@ -18,6 +18,16 @@ class FuzzConfig:
     faults: tuple[str, ...] = ()
     hicache: Optional[str] = None  # a write policy: the host tier is on, and the host ops are drawn
     sessions: bool = False  # the session radix cache is on, and the session ops are drawn
+    # 0.5.23's model options ([config] fields: eviction_policy, mamba_max_states_per_path, …), as
+    # sorted (name, value) pairs so the config stays hashable; see options.py for the sweep
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def with_options(self, options: dict[str, Any]) -> FuzzConfig:
+        merged = {**dict(self.options), **{name: frozen(value) for name, value in options.items()}}
+        return dataclasses.replace(self, options=tuple(sorted(merged.items())))
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return dict(self.options).get(name, default)
 
     def scenario_config(self, faults: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
         page = self.page_size
@@ -35,6 +45,7 @@ class FuzzConfig:
             config["hicache"] = {"write_policy": self.hicache, "load_back_threshold": 2}
         if self.sessions:
             config["session_radix_cache"] = True
+        config.update((name, _plain(value)) for name, value in self.options)
         return config
 
     def longest_prompt(self) -> int:
@@ -46,4 +57,23 @@ class FuzzConfig:
         window = f" w{self.sliding_window}" if "swa" in self.components else ""
         host = f" {self.hicache}" if self.hicache else ""
         sessions = " sessions" if self.sessions else ""
-        return f"{comps} p{self.page_size}{window}{host}{sessions}"
+        options = "".join(f" {name}={_shown(value)}" for name, value in self.options)
+        return f"{comps} p{self.page_size}{window}{host}{sessions}{options}"
+
+
+def frozen(value: Any) -> Any:
+    """A table value as sorted (key, value) pairs: hashable, and one spelling per table."""
+    return tuple(sorted((k, frozen(v)) for k, v in value.items())) if isinstance(value, dict) else value
+
+
+def _plain(value: Any) -> Any:
+    """An option value as a scenario's [config] holds it (tables back to dicts)."""
+    return {k: _plain(v) for k, v in value} if isinstance(value, tuple) else value
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return "{" + ",".join(f"{k}={_shown(v)}" for k, v in value) + "}"
+    return str(value)

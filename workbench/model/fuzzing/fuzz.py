@@ -230,16 +230,21 @@ def episode_seed(seed: int, episode: int) -> str:
 @one_thread()  # the per-step checks' small tensor ops, without a thread switch per step
 def fuzz(config: FuzzConfig, seed: int, steps: int, time_budget: Optional[float] = None,
          on_step: Optional[Callable[[int], None]] = None, checks: bool = True,
-         episode_steps: int = EPISODE_STEPS, full_checks: bool = False) -> FuzzResult:
+         episode_steps: int = EPISODE_STEPS, full_checks: bool = False,
+         option_sets: Optional[list] = None) -> FuzzResult:
     """Run up to ``steps`` generated steps, in episodes of ``episode_steps`` on a fresh
-    cache each; stop at the first failed check (or when ``time_budget`` runs out)."""
+    cache each; stop at the first failed check (or when ``time_budget`` runs out).
+    ``option_sets`` (options.py rows): episode i runs with row i mod n's options, and
+    the result carries the config of the episode it ended in."""
     start = time.monotonic()
     result = FuzzResult(config, seed, 0, 0.0)
     episode = -1
     while result.steps_run < steps and result.finding is None:
         episode += 1
-        run = LockstepRun(config, checks=checks, full_checks=full_checks)
-        generator = OpGenerator(config, episode_seed(seed, episode))
+        if option_sets:
+            result.config = config.with_options(dict(option_sets[episode % len(option_sets)].options))
+        run = LockstepRun(result.config, checks=checks, full_checks=full_checks)
+        generator = OpGenerator(result.config, episode_seed(seed, episode))
         result.episode, result.first_fired, result.sanity_caught = episode, None, False
         for _ in range(min(episode_steps, steps - result.steps_run)):
             record = run.step(generator.next_step())

@@ -1,0 +1,41 @@
+"""The model options of SGLang 0.5.23 the fuzzer and the differential runs sweep.
+
+Each row is one option set (the [config] fields it adds) and the component sets it
+applies to. ``urc fuzz --sweep-options`` runs its episodes through the rows that fit
+its components, ``tools/differential_requests.py --sweep-options`` runs every row
+against SGLang, and the bridge tests run each row once in small. A table value
+(``eviction_policy_config``) is written as a tuple of (key, value) pairs so a config
+stays hashable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .config import FuzzConfig, frozen
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionSet:
+    options: tuple[tuple[str, Any], ...]
+    needs: tuple[str, ...] = ("full",)  # the components the options belong to
+    pages: tuple[int, ...] = (1, 4)  # the page sizes it is swept at
+
+    def fits(self, components: tuple[str, ...]) -> bool:
+        return set(self.needs) <= set(components)
+
+    def label(self) -> str:
+        return FuzzConfig(options=self.options).label().split(" p1", 1)[1].strip()
+
+
+def option_set(needs: tuple[str, ...] = ("full",), pages: tuple[int, ...] = (1, 4), **options: Any) -> OptionSet:
+    return OptionSet(tuple(sorted((k, frozen(v)) for k, v in options.items())), needs, pages)
+
+
+OPTION_SETS: tuple[OptionSet, ...] = (  # one row per option value worth a run (issue 28)
+)
+
+
+def option_sets_for(components: tuple[str, ...]) -> list[OptionSet]:
+    return [row for row in OPTION_SETS if row.fits(components)]
