@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from cache.faults import catalogue
-from workbench.model.fuzzing.fuzz import DETECT_EPISODE, SCALE_CONFIGS, SESSION_CONFIGS, first_finding, fuzz
+from workbench.model.fuzzing.fuzz import DETECT_EPISODE, configs_for, first_finding, fuzz
 from workbench.model.timeline.runner import Runner
 from workbench.model.scenarios.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "scenarios" / "fuzz"
 ROWS = {row["fault"]: row for row in json.loads((FOLDER / "detections.json").read_text())}
-CONFIGS = {c.label(): c for c in SCALE_CONFIGS + SESSION_CONFIGS}
+CONFIGS = {c.label(): c for f in catalogue().values() for c in configs_for(f.components, f.sessions, f.options)}
 FAULTS = list(catalogue())
 
 

@@ -33,6 +33,9 @@ class Fault:
     summary: str  # one line: the wrong behaviour it brings back
     install: Callable  # install(cache) -> None: patch that cache instance
     sessions: bool = False  # it acts on sessions: the fuzzer searches it with the session ops drawn
+    # the model options it lives under ((name, value) pairs: eviction_policy, is_eagle, …): the
+    # fuzzer searches it with these in the config
+    options: tuple = ()
 
 
 def catalogue() -> dict[str, Fault]:

@@ -371,11 +371,12 @@ SESSION_CONFIGS = (  # the session ops drawn (streaming turns too): where the se
 )
 
 
-def configs_for(components: tuple[str, ...], sessions: bool = False) -> list[FuzzConfig]:
+def configs_for(components: tuple[str, ...], sessions: bool = False, options: tuple = ()) -> list[FuzzConfig]:
     """The scale configs (``sessions``: the session configs) that carry these
-    components, fewest components first."""
+    components, fewest components first, each with ``options`` (a fault's model
+    options) added."""
     fits = [c for c in (SESSION_CONFIGS if sessions else SCALE_CONFIGS) if set(components) <= set(c.components)]
-    return sorted(fits, key=lambda c: len(c.components))
+    return [c.with_options(dict(options)) for c in sorted(fits, key=lambda c: len(c.components))]
 
 
 @dataclasses.dataclass
@@ -410,13 +411,13 @@ DETECT_EPISODE = 300  # short episodes: a fault found early in a fresh cache shr
 
 def detect(fault: str, components: tuple[str, ...], seeds: int = 4, steps: int = 3000,
            shrink_budget: Optional[float] = 60.0, configs: Optional[list[FuzzConfig]] = None,
-           sessions: bool = False) -> Detection:
+           sessions: bool = False, options: tuple = ()) -> Detection:
     """Fuzz with one fault on, config by config and seed by seed (``steps`` each, in
     short episodes), until a check flags it; then shrink. ``components``: what the
     fault needs; ``sessions``: it acts on sessions (searched on the session configs)."""
     tried = 0
     last = None
-    for config in configs if configs is not None else configs_for(components, sessions):
+    for config in configs if configs is not None else configs_for(components, sessions, options):
         config = dataclasses.replace(config, faults=(fault,))
         for seed in range(seeds):
             tried += 1
