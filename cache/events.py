@@ -55,6 +55,7 @@ class Cause(str, enum.Enum):
     # streaming session's record was rewound by a later turn or released on close
     SESSION_CLOSE = "session_close"  # release_radix_session let go of a closed session's tags
     ABORT = "abort"  # an aborted streaming turn took its session's record back
+    PATH_CAP = "path_cap"  # mamba_max_states_per_path dropped a shallower state of the path (``detail``: "cap N")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

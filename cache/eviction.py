@@ -24,7 +24,7 @@ class EvictionBatch:
     early window release); ``trigger``: the component whose walk is choosing them,
     asked to free ``need`` units (0: no amount asked)."""
 
-    __slots__ = ("frees", "counts", "cause", "trigger", "need")
+    __slots__ = ("frees", "counts", "cause", "trigger", "need", "detail")
 
     def __init__(self, names: Iterable[str], cause: Cause, trigger: Optional[str] = None, need: int = 0) -> None:
         self.frees: dict[str, list[torch.Tensor]] = {name: [] for name in names}
@@ -32,6 +32,7 @@ class EvictionBatch:
         self.cause = cause
         self.trigger = trigger
         self.need = need
+        self.detail = ""  # what the removals' events say instead of the need (e.g. "cap 2")
 
     def free(self, name: str, value: torch.Tensor, units: int) -> None:
         """Record that ``name`` gave up ``value`` (``units`` of it) on some node."""

@@ -60,7 +60,7 @@ class TreeEviction:
         default) cascade to the components that rank below it there."""
         n = component.evict_component(node, batch)
         if self.events.enabled:
-            self.events.emit(EventKind.TOMBSTONE, component.name, node.id, batch.cause, n, need_text(batch.need))
+            self.events.emit(EventKind.TOMBSTONE, component.name, node.id, batch.cause, n, batch.detail or need_text(batch.need))
         self._detach(node, component)
         if cascade:
             self.cascade_evict(node, component, batch)

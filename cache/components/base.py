@@ -55,9 +55,10 @@ class TreeComponent:
     # What a session's frontier node holds with the session radix cache on (session_refs.py):
     # "path" (Full), "window" (SWA), or "node", the default: that node only, as Mamba's state.
     session_coverage = "node"
-    # This component's own [config] fields -> default (None: required), positive ints,
-    # named "<component>_<field>"; CacheConfig keeps them in ``extra``.
-    config_fields: ClassVar[dict[str, Optional[int]]] = {}
+    # This component's own [config] fields -> default (None: required), positive ints
+    # unless check_config_value says otherwise, named "<component>_<field>"; CacheConfig
+    # keeps them in ``extra``.
+    config_fields: ClassVar[dict[str, object]] = {}
 
     def __init__(self, cache: UnifiedRadixCache, index: int) -> None:
         self.cache = cache  # for pool I/O in the controller-side hooks only
@@ -67,7 +68,12 @@ class TreeComponent:
     def config_value(self, field: str) -> int:
         """One of ``config_fields`` from the cache's config: given, or its default."""
         default = self.config_fields[field]
-        value = self.cache.config.extra.get(field, default)
+        return self.check_config_value(field, self.cache.config.extra.get(field, default))
+
+    def check_config_value(self, field: str, value):
+        """A config field's value, checked (the default rule: a positive int, None when
+        required and not given); a component whose option is a flag or may be off
+        overrides this for that field and returns the value it resolves to."""
         if value is None:
             raise ValueError(f"{field} (a positive int) is required when {self.name!r} is a component")
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -24,6 +24,7 @@ from ..params import EvictParams
 from ..pools.kv_buffer import prefix_fingerprints
 from ..pools.mamba_pool import MambaStatePool
 from .base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
+from .mamba_cap import NO_CAP, EvictExcessPathStates, check_cap, evict_excess_path_states
 from .mamba_host import MambaHostMixin
 
 if TYPE_CHECKING:
@@ -43,15 +44,38 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
     internal_priority = 0
     sets_checkpoints = True  # a request is cached up to its last tracked state
     prompt_split_ok = False  # a split leaves the upper part without a state
+    # the model options (issue 28): the per-path cap (-1: off), the extra buffer (None:
+    # on above page 1, as production decides), and SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK
+    config_fields = {"mamba_max_states_per_path": NO_CAP, "mamba_extra_buffer": None, "mamba_skip_decode_lock": False}
 
     def __init__(self, cache, index: int) -> None:
         super().__init__(cache, index)
         cfg = cache.config
         self.page_size = cfg.page_size
-        self.extra_buffer = cfg.page_size > 1  # ping-pong tracking; page 1 caches the running state
+        self.extra_buffer = self.config_value("mamba_extra_buffer")  # ping-pong tracking; without, the running state
+        self.max_states_per_path = self.config_value("mamba_max_states_per_path")
+        # a checkpoint's re-lock leaves the new node's state unlocked (it was copied to the request)
+        self.skips_decode_lock = self.config_value("mamba_skip_decode_lock")
         chunk = max(CHUNK_SIZE, cfg.page_size)
         self.grid = chunk * cfg.page_size // math.gcd(chunk, cfg.page_size)
         self.pool = MambaStatePool(cfg.mamba_size, cache.device)
+
+    def check_config_value(self, field: str, value):
+        if field == "mamba_max_states_per_path":
+            return check_cap(value)
+        if field == "mamba_extra_buffer":
+            if value is None:
+                return self.page_size > 1
+            if not isinstance(value, bool):
+                raise ValueError(f"mamba_extra_buffer must be true or false (got {value!r})")
+            if not value and self.page_size > 1:  # v0.5.23's MambaComponent asserts page 1 without it
+                raise ValueError(f"mamba_extra_buffer false needs page_size 1 (got {self.page_size})")
+            return value
+        if field == "mamba_skip_decode_lock":
+            if not isinstance(value, bool):
+                raise ValueError(f"mamba_skip_decode_lock must be true or false (got {value!r})")
+            return value
+        return super().check_config_value(field, value)
 
     def value_len(self, node: TreeNode) -> int:
         return 1
@@ -138,10 +162,18 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
         if cd.value is None:
             self.tree.set_component_value(node.id, self.name, params.mamba_value)
             node.last_access_time = self.tree.tick()
+            if self.max_states_per_path != NO_CAP:  # deferred: it runs after the insert's other actions
+                actions.append(EvictExcessPathStates(node.id, self.max_states_per_path))
             return
         self.tree.lru[self.name].promote(node)
         node.last_access_time = self.tree.tick()
         result.mamba_exist = True  # the tree keeps its own state; the caller frees the incoming one
+
+    def apply_action(self, action) -> None:
+        if isinstance(action, EvictExcessPathStates):
+            evict_excess_path_states(self, action.node, action.cap)
+        else:
+            super().apply_action(action)
 
     # ---- split ------------------------------------------------------------
     def redistribute_on_split(self, new_parent: TreeNode, child: TreeNode) -> None:

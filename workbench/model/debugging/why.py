@@ -39,6 +39,7 @@ CAUSE_TEXT = {
     Cause.TAIL: "the unaligned tail of a key: a partial page is never cached",
     Cause.CASCADE: "another component's eviction took it along",
     Cause.CLEANUP: "an emptied ancestor removed after its last child",
+    Cause.PATH_CAP: "mamba_max_states_per_path: a deeper state was added on the path",
 }
 
 
@@ -192,6 +193,9 @@ def _removal_text(record: StepRecord, event: Event, with_cascade: bool = True) -
         return text + (f"; the cascade took its {_took_text(took)}" if took and with_cascade else "")
     if event.cause is Cause.CLEANUP:
         return f"node #{node} was an emptied ancestor without Full KV, removed {event.detail or 'after its last child'}"
+    if event.cause is Cause.PATH_CAP:
+        return (f"state dropped: path {event.detail or 'cap'} (in {_op_text(record)} an insert gave a deeper node"
+                f" of the path a state; node #{node} held the shallowest one the cap may take; its Full KV stays)")
     if event.cause is Cause.WINDOW and event.kind is EventKind.TOMBSTONE:
         return (f"its last SWA window lock was released early ({_op_text(record)}) while it was an evictable leaf,"
                 " so its SWA KV went at once")
