@@ -37,15 +37,38 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
     has_window_lock = True
     prompt_split_ok = False  # a leaf is capped to one live window; a split would cut it
     session_coverage = "window"  # a session holds its last window plus a page (session_refs.py)
+    # the model options (issue 28): a draft's wider read (the tree keeps max(window, draft)),
+    # whether a SWA tombstone ends a match, SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS
+    config_fields = {"swa_draft_window": 0, "swa_gates_prefix_match": True, "swa_free_out_of_window": True}
 
     def __init__(self, cache, index: int) -> None:
         super().__init__(cache, index)
         cfg = cache.config
-        self.window = cfg.sliding_window
+        # v0.5.23's swa_retain_window: matching, locks, leaf caps and frees all keep this much
+        self.window = max(cfg.sliding_window, self.config_value("swa_draft_window"))
+        self.gates_prefix_match = self.config_value("swa_gates_prefix_match")
+        self.frees_out_of_window = self.config_value("swa_free_out_of_window")
         self.page_size = cfg.page_size
         # a fresh leaf is capped to this many tokens of live SWA (one page-aligned window)
         self.window_tail = ceil_align(self.window, self.page_size)
         self.pool = SWAPool(cfg.swa_pool_size, cfg.kv_size, cfg.page_size, cache.device)
+
+    def check_config_value(self, field: str, value):
+        if field == "swa_draft_window":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"swa_draft_window must be a non-negative int (got {value!r})")
+            return value
+        if field in ("swa_gates_prefix_match", "swa_free_out_of_window"):
+            if not isinstance(value, bool):
+                raise ValueError(f"{field} must be true or false (got {value!r})")
+            return value
+        return super().check_config_value(field, value)
+
+    def ungated_tombstone(self, node: TreeNode) -> bool:
+        """With swa_gates_prefix_match off, a SWA tombstone still ends a match where the
+        node's Full KV is on the device or backed up (the tree does not own the SWA state)."""
+        full = node.data[0]
+        return not self.gates_prefix_match and (full.value is not None or full.host_value is not None)
 
     # ---- inspection -------------------------------------------------------
     def node_extras(self, node: TreeNode) -> dict:
@@ -75,7 +98,7 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         def validate(node: TreeNode, length: int) -> bool:
             if node.data[i].value is None:
                 run[0] = 0
-                return False
+                return self.ungated_tombstone(node)
             run[0] += length
             return run[0] >= window
 
@@ -89,6 +112,9 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         for k, node in enumerate(path):
             if node.data[i].value is None:
                 run, gap = 0, node
+                if self.ungated_tombstone(node):
+                    best, first_gap = k, None
+                    continue
                 first_gap = first_gap or node  # the first tombstone below the best so far
                 continue
             run = None if run is None else run + node.length
@@ -97,6 +123,8 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         if best == len(path) - 1:
             if gap is None:
                 return best, "no tombstone on the path"
+            if path[-1] is gap:
+                return best, f"tombstone at node #{gap.id} accepted: swa_gates_prefix_match is off and its Full KV is live"
             return best, f"window run of {run} tokens since tombstone #{gap.id} >= sliding_window {window}"
         if path[-1] is gap:
             why = f"tombstone at node #{gap.id}"
@@ -321,11 +349,12 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         if result is None or not result.swa_branch_inserted:
             return
         req.swa_branching_seqlen = None
-        if not finished:  # the branch is cached: the rest of the window can slide now
+        if not finished and self.frees_out_of_window:  # the branch is cached: the rest of the window can slide now
             self.slide_window(req, len(req.fill_ids) - 1)
 
     def free_out_of_window_slots(self, req, pre_len: int, params: InsertParams) -> None:
-        self.slide_window(req, pre_len)
+        if self.frees_out_of_window:
+            self.slide_window(req, pre_len)
         params.swa_evicted_seqlen = req.swa_evicted_seqlen
 
     def slide_window(self, req, pre_len: int) -> int:

@@ -185,12 +185,14 @@ def verify_swa_match(swa: SWAComponent, tokens: list[int], result) -> list[Viola
         return []
     tail = max(0, n - swa.window)
     mapped = swa.pool.translate(indices[tail:])
-    if bool((mapped < 0).any()):
+    live = mapped >= 0
+    if not bool(live.all()) and swa.gates_prefix_match:  # ungated, the tree need not own the window
         return [Violation("match.swa_window", f"a position in the last {n - tail} matched tokens has no live SWA KV")]
     from ..pools.kv_buffer import prefix_fingerprints
 
     expected = prefix_fingerprints(tokens[:n], swa.pool.device)[tail:]
-    bad = (swa.pool.buffer.read(mapped) != expected).nonzero().flatten().tolist()
+    wrong = (swa.pool.buffer.read(mapped[live]) != expected[live]).nonzero().flatten()
+    bad = live.nonzero().flatten()[wrong].tolist()
     if bad:
         return [Violation("match.swa_fingerprint", f"{len(bad)} SWA slot(s) hold the wrong KV, first at position {tail + bad[0]}")]
     return []

@@ -42,7 +42,7 @@ class SWAHostMixin(HostPart):
             cd = node.data[i]
             if cd.value is None and cd.host_value is None:
                 run[0] = 0
-                return False
+                return self.ungated_tombstone(node)
             run[0] += length
             return run[0] >= window
 
