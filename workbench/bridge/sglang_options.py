@@ -14,21 +14,45 @@ from collections.abc import Iterator
 
 def init_params_options(config: dict) -> dict:
     """``CacheInitParams`` fields for the options (the tree reads these)."""
-    return {"eviction_policy": "lru"}
+    out = {"eviction_policy": "lru"}
+    if "swa" in config["components"]:  # the SWA options (retain window = max(window, draft))
+        out["draft_swa_window"] = config.get("swa_draft_window", 0)
+        out["swa_gates_prefix_match"] = config.get("swa_gates_prefix_match", True)
+    return out
 
 
 def server_args_options(config: dict) -> dict:
     """``ServerArgs`` fields for the options (components read these via ``get_exec()``)."""
-    return {}
+    out = {}
+    if "mamba" in config["components"]:  # MambaComponent reads the cap at construction
+        out["mamba_max_states_per_path"] = check_mamba_cap(config.get("mamba_max_states_per_path", -1))
+    return out
+
+
+def check_mamba_cap(cap: int) -> int:
+    """SGLang's own server-args check of the cap (-1 or a positive int)."""
+    from sglang.srt.arg_groups.mamba_hook import handle_mamba_backend
+    from sglang.srt.server_args import ServerArgs
+
+    handle_mamba_backend(ServerArgs(model_path="dummy", mamba_max_states_per_path=cap))
+    return cap
 
 
 def mamba_extra_buffer(config: dict) -> bool:
     """Whether SGLang's Mamba pool keeps the extra buffer: ours decides the same way."""
-    return "mamba" in config["components"] and config.get("page_size", 1) > 1
+    if "mamba" not in config["components"]:
+        return False
+    return bool(config.get("mamba_extra_buffer", config.get("page_size", 1) > 1))
 
 
 @contextlib.contextmanager
 def option_env(sg, config: dict) -> Iterator[None]:
     """SGLang's environment switches the options set, held while an op runs."""
     with contextlib.ExitStack() as stack:
+        if "mamba" in config["components"]:  # read at each checkpoint's re-lock
+            stack.enter_context(sg.envs.SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK.override(
+                bool(config.get("mamba_skip_decode_lock", False))))
+        if "swa" in config["components"]:  # read at each checkpoint
+            stack.enter_context(sg.envs.SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS.override(
+                bool(config.get("swa_free_out_of_window", True))))
         yield

@@ -77,7 +77,7 @@ class SGLangSide:
         full_ids = list(SHAPE["full_layers"])
         other_ids = [i for i in range(SHAPE["layers"]) if i not in full_ids]
         dtype, heads, dim = torch.bfloat16, SHAPE["heads"], SHAPE["head_dim"]
-        extra_buffer = mamba_extra_buffer(config)
+        self.extra_buffer = extra_buffer = mamba_extra_buffer(config)
         rows = dict(size=max_requests, max_context_len=max_context, device="cpu", enable_memory_saver=False)
         if self.has_mamba:
             with sg.envs.SGLANG_MAMBA_SSM_DTYPE.override("bfloat16"):
@@ -171,7 +171,7 @@ class SGLangSide:
         """What the model's forward does with the extra buffer: track the state at the
         last grid boundary the request's tokens passed, in the other ping-pong slot
         (ours does the same in MambaComponent.advance_request)."""
-        if not (self.has_mamba and self.ps > 1):
+        if not (self.has_mamba and self.extra_buffer):
             return
         chunk = max(MAMBA_CHUNK, self.ps)
         grid = chunk * self.ps // math.gcd(chunk, self.ps)

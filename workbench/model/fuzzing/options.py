@@ -33,7 +33,22 @@ def option_set(needs: tuple[str, ...] = ("full",), pages: tuple[int, ...] = (1, 
     return OptionSet(tuple(sorted((k, frozen(v)) for k, v in options.items())), needs, pages)
 
 
+MAMBA_OPTION_SETS = (  # the Mamba options (issue 28): cap at page 1 only (the oracle's reach)
+    option_set(("full", "mamba"), (1,), mamba_max_states_per_path=1),
+    option_set(("full", "mamba"), (1,), mamba_max_states_per_path=2),
+    option_set(("full", "swa", "mamba"), (1,), mamba_max_states_per_path=2),
+    option_set(("full", "mamba"), (1,), mamba_extra_buffer=True),
+    option_set(("full", "mamba"), (1, 4), mamba_skip_decode_lock=True),
+)
+SWA_OPTION_SETS = (  # the SWA options (issue 28)
+    option_set(("full", "swa"), (1, 4), swa_draft_window=8),
+    option_set(("full", "swa"), (1, 4), swa_gates_prefix_match=False),
+    option_set(("full", "swa"), (1, 4), swa_free_out_of_window=False),
+)
+
 OPTION_SETS: tuple[OptionSet, ...] = (  # one row per option value worth a run (issue 28)
+    *MAMBA_OPTION_SETS,
+    *SWA_OPTION_SETS,
 )
 
 

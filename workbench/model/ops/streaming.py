@@ -65,7 +65,7 @@ def sglang_turn(side, f: dict) -> dict:
              torch.empty((0,), dtype=torch.int64)}
     prefix = None if borrowed else side.cache.prefix_device_indices(req).to(torch.int64)
     try:
-        if side.has_mamba and side.ps > 1:  # the running slot and the ping-pong pair, evicting the shortfall
+        if side.has_mamba and side.extra_buffer:  # the running slot and the ping-pong pair, evicting the shortfall
             sg.ensure_mamba_capacity(side.r2t, [req], side.cache)
         elif side.has_mamba and not req.kv.holds_mamba:
             side.evict_short(mamba=max(0, 1 - side.r2t.mamba_allocator.available_size()))
