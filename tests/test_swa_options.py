@@ -56,3 +56,17 @@ def test_without_eager_frees_a_checkpoint_keeps_the_requests_out_of_window_slots
 def test_bad_values_are_refused(field, value):
     with pytest.raises(ValueError, match=field):
         UnifiedRadixCache(components=("full", "swa"), sliding_window=4, **{field: value})
+
+
+def test_the_verdict_names_an_accepted_ungated_tombstone():
+    c = swa(swa_gates_prefix_match=False)
+    checkpointed(c, list(range(1, 17)))
+    tree, component = c.cache.tree, c.cache.by_name["swa"]
+    chain = [tree.nodes[n.id] for n in sorted(c.cache.snapshot().non_root(), key=lambda n: len(n.path))]
+    top = chain[0]
+    assert top.data[component.index].value is None and top.data[0].value is not None  # a tombstone over live Full
+    best, why = component.match_verdict(chain[:1])
+    assert best == 0 and "swa_gates_prefix_match is off" in why
+    # below it, a live run shorter than the window: the tombstone stays the answer
+    best, why = component.match_verdict(chain)
+    assert best == (len(chain) - 1 if chain[-1].length >= 4 else 0)

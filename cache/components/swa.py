@@ -130,7 +130,9 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
             why = f"tombstone at node #{gap.id}"
         else:
             why = f"window run of {run} tokens since tombstone #{gap.id} < sliding_window {window}"
-        return best, why if first_gap is gap else f"{why}; first tombstone below the match end: #{first_gap.id}"
+        if first_gap is None or first_gap is gap:  # None: the last tombstone was accepted (ungated)
+            return best, why
+        return best, f"{why}; first tombstone below the match end: #{first_gap.id}"
 
     def pinned_by_lock(self, path) -> int:
         i, covered, pinned = self.index, 0, 0
