@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-Ident = tuple  # (extra_key, path tokens)
+Ident = tuple  # (namespace: extra_key, or (extra_key, cache_salt) when salted; path tokens)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,8 +58,12 @@ def from_snapshot(snapshot, components: list[str]) -> CanonicalState:
     nodes: dict[Ident, NodeState] = {}
     ident_of: dict[int, Ident] = {}
     hosted = "full_host" in snapshot.pools  # the host tier
+    raw_paths: dict[int, tuple[int, ...]] = {}  # the tokens a user typed from the root (bigram keys: one more)
     for view in snapshot.nodes[1:]:
-        ident = (view.extra_key, view.path)
+        above = raw_paths.get(view.parent, ())
+        raw_paths[view.id] = above + view.raw_key if not above or view.key_head is None else above + view.key
+        namespace = view.extra_key if view.cache_salt is None else (view.extra_key, view.cache_salt)
+        ident = (namespace, raw_paths[view.id])
         ident_of[view.id] = ident
         comps = {name: (view.components[name].value_len, view.components[name].lock_ref) for name in components}
         host = {name: view.components[name].host_len for name in components} if hosted else {}

@@ -14,12 +14,18 @@ from collections.abc import Iterator
 
 def init_params_options(config: dict) -> dict:
     """``CacheInitParams`` fields for the options (the tree reads these)."""
-    return {"eviction_policy": "lru"}
+    fields = {"eviction_policy": "lru"}
+    if config.get("is_eagle"):  # the tree core turns it off itself when Mamba is a component
+        fields["is_eagle"] = True
+    return fields
 
 
 def server_args_options(config: dict) -> dict:
     """``ServerArgs`` fields for the options (components read these via ``get_exec()``)."""
-    return {}
+    fields = {}
+    if config.get("is_eagle"):  # production derives CacheInitParams.is_eagle from it
+        fields["speculative_algorithm"] = "EAGLE"
+    return fields
 
 
 def mamba_extra_buffer(config: dict) -> bool:

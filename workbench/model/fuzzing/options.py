@@ -34,6 +34,8 @@ def option_set(needs: tuple[str, ...] = ("full",), pages: tuple[int, ...] = (1, 
 
 
 OPTION_SETS: tuple[OptionSet, ...] = (  # one row per option value worth a run (issue 28)
+    option_set(needs=("full",), pages=(1, 4), is_eagle=True),  # EAGLE bigram keys (off with Mamba, as upstream)
+    option_set(needs=("full", "swa"), pages=(1, 4), is_eagle=True),  # … and SWA's branch point and frees
 )
 
 
