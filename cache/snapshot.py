@@ -7,12 +7,13 @@ valid (and comparable) after the cache moves on; the timeline keeps one per step
 from __future__ import annotations
 
 import dataclasses
+import sys
 import weakref
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Optional
 
-from .keys import namespace_parts
+from .keys import TOKEN_BYTES, namespace_parts
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
@@ -213,6 +214,7 @@ class NodeRecord:
     hit_count: int
     evictable_leaf: bool
     components: tuple[ComponentRecord, ...]
+    key_head: Optional[int] = None  # bigram keys: the raw token before ``key`` (NodeView.key_head)
 
     @property
     def extra_key(self) -> Optional[str]:
@@ -263,8 +265,17 @@ def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
     return NodeRecord(
         node.id, node.parent.id if node.parent is not None else None, node.key, node.namespace,
         node.last_access_time, node.priority if node is not root else 0, node.hit_count, node.in_leaf_set,
-        tuple(comps),
+        tuple(comps), _key_head(node, root),
     )
+
+
+def _key_head(node, root) -> Optional[int]:
+    """A bigram node's first pair begins with its parent's last token (the root's
+    children: with the key's first token, kept in the namespace)."""
+    head = namespace_parts(node.namespace).bigram_head
+    if head is None or node.parent is root or node.parent is None:
+        return head
+    return int.from_bytes(node.parent.key[-TOKEN_BYTES:], sys.byteorder)
 
 
 def global_record(cache: UnifiedRadixCache) -> GlobalRecord:

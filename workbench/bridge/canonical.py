@@ -85,8 +85,8 @@ def _sessions(snapshot, ident_of: dict[int, Ident]) -> dict[str, Any]:
     if refs is not None:
         parts["generations"] = tuple(sorted(refs.generations.items()))
         parts["closed"] = refs.closed
-        parts["leaves"] = tuple(sorted((sid, name, ident_of[node]) for sid, per in refs.leaves.items()
-                                       for name, ids in per.items() for node in ids))
+        parts["leaves"] = tuple(sorted(((sid, name, ident_of[node]) for sid, per in refs.leaves.items()
+                                        for name, ids in per.items() for node in ids), key=leaf_order))
     if streaming is not None:
         parts["controller"] = tuple(sorted((sid, s.streaming, s.inflight, s.close_on_finish)
                                            for sid, s in streaming.controller.items()))
@@ -95,6 +95,13 @@ def _sessions(snapshot, ident_of: dict[int, Ident]) -> dict[str, Any]:
              None if s.lock_node is None else ident_of.get(s.lock_node, "root"))
             for sid, s in streaming.slots.items()))
     return {part: value for part, value in parts.items() if value}
+
+
+def leaf_order(leaf: tuple) -> tuple:
+    """(session, component, ident) in an order that holds across namespaces of every
+    form (None, an extra_key, an (extra_key, cache_salt) pair)."""
+    sid, name, (namespace, path) = leaf
+    return (sid, name, repr(namespace), path)
 
 
 def describe(ident: Ident) -> str:

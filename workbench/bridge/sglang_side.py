@@ -17,7 +17,7 @@ from typing import Any, Optional
 from cache.keys import ceil_align
 
 from ..model import ops
-from .canonical import CanonicalState, NodeState
+from .canonical import leaf_order, CanonicalState, NodeState
 from .sglang_env import BridgeError, sglang_api
 from .sglang_host import HostTier, server_args_fields
 from .sglang_options import init_params_options, mamba_extra_buffer, option_env, server_args_options
@@ -311,8 +311,9 @@ class SGLangSide:
     def _sessions_state(self, ident_of: dict) -> dict:
         """The session bookkeeping in canonical form (canonical.py): parts left out while empty."""
         refs, slots = self.cache.session_refs, self.cache.session.slots
-        leaves = tuple(sorted((sid, name, ident_of[id(node)]) for name, kind in self.types.items()
-                              for sid, nodes in self.cache.components[kind]._session_leaves.items() for node in nodes))
+        leaves = tuple(sorted(((sid, name, ident_of[id(node)]) for name, kind in self.types.items()
+                               for sid, nodes in self.cache.components[kind]._session_leaves.items() for node in nodes),
+                              key=leaf_order))
         controller = tuple(sorted((sid, bool(s.streaming), bool(s._inflight), bool(s.close_on_finish))
                                   for sid, s in self.sessions.sessions.items()))
         streaming = tuple(sorted(

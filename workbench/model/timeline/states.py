@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Optional
 
-from cache.keys import namespace_order, namespace_parts, unpack_tokens
+from cache.keys import namespace_order, unpack_tokens
 from cache.snapshot import CacheSnapshot, ComponentView, GlobalRecord, NodeRecord, NodeView
 
 Records = dict[int, NodeRecord]
@@ -315,13 +315,10 @@ class TimelineState:
             for name, c in zip(self.components, record.components)
         }
         key, path = tuple(unpack_tokens(record.key)), self.path(record.id)
-        extra_key, salt, head = namespace_parts(record.namespace)
-        if head is not None and len(path) > len(key):  # a bigram node's first pair begins in its parent
-            head = path[len(path) - len(key) - 1]
         return NodeView(
-            record.id, record.parent, key, path, extra_key,
+            record.id, record.parent, key, path, record.extra_key,
             record.last_access_time, record.priority, record.hit_count, record.evictable_leaf,
-            self.children(record.id), MappingProxyType(comps), salt, head,
+            self.children(record.id), MappingProxyType(comps), record.cache_salt, record.key_head,
         )
 
 
