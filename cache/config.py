@@ -21,6 +21,9 @@ class CacheConfig:
     faults: tuple[str, ...] = ()  # upstream bugs to re-introduce (cache/faults); none by default
     # v0.5.23's --enable-session-radix-cache: finished session requests tag their KV (session_refs.py)
     session_radix_cache: bool = False
+    # EAGLE speculative decoding: keys are token pairs (bigrams), N tokens make N - 1
+    # units; SGLang 0.5.23 turns it off with Mamba (see ``bigram_keys``)
+    is_eagle: bool = False
     hicache: Optional[Mapping[str, Any]] = None  # the host tier: HiCacheConfig's fields (None: no host tier)
     # Fields a component declares itself (``config_fields``), named "<component>_<field>":
     # checked here for their owner only (no import), by the component when the cache is built.
@@ -56,6 +59,8 @@ class CacheConfig:
                 raise ValueError(f"{name} {value} is larger than this workbench supports ({MAX_POOL})")
         if not isinstance(self.session_radix_cache, bool):
             raise ValueError(f"session_radix_cache must be true or false (got {self.session_radix_cache!r})")
+        if not isinstance(self.is_eagle, bool):
+            raise ValueError(f"is_eagle must be true or false (got {self.is_eagle!r})")
         if self.kv_size % self.page_size:
             raise ValueError(f"kv_size {self.kv_size} must be a multiple of page_size {self.page_size}")
         if "swa" in comps and not (isinstance(self.sliding_window, int) and self.sliding_window > 0):
@@ -77,6 +82,12 @@ class CacheConfig:
             object.__setattr__(self, "hicache", HiCacheConfig.of(self.hicache, self))
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda (got {self.device!r})")
+
+    @property
+    def bigram_keys(self) -> bool:
+        """Whether the tree keys bigrams: is_eagle, except with Mamba (v0.5.23's tree
+        core: ``is_eagle and MAMBA not in components``)."""
+        return self.is_eagle and "mamba" not in self.components
 
     @property
     def swa_pool_size(self) -> int:

@@ -49,6 +49,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self.device = resolve_device(cfg.device)
         self.page_size = cfg.page_size
         self.auto_evict = cfg.auto_evict
+        self.bigram_keys = cfg.bigram_keys  # EAGLE's token-pair keys (CacheConfig.is_eagle)
         self.events = EventBus()
         self.kv_pool = PagedAllocator(cfg.kv_size, cfg.page_size, self.device, "full")
         self.kv_buffer = KVFingerprintBuffer(cfg.kv_size, self.device)
@@ -77,6 +78,8 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             params = MatchPrefixParams(as_key(params))
         if params.cow_mamba and params.req is None:
             raise InvalidValueError("cow_mamba needs the request that receives the copy (params.req)")
+        if self.bigram_keys:  # EAGLE: the tree keys token pairs (keys.RadixKey.bigram_view)
+            params.key = params.key.bigram_view()
         with self.events.op("match_prefix"):
             result = self.tree.match_prefix(params.key)
             for component in self.hooks.finalize_match_in_cache:
@@ -86,6 +89,11 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
     def insert(self, params: InsertParams) -> InsertResult:
         if type(params.key) is not RadixKey:
             params.key = as_key(params.key)
+        if self.bigram_keys and not params.key.is_bigram:
+            # EAGLE: N tokens make N - 1 pairs; the value is cut to match (its last slot stays the caller's)
+            params.key = params.key.bigram_view()
+            if isinstance(params.value, torch.Tensor) and params.value.dim() == 1:
+                params.value = params.value[: len(params.key)]
         if params.prev_prefix_len < 0:
             raise CacheError(f"prev_prefix_len must be >= 0 (got {params.prev_prefix_len})")
         floor = params.swa_evicted_seqlen

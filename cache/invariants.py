@@ -240,7 +240,7 @@ def _check_links(tree, out: list[Violation]) -> tuple[list, set, bool]:
         for ck, child in node.children.items():
             if child.parent is not node:
                 out.append(Violation("tree.parent", f"node {child.id}'s parent is not {node.id}"))
-            extra = child.extra_key  # keys.child_key, inlined for the common no-namespace case
+            extra = child.namespace  # keys.child_key, inlined for the common no-namespace case
             if ck != (child.key[:pb] if extra is None else child_key(child.key, 0, pb, extra)) or child.child_key != ck:
                 out.append(Violation("tree.child_key", f"node {child.id} filed under the wrong child key"))
             if child.data[0].value is not None:

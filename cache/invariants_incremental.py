@@ -153,7 +153,7 @@ def _path_ok(cache, nodes: list, expected: list[dict[int, int]]) -> bool:
             parent = node.parent
             if parent is None or parent.children.get(node.child_key) is not node or registry.get(node.id) is not node:
                 return False
-            if node.child_key != child_key(node.key, 0, pb, node.extra_key):
+            if node.child_key != child_key(node.key, 0, pb, node.namespace):
                 return False
             data = node.data
             full_lock = data[0].lock_ref
@@ -189,7 +189,7 @@ def _nodes_ok(cache, nodes: list) -> bool:
         for ck, child in node.children.items():
             if child.parent is not node or registry.get(child.id) is not child or child.child_key != ck:
                 return False
-            if ck != child_key(child.key, 0, pb, child.extra_key):
+            if ck != child_key(child.key, 0, pb, child.namespace):
                 return False
     nodes = [node for node in nodes if node.data[0].value is not None]
     if not nodes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Iterable
+from typing import NamedTuple, Optional
 
 from .errors import InvalidKeyError
 
@@ -113,31 +114,102 @@ def common_prefix_tokens(a: bytes, a_off: int, b: bytes) -> int:
     return lo
 
 
+class Namespace(NamedTuple):
+    """A key's namespace when it is more than an ``extra_key``: a ``cache_salt``, or
+    the first raw token of an EAGLE bigram key (see ``RadixKey.bigram_view``)."""
+
+    extra_key: Optional[str]
+    cache_salt: Optional[str]
+    bigram_head: Optional[int]
+
+
+def make_namespace(extra_key: Optional[str], cache_salt: Optional[str] = None, bigram_head: Optional[int] = None):
+    """What a node's children are filed under beside their first page: a plain
+    ``extra_key`` (or None) as before, a ``Namespace`` once a salt or a bigram head is set."""
+    if cache_salt is None and bigram_head is None:
+        return extra_key
+    return Namespace(extra_key, cache_salt, bigram_head)
+
+
+def namespace_parts(namespace) -> Namespace:
+    """(extra_key, cache_salt, bigram_head) of a node's namespace, whichever form it has."""
+    return namespace if isinstance(namespace, Namespace) else Namespace(namespace, None, None)
+
+
+def namespace_order(namespace) -> tuple:
+    """A sort key over namespaces of every form (None first)."""
+    ek, salt, head = namespace_parts(namespace)
+    return (ek or "", salt or "", -1 if head is None else head)
+
+
 class RadixKey:
-    """A token sequence with an optional ``extra_key`` namespace (e.g. a LoRA id).
+    """A token sequence with an optional ``extra_key`` namespace (e.g. a LoRA id) and
+    an optional ``cache_salt`` (a second namespace: "" means none, as v0.5.23's).
 
     Keys in different namespaces never share a node: the namespace is part of every
-    child key.
+    child key. A bigram view (``bigram_view``, EAGLE) of raw tokens t0..tN holds N
+    units: its data is t1..tN and t0 (``bigram_head``) joins the namespace, so a
+    prefix of k bigrams is the same head and the same k data tokens; the tree needs
+    no other change.
     """
 
-    __slots__ = ("data", "extra_key")
+    __slots__ = ("data", "extra_key", "cache_salt", "bigram_head", "is_bigram")
 
-    def __init__(self, token_ids: Iterable[int] = (), extra_key: str | None = None):
+    def __init__(self, token_ids: Iterable[int] = (), extra_key: str | None = None, cache_salt: str | None = None):
         self.data = pack_tokens(token_ids)
         if extra_key is not None and not isinstance(extra_key, str):
             raise InvalidKeyError(f"extra_key must be a string or None (got {extra_key!r})")
+        if cache_salt is not None and not isinstance(cache_salt, str):
+            raise InvalidKeyError(f"cache_salt must be a string or None (got {cache_salt!r})")
         self.extra_key = extra_key
+        self.cache_salt = cache_salt or None
+        self.bigram_head = None
+        self.is_bigram = False
 
     @classmethod
-    def from_bytes(cls, data: bytes, extra_key: str | None = None) -> RadixKey:
+    def from_bytes(cls, data: bytes, extra_key: str | None = None, cache_salt: str | None = None) -> RadixKey:
         key = cls.__new__(cls)
         key.data = data
         key.extra_key = extra_key
+        key.cache_salt = cache_salt or None
+        key.bigram_head = None
+        key.is_bigram = False
+        return key
+
+    def _like(self, data: bytes, bigram_head: Optional[int]) -> RadixKey:
+        key = RadixKey.from_bytes(data, self.extra_key, self.cache_salt)
+        key.is_bigram, key.bigram_head = self.is_bigram, bigram_head
+        return key
+
+    def bigram_view(self) -> RadixKey:
+        """EAGLE's bigram key over these raw tokens: one unit fewer (none for one
+        token), each unit a pair of neighbours. A bigram key is returned as it is."""
+        if self.is_bigram:
+            return self
+        head = None
+        if self.data:
+            head = int.from_bytes(self.data[:TOKEN_BYTES], sys.byteorder)
+        key = self._like(self.data[TOKEN_BYTES:], head)
+        key.is_bigram = True
         return key
 
     @property
+    def namespace(self):
+        """What this key's nodes are filed under beside their first page."""
+        if self.cache_salt is None and self.bigram_head is None:
+            return self.extra_key
+        return Namespace(self.extra_key, self.cache_salt, self.bigram_head)
+
+    @property
     def token_ids(self) -> list[int]:
+        """The key's units as stored (a bigram key: raw tokens after the first)."""
         return unpack_tokens(self.data)
+
+    @property
+    def raw_token_ids(self) -> list[int]:
+        """The tokens the key spans (a bigram key: one more than its length)."""
+        toks = unpack_tokens(self.data)
+        return toks if self.bigram_head is None else [self.bigram_head, *toks]
 
     def __len__(self) -> int:
         return len(self.data) // TOKEN_BYTES
@@ -148,31 +220,38 @@ class RadixKey:
         aligned = n - n % page_size
         if aligned == n:
             return self
-        return RadixKey.from_bytes(self.data[: aligned * TOKEN_BYTES], self.extra_key)
+        return self._like(self.data[: aligned * TOKEN_BYTES], self.bigram_head)
 
     def __getitem__(self, item: slice) -> RadixKey:
         if not isinstance(item, slice) or item.step not in (None, 1):
             raise TypeError("RadixKey supports contiguous slices only")
         start, stop, _ = item.indices(len(self))
-        return RadixKey.from_bytes(self.data[start * TOKEN_BYTES : stop * TOKEN_BYTES], self.extra_key)
+        head = self.bigram_head
+        if self.is_bigram and start > 0:  # the pair [start] begins with the raw token before it
+            head = int.from_bytes(self.data[(start - 1) * TOKEN_BYTES : start * TOKEN_BYTES], sys.byteorder)
+        return self._like(self.data[start * TOKEN_BYTES : stop * TOKEN_BYTES], head)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, RadixKey) and self.data == other.data and self.extra_key == other.extra_key
+        return (isinstance(other, RadixKey) and self.data == other.data and self.extra_key == other.extra_key
+                and self.cache_salt == other.cache_salt and self.bigram_head == other.bigram_head
+                and self.is_bigram == other.is_bigram)
 
     def __hash__(self) -> int:
-        return hash((self.data, self.extra_key))
+        return hash((self.data, self.extra_key, self.cache_salt, self.bigram_head))
 
     def __repr__(self) -> str:
-        toks = self.token_ids
+        toks = self.raw_token_ids
         shown = toks if len(toks) <= 8 else toks[:6] + ["…", toks[-1]]
         ns = f", extra_key={self.extra_key!r}" if self.extra_key is not None else ""
+        ns += f", cache_salt={self.cache_salt!r}" if self.cache_salt is not None else ""
+        ns += ", bigram" if self.is_bigram else ""
         return f"RadixKey({shown}{ns})"
 
 
-def child_key(data: bytes, offset: int, page_bytes: int, extra_key: str | None):
+def child_key(data: bytes, offset: int, page_bytes: int, namespace):
     """The dict key a node's children are stored under: its first page (+ namespace)."""
     page = data[offset : offset + page_bytes]
-    return page if extra_key is None else (extra_key, page)
+    return page if namespace is None else (namespace, page)
 
 
 def as_key(key) -> RadixKey:

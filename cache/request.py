@@ -26,6 +26,7 @@ class Req:
     cache_inserted_len: int = 0  # tokens this request already inserted (hit counting)
     output_ids: list[int] = dataclasses.field(default_factory=list)
     extra_key: Optional[str] = None
+    cache_salt: Optional[str] = None  # a second namespace beside extra_key (None: unsalted)
     priority: int = 0
     swa_evicted_seqlen: int = 0  # positions below hold no live SWA slot of this request
     # the match found Full KV past its last live window: the first checkpoint stops here

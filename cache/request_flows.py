@@ -51,7 +51,8 @@ class RequestFlows:
     # ---- admission --------------------------------------------------------------
     def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None,
                     chunk: Optional[int] = None, load_back: bool = False, mem_quota: Optional[int] = None,
-                    session_id: Optional[str] = None, session_generation: Optional[int] = None) -> Req:
+                    session_id: Optional[str] = None, session_generation: Optional[int] = None,
+                    cache_salt: Optional[str] = None) -> Req:
         """Admit a request: match its prefix, lock it, allocate and write the rest
         (with ``chunk``: only the next ``chunk`` prompt tokens, chunked prefill; the
         rest come with extend_prompt).
@@ -70,14 +71,18 @@ class RequestFlows:
         (v0.5.23's init_load_back, within ``mem_quota``; see request_load_back.py).
         ``session_id``: the session it belongs to; with the session radix cache on and
         no ``session_generation`` given, the session's current one (opening it if it is
-        closed or new, as the scheduler's ensure_session_generation does)."""
-        key = RadixKey(tokens, extra_key)
+        closed or new, as the scheduler's ensure_session_generation does). ``cache_salt``:
+        a second namespace beside ``extra_key`` ("" = none): salted KV is shared only with
+        requests of the same salt."""
+        key = RadixKey(tokens, extra_key, cache_salt)
         self._check_chunk(chunk)
         rid = rid if rid is not None else f"req{next(self._rids)}"
         if rid in self.requests:
             raise CacheError(f"request {rid!r} is already running")
         req = Req(rid, list(tokens), self.tree._empty, self.tree.root.id, None, extra_key=extra_key,
-                  token_bytes=bytearray(key.data), session_id=session_id, session_generation=session_generation)
+                  cache_salt=key.cache_salt, token_bytes=bytearray(key.data), session_id=session_id, session_generation=session_generation)
+        if self.bigram_keys:  # EAGLE: the request matches token pairs (its row keeps every token's slot)
+            key = key.bigram_view()
         if session_id is not None and session_generation is None and self.tree.session_radix_cache:
             req.session_generation = self.session_refs.ensure_session_generation(session_id)
         with self.events.op("new_request", request=rid):
@@ -312,20 +317,24 @@ class RequestFlows:
                 cache_len = min(cache_len, capped)
         for component in hooks.floor_cache_len:
             cache_len = component.floor_cache_len(cache_len)
-        if not finished:  # before the empty check, as v0.5.23 does
+        key = RadixKey.from_bytes(bytes(req.token_bytes[: max(cache_len, 0) * TOKEN_BYTES]), req.extra_key,
+                                  req.cache_salt)
+        if self.bigram_keys:  # EAGLE: one unit fewer than the tokens it spans
+            key = key.bigram_view()
+        if not finished:  # before the empty check, as v0.5.23 does; measured on the key
             for component in hooks.free_out_of_window_slots:
-                component.free_out_of_window_slots(req, max(cache_len, 0) - 1, params)
+                component.free_out_of_window_slots(req, len(key) - 1, params)
         if cache_len <= 0:
             for component in hooks.cleanup_after_caching_req:
                 component.cleanup_after_caching_req(req, finished, None, params)
             return
-        key = RadixKey.from_bytes(bytes(req.token_bytes[: cache_len * TOKEN_BYTES]), req.extra_key)
         key = key.page_aligned(self.page_size)
         aligned = len(key)
         params.key, params.value = key, req.kv_indices[:aligned]
         result = self.insert(params)
         req.cache_inserted_len = max(req.cache_inserted_len, aligned)
-        prompt_len = len(req.origin_input_ids) - len(req.origin_input_ids) % self.page_size
+        prompt_len = len(req.origin_input_ids) - int(self.bigram_keys)  # EAGLE: the prompt's pairs
+        prompt_len = max(prompt_len, 0) - max(prompt_len, 0) % self.page_size
         if self._prompt_split_ok and 0 < prompt_len < aligned:
             # split the leaf at the prompt boundary so the output can be evicted alone
             prompt = InsertParams(
@@ -362,7 +371,8 @@ class RequestFlows:
                 cache_len = min(cache_len, capped)
         for component in self.hooks.floor_cache_len:
             cache_len = component.floor_cache_len(cache_len)
-        aligned = cache_len - cache_len % self.page_size
+        key_len = max(cache_len - int(self.bigram_keys), 0)  # EAGLE: pairs
+        aligned = key_len - key_len % self.page_size
         if cache_len > 0 and aligned < req.cache_protected_len:
             raise ReferenceAssertsError(
                 f"SGLang asserts here: request {req.rid!r} would checkpoint {aligned} tokens, below the "

@@ -7,10 +7,13 @@ valid (and comparable) after the cache moves on; the timeline keeps one per step
 from __future__ import annotations
 
 import dataclasses
+import sys
 import weakref
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Optional
+
+from .keys import TOKEN_BYTES, namespace_parts
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
@@ -49,10 +52,19 @@ class NodeView:
     evictable_leaf: bool
     children: tuple[int, ...]
     components: Mapping[str, ComponentView]
+    cache_salt: Optional[str] = None  # the second namespace beside extra_key (RadixKey.cache_salt)
+    # EAGLE bigram keys: the raw token before ``key`` (shared with the parent's last
+    # pair), so the node spans raw tokens (key_head, *key); None without bigram keys
+    key_head: Optional[int] = None
 
     @property
     def tokens(self) -> int:
         return len(self.key)
+
+    @property
+    def raw_key(self) -> tuple[int, ...]:
+        """The tokens a user typed for this node: a bigram node's pairs' tokens."""
+        return self.key if self.key_head is None else (self.key_head, *self.key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,12 +208,21 @@ class NodeRecord:
     id: int
     parent: Optional[int]
     key: bytes
-    extra_key: Optional[str]
+    namespace: object  # the node's: extra_key, or keys.Namespace (cache_salt, bigram head)
     last_access_time: float
     priority: int
     hit_count: int
     evictable_leaf: bool
     components: tuple[ComponentRecord, ...]
+    key_head: Optional[int] = None  # bigram keys: the raw token before ``key`` (NodeView.key_head)
+
+    @property
+    def extra_key(self) -> Optional[str]:
+        return namespace_parts(self.namespace).extra_key
+
+    @property
+    def cache_salt(self) -> Optional[str]:
+        return namespace_parts(self.namespace).cache_salt
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -242,10 +263,19 @@ def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
             _session_ids(cd),
         ))
     return NodeRecord(
-        node.id, node.parent.id if node.parent is not None else None, node.key, node.extra_key,
+        node.id, node.parent.id if node.parent is not None else None, node.key, node.namespace,
         node.last_access_time, node.priority if node is not root else 0, node.hit_count, node.in_leaf_set,
-        tuple(comps),
+        tuple(comps), _key_head(node, root),
     )
+
+
+def _key_head(node, root) -> Optional[int]:
+    """A bigram node's first pair begins with its parent's last token (the root's
+    children: with the key's first token, kept in the namespace)."""
+    head = namespace_parts(node.namespace).bigram_head
+    if head is None or node.parent is root or node.parent is None:
+        return head
+    return int.from_bytes(node.parent.key[-TOKEN_BYTES:], sys.byteorder)
 
 
 def global_record(cache: UnifiedRadixCache) -> GlobalRecord:
@@ -279,6 +309,9 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
         key = tuple(node.token_ids)
         path = paths[node.parent.id] + key if node.parent is not None else ()
         paths[node.id] = path
+        extra_key, salt, head = namespace_parts(node.namespace)
+        if head is not None and len(path) > len(key):  # the pair before this node ends the parent's path
+            head = path[len(path) - len(key) - 1]
         comps = {}
         for component in cache.components:
             cd = node.data[component.index]
@@ -297,13 +330,15 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
                 node.parent.id if node.parent is not None else None,
                 key,
                 path,
-                node.extra_key,
+                extra_key,
                 node.last_access_time,
                 node.priority if node is not root else 0,
                 node.hit_count,
                 node.in_leaf_set,
                 tuple(c.id for c in tree.iter_children(node)),
                 MappingProxyType(comps),
+                salt,
+                head,
             )
         )
     leaves = tuple(n.id for n in sorted(tree.leaves, key=lambda n: (n.last_access_time, n.id)))

@@ -19,7 +19,7 @@ from .components.base import TreeComponent
 from .errors import InvalidValueError, UnknownNodeError
 from .events import Cause, EventBus, EventKind
 from .hooks import overriding
-from .keys import TOKEN_BYTES, RadixKey, child_key, unpack_tokens
+from .keys import TOKEN_BYTES, RadixKey, child_key, unpack_tokens, namespace_order
 from .leaf_set import EvictableLeafSet
 from .lru import LRUList
 from .lru_session import PartitionedLRUList
@@ -35,7 +35,7 @@ from .tree_walk import walk_key
 def _child_order(node: TreeNode):
     """(namespace, first page): a total order, since siblings differ in their first page."""
     page = node.child_key if isinstance(node.child_key, bytes) else node.child_key[1]
-    return (node.extra_key or "", unpack_tokens(page))
+    return (namespace_order(node.namespace), unpack_tokens(page))
 
 
 class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
@@ -142,11 +142,11 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         return node
 
     def _child_key_of(self, node: TreeNode):
-        return child_key(node.key, 0, self.page_bytes, node.extra_key)
+        return child_key(node.key, 0, self.page_bytes, node.namespace)
 
     def _set_key(self, node: TreeNode, data: bytes) -> None:
         node.set_key(data)
-        node.child_key = child_key(data, 0, self.page_bytes, node.extra_key)
+        node.child_key = child_key(data, 0, self.page_bytes, node.namespace)
 
     def is_device_leaf(self, node: TreeNode) -> bool:
         """Evictable leaf: has Full KV, no child with Full KV, nothing locked on it."""
@@ -184,7 +184,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         for component in self.components:
             if (validate := component.create_match_validator()) is not None:
                 validators.append(validate)
-        path, cut = walk_key(root, data, key.extra_key, ps)
+        path, cut = walk_key(root, data, key.namespace, ps)
         split_child = None  # the node a partial match split (for the verdict)
         # the key left the last node part-way: split it there now, before the
         # validators run (they read only the nodes they are handed)
@@ -231,7 +231,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         limit = (ntok - ntok % ps) * TOKEN_BYTES
         data = data[:limit]
         validators = [v for c in self.components if (v := c.create_match_validator()) is not None]
-        nodes, cut = walk_key(self.root, data, key.extra_key, ps)
+        nodes, cut = walk_key(self.root, data, key.namespace, ps)
         path = [(node, node.length) for node in nodes]
         if cut is not None:
             path[-1] = (nodes[-1], cut)
@@ -304,7 +304,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         limit = ntok * TOKEN_BYTES
         if limit != len(data):
             data = data[:limit]
-        ek = key.extra_key
+        ek = key.namespace
         prev = params.prev_prefix_len
         inserted_len = params.inserted_len
         priority = params.priority
@@ -403,10 +403,10 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         if start < end:
             pending.append(FreeDeviceKV([value[start:end]], node.id))
 
-    def _add_leaf(self, parent: TreeNode, key: bytes, extra_key, value: torch.Tensor, priority: int) -> TreeNode:
+    def _add_leaf(self, parent: TreeNode, key: bytes, namespace, value: torch.Tensor, priority: int) -> TreeNode:
         node = self._new_node(priority)
         node.parent = parent
-        node.extra_key = extra_key
+        node.namespace = namespace
         self._set_key(node, key)
         node.data[0].value = value
         parent.children[node.child_key] = node
@@ -424,7 +424,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         parent = child.parent
         cut = split_len * TOKEN_BYTES
         new.parent = parent
-        new.extra_key = child.extra_key
+        new.namespace = child.namespace
         self._set_key(new, child.key[:cut])
         self._set_key(child, child.key[cut:])
         new.hit_count = child.hit_count

@@ -36,7 +36,7 @@ class TreeNode:
         "parent",
         "children",
         "key",
-        "extra_key",
+        "namespace",
         "length",
         "data",
         "last_access_time",
@@ -55,7 +55,7 @@ class TreeNode:
         self.parent: Optional[TreeNode] = None
         self.children: dict = {}
         self.key = b""  # packed int32 tokens of this node's edge
-        self.extra_key: Optional[str] = None
+        self.namespace = None  # extra_key, or keys.Namespace with a cache_salt or bigram head
         self.length = 0  # tokens on the edge
         self.data = [ComponentData() for _ in range(num_components)]
         self.last_access_time = clock

@@ -27,7 +27,7 @@ class WalkStop(Enum):
     PARTIAL = "split needed"  # the last node matched only in part
 
 
-def walk_key(root: TreeNode, data: bytes, extra_key, page_size: int) -> tuple[list[TreeNode], Optional[int]]:
+def walk_key(root: TreeNode, data: bytes, namespace, page_size: int) -> tuple[list[TreeNode], Optional[int]]:
     """The nodes along the key from below ``root`` down, and where the last one must
     be cut: None when it matched whole, else the tokens of it that matched (whole
     pages, fewer than its length). Every other node matched whole.
@@ -42,7 +42,7 @@ def walk_key(root: TreeNode, data: bytes, extra_key, page_size: int) -> tuple[li
     node, off = root, 0
     while off < limit:
         page = data[off : off + page_bytes]
-        child = node.children.get(page if extra_key is None else (extra_key, page))
+        child = node.children.get(page if namespace is None else (namespace, page))
         if child is None:
             break
         nodes.append(child)

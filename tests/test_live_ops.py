@@ -304,7 +304,7 @@ def test_every_op_has_a_one_line_usage_starting_with_its_name():
 
 def test_usage_examples_parse():
     """The usage lines, with placeholders filled in, are commands that parse."""
-    fill = {"TOKENS…": "1 2", "MATCH": "m", "NAME": "n", "LOCK": "L", "REQ": "r", "NS": "ns", "N": "1", "SID": "s1"}
+    fill = {"TOKENS…": "1 2", "MATCH": "m", "NAME": "n", "LOCK": "L", "REQ": "r", "NS": "ns", "SALT": "salt", "N": "1", "SID": "s1"}
     for usage in OP_HELP.values():
         words = []
         for word in usage.replace("[", "").replace("]", "").split():

@@ -331,16 +331,17 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         can be rebuilt (not when another component's checkpoints decide the length,
         e.g. Mamba's)."""
         branch = req.swa_branching_seqlen
-        if branch is None or branch <= req.cache_protected_len or branch > length or self._others_set_checkpoints:
+        if branch is None or branch <= req.cache_protected_len or self._others_set_checkpoints:
             return None
-        return branch
+        spanned = branch + int(self.cache.bigram_keys)  # EAGLE: N pairs span N + 1 tokens
+        return None if spanned > length else spanned
 
     def prepare_for_caching_req(self, req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
         """Forward the request's window floor and its branch point."""
         params.swa_evicted_seqlen = req.swa_evicted_seqlen
         branch = self.caching_len(req, length, finished)
         if branch is not None:
-            params.swa_branching_seqlen = branch
+            params.swa_branching_seqlen = req.swa_branching_seqlen
         return branch
 
     @property
@@ -352,7 +353,7 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
             return
         req.swa_branching_seqlen = None
         if not finished and self.frees_out_of_window:  # the branch is cached: the rest of the window can slide now
-            self.slide_window(req, len(req.fill_ids) - 1)
+            self.slide_window(req, len(req.fill_ids) - int(self.cache.bigram_keys) - 1)  # on the key's length
 
     def free_out_of_window_slots(self, req, pre_len: int, params: InsertParams) -> None:
         if self.frees_out_of_window:

@@ -22,7 +22,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Iterable
 
-MODULES = ("full", "swa", "mamba", "requests", "sessions")
+MODULES = ("full", "swa", "mamba", "requests", "sessions", "keys")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -282,7 +282,7 @@ def _install_partial_page_empty_node(cache) -> None:
         limit = (ntok - ntok % ps) * TOKEN_BYTES
         if limit == len(data):  # no partial page: the bug cannot show
             return match_prefix(key)
-        ek, pb = key.extra_key, tree.page_bytes
+        ek, pb = key.namespace, tree.page_bytes
         node, off = tree.root, 0
         while off < limit:  # whole nodes only, read-only
             ck = data[off : off + pb] if ek is None else (ek, data[off : off + pb])
@@ -292,7 +292,7 @@ def _install_partial_page_empty_node(cache) -> None:
             node, off = child, off + len(child.key)
         tail = data[limit:]
         for child in tree.iter_children(node):
-            if child.extra_key == ek and child.key.startswith(tail):
+            if child.namespace == ek and child.key.startswith(tail):
                 _split_at_zero(tree, child)
                 fired(cache, PARTIAL_PAGE_EMPTY_NODE)
                 break

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-Ident = tuple  # (extra_key, path tokens)
+Ident = tuple  # (namespace: extra_key, or (extra_key, cache_salt) when salted; path tokens)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,8 +58,12 @@ def from_snapshot(snapshot, components: list[str]) -> CanonicalState:
     nodes: dict[Ident, NodeState] = {}
     ident_of: dict[int, Ident] = {}
     hosted = "full_host" in snapshot.pools  # the host tier
+    raw_paths: dict[int, tuple[int, ...]] = {}  # the tokens a user typed from the root (bigram keys: one more)
     for view in snapshot.nodes[1:]:
-        ident = (view.extra_key, view.path)
+        above = raw_paths.get(view.parent, ())
+        raw_paths[view.id] = above + view.raw_key if not above or view.key_head is None else above + view.key
+        namespace = view.extra_key if view.cache_salt is None else (view.extra_key, view.cache_salt)
+        ident = (namespace, raw_paths[view.id])
         ident_of[view.id] = ident
         comps = {name: (view.components[name].value_len, view.components[name].lock_ref) for name in components}
         host = {name: view.components[name].host_len for name in components} if hosted else {}
@@ -81,8 +85,8 @@ def _sessions(snapshot, ident_of: dict[int, Ident]) -> dict[str, Any]:
     if refs is not None:
         parts["generations"] = tuple(sorted(refs.generations.items()))
         parts["closed"] = refs.closed
-        parts["leaves"] = tuple(sorted((sid, name, ident_of[node]) for sid, per in refs.leaves.items()
-                                       for name, ids in per.items() for node in ids))
+        parts["leaves"] = tuple(sorted(((sid, name, ident_of[node]) for sid, per in refs.leaves.items()
+                                        for name, ids in per.items() for node in ids), key=leaf_order))
     if streaming is not None:
         parts["controller"] = tuple(sorted((sid, s.streaming, s.inflight, s.close_on_finish)
                                            for sid, s in streaming.controller.items()))
@@ -91,6 +95,13 @@ def _sessions(snapshot, ident_of: dict[int, Ident]) -> dict[str, Any]:
              None if s.lock_node is None else ident_of.get(s.lock_node, "root"))
             for sid, s in streaming.slots.items()))
     return {part: value for part, value in parts.items() if value}
+
+
+def leaf_order(leaf: tuple) -> tuple:
+    """(session, component, ident) in an order that holds across namespaces of every
+    form (None, an extra_key, an (extra_key, cache_salt) pair)."""
+    sid, name, (namespace, path) = leaf
+    return (sid, name, repr(namespace), path)
 
 
 def describe(ident: Ident) -> str:

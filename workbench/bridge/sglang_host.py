@@ -151,7 +151,7 @@ class HostTier:
         if side.r2t.alloc([req]) is None:
             raise BridgeError("no free req_to_token row for a load_back")
         try:
-            m = cache.match_prefix(sg.MatchPrefixParams(key=side.key(f["key"], f.get("extra_key")), req=req))
+            m = cache.match_prefix(sg.MatchPrefixParams(key=side.key(f["key"], f.get("extra_key"), f.get("cache_salt")), req=req))
             req.prefix_len, req.last_node = m.device_prefix_len, m.last_device_node
             req.last_host_node, req.best_match_node = m.last_host_node, m.best_match_node
             req.host_hit_length = m.host_hit_length

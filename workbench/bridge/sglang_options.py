@@ -18,6 +18,8 @@ def init_params_options(config: dict) -> dict:
     if "swa" in config["components"]:  # the SWA options (retain window = max(window, draft))
         out["draft_swa_window"] = config.get("swa_draft_window", 0)
         out["swa_gates_prefix_match"] = config.get("swa_gates_prefix_match", True)
+    if config.get("is_eagle"):  # the tree core turns it off itself when Mamba is a component
+        out["is_eagle"] = True
     return out
 
 
@@ -26,6 +28,8 @@ def server_args_options(config: dict) -> dict:
     out = {}
     if "mamba" in config["components"]:  # MambaComponent reads the cap at construction
         out["mamba_max_states_per_path"] = check_mamba_cap(config.get("mamba_max_states_per_path", -1))
+    if config.get("is_eagle"):  # production derives CacheInitParams.is_eagle from it
+        out["speculative_algorithm"] = "EAGLE"
     return out
 
 

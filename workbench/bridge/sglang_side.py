@@ -17,7 +17,7 @@ from typing import Any, Optional
 from cache.keys import ceil_align
 
 from ..model import ops
-from .canonical import CanonicalState, NodeState
+from .canonical import leaf_order, CanonicalState, NodeState
 from .sglang_env import BridgeError, sglang_api
 from .sglang_host import HostTier, server_args_fields
 from .sglang_options import init_params_options, mamba_extra_buffer, option_env, server_args_options
@@ -49,6 +49,7 @@ class SGLangSide:
         self.has_swa, self.has_mamba = "swa" in self.names, "mamba" in self.names
         self.auto_evict = config.get("auto_evict", True)
         self.session_radix = bool(config.get("session_radix_cache", False))
+        self.is_eagle = bool(config.get("is_eagle", False)) and not self.has_mamba  # bigram keys, as its tree core
         self.core_name = core
         self.config = config
         self._build(config, core, max_requests, max_context)
@@ -184,8 +185,8 @@ class SGLangSide:
             kv.mamba_next_track_idx = self.r2t.get_mamba_ping_pong_other_idx(track_idx)
 
     # ---- slots ---------------------------------------------------------------------
-    def key(self, tokens: list[int], extra_key: Optional[str]):
-        return self.sg.RadixKey(array("q", tokens), extra_key=extra_key)
+    def key(self, tokens: list[int], extra_key: Optional[str], cache_salt: Optional[str] = None):
+        return self.sg.RadixKey(array("q", tokens), extra_key=extra_key, cache_salt=cache_salt)
 
     def available(self) -> dict[str, int]:
         if self.has_swa:
@@ -277,8 +278,10 @@ class SGLangSide:
             node, path = stack.pop()
             if node is not root:
                 key = node.key
-                path = path + tuple(key.raw_token_ids())
-                ident = (key.extra_key, path)
+                raw = tuple(key.raw_token_ids())
+                # a bigram key's first token is its parent's last (the pair across them)
+                path = path + (raw[1:] if key.is_bigram and path else raw)
+                ident = (key.extra_key if key.cache_salt is None else (key.extra_key, key.cache_salt), path)
                 ident_of[id(node)] = ident
                 comps = {}
                 for name, kind in self.types.items():
@@ -289,7 +292,7 @@ class SGLangSide:
                                  tuple(sorted(node.component_data[kind].session_ids or ())))
                           for name, kind in self.types.items()}
                 tagged = {name: t for name, t in tagged.items() if t != (0, ())}
-                nodes[ident] = NodeState(len(key.raw_token_ids()), node.id, comps, host, tagged)
+                nodes[ident] = NodeState(len(key), node.id, comps, host, tagged)
             stack.extend((child, path) for child in node.children.values())
         leaves = frozenset(ident_of[id(n)] for n in core.evictable_device_leaves if id(n) in ident_of)
         lru = {}
@@ -308,8 +311,9 @@ class SGLangSide:
     def _sessions_state(self, ident_of: dict) -> dict:
         """The session bookkeeping in canonical form (canonical.py): parts left out while empty."""
         refs, slots = self.cache.session_refs, self.cache.session.slots
-        leaves = tuple(sorted((sid, name, ident_of[id(node)]) for name, kind in self.types.items()
-                              for sid, nodes in self.cache.components[kind]._session_leaves.items() for node in nodes))
+        leaves = tuple(sorted(((sid, name, ident_of[id(node)]) for name, kind in self.types.items()
+                               for sid, nodes in self.cache.components[kind]._session_leaves.items() for node in nodes),
+                              key=leaf_order))
         controller = tuple(sorted((sid, bool(s.streaming), bool(s._inflight), bool(s.close_on_finish))
                                   for sid, s in self.sessions.sessions.items()))
         streaming = tuple(sorted(

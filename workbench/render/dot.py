@@ -76,6 +76,8 @@ def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, .
     head = f" {data['tokens']}t {html.escape(_head(data))}"
     if data["extra_key"] is not None:  # the namespace, as the tree panel shows it
         head += f' <FONT COLOR="#8d6e00">ns={html.escape(str(data["extra_key"]))}</FONT>'
+    if data.get("cache_salt") is not None:
+        head += f' <FONT COLOR="#8d6e00">salt={html.escape(str(data["cache_salt"]))}</FONT>'
     rows = [f'<TR><TD COLSPAN="4" ALIGN="LEFT"><B>{html.escape(title)}</B>{head}</TD></TR>']
     for comp in components:
         facts = data["components"][comp]
@@ -106,7 +108,10 @@ def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, .
 
 def _head(data: dict) -> str:
     head = data["head"]
-    return tokens_text(head[:-1] + ["…"] if data["tokens"] > len(head) else head) if head else "[]"
+    text = tokens_text(head[:-1] + ["…"] if data["tokens"] > len(head) else head) if head else "[]"
+    if data.get("key_head") is not None:  # an EAGLE bigram key: the token its first pair begins with
+        text = f"[{data['key_head']}|{text[1:]}"
+    return text
 
 
 def _classes(data: dict, locked: bool) -> str:

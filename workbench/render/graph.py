@@ -56,6 +56,8 @@ def _facts(row: ShownNode) -> dict:
         "head": unpack_tokens(row.key[: TOKEN_BYTES * (HEAD_TOKENS + 1)]),
         "key": row.key,
         "extra_key": row.extra_key,
+        "cache_salt": row.cache_salt,
+        "key_head": row.key_head,
         "parent": row.parent,
         "evictable_leaf": row.evictable_leaf,
         "components": components,

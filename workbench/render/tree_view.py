@@ -14,7 +14,7 @@ from rich.tree import Tree
 
 from cache.snapshot import CacheSnapshot, NodeView
 
-from ..model.timeline.fmt import tokens_text
+from ..model.timeline.fmt import key_text, tokens_text
 
 COMPONENT_STYLE = {"full": "cyan", "swa": "magenta", "mamba": "green"}
 SESSION_STYLE = "bold dark_orange"  # a session badge, §n
@@ -28,25 +28,30 @@ def node_label(node: NodeView, snapshot: CacheSnapshot) -> Text:
     comps = ((name, v.value_len, v.lock_ref, v.lru_rank, tuple(v.extras.items()), v.host_len, v.session_ref,
               v.session_ids)
              for name, v in ((name, node.components[name]) for name in snapshot.components))
-    return badge_line(node.id, node.key, node.extra_key, comps, node.evictable_leaf)
+    return badge_line(node.id, node.key, node.extra_key, comps, node.evictable_leaf,
+                      cache_salt=node.cache_salt, key_head=node.key_head)
 
 
 def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable[tuple], evictable_leaf: bool,
-               chain: int = 0) -> Text:
+               chain: int = 0, cache_salt: Optional[str] = None, key_head: Optional[int] = None) -> Text:
     """``#7 [1 2 3] 3t  full:3 🔒1 r0  swa:✝  leaf``: one node with a badge per component
     (name, value length or None, lock_ref, LRU rank or None, extras[, host copy length[,
     session_ref, session_ids]]) — every view's line. With a host tier a copy shows as
     ``+host``, and a host-only node (device data evicted, host copy kept) as a reversed
     ``full:HOST 3`` badge; a node sessions hold shows ``§n`` (session_ref), and a
-    session's frontier names it, ``§1=s1``."""
+    session's frontier names it, ``§1=s1``. A salted node shows ``salt=S`` beside its
+    namespace; an EAGLE bigram key shows the token its first pair begins with: ``[3|4 5]``
+    (its length counts pairs)."""
     text = Text()
     text.append(f"#{node_id} ", style="bold")
     if chain:
         text.append(f"+{chain} ", style="bold dim")
-    text.append(abbreviate(key), style="white")
+    text.append(key_text(key, key_head), style="white")
     text.append(f" {len(key)}t", style="dim")
     if extra_key is not None:
         text.append(f" ns={extra_key}", style="yellow")
+    if cache_salt is not None:
+        text.append(f" salt={cache_salt}", style="yellow")
     for name, value_len, lock_ref, rank, extras, *more in components:
         style = COMPONENT_STYLE.get(name, "white")
         host_len = more[0] if more else None

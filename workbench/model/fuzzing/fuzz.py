@@ -43,6 +43,8 @@ class OpGenerator:
     def __init__(self, config: FuzzConfig, seed: int | str) -> None:
         self.config = config
         self.rng = random.Random(seed)
+        # cache_salt draws come from their own stream, so the steps are the ones the seed always drew
+        self.salt_rng = random.Random(f"cache_salt:{seed}")
         self.page = config.page_size
         self.keys: list[list[int]] = []
         self.matches: list[str] = []
@@ -76,6 +78,12 @@ class OpGenerator:
         if len(key) >= page:
             self.keys = (self.keys + [key])[-12:]
         return key
+
+    def salt(self) -> dict[str, str]:
+        """Now and then a cache_salt (a second namespace) for an insert, match or request."""
+        if self.salt_rng.random() < 0.12:
+            return {"cache_salt": self.salt_rng.choice(("s1", "s2"))}
+        return {}
 
     def next_step(self) -> dict[str, Any]:
         """One weighted draw over every op's fuzz rules (``ops/``), then the rule's step."""

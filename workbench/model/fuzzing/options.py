@@ -49,6 +49,8 @@ SWA_OPTION_SETS = (  # the SWA options (issue 28)
 OPTION_SETS: tuple[OptionSet, ...] = (  # one row per option value worth a run (issue 28)
     *MAMBA_OPTION_SETS,
     *SWA_OPTION_SETS,
+    option_set(needs=("full",), pages=(1, 4), is_eagle=True),  # EAGLE bigram keys (off with Mamba, as upstream)
+    option_set(needs=("full", "swa"), pages=(1, 4), is_eagle=True),  # … and SWA's branch point and frees
 )
 
 

@@ -30,14 +30,14 @@ def fuzz_evict_host(gen) -> dict:
 def run_load_back(session, f: dict) -> dict:
     from cache import RadixKey  # torch: only once an op runs
 
-    result = session.cache.load_back(RadixKey(f["key"], f.get("extra_key")), f.get("mem_quota"))
+    result = session.cache.load_back(RadixKey(f["key"], f.get("extra_key"), f.get("cache_salt")), f.get("mem_quota"))
     return {"loaded": result.loaded, "host_hit_length": result.host_hit_length}
 
 
 LOAD_BACK = declare(OpSpec(
     "load_back", "bring a key's host-only prefix back to the device (refused past mem_quota)",
     run_load_back,
-    fields=(Field("key", TOKENS, required=True), Field("extra_key", NAME, placeholder="NS"),
+    fields=(Field("key", TOKENS, required=True), Field("extra_key", NAME, placeholder="NS"), Field("cache_salt", NAME, placeholder="SALT"),
             Field("mem_quota", COUNT)),
     results=("loaded", "host_hit_length"),
     needs=(HOST,),

@@ -25,7 +25,7 @@ def run_insert(session, f: dict) -> dict:
 
     cache = session.cache
     tokens = f["key"]
-    key = RadixKey(tokens, f.get("extra_key"))
+    key = RadixKey(tokens, f.get("extra_key"), f.get("cache_salt"))
     aligned = len(tokens) - len(tokens) % cache.page_size
     window_floor = f.get("swa_evicted_seqlen", 0)
     if window_floor:  # a request whose window slid: its SWA KV below the floor is gone
@@ -53,13 +53,25 @@ def run_insert(session, f: dict) -> dict:
         if state is not None:
             cache.free_mamba_state(state)
         raise
+    if cache.bigram_keys:  # EAGLE: N tokens are N - 1 pairs, so the tree adopts one slot fewer
+        aligned = max(len(tokens) - 1, 0) - max(len(tokens) - 1, 0) % cache.page_size
     if aligned < len(tokens):
-        cache.free_kv([slots[aligned:]])
+        _free_tail(cache, slots, aligned, window_floor)
     if state is not None and result.mamba_exist:
         cache.free_mamba_state(state)  # the tree kept its own state
     if "as" in f:  # a name for the node the insert ended on, for a later lock
         session.name_match(f["as"], result.last_device_node, result.prefix_len, key, None)
     return {"prefix_len": result.prefix_len}
+
+
+def _free_tail(cache, slots, aligned: int, window_floor: int) -> None:
+    """The slots the tree did not adopt go back; below the window floor their SWA side
+    is gone already, so only their Full side is freed there."""
+    if window_floor > aligned:
+        cache.free_kv([slots[aligned:window_floor]], full_only=True)
+        aligned = window_floor
+    if aligned < len(slots):
+        cache.free_kv([slots[aligned:]])
 
 
 def sglang_insert(side, f: dict) -> dict:
@@ -77,7 +89,8 @@ def sglang_insert(side, f: dict) -> dict:
             side.alloc.free_swa_segment(slots[: min(floor, aligned)], start_pos=0)
         if side.has_mamba:
             state = side.alloc_mamba()
-        params = sg.InsertParams(key=side.key(tokens, f.get("extra_key")), value=slots, mamba_value=state)
+        params = sg.InsertParams(key=side.key(tokens, f.get("extra_key"), f.get("cache_salt")), value=slots,
+                                 mamba_value=state)
         if floor:
             params.component_evicted_seqlens[sg.ComponentType.SWA] = floor
         result = side.cache.insert(params)
@@ -86,6 +99,13 @@ def sglang_insert(side, f: dict) -> dict:
         if state is not None:
             side.r2t.mamba_allocator.free(state)
         raise
+    if side.is_eagle:  # the tree adopted one slot fewer (N tokens are N - 1 pairs): free that page too
+        adopted = max(n - 1, 0) - max(n - 1, 0) % side.ps
+        if adopted < aligned:
+            from sglang.srt.mem_cache.common import free_kv_row_segments
+
+            dead = min(floor, aligned) if side.has_swa else 0
+            free_kv_row_segments(side.alloc, [(slots[adopted:aligned], adopted)], swa_evicted_seqlen=dead)
     tail = torch.cat([slots[aligned:], extra])
     if tail.numel():
         side.alloc.free_segment(tail, start_pos=aligned)
@@ -97,14 +117,14 @@ def sglang_insert(side, f: dict) -> dict:
 
 
 def fuzz_insert(gen) -> dict:
-    step: dict[str, Any] = {"op": INSERT.name, "key": gen.key()}
+    step: dict[str, Any] = {"op": INSERT.name, "key": gen.key(), **gen.salt()}
     if "swa" in gen.config.components and gen.rng.random() < 0.3 and len(step["key"]) >= gen.page:
         step["swa_evicted_seqlen"] = gen.rng.randint(0, len(step["key"]) // gen.page) * gen.page
     return step
 
 
 def record_insert(mapper, tokens: list[int], extra_key: Optional[str], swa_evicted_seqlen: int, node: Any,
-                  prefix_len: int, page_size: int):
+                  prefix_len: int, page_size: int, cache_salt: Optional[str] = None):
     if swa_evicted_seqlen % page_size:
         return (f"insert of {len(tokens)} tokens with swa_evicted_seqlen {swa_evicted_seqlen}, not a multiple "
                 f"of page_size {page_size}: not expressible as an insert op")
@@ -113,6 +133,8 @@ def record_insert(mapper, tokens: list[int], extra_key: Optional[str], swa_evict
     step: dict = {"op": INSERT.name, "key": tokens, "as": name}
     if extra_key is not None:
         step["extra_key"] = extra_key
+    if cache_salt is not None:
+        step["cache_salt"] = cache_salt
     if swa_evicted_seqlen:
         step["swa_evicted_seqlen"] = swa_evicted_seqlen
     step["expect"] = {"prefix_len": prefix_len}
@@ -123,13 +145,14 @@ def _recorded_insert(mapper, call):
     params = call.arg(0, "params")
     floor = next((int(v) for k, v in params.component_evicted_seqlens.items() if k.name == "SWA"), 0)
     return record_insert(mapper, call.tokens(params.key), params.key.extra_key, floor, call.result.last_device_node,
-                         int(call.result.prefix_len), mapper.page_size)
+                         int(call.result.prefix_len), mapper.page_size, getattr(params.key, "cache_salt", None))
 
 
 INSERT = declare(OpSpec(
     "insert", "cache a sequence: allocate, write KV, insert, free the unaligned tail",
     run_insert,
     fields=(Field("key", TOKENS, required=True), Field("as", NAME, defines="matches"), Field("extra_key", NAME, placeholder="NS"),
+            Field("cache_salt", NAME, placeholder="SALT"),
             Field("swa_evicted_seqlen", COUNT, needs="swa", page_multiple=True)),
     results=("prefix_len",),
     run_sglang=sglang_insert,
@@ -143,7 +166,7 @@ def run_match(session, f: dict) -> dict:
     from cache import MatchPrefixParams, RadixKey
 
     cache = session.cache
-    key = RadixKey(f["key"], f.get("extra_key"))
+    key = RadixKey(f["key"], f.get("extra_key"), f.get("cache_salt"))
     result = cache.match_prefix(MatchPrefixParams(key))
     session.last_match = session.name_match(f.get("as"), result.last_device_node, result.prefix_len, key, result)
     out = {"prefix_len": result.prefix_len, "host_hit_length": result.host_hit_length}
@@ -156,7 +179,7 @@ def run_match(session, f: dict) -> dict:
 
 
 def sglang_match(side, f: dict) -> dict:
-    result = side.cache.match_prefix(side.sg.MatchPrefixParams(key=side.key(f["key"], f.get("extra_key"))))
+    result = side.cache.match_prefix(side.sg.MatchPrefixParams(key=side.key(f["key"], f.get("extra_key"), f.get("cache_salt"))))
     if "as" in f:
         side.matches[f["as"]] = result.last_device_node
     out = {"prefix_len": int(result.device_prefix_len), "host_hit_length": int(result.host_hit_length)}
@@ -171,16 +194,19 @@ def sglang_match(side, f: dict) -> dict:
 def fuzz_match(gen) -> dict:
     name = f"m{gen.count}"
     gen.matches = (gen.matches + [name])[-6:]
-    return {"op": MATCH.name, "key": gen.key(), "as": name}
+    return {"op": MATCH.name, "key": gen.key(), "as": name, **gen.salt()}
 
 
 def record_match(mapper, tokens: list[int], extra_key: Optional[str], node: Any, prefix_len: int,
-                 mamba_branching_seqlen: Optional[int] = None, cow: bool = False) -> dict:
+                 mamba_branching_seqlen: Optional[int] = None, cow: bool = False,
+                 cache_salt: Optional[str] = None) -> dict:
     name = mapper.new_name("m")
     mapper.name_node(node, name)
     step = {"op": MATCH.name, "key": tokens, "as": name}
     if extra_key is not None:
         step["extra_key"] = extra_key
+    if cache_salt is not None:
+        step["cache_salt"] = cache_salt
     expect = {"prefix_len": prefix_len}
     if "mamba" in mapper.components:
         expect["mamba_branching_seqlen"] = mamba_branching_seqlen
@@ -193,14 +219,15 @@ def record_match(mapper, tokens: list[int], extra_key: Optional[str], node: Any,
 def _recorded_match(mapper, call):
     params, result = call.arg(0, "params"), call.result
     return record_match(mapper, call.tokens(params.key), params.key.extra_key, result.last_device_node,
-                        int(result.device_prefix_len), result.mamba_branching_seqlen, bool(params.cow_mamba))
+                        int(result.device_prefix_len), result.mamba_branching_seqlen, bool(params.cow_mamba),
+                        getattr(params.key, "cache_salt", None))
 
 
 MATCH = declare(OpSpec(
     "match", "look a key up: the longest cached prefix, and what the host tier holds past it",
     run_match,
     fields=(Field("key", TOKENS, required=True), Field("as", NAME, defines="matches", offered=True),
-            Field("extra_key", NAME, placeholder="NS")),
+            Field("extra_key", NAME, placeholder="NS"), Field("cache_salt", NAME, placeholder="SALT")),
     results=("prefix_len", "host_hit_length", "swa_host_hit_length", "mamba_host_hit_length", "mamba_branching_seqlen"),
     run_sglang=sglang_match,
     fuzz=(FuzzRule(1, lambda gen: 20, fuzz_match),),

@@ -32,6 +32,8 @@ def run_prefill(session, f: dict) -> dict:
         more.update(session_id=f["session"], session_generation=f.get("generation"))
     elif f.get("generation") is not None:
         raise session.refused("generation is a session's: it needs session=ID")
+    if f.get("cache_salt"):
+        more["cache_salt"] = f["cache_salt"]
     req = session.cache.new_request(f["tokens"], rid=name, chunk=f.get("chunk"), **more)
     req.priority = f.get("priority", 0)  # read by its checkpoints (InsertParams.priority)
     session.reqs[name] = req
@@ -49,7 +51,7 @@ def sglang_prefill(side, f: dict) -> dict:
         raise side.refused(f"request {name!r} is already running")
     req = sg.Req(rid=side.next_rid(), origin_input_text="", origin_input_ids=array("q", tokens),
                  sampling_params=sg.SamplingParams(temperature=0, max_new_tokens=1 << 20),
-                 priority=f.get("priority"), session_id=f.get("session"))
+                 priority=f.get("priority"), session_id=f.get("session"), cache_salt=f.get("cache_salt"))
     if f.get("generation") is not None:  # a request created under an earlier incarnation of its session
         req.session_generation = f["generation"]
     elif f.get("session") is not None and side.session_radix:  # the scheduler's radix-native session request
@@ -94,7 +96,7 @@ def fuzz_prefill(gen) -> dict:
     if rng.random() < 0.1:  # a prompt about the size of the pool: admission may be refused
         kv = gen.config.scenario_config()["kv_size"]
         tokens = tokens + [rng.randint(1, 3) for _ in range(rng.randint(kv // 2, kv + kv // 4))]
-    step = {"op": PREFILL.name, "req": name, "tokens": tokens}
+    step = {"op": PREFILL.name, "req": name, "tokens": tokens, **gen.salt()}
     gen.computed[name], gen.outputs[name] = len(tokens), 0
     if rng.random() < 0.2 and len(tokens) > 1:  # chunked prefill: the rest comes with req_extend
         step["chunk"] = rng.randint(1, len(tokens) - 1)
@@ -123,7 +125,7 @@ PREFILL = declare(OpSpec(
             Field("chunk", COUNT, placeholder="N"),
             Field("load_back", FLAG, flag_word="load_back", needs=HOST), Field("mem_quota", COUNT, needs=HOST),
             Field("session", NAME, placeholder="SID"), Field("generation", COUNT, placeholder="N"),
-            Field("priority", COUNT, placeholder="N")),
+            Field("priority", COUNT, placeholder="N"), Field("cache_salt", NAME, placeholder="SALT")),
     results=("prefix_len", "host_loaded"),
     run_sglang=sglang_prefill,
     refusal_changes="SGLang's scheduler matches a request before it knows it can admit it: a refused admission "

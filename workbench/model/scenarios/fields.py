@@ -38,6 +38,7 @@ CONFIG_FIELDS = {
     "auto_evict": bool,
     "hicache": dict,
     "session_radix_cache": bool,
+    "is_eagle": bool,  # EAGLE bigram keys (CacheConfig.is_eagle)
 }
 SCENARIO_FIELDS = {"name": str, "description": str, "source": str}
 # Any other listed component gets the same per-component fields: "<component>_<suffix>"

@@ -7,7 +7,7 @@ booleans read as TOML writes them, and counts agree with their nouns.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Optional
 
 KEY_HEAD = 3  # tokens shown before the ellipsis
 KEY_TAIL = 2  # and after it
@@ -26,6 +26,13 @@ def tokens_text(tokens: Iterable[int], show_all: int = KEY_SHOW_ALL) -> str:
     head = " ".join(map(str, tokens[:KEY_HEAD]))
     tail = " ".join(map(str, tokens[-KEY_TAIL:]))
     return f"[{head} … {tail}] ({len(tokens):,} tokens)"
+
+
+def key_text(tokens: Iterable[int], key_head: Optional[int] = None) -> str:
+    """A node's key as a user typed it: ``tokens_text``, and for an EAGLE bigram key
+    the token its first pair begins with (its parent's last) before a ``|``: ``[3|4 5 6]``."""
+    text = tokens_text(tokens)
+    return text if key_head is None else f"[{key_head}|{text[1:]}"
 
 
 def value_text(value: Any) -> str:

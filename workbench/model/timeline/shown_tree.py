@@ -83,6 +83,8 @@ class ShownNode:
     components: tuple[ShownComponent, ...]
     changes: frozenset[str]
     ghost: bool = False
+    cache_salt: Optional[str] = None  # the node's salt (a second namespace)
+    key_head: Optional[int] = None  # EAGLE bigram keys: the token the first pair begins with
 
     @property
     def bottom(self) -> int:
@@ -110,7 +112,7 @@ class ShownNode:
                                      c.session_ref, c.session_ids)
                       for name, c in zip(components, record.components))
         return cls(record.id, (record.id,), record.parent, record.key, record.extra_key, record.evictable_leaf,
-                   comps, changes, ghost)
+                   comps, changes, ghost, record.cache_salt, record.key_head)
 
 
 def _fold(rows: list[NodeRecord], top: ShownNode) -> ShownNode:

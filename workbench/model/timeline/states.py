@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Optional
 
-from cache.keys import unpack_tokens
+from cache.keys import namespace_order, unpack_tokens
 from cache.snapshot import CacheSnapshot, ComponentView, GlobalRecord, NodeRecord, NodeView
 
 Records = dict[int, NodeRecord]
@@ -314,16 +314,17 @@ class TimelineState:
                                 c.host_len, c.session_ref, c.session_ids)
             for name, c in zip(self.components, record.components)
         }
+        key, path = tuple(unpack_tokens(record.key)), self.path(record.id)
         return NodeView(
-            record.id, record.parent, tuple(unpack_tokens(record.key)), self.path(record.id), record.extra_key,
+            record.id, record.parent, key, path, record.extra_key,
             record.last_access_time, record.priority, record.hit_count, record.evictable_leaf,
-            self.children(record.id), MappingProxyType(comps),
+            self.children(record.id), MappingProxyType(comps), record.cache_salt, record.key_head,
         )
 
 
 def _child_order(record: NodeRecord, page_bytes: int):
     """As the tree orders children: (namespace, first page) — siblings differ in it."""
-    return (record.extra_key or "", unpack_tokens(record.key[:page_bytes]))
+    return (namespace_order(record.namespace), unpack_tokens(record.key[:page_bytes]))
 
 
 def all_records(cache) -> Records:
