@@ -362,29 +362,34 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
 
     def slide_window(self, req, pre_len: int) -> int:
         """Free the request's own SWA slots that fell out of the window before
-        position ``pre_len``, keeping whole pages and max(window, page) rounded up to
-        a page, so the leaf a later insert makes still has a live window, and the
-        window behind another component's newest checkpoint (Mamba's), where a later
-        match may end."""
-        ps, evicted = self.page_size, req.swa_evicted_seqlen
-        if pre_len - self.window < evicted + 1:
+        position ``pre_len`` (up to ``window_floor``)."""
+        evicted = max(req.swa_evicted_seqlen, req.cache_protected_len)  # the tree owns everything below
+        new = self.window_floor(req, pre_len)
+        if new is None:
             return 0
-        floor = req.cache_protected_len  # the tree owns everything below
-        evicted = max(evicted, floor)
-        keep = ceil_align(max(self.window, ps), ps)
-        threshold = pre_len - keep
-        for other in self.tree.components:  # a match may end on another component's checkpoint:
-            tracked = other.checkpoint_seqlen(req) if other is not self else None  # keep the window behind it
-            if tracked is not None:
-                threshold = min(threshold, tracked - self.window)  # v0.5.23's swa_retain_floor
-        new = max(evicted, threshold)
-        new -= new % ps
         freed = 0
         if new > evicted:
             freed = self.pool.free_for(req.kv_indices[evicted:new])
             self._emit(EventKind.FREE, None, Cause.WINDOW, freed, f"{req.rid} positions {evicted}..{new}")
         req.swa_evicted_seqlen = max(evicted, new)
         return freed
+
+    def window_floor(self, req, pre_len: int) -> Optional[int]:
+        """Where a slide at ``pre_len`` moves the request's window cursor (None: not
+        yet due), keeping whole pages and max(window, page) rounded up to a page, so
+        the leaf a later insert makes still has a live window, and the window behind
+        another component's newest checkpoint (Mamba's), where a later match may end."""
+        ps, evicted = self.page_size, req.swa_evicted_seqlen
+        if pre_len - self.window < evicted + 1:
+            return None
+        evicted = max(evicted, req.cache_protected_len)
+        threshold = pre_len - ceil_align(max(self.window, ps), ps)
+        for other in self.tree.components:  # a match may end on another component's checkpoint:
+            tracked = other.checkpoint_seqlen(req) if other is not self else None  # keep the window behind it
+            if tracked is not None:
+                threshold = min(threshold, tracked - self.window)  # v0.5.23's swa_retain_floor
+        new = max(evicted, threshold)
+        return new - new % ps
 
     def request_extras(self, req) -> dict:
         """The window cursor: positions below hold no live SWA slot of the request."""
