@@ -106,6 +106,10 @@ def _sweep(cache: UnifiedRadixCache) -> list[Violation]:
                 from .invariants_host import check_host_tier
 
                 check_host_tier(cache, cols, out)
+            if cache.tree.tlru_bookkeeping:
+                from .evict_policy import check_tlru_lens
+
+                out.extend(Violation(name, msg) for name, msg in check_tlru_lens(cache.tree))
             if cache.tree.session_radix_cache:
                 from .invariants_sessions import check_sessions
 

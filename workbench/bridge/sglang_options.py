@@ -14,12 +14,20 @@ from collections.abc import Iterator
 
 def init_params_options(config: dict) -> dict:
     """``CacheInitParams`` fields for the options (the tree reads these)."""
-    return {"eviction_policy": "lru"}
+    return {"eviction_policy": config.get("eviction_policy", "lru"),
+            "eviction_policy_config": _policy_config(config)}
 
 
 def server_args_options(config: dict) -> dict:
     """``ServerArgs`` fields for the options (components read these via ``get_exec()``)."""
-    return {}
+    return {"radix_eviction_policy": config.get("eviction_policy", "lru"),
+            "radix_eviction_policy_config": _policy_config(config)}
+
+
+def _policy_config(config: dict):
+    """The policy's keyword arguments as a dict (a fuzz option spells a table as pairs)."""
+    value = config.get("eviction_policy_config")
+    return dict(value) if value else None
 
 
 def mamba_extra_buffer(config: dict) -> bool:

@@ -47,7 +47,8 @@ def run_insert(session, f: dict) -> dict:
             cache.free_swa(slots[:window_floor])
         if mamba:
             state = cache.alloc_mamba_state(tokens[:aligned])
-        result = cache.insert(InsertParams(key, slots, state, swa_evicted_seqlen=window_floor))
+        result = cache.insert(InsertParams(key, slots, state, swa_evicted_seqlen=window_floor,
+                                           priority=f.get("priority", 0)))
     except BaseException:  # refused: the tree took nothing, so everything goes back
         cache.free_kv([slots])
         if state is not None:
@@ -77,7 +78,8 @@ def sglang_insert(side, f: dict) -> dict:
             side.alloc.free_swa_segment(slots[: min(floor, aligned)], start_pos=0)
         if side.has_mamba:
             state = side.alloc_mamba()
-        params = sg.InsertParams(key=side.key(tokens, f.get("extra_key")), value=slots, mamba_value=state)
+        params = sg.InsertParams(key=side.key(tokens, f.get("extra_key")), value=slots, mamba_value=state,
+                                 priority=f.get("priority", 0))
         if floor:
             params.component_evicted_seqlens[sg.ComponentType.SWA] = floor
         result = side.cache.insert(params)
@@ -100,11 +102,13 @@ def fuzz_insert(gen) -> dict:
     step: dict[str, Any] = {"op": INSERT.name, "key": gen.key()}
     if "swa" in gen.config.components and gen.rng.random() < 0.3 and len(step["key"]) >= gen.page:
         step["swa_evicted_seqlen"] = gen.rng.randint(0, len(step["key"]) // gen.page) * gen.page
+    if gen.config.option("eviction_policy") == "priority" and gen.rng.random() < 0.5:  # the priority policy's keys
+        step["priority"] = gen.rng.randint(0, 3)
     return step
 
 
 def record_insert(mapper, tokens: list[int], extra_key: Optional[str], swa_evicted_seqlen: int, node: Any,
-                  prefix_len: int, page_size: int):
+                  prefix_len: int, page_size: int, priority: int = 0):
     if swa_evicted_seqlen % page_size:
         return (f"insert of {len(tokens)} tokens with swa_evicted_seqlen {swa_evicted_seqlen}, not a multiple "
                 f"of page_size {page_size}: not expressible as an insert op")
@@ -115,6 +119,8 @@ def record_insert(mapper, tokens: list[int], extra_key: Optional[str], swa_evict
         step["extra_key"] = extra_key
     if swa_evicted_seqlen:
         step["swa_evicted_seqlen"] = swa_evicted_seqlen
+    if priority:
+        step["priority"] = priority
     step["expect"] = {"prefix_len": prefix_len}
     return step
 
@@ -123,14 +129,14 @@ def _recorded_insert(mapper, call):
     params = call.arg(0, "params")
     floor = next((int(v) for k, v in params.component_evicted_seqlens.items() if k.name == "SWA"), 0)
     return record_insert(mapper, call.tokens(params.key), params.key.extra_key, floor, call.result.last_device_node,
-                         int(call.result.prefix_len), mapper.page_size)
+                         int(call.result.prefix_len), mapper.page_size, int(getattr(params, "priority", 0) or 0))
 
 
 INSERT = declare(OpSpec(
     "insert", "cache a sequence: allocate, write KV, insert, free the unaligned tail",
     run_insert,
     fields=(Field("key", TOKENS, required=True), Field("as", NAME, defines="matches"), Field("extra_key", NAME, placeholder="NS"),
-            Field("swa_evicted_seqlen", COUNT, needs="swa", page_multiple=True)),
+            Field("swa_evicted_seqlen", COUNT, needs="swa", page_multiple=True), Field("priority", COUNT, placeholder="N")),
     results=("prefix_len",),
     run_sglang=sglang_insert,
     fuzz=(FuzzRule(0, lambda gen: 24, fuzz_insert),),

@@ -103,6 +103,8 @@ def fuzz_prefill(gen) -> dict:
         step["load_back"] = True
         if rng.random() < 0.25:
             step["mem_quota"] = rng.randint(0, 8 * gen.page)
+    if gen.config.option("eviction_policy") == "priority" and rng.random() < 0.6:  # the priority policy's keys
+        step["priority"] = rng.randint(0, 3)
     if gen.config.sessions and rng.random() < 0.7:  # a session's request (ops/sessions.py)
         from .sessions import fuzz_session_fields
 

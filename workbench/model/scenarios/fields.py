@@ -38,6 +38,8 @@ CONFIG_FIELDS = {
     "auto_evict": bool,
     "hicache": dict,
     "session_radix_cache": bool,
+    "eviction_policy": str,
+    "eviction_policy_config": dict,
 }
 SCENARIO_FIELDS = {"name": str, "description": str, "source": str}
 # Any other listed component gets the same per-component fields: "<component>_<suffix>"
