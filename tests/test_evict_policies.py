@@ -132,3 +132,60 @@ def test_evict_takes_leaves_in_the_order_the_snapshot_reports(policy):
         first = full.cache.tree.nodes[order[0]]
         full.evict(1)
         assert full.cache.tree.nodes.get(first.id) is not first, f"{policy}: evict skipped the snapshot's first leaf"
+
+
+def _policies_scenario(policy: str):
+    """scenarios/policies.toml's steps under ``policy`` (its expectations are priority's)."""
+    from pathlib import Path
+
+    from workbench.model.scenarios.scenario import load_scenario
+
+    scenario = load_scenario(Path(__file__).parent.parent / "scenarios" / "policies.toml")
+    steps = [{"op": s.op, **{k: v for k, v in s.fields.items()}} for s in scenario.steps[:8]]
+    header = {"schema": 1, "scenario": {"name": "p"}, "config": {**scenario.config, "eviction_policy": policy}}
+    return Runner(scenario_from_records(header, steps)).run()
+
+
+@pytest.mark.parametrize("policy, gone", [("lru", A), ("lfu", B), ("priority", C)])
+def test_the_bundled_policies_scenario_evicts_a_different_leaf_per_policy(policy, gone):
+    timeline = _policies_scenario(policy)
+    assert timeline.passed
+    assert {n.path for n in timeline.final.non_root()} == {tuple(k) for k in (A, B, C)} - {tuple(gone)}
+
+
+def test_why_names_the_policys_reason_for_a_full_eviction():
+    from workbench.model.debugging.why import why_event
+
+    timeline = _policies_scenario("priority")
+    record = timeline.records[7]
+    k = next(k for k, e in enumerate(record.events) if e.kind.value == "evict" and e.component == "full")
+    text = why_event(timeline, 8, k).text()
+    rival = next(n.id for n in timeline.final.non_root() if n.path == tuple(B))
+    assert f"priority: node #{record.events[k].node} was evicted before #{rival}: priority 0 < priority 3" in text
+    lfu = _policies_scenario("lfu")
+    record = lfu.records[7]
+    k = next(k for k, e in enumerate(record.events) if e.kind.value == "evict" and e.component == "full")
+    assert "lfu: node" in why_event(lfu, 8, k).text() and "1 hit < 1 hit" in why_event(lfu, 8, k).text()
+
+
+def test_views_show_the_policy_its_order_and_what_it_reads():
+    from rich.console import Console
+
+    from workbench.render.picture import picture
+    from workbench.render.tree_view import render_state
+
+    timeline = _policies_scenario("priority")
+    state = timeline.state_after(7)
+    assert state.eviction_policy == "priority"
+    console = Console(width=200, record=True, color_system=None)
+    console.print(render_state(state))
+    text = console.export_text()
+    c_id = next(n.id for n in state.non_root() if n.path == tuple(C))
+    assert f"full evicts (priority) first: #{c_id} priority 0" in text
+    assert "prio 5" in text and "prio 0" in text
+    dot = picture(timeline, 7).source
+    assert "full evicts (priority) first" in dot and "prio 3" in dot
+    lru = _policies_scenario("lru").state_after(7)
+    console = Console(width=200, record=True, color_system=None)
+    console.print(render_state(lru))
+    assert "full evicts" not in console.export_text() and "prio" not in console.export_text()

@@ -43,6 +43,9 @@ class OpGenerator:
     def __init__(self, config: FuzzConfig, seed: int | str) -> None:
         self.config = config
         self.rng = random.Random(seed)
+        # the priority policy's draws (ops/keys.py draw_priority) from their own stream, so a
+        # policy row's ops are the default row's: the same workload, evicted its own way
+        self.priority_rng = random.Random(f"{seed}:priority")
         self.page = config.page_size
         self.keys: list[list[int]] = []
         self.matches: list[str] = []

@@ -102,9 +102,18 @@ def fuzz_insert(gen) -> dict:
     step: dict[str, Any] = {"op": INSERT.name, "key": gen.key()}
     if "swa" in gen.config.components and gen.rng.random() < 0.3 and len(step["key"]) >= gen.page:
         step["swa_evicted_seqlen"] = gen.rng.randint(0, len(step["key"]) // gen.page) * gen.page
-    if gen.config.option("eviction_policy") == "priority" and gen.rng.random() < 0.5:  # the priority policy's keys
-        step["priority"] = gen.rng.randint(0, 3)
+    priority = draw_priority(gen)
+    if priority is not None:
+        step["priority"] = priority
     return step
+
+
+def draw_priority(gen) -> Optional[int]:
+    """A priority for an insert or a request, often, under the priority policy (whose key
+    it is); None otherwise. Drawn from its own stream: the other draws stay as without."""
+    if gen.config.option("eviction_policy") != "priority" or gen.priority_rng.random() < 0.4:
+        return None
+    return gen.priority_rng.randint(0, 3)
 
 
 def record_insert(mapper, tokens: list[int], extra_key: Optional[str], swa_evicted_seqlen: int, node: Any,
