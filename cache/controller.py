@@ -286,6 +286,8 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
                 while True:
                     node, progress = component.evict_next(batch)
                     if node is not None:
+                        if component.index == 0 and tree.eviction_audit is not None:
+                            tree.audit_full_victim(node)
                         if self.host is not None:
                             self.host.before_device_eviction(node)
                         tree.delete_leaf(node, batch)

@@ -77,6 +77,9 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         self._touched: Optional[set[int]] = None  # recording for take_touched (off until asked)
         self.eviction_policy = eviction_policy or EvictionPolicy()  # Full's leaf order (evict_policy.py)
         self.tlru_bookkeeping = self.eviction_policy.name == "tlru"  # the per-node depths only TLRU reads
+        # while a checker watches (take_touched is on) and the policy is not lru: each Full victim
+        # compared with the policy's first leaf; what disagreed waits for the next check
+        self.eviction_audit: Optional[list[tuple[str, str]]] = None
         self.session_radix_cache = session_radix_cache  # session refs (session_refs.py)
         self.session_refs = SessionRefTracker(self, session_radix_cache)
         self.reset()
@@ -125,9 +128,22 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         first call, which returns an empty set; until then each site costs one test."""
         if self._touched is None:
             self._touched = set()
+            if self.eviction_policy.name != "lru":
+                self.eviction_audit = []
             return set()
         out, self._touched = self._touched, set()
         return out
+
+    def audit_full_victim(self, node: TreeNode) -> None:
+        """Record it when Full's walk took a leaf other than the one its policy puts
+        first: O(leaves), so only while a checker watches a non-lru policy."""
+        entry = self.components[0].heap_entry
+        first = min(entry(n) for n in self.leaves)
+        if first[-1] is not node and first[:-1] < entry(node)[:-1]:
+            policy = self.eviction_policy
+            self.eviction_audit.append((
+                "evict.policy_order", f"Full evicted #{node.id} ({policy.describe(node)}) while #{first[-1].id} "
+                f"({policy.describe(first[-1])}) comes first under {policy.label()}"))
 
     def tick(self) -> float:
         t = self._clock

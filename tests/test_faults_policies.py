@@ -1,13 +1,15 @@
 """The eviction-policy faults of the catalogue (cache/faults/policies.py): each one, on in
 the bug scenario that shows the correct behaviour, fires and makes a later expectation
-fail; without it the same steps pass. Neither breaks a tree invariant (a wrong victim is
-still a valid eviction), so no violation is expected.
+fail; without it the same steps pass. A wrong victim breaks no tree invariant: the
+eviction audit (tree_core.audit_full_victim, on while a checker watches a non-lru policy)
+names a victim taken out of the policy's order; a policy that reads wrong counts still
+takes its own first leaf, so only an expectation names that one.
 
-Measured (first step the fault fired / the first failed expectation):
+Measured (first step the fault fired / the violation there / the first failed expectation):
 
-  hit-count-never-counted         1 (the first insert's hit is undone); step 8 prefix_len
+  hit-count-never-counted         1 (the first insert's hit is undone); none; step 8 prefix_len
                                   (A, the most used, was evicted)
-  policy-heap-kept-across-walks   6 (the second eviction takes B); step 7 prefix_len
+  policy-heap-kept-across-walks   6 (the second eviction takes B); evict.policy_order; step 7 prefix_len
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ class Case:
     scenario: str
     policy: str
     first_fired: int
+    violation: str  # at the step it first fires ("" : none)
     failed_step: int
 
 
 CASES = [
-    Case("hit-count-never-counted", "sgl-project/sglang#18843", "sglang-18843-hit-count-never-counted", "lfu", 1, 8),
+    Case("hit-count-never-counted", "sgl-project/sglang#18843", "sglang-18843-hit-count-never-counted", "lfu", 1, "", 8),
     Case("policy-heap-kept-across-walks", "sgl-project/sglang-omni#1724",
-         "sglang-omni-1724-policy-heap-kept-across-walks", "mru", 6, 7),
+         "sglang-omni-1724-policy-heap-kept-across-walks", "mru", 6, "evict.policy_order", 7),
 ]
 IDS = [c.fault for c in CASES]
 
@@ -65,6 +68,10 @@ def test_fault_fires_and_a_later_expectation_fails(case):
     assert not timeline.passed
     fired = [r.index for r in timeline.records if case.fault in r.faults_fired]
     assert fired[0] == case.first_fired
+    flagged = {v.name for r in timeline.records for v in r.violations}
+    assert flagged == ({case.violation} if case.violation else set())
+    if case.violation:
+        assert case.violation in {v.name for v in timeline.records[case.first_fired - 1].violations}
     failed = [r.index for r in timeline.records if r.failures]
     assert failed[0] == case.failed_step
     assert "prefix_len" in {f.field for f in timeline.records[case.failed_step - 1].failures}

@@ -1,8 +1,9 @@
 """Faults in the eviction policies (evict_policy.py): what a policy reads going wrong,
 and the walk's heap. Each lives under a policy other than lru (``Fault.options``): under
-lru both behave as the correct code. Neither breaks an invariant of the tree (a wrong
-victim is still a valid eviction); a scenario's expectations name them, and the bridge
-(hit counts and Full's eviction order are compared with SGLang's)."""
+lru both behave as the correct code. A wrong victim breaks no invariant of the tree; the
+eviction audit (tree_core.audit_full_victim) names a victim out of the policy's order,
+a scenario's expectations name wrong counts, and so does the bridge (hit counts and
+Full's eviction order are compared with SGLang's)."""
 
 from __future__ import annotations
 
