@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .tree_node import TreeNode
+if TYPE_CHECKING:  # checking a config must not import torch
+    from .tree_node import TreeNode
 
 
 class EvictionPolicy:
