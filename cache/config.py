@@ -24,6 +24,9 @@ class CacheConfig:
     # EAGLE speculative decoding: keys are token pairs (bigrams), N tokens make N - 1
     # units; SGLang 0.5.23 turns it off with Mamba (see ``bigram_keys``)
     is_eagle: bool = False
+    # v0.5.23's --radix-eviction-policy for Full's leaves (evict_policy.py) and its keyword arguments
+    eviction_policy: str = "lru"
+    eviction_policy_config: Optional[Mapping[str, Any]] = dataclasses.field(default=None, hash=False)
     hicache: Optional[Mapping[str, Any]] = None  # the host tier: HiCacheConfig's fields (None: no host tier)
     # Fields a component declares itself (``config_fields``), named "<component>_<field>":
     # checked here for their owner only (no import), by the component when the cache is built.
@@ -67,6 +70,14 @@ class CacheConfig:
             raise ValueError("sliding_window (a positive int) is required when 'swa' is a component")
         if "mamba" in comps and not (isinstance(self.mamba_size, int) and self.mamba_size > 0):
             raise ValueError("mamba_size (a positive int) is required when 'mamba' is a component")
+        from .evict_policy import make_policy
+
+        policy_config = self.eviction_policy_config
+        if policy_config is not None and not isinstance(policy_config, Mapping):
+            raise ValueError(f"eviction_policy_config must be a table (got {policy_config!r})")
+        make_policy(self.eviction_policy, policy_config)  # unknown name or argument: ValueError
+        object.__setattr__(self, "eviction_policy", self.eviction_policy.lower())
+        object.__setattr__(self, "eviction_policy_config", dict(policy_config) if policy_config else None)
         object.__setattr__(self, "extra", dict(self.extra))
         for key in self.extra:
             if not any(key.startswith(f"{c}_") for c in comps[1:]):

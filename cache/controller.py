@@ -17,6 +17,7 @@ import torch
 from .actions import BackupKV, ComponentAction, FreeDeviceKV
 from .components import COMPONENT_REGISTRY
 from .config import CacheConfig
+from .evict_policy import make_policy
 from .device import resolve_device
 from .errors import CacheError, InvalidValueError, PoolError, PoolExhaustedError
 from .events import Cause, EventBus, EventKind
@@ -56,7 +57,8 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self.components = [COMPONENT_REGISTRY[name](self, i) for i, name in enumerate(cfg.components)]
         self.by_name = {c.name: c for c in self.components}
         _check_component_fields(self.components, cfg.extra)
-        self.tree = UnifiedTreeCore(self.components, cfg.page_size, self.device, self.events, cfg.session_radix_cache)
+        self.tree = UnifiedTreeCore(self.components, cfg.page_size, self.device, self.events, cfg.session_radix_cache,
+                                    make_policy(cfg.eviction_policy, cfg.eviction_policy_config))
         self.session_refs = self.tree.session_refs  # generations, closes, leaf indexes (session_refs.py)
         self.host = HostTier(self, cfg.hicache) if cfg.hicache is not None else None  # HiCache's host tier
         self.hooks = HookTable.of(self.components)  # which components each hook runs on
@@ -292,6 +294,8 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
                 while True:
                     node, progress = component.evict_next(batch)
                     if node is not None:
+                        if component.index == 0 and tree.eviction_audit is not None:
+                            tree.audit_full_victim(node)
                         if self.host is not None:
                             self.host.before_device_eviction(node)
                         tree.delete_leaf(node, batch)

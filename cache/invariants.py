@@ -52,6 +52,11 @@ def check_invariants(cache: UnifiedRadixCache, touched: Optional[Iterable[int]] 
     only they get the content probes. Either way the answer is [] or exactly the
     sweep's. See ``invariants_incremental`` for what the probes cover and what only
     the sweep sees."""
+    audit = cache.tree.eviction_audit  # the victims Full took out of its policy's order (tree_core.py)
+    if audit:
+        found = [Violation(name, msg) for name, msg in audit]
+        audit.clear()
+        return found + check_invariants(cache, touched, data_touched)
     with one_thread():
         if touched is not None:
             touched = set(touched)
@@ -106,6 +111,10 @@ def _sweep(cache: UnifiedRadixCache) -> list[Violation]:
                 from .invariants_host import check_host_tier
 
                 check_host_tier(cache, cols, out)
+            if cache.tree.tlru_bookkeeping:
+                from .evict_policy import check_tlru_lens
+
+                out.extend(Violation(name, msg) for name, msg in check_tlru_lens(cache.tree))
             if cache.tree.session_radix_cache:
                 from .invariants_sessions import check_sessions
 

@@ -56,6 +56,10 @@ class NodeView:
     # EAGLE bigram keys: the raw token before ``key`` (shared with the parent's last
     # pair), so the node spans raw tokens (key_head, *key); None without bigram keys
     key_head: Optional[int] = None
+    # an evictable leaf's place in Full's eviction order: the walk's sort key (smallest goes
+    # first; evict_policy.py) and what decides it in words ("priority 0", "1 hit"); () and "" otherwise
+    evict_key: tuple = ()
+    evict_note: str = ""
 
     @property
     def tokens(self) -> int:
@@ -151,12 +155,13 @@ class CacheSnapshot:
     components: tuple[str, ...]
     nodes: tuple[NodeView, ...]  # depth first, children by (namespace, first page), root first
     lru: Mapping[str, tuple[int, ...]]  # node ids, MRU first (Full: by access time)
-    evictable_leaves: tuple[int, ...]  # oldest first: the order Full would evict them
+    evictable_leaves: tuple[int, ...]  # the order Full would evict them (its eviction policy's)
     pools: Mapping[str, PoolView]
     requests: tuple[RequestView, ...]
     sessions: Optional[SessionsView] = None  # the session radix cache's state (None: off)
     # the scheduler's open sessions and the streaming slots (cache/streaming_session.py)
     streaming_sessions: Optional[StreamingSessionsView] = None
+    eviction_policy: str = "lru"  # Full's policy, with its non-default arguments (evict_policy.py)
 
     @property
     def root(self) -> NodeView:
@@ -215,6 +220,8 @@ class NodeRecord:
     evictable_leaf: bool
     components: tuple[ComponentRecord, ...]
     key_head: Optional[int] = None  # bigram keys: the raw token before ``key`` (NodeView.key_head)
+    evict_key: tuple = ()  # as NodeView's
+    evict_note: str = ""
 
     @property
     def extra_key(self) -> Optional[str]:
@@ -265,7 +272,7 @@ def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
     return NodeRecord(
         node.id, node.parent.id if node.parent is not None else None, node.key, node.namespace,
         node.last_access_time, node.priority if node is not root else 0, node.hit_count, node.in_leaf_set,
-        tuple(comps), _key_head(node, root),
+        tuple(comps), _key_head(node, root), *evict_fields(cache, node),
     )
 
 
@@ -276,6 +283,24 @@ def _key_head(node, root) -> Optional[int]:
     if head is None or node.parent is root or node.parent is None:
         return head
     return int.from_bytes(node.parent.key[-TOKEN_BYTES:], sys.byteorder)
+
+
+def evict_fields(cache: UnifiedRadixCache, node) -> tuple[tuple, str]:
+    """An evictable leaf's eviction key and its reason in words; nothing for other nodes."""
+    if not node.in_leaf_set:
+        return (), ""
+    full = cache.components[0]
+    note = cache.tree.eviction_policy.describe(node)
+    ref = node.data[0].session_ref
+    if ref:
+        note = f"held by {ref} session{'s' if ref != 1 else ''}; {note}"
+    return full.walk_key(node), note
+
+
+def eviction_order(nodes) -> tuple[int, ...]:
+    """Evictable leaves (views or records) in the order Full's walk takes them."""
+    return tuple(n.id for n in sorted((n for n in nodes if n.evictable_leaf),
+                                      key=lambda n: (n.evict_key, n.last_access_time, n.id)))
 
 
 def global_record(cache: UnifiedRadixCache) -> GlobalRecord:
@@ -339,9 +364,10 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
                 MappingProxyType(comps),
                 salt,
                 head,
+                *evict_fields(cache, node),
             )
         )
-    leaves = tuple(n.id for n in sorted(tree.leaves, key=lambda n: (n.last_access_time, n.id)))
+    leaves = eviction_order(views)
     pools = pool_views(cache)
     requests = request_views(cache)
     return CacheSnapshot(
@@ -355,6 +381,7 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
         requests,
         sessions_view(cache),
         streaming_sessions_view(cache),
+        tree.eviction_policy.label(),
     )
 
 

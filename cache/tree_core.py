@@ -18,6 +18,7 @@ from .actions import FreeDeviceKV, FreeDeviceKVFullOnly
 from .components.base import TreeComponent
 from .errors import InvalidValueError, UnknownNodeError
 from .events import Cause, EventBus, EventKind
+from .evict_policy import EvictionPolicy
 from .hooks import overriding
 from .keys import TOKEN_BYTES, RadixKey, child_key, unpack_tokens, namespace_order
 from .leaf_set import EvictableLeafSet
@@ -38,9 +39,21 @@ def _child_order(node: TreeNode):
     return (namespace_order(node.namespace), unpack_tokens(page))
 
 
+def raise_tlru_history(node: TreeNode) -> None:
+    """A new node's depth, and the branch's high-water mark raised up to the first
+    ancestor that already reached it (TLRU's history length)."""
+    depth = node.parent.tlru_prefix_len + node.length
+    node.tlru_prefix_len = depth
+    node.tlru_history_len = max(node.tlru_history_len, depth)
+    up = node.parent
+    while up is not None and up.tlru_history_len < depth:
+        up.tlru_history_len = depth
+        up = up.parent
+
+
 class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
     def __init__(self, components: list[TreeComponent], page_size: int, device: torch.device, events: EventBus,
-                 session_radix_cache: bool = False):
+                 session_radix_cache: bool = False, eviction_policy: Optional[EvictionPolicy] = None):
         if not components or components[0].name != "full":
             raise ValueError("the first component must be 'full'")
         self.components = components
@@ -62,6 +75,11 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         self._checked_releases = overriding(components, "check_release")
         self._empty = torch.empty(0, dtype=torch.int64, device=device)
         self._touched: Optional[set[int]] = None  # recording for take_touched (off until asked)
+        self.eviction_policy = eviction_policy or EvictionPolicy()  # Full's leaf order (evict_policy.py)
+        self.tlru_bookkeeping = self.eviction_policy.name == "tlru"  # the per-node depths only TLRU reads
+        # while a checker watches (take_touched is on) and the policy is not lru: each Full victim
+        # compared with the policy's first leaf; what disagreed waits for the next check
+        self.eviction_audit: Optional[list[tuple[str, str]]] = None
         self.session_radix_cache = session_radix_cache  # session refs (session_refs.py)
         self.session_refs = SessionRefTracker(self, session_radix_cache)
         self.reset()
@@ -110,9 +128,22 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         first call, which returns an empty set; until then each site costs one test."""
         if self._touched is None:
             self._touched = set()
+            if self.eviction_policy.name != "lru":
+                self.eviction_audit = []
             return set()
         out, self._touched = self._touched, set()
         return out
+
+    def audit_full_victim(self, node: TreeNode) -> None:
+        """Record it when Full's walk took a leaf other than the one its policy puts
+        first: O(leaves), so only while a checker watches a non-lru policy."""
+        entry = self.components[0].heap_entry
+        first = min(entry(n) for n in self.leaves)
+        if first[-1] is not node and first[:-1] < entry(node)[:-1]:
+            policy = self.eviction_policy
+            self.eviction_audit.append((
+                "evict.policy_order", f"Full evicted #{node.id} ({policy.describe(node)}) while #{first[-1].id} "
+                f"({policy.describe(first[-1])}) comes first under {policy.label()}"))
 
     def tick(self) -> float:
         t = self._clock
@@ -410,6 +441,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         self._set_key(node, key)
         node.data[0].value = value
         parent.children[node.child_key] = node
+        if self.tlru_bookkeeping:
+            raise_tlru_history(node)
         self.evictable[0] += node.length
         self.leaves.add(node)
         if parent.in_leaf_set:
@@ -429,6 +462,9 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         self._set_key(child, child.key[cut:])
         new.hit_count = child.hit_count
         new.creation_time = child.creation_time
+        if self.tlru_bookkeeping:  # no depth added: the upper part ends split_len in, the child keeps its own
+            new.tlru_prefix_len = parent.tlru_prefix_len + split_len
+            new.tlru_history_len = child.tlru_history_len
         new.children = {child.child_key: child}
         child.parent = new
         for component in self.components:

@@ -269,22 +269,24 @@ class TreeHostTier:
     def evict_host(self, num_tokens: int, component: str = "full") -> int:
         """Free host copies until ``num_tokens`` units of ``component`` are freed (or
         nothing more can go); the slots wait in ``host_frees``. Full: host leaves,
-        least recently used first, whole (an ancestor left host-only and childless is
+        in the eviction policy's order, whole (an ancestor left host-only and childless is
         a host leaf in turn); write-back first reclaims redundant copies. Auxiliary:
         its host LRU, oldest first; a host leaf goes whole, anything else loses only
         that component's host copy."""
         if component != "full":
             return self._evict_aux_host(num_tokens, self.by_name[component])
         freed = self._reclaim_duplicates(num_tokens) if self.host_policy == "write_back" else 0
-        # one heap per call (not a scan per victim); a parent that becomes a host leaf joins it
-        heap = [(n.last_access_time, n.id, n) for n in self.host_leaves] if freed < num_tokens else []
+        # one heap per call (not a scan per victim), keyed by the eviction policy (as Full's
+        # device walk); a parent that becomes a host leaf joins it
+        entry = self.components[0].heap_entry
+        heap = [entry(n) for n in self.host_leaves] if freed < num_tokens else []
         heapq.heapify(heap)
         while freed < num_tokens and heap:
-            node = heapq.heappop(heap)[2]
+            node = heapq.heappop(heap)[-1]
             freed += node.length
             parent = self.evict_host_leaf(node, f"need {num_tokens}")
             if parent in self.host_leaves:
-                heapq.heappush(heap, (parent.last_access_time, parent.id, parent))
+                heapq.heappush(heap, entry(parent))
         return freed
 
     def evict_host_leaf(self, node: TreeNode, detail: str) -> TreeNode:

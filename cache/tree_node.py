@@ -43,6 +43,8 @@ class TreeNode:
         "creation_time",
         "hit_count",
         "priority",
+        "tlru_prefix_len",
+        "tlru_history_len",
         "lru_prev",
         "lru_next",
         "lru_label",
@@ -62,6 +64,10 @@ class TreeNode:
         self.creation_time = clock
         self.hit_count = 0
         self.priority = 0
+        # TLRU only (0 under other policies): tokens from the root to this node's end, and
+        # the branch's high-water depth, which eviction never lowers (evict_policy.py)
+        self.tlru_prefix_len = 0
+        self.tlru_history_len = 0
         # Intrusive links, one pair per component LRU list.
         self.lru_prev: list[Optional[TreeNode]] = [None] * num_components
         self.lru_next: list[Optional[TreeNode]] = [None] * num_components

@@ -285,3 +285,19 @@ def test_a_bad_file_exits_2_before_the_tui_starts(capsys, tmp_path):
 def test_without_a_terminal_urc_tui_prints_the_walk_through(capsys):
     rc, out, err = urc(capsys, "tui", str(ROOT / "scenarios" / "smoke.toml"))
     assert rc == 0 and "-- step 1" in out and "run `urc tui` in a terminal" in out
+
+
+@pytest.mark.asyncio
+async def test_the_lru_panel_lists_fulls_leaves_in_the_policys_order_and_the_tree_shows_what_it_reads():
+    from workbench.tui.widgets.lru_panel import LRUPanel
+
+    policies = load_scenario(ROOT / "scenarios" / "policies.toml")
+    app = app_for(policies)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(7):
+            await pilot.press("n")
+        state = app.cursor.state
+        first = state.node(state.evictable_leaves[0])
+        assert first.path == (20, 21, 22, 23)  # C, priority 0
+        assert f"full evicts (priority) first: #{first.id} priority 0 · " in shown(app.query_one(LRUPanel))
+        assert any(label.startswith(f"#{first.id} [20 21 22 23]") and "prio 0" in label for label in tree_labels(app))

@@ -1,8 +1,9 @@
 """Full-attention KV: the backbone component.
 
 Every tree-level notion (a node exists, is a leaf, is evictable) is defined by Full
-data. Full eviction takes the least recently used evictable leaf; its lock is a path
-lock from the node up to the root.
+data. Full eviction takes the evictable leaf the eviction policy puts first (least
+recently used by default, evict_policy.py); its lock is a path lock from the node up
+to the root.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ class FullComponent(FullHostMixin, TreeComponent):
     leaf_priority = 0
     internal_priority = 2
     session_coverage = "path"  # a session holds its whole path (session_refs.py)
-    _session_heap = None  # the session-aware walk's heap, while one runs
+    _walk_heap = None  # a policy's (or the session-aware) walk's heap, while one runs
 
     # Full matches every node that has Full KV, i.e. every node (no host tier here),
-    # so it needs no validator; it orders eviction by access time, not an LRU list
-    # (the tree core calls the LRU refresh hooks of the other components only).
+    # so it needs no validator; it orders eviction by the tree's eviction policy, not an
+    # LRU list (the tree core calls the LRU refresh hooks of the other components only).
 
     def pinned_by_lock(self, path) -> int:
         i = self.index
@@ -61,41 +62,54 @@ class FullComponent(FullHostMixin, TreeComponent):
 
     def evict_start(self, request: int) -> None:
         self._evict_request = request
-        self._session_heap = None
-        if self.tree.session_radix_cache:  # v0.5.23's heap, built per walk
-            self._session_heap = [(self._session_key(n), n.id, n) for n in self.tree.leaves]
-            heapq.heapify(self._session_heap)
+        self._walk_heap = None
+        tree = self.tree
+        if tree.session_radix_cache or tree.eviction_policy.name != "lru":  # v0.5.23's heap, built per walk
+            self._walk_heap = [self.heap_entry(n) for n in tree.leaves]
+            heapq.heapify(self._walk_heap)
             self._last_victim = None
 
-    def _session_key(self, node: TreeNode) -> tuple:
-        """Unreferenced leaves first, then fewer session refs, then least recent."""
+    def walk_key(self, node: TreeNode) -> tuple:
+        """The policy's key (evict_policy.py); with session refs, unreferenced leaves
+        first, then fewer refs, then the policy's key (v0.5.23's session strategy)."""
+        key = self.tree.eviction_policy.key(node)
+        if not self.tree.session_radix_cache:
+            return (key,)
         ref = node.data[self.index].session_ref
-        return ref > 0, ref, node.last_access_time
+        return ref > 0, ref, key
+
+    def heap_entry(self, node: TreeNode) -> tuple:
+        """A heap entry keyed when pushed; ties fall to access time (SGLang's node order)."""
+        return self.walk_key(node), node.last_access_time, node.id, node
 
     def evict_next(self, batch: EvictionBatch) -> tuple[Optional[TreeNode], bool]:
-        if self._session_heap is not None:
-            return self._evict_next_session(batch)
+        if self._walk_heap is not None:
+            return self._evict_next_from_heap(batch)
         if batch.counts["full"] >= self._evict_request:
             return None, False
-        leaf = self.tree.leaves.peek_oldest()
+        leaf = self.tree.leaves.peek_oldest()  # lru without session refs: the persistent heap's order is the same
         return leaf, leaf is not None
 
-    def _evict_next_session(self, batch: EvictionBatch) -> tuple[Optional[TreeNode], bool]:
+    def _evict_next_from_heap(self, batch: EvictionBatch) -> tuple[Optional[TreeNode], bool]:
         """Pop the heap; the previous victim's parent joins it once it became a leaf
         (keys are taken when pushed, as v0.5.23's heap does)."""
-        heap, last = self._session_heap, self._last_victim
+        heap, last = self._walk_heap, self._last_victim
         if last is not None and last.parent is not None and last.parent.in_leaf_set:
-            heapq.heappush(heap, (self._session_key(last.parent), last.parent.id, last.parent))
+            heapq.heappush(heap, self.heap_entry(last.parent))
         self._last_victim = None
         while batch.counts["full"] < self._evict_request and heap:
-            node = heapq.heappop(heap)[2]
+            node = heapq.heappop(heap)[-1]
             if node.in_leaf_set:
                 self._last_victim = node
                 return node, True
         return None, False
 
+    def eviction_order(self, nodes) -> list[TreeNode]:
+        """``nodes`` in the order a walk would take them (the snapshot's view of the heap)."""
+        return [entry[-1] for entry in sorted(self.heap_entry(n) for n in nodes)]
+
     def evict_end(self) -> None:
-        self._session_heap = None
+        self._walk_heap = None
         self._last_victim = None
 
     def acquire_lock(self, node: TreeNode, receipt: IncLockRefResult) -> None:

@@ -9,9 +9,9 @@ exactly the code it always runs: zero cost when off. Each faulty copy calls
 so a run knows the first step where the fault mattered (the "first faulty step" of the
 fuzzer's detection table).
 
-The catalogue is data (name, source, components, summary) held by five modules —
-``full``, ``swa``, ``mamba``, ``requests`` (retraction and abort) and ``sessions`` (session
-tags and streaming slots) — which import nothing heavy at import time: checking a
+The catalogue is data (name, source, components, summary) held by six modules —
+``full``, ``swa``, ``mamba``, ``requests`` (retraction and abort), ``sessions`` (session
+tags and streaming slots) and ``policies`` (the eviction policies) — which import nothing heavy at import time: checking a
 scenario's config never imports torch. Adding a fault is one ``Fault`` entry and its
 installer in one of them.
 """
@@ -22,7 +22,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Iterable
 
-MODULES = ("full", "swa", "mamba", "requests", "sessions", "keys")
+MODULES = ("full", "swa", "mamba", "requests", "sessions", "keys", "policies")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Fault:
 
 
 def catalogue() -> dict[str, Fault]:
-    """Every fault, by name, in module order (Full, SWA, Mamba, requests, sessions)."""
+    """Every fault, by name, in module order (Full, SWA, Mamba, requests, sessions, policies)."""
     out: dict[str, Fault] = {}
     for module in MODULES:
         for fault in importlib.import_module(f"{__name__}.{module}").FAULTS:

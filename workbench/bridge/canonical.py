@@ -2,10 +2,11 @@
 
 Node ids differ between the two implementations, so a node is named by what it
 holds: its namespace and every token from the root to its end. Per node and
-component: value length (None: a tombstone) and lock_ref; the evictable leaves; the
-LRU order of every component that keeps a list (MRU first; SGLang keeps none for
-Full: a heap over access times, so Full's order is not compared); per pool
-(available, evictable, protected). ``nodes`` is None where a side cannot show its
+component: value length (None: a tombstone) and lock_ref; per node the hit count and
+priority the eviction policies read; the evictable leaves, and in the order Full's
+eviction policy takes them (SGLang keeps a heap built per walk: its order is the leaves
+sorted by the policy's key, then access time); the LRU order of every other component
+that keeps a list (MRU first); per pool (available, evictable, protected). ``nodes`` is None where a side cannot show its
 nodes (SGLang's Rust tree core): then only the pools are compared.
 """
 
@@ -25,6 +26,7 @@ class NodeState:
     host: dict[str, Optional[int]] = dataclasses.field(default_factory=dict)  # host tier: name -> host copy length
     # session radix cache: name -> (session_ref, the sessions whose frontier it is), where either is set
     sessions: dict[str, tuple[int, tuple[str, ...]]] = dataclasses.field(default_factory=dict)
+    policy: tuple = ()  # what eviction policies read (cache/evict_policy.py): (hit_count, priority)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +38,8 @@ class CanonicalState:
     host_pools: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # host tier: (available, total)
     # sessions: generations, closed tombstones (oldest first), the controller's sessions, streaming slots
     sessions: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Full's evictable leaves in the order its eviction policy takes them (None: not shown)
+    evict_order: Optional[tuple[Ident, ...]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,13 +73,14 @@ def from_snapshot(snapshot, components: list[str]) -> CanonicalState:
         host = {name: view.components[name].host_len for name in components} if hosted else {}
         tagged = {name: (c.session_ref, c.session_ids) for name in components
                   if ((c := view.components[name]).session_ref, c.session_ids) != (0, ())}
-        nodes[ident] = NodeState(len(view.key), view.id, comps, host, tagged)
+        nodes[ident] = NodeState(len(view.key), view.id, comps, host, tagged, (view.hit_count, view.priority))
     leaves = frozenset(ident_of[i] for i in snapshot.evictable_leaves)
+    evict_order = tuple(ident_of[i] for i in snapshot.evictable_leaves)
     lru = {name: tuple(ident_of[i] for i in snapshot.lru[name]) for name in components if name != "full"}
     pools = {name: (p.available, p.evictable, p.protected) for name, p in snapshot.pools.items() if name in components}
     host_pools = {name: (p.available, p.total) for name in components
                   if (p := snapshot.pools.get(f"{name}_host")) is not None}
-    return CanonicalState(nodes, leaves, lru, pools, host_pools, _sessions(snapshot, ident_of))
+    return CanonicalState(nodes, leaves, lru, pools, host_pools, _sessions(snapshot, ident_of), evict_order)
 
 
 def _sessions(snapshot, ident_of: dict[int, Ident]) -> dict[str, Any]:
@@ -145,11 +150,19 @@ def first_difference(ours: CanonicalState, theirs: CanonicalState) -> Optional[D
                 return Difference(f"node.{name}.host_len", a.host.get(name), b.host.get(name), where)
             if a.sessions.get(name) != b.sessions.get(name):  # (session_ref, frontier of) or None: no session
                 return Difference(f"node.{name}.session", a.sessions.get(name), b.sessions.get(name), where)
+        for field, x, y in zip(("hit_count", "priority"), a.policy, b.policy):
+            if x != y:
+                return Difference(f"node.{field}", x, y, f"{describe(ident)} (ours #{a.id}, SGLang #{b.id})")
     if ours.evictable_leaves != theirs.evictable_leaves:
         extra = sorted(ours.evictable_leaves ^ theirs.evictable_leaves, key=lambda i: (len(i[1]), i[1]))[0]
         side = "ours" if extra in ours.evictable_leaves else "SGLang"
         return Difference("evictable_leaves", len(ours.evictable_leaves), len(theirs.evictable_leaves),
                           f"{describe(extra)} is an evictable leaf only in {side}")
+    if ours.evict_order is not None and theirs.evict_order is not None and ours.evict_order != theirs.evict_order:
+        a, b = ours.evict_order, theirs.evict_order
+        k = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return Difference("full_evict_order", [_short(i, ours) for i in a], [_short(i, theirs) for i in b],
+                          f"position {k} (0 = evicted first)")
     for name in sorted(set(ours.lru) | set(theirs.lru)):
         a, b = ours.lru.get(name, ()), theirs.lru.get(name, ())
         if a != b:

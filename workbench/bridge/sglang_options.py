@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 def init_params_options(config: dict) -> dict:
     """``CacheInitParams`` fields for the options (the tree reads these)."""
-    out = {"eviction_policy": "lru"}
+    out = {"eviction_policy": config.get("eviction_policy", "lru"), "eviction_policy_config": _policy_config(config)}
     if "swa" in config["components"]:  # the SWA options (retain window = max(window, draft))
         out["draft_swa_window"] = config.get("swa_draft_window", 0)
         out["swa_gates_prefix_match"] = config.get("swa_gates_prefix_match", True)
@@ -25,12 +25,19 @@ def init_params_options(config: dict) -> dict:
 
 def server_args_options(config: dict) -> dict:
     """``ServerArgs`` fields for the options (components read these via ``get_exec()``)."""
-    out = {}
+    out = {"radix_eviction_policy": config.get("eviction_policy", "lru"),
+           "radix_eviction_policy_config": _policy_config(config)}
     if "mamba" in config["components"]:  # MambaComponent reads the cap at construction
         out["mamba_max_states_per_path"] = check_mamba_cap(config.get("mamba_max_states_per_path", -1))
     if config.get("is_eagle"):  # production derives CacheInitParams.is_eagle from it
         out["speculative_algorithm"] = "EAGLE"
     return out
+
+
+def _policy_config(config: dict):
+    """The policy's keyword arguments as a dict (a fuzz option spells a table as pairs)."""
+    value = config.get("eviction_policy_config")
+    return dict(value) if value else None
 
 
 def check_mamba_cap(cap: int) -> int:

@@ -292,9 +292,11 @@ class SGLangSide:
                                  tuple(sorted(node.component_data[kind].session_ids or ())))
                           for name, kind in self.types.items()}
                 tagged = {name: t for name, t in tagged.items() if t != (0, ())}
-                nodes[ident] = NodeState(len(key), node.id, comps, host, tagged)
+                nodes[ident] = NodeState(len(key), node.id, comps, host, tagged,
+                                         (int(node.hit_count), int(node.priority)))
             stack.extend((child, path) for child in node.children.values())
         leaves = frozenset(ident_of[id(n)] for n in core.evictable_device_leaves if id(n) in ident_of)
+        evict_order = tuple(ident_of[id(n)] for n in self._eviction_order(core) if id(n) in ident_of)
         lru = {}
         for name, kind in self.types.items():
             if name == "full":
@@ -306,7 +308,21 @@ class SGLangSide:
                     order.append(ident_of.get(id(x), ("unreachable", x.id)))
                 x = x.lru_next[pt]
             lru[name] = tuple(order)
-        return CanonicalState(nodes, leaves, lru, pools, host_pools, self._sessions_state(ident_of))
+        return CanonicalState(nodes, leaves, lru, pools, host_pools, self._sessions_state(ident_of), evict_order)
+
+    def _eviction_order(self, core) -> list:
+        """Full's evictable leaves in the order its eviction walk pops them: its heap's
+        key (the policy's, behind the session refs with the session radix cache), ties
+        by access time (the node's own order)."""
+        policy = core.eviction_strategy.get_priority
+        full = self.sg.ComponentType.FULL
+
+        def key(node):
+            if not self.session_radix:
+                return policy(node), node.last_access_time
+            ref = node.component_data[full].session_ref
+            return (ref > 0, ref, policy(node)), node.last_access_time
+        return sorted(core.evictable_device_leaves, key=key)
 
     def _sessions_state(self, ident_of: dict) -> dict:
         """The session bookkeeping in canonical form (canonical.py): parts left out while empty."""

@@ -78,6 +78,8 @@ def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, .
         head += f' <FONT COLOR="#8d6e00">ns={html.escape(str(data["extra_key"]))}</FONT>'
     if data.get("cache_salt") is not None:
         head += f' <FONT COLOR="#8d6e00">salt={html.escape(str(data["cache_salt"]))}</FONT>'
+    if data.get("policy"):  # what the eviction policy reads of it, as the tree panel shows it
+        head += f' <FONT COLOR="#8d6e00">{html.escape(data["policy"])}</FONT>'
     rows = [f'<TR><TD COLSPAN="4" ALIGN="LEFT"><B>{html.escape(title)}</B>{head}</TD></TR>']
     for comp in components:
         facts = data["components"][comp]
@@ -152,6 +154,8 @@ def _tooltip(data: dict, components: tuple[str, ...]) -> str:
         session = f", session_ref {f['session_ref']}" if f["session_ref"] or f["session_ids"] else ""
         session += f", frontier of {','.join(f['session_ids'])}" if f["session_ids"] else ""
         lines.append(f"{comp}: {value}, lock_ref {f['lock_ref']}{rank}{extras}{session}")
+    if data.get("policy"):
+        lines.append(f"eviction policy reads: {data['policy']}")
     if data["evictable_leaf"]:
         lines.append("evictable leaf")
     if data["changes"]:

@@ -60,6 +60,7 @@ def _facts(row: ShownNode) -> dict:
         "key_head": row.key_head,
         "parent": row.parent,
         "evictable_leaf": row.evictable_leaf,
+        "policy": row.policy_badge,  # what Full's eviction policy reads of it ("prio 3", "2 hits"), or ""
         "components": components,
         "changes": row.changes,
         "mark": row.mark,

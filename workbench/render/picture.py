@@ -10,6 +10,7 @@ import graphviz
 from ..model.timeline.fmt import fields_text
 from ..model.timeline.request_diff import request_diff
 from ..model.timeline.shown_sessions import session_rows
+from ..model.timeline.shown_tree import eviction_order_text
 from ..model.timeline.timeline import Timeline
 from .dot import caption_text, to_dot
 from .graph import elide, state_graph, subtree_sizes
@@ -25,6 +26,8 @@ def picture(timeline: Timeline, step: int, diff_from: Optional[int] = None, max_
     record = timeline.records[step - 1] if step else None
     op = f"{record.step.op}({fields_text(record.step.fields)})" if record else None
     caption = caption_text(timeline.scenario.name, step, op, state.pools, diff_from)
+    if order := eviction_order_text(state):  # Full's leaves in its policy's order (not under lru)
+        caption += "\n" + order
     folded = [f"{chained} nodes folded into chains"] if chained else []
     folded += [f"{elided} nodes beyond --max-nodes {max_nodes} folded"] if elided else []
     if folded:

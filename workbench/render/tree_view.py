@@ -15,6 +15,7 @@ from rich.tree import Tree
 from cache.snapshot import CacheSnapshot, NodeView
 
 from ..model.timeline.fmt import key_text, tokens_text
+from ..model.timeline.shown_tree import eviction_order_text, policy_badge
 
 COMPONENT_STYLE = {"full": "cyan", "swa": "magenta", "mamba": "green"}
 SESSION_STYLE = "bold dark_orange"  # a session badge, §n
@@ -29,11 +30,13 @@ def node_label(node: NodeView, snapshot: CacheSnapshot) -> Text:
               v.session_ids)
              for name, v in ((name, node.components[name]) for name in snapshot.components))
     return badge_line(node.id, node.key, node.extra_key, comps, node.evictable_leaf,
-                      cache_salt=node.cache_salt, key_head=node.key_head)
+                      cache_salt=node.cache_salt, key_head=node.key_head,
+                      policy=policy_badge(snapshot.eviction_policy, node.priority, node.hit_count))
 
 
 def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable[tuple], evictable_leaf: bool,
-               chain: int = 0, cache_salt: Optional[str] = None, key_head: Optional[int] = None) -> Text:
+               chain: int = 0, cache_salt: Optional[str] = None, key_head: Optional[int] = None,
+               policy: str = "") -> Text:
     """``#7 [1 2 3] 3t  full:3 🔒1 r0  swa:✝  leaf``: one node with a badge per component
     (name, value length or None, lock_ref, LRU rank or None, extras[, host copy length[,
     session_ref, session_ids]]) — every view's line. With a host tier a copy shows as
@@ -41,7 +44,8 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
     ``full:HOST 3`` badge; a node sessions hold shows ``§n`` (session_ref), and a
     session's frontier names it, ``§1=s1``. A salted node shows ``salt=S`` beside its
     namespace; an EAGLE bigram key shows the token its first pair begins with: ``[3|4 5]``
-    (its length counts pairs)."""
+    (its length counts pairs). ``policy`` is what Full's eviction policy reads of the node
+    (``prio 3``, ``2 hits``: shown_tree.policy_badge)."""
     text = Text()
     text.append(f"#{node_id} ", style="bold")
     if chain:
@@ -76,6 +80,8 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
                 text.append(f" {'⇡' if value == 'backup' else '⇣'}{value}", style="bold magenta")
             else:
                 text.append(f" {k}={value}", style="yellow")
+    if policy:
+        text.append(f"  {policy}", style="yellow")
     if evictable_leaf:
         text.append("  leaf", style="dim green")
     return text
@@ -95,6 +101,13 @@ def render_tree(snapshot: CacheSnapshot) -> Tree:
     return tree
 
 
+def render_eviction_order(snapshot: CacheSnapshot) -> Text:
+    """Full's evictable leaves in the order its policy evicts them (empty under lru)."""
+    line = eviction_order_text(snapshot)
+    head, _, rest = line.partition(": ")
+    return Text.assemble((f"{head}: ", "bold cyan"), rest) if line else Text()
+
+
 def render_pools(snapshot: CacheSnapshot) -> Text:
     text = Text()
     for i, pool in enumerate(snapshot.pools.values()):
@@ -110,4 +123,5 @@ def render_pools(snapshot: CacheSnapshot) -> Text:
 
 
 def render_state(snapshot: CacheSnapshot) -> Group:
-    return Group(render_tree(snapshot), render_pools(snapshot))
+    order = render_eviction_order(snapshot)
+    return Group(render_tree(snapshot), render_pools(snapshot), *([order] if order else []))

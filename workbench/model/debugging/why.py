@@ -151,13 +151,32 @@ def _capacity_text(event: Event) -> str:
     return f"{_name(event.component)} capacity eviction {asked} ({who})"
 
 
-def _chosen_text(node: int, component: Optional[str], deleted: bool) -> str:
+def _chosen_text(node: int, component: Optional[str], deleted: bool, record: Optional[StepRecord] = None) -> str:
     if component == "full":
-        return f"node #{node} was the least recently used evictable leaf, so it was deleted whole"
+        return f"{_full_choice(node, record)}, so it was deleted whole"
     order = f"node #{node} was the least recently used unlocked {_name(component)} holder left"
     if deleted:
         return f"{order} and an evictable leaf, so it was deleted whole"
     return f"{order} and not an evictable leaf, so only its {_noun(component)} went (a tombstone)"
+
+
+def _full_choice(node: int, record: Optional[StepRecord]) -> str:
+    """Why Full's walk took this leaf: under lru its age; under another policy the key
+    it had before the step against the first leaf the step left, e.g. ``priority:
+    node #4 was evicted before #7: priority 0 < priority 1``."""
+    before = record.store.state(record.index - 1) if record is not None else None
+    if before is None or before.eviction_policy == "lru":
+        return f"node #{node} was the least recently used evictable leaf"
+    policy, order = before.eviction_policy, before.evictable_leaves
+    if node not in order:
+        return f"node #{node} became an evictable leaf during the walk and the {policy} policy took it next"
+    after = record.state
+    rival = next((i for i in order[order.index(node) + 1:]
+                  if i in after.records and after.record(i).evictable_leaf), None)
+    note = before.node(node).evict_note
+    if rival is None:
+        return f"{policy}: node #{node} ({note}) was an evictable leaf, and the walk took every one after it too"
+    return f"{policy}: node #{node} was evicted before #{rival}: {note} < {before.node(rival).evict_note}"
 
 
 def _took_text(events: list[Event]) -> str:
@@ -184,12 +203,12 @@ def _removal_text(record: StepRecord, event: Event, with_cascade: bool = True) -
         what = {EventKind.TOMBSTONE: "tombstone", EventKind.DEMOTE: "demotion to the host"}.get(trigger.kind, "eviction")
         return f"a cascade from {_name(source)}'s {what}: {_removal_text(record, trigger, with_cascade=False)}"
     if event.kind is EventKind.DEMOTE:
-        return (f"{_capacity_text(event)}; node #{node} was the least recently used evictable leaf and had a host"
-                " copy, so it stayed, host-only")
+        return (f"{_capacity_text(event)}; {_full_choice(node, record)} and had a host copy, so it stayed,"
+                " host-only")
     if event.cause is Cause.CAPACITY:
         deleted = event.kind is EventKind.EVICT
         took = [e for _, e in mine if e.cause is Cause.CASCADE and _cascade_source(e) == event.component]
-        text = f"{_capacity_text(event)}; {_chosen_text(node, event.component, deleted)}"
+        text = f"{_capacity_text(event)}; {_chosen_text(node, event.component, deleted, record)}"
         return text + (f"; the cascade took its {_took_text(took)}" if took and with_cascade else "")
     if event.cause is Cause.CLEANUP:
         return f"node #{node} was an emptied ancestor without Full KV, removed {event.detail or 'after its last child'}"

@@ -45,6 +45,9 @@ class OpGenerator:
         self.rng = random.Random(seed)
         # cache_salt draws come from their own stream, so the steps are the ones the seed always drew
         self.salt_rng = random.Random(f"cache_salt:{seed}")
+        # the priority policy's draws (ops/keys.py draw_priority) from their own stream, so a
+        # policy row's ops are the default row's: the same workload, evicted its own way
+        self.priority_rng = random.Random(f"{seed}:priority")
         self.page = config.page_size
         self.keys: list[list[int]] = []
         self.matches: list[str] = []

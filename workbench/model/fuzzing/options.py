@@ -33,6 +33,8 @@ def option_set(needs: tuple[str, ...] = ("full",), pages: tuple[int, ...] = (1, 
     return OptionSet(tuple(sorted((k, frozen(v)) for k, v in options.items())), needs, pages)
 
 
+_POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru", "tlru")  # cache/evict_policy.py
+
 MAMBA_OPTION_SETS = (  # the Mamba options (issue 28): cap at page 1 only (the oracle's reach)
     option_set(("full", "mamba"), (1,), mamba_max_states_per_path=1),
     option_set(("full", "mamba"), (1,), mamba_max_states_per_path=2),
@@ -51,6 +53,13 @@ OPTION_SETS: tuple[OptionSet, ...] = (  # one row per option value worth a run (
     *SWA_OPTION_SETS,
     option_set(needs=("full",), pages=(1, 4), is_eagle=True),  # EAGLE bigram keys (off with Mamba, as upstream)
     option_set(needs=("full", "swa"), pages=(1, 4), is_eagle=True),  # … and SWA's branch point and frees
+    # the eight eviction policies on Full's leaves, and the two with arguments off their defaults
+    *(option_set(eviction_policy=name) for name in _POLICIES),
+    option_set(eviction_policy="slru", eviction_policy_config={"protected_threshold": 1}),
+    option_set(eviction_policy="tlru", eviction_policy_config={"threshold": 12, "next_prompt_estimate": 4}),
+    # Full's policy beside the auxiliary components' own LRU lists
+    *(option_set(needs=needs, pages=(1,), eviction_policy=name)
+      for name in ("priority", "lfu") for needs in (("full", "swa"), ("full", "mamba"))),
 )
 
 

@@ -47,7 +47,8 @@ def run_insert(session, f: dict) -> dict:
             cache.free_swa(slots[:window_floor])
         if mamba:
             state = cache.alloc_mamba_state(tokens[:aligned])
-        result = cache.insert(InsertParams(key, slots, state, swa_evicted_seqlen=window_floor))
+        result = cache.insert(InsertParams(key, slots, state, swa_evicted_seqlen=window_floor,
+                                           priority=f.get("priority", 0)))
     except BaseException:  # refused: the tree took nothing, so everything goes back
         cache.free_kv([slots])
         if state is not None:
@@ -90,7 +91,7 @@ def sglang_insert(side, f: dict) -> dict:
         if side.has_mamba:
             state = side.alloc_mamba()
         params = sg.InsertParams(key=side.key(tokens, f.get("extra_key"), f.get("cache_salt")), value=slots,
-                                 mamba_value=state)
+                                 mamba_value=state, priority=f.get("priority", 0))
         if floor:
             params.component_evicted_seqlens[sg.ComponentType.SWA] = floor
         result = side.cache.insert(params)
@@ -120,11 +121,22 @@ def fuzz_insert(gen) -> dict:
     step: dict[str, Any] = {"op": INSERT.name, "key": gen.key(), **gen.salt()}
     if "swa" in gen.config.components and gen.rng.random() < 0.3 and len(step["key"]) >= gen.page:
         step["swa_evicted_seqlen"] = gen.rng.randint(0, len(step["key"]) // gen.page) * gen.page
+    priority = draw_priority(gen)
+    if priority is not None:
+        step["priority"] = priority
     return step
 
 
+def draw_priority(gen) -> Optional[int]:
+    """A priority for an insert or a request, often, under the priority policy (whose key
+    it is); None otherwise. Drawn from its own stream: the other draws stay as without."""
+    if gen.config.option("eviction_policy") != "priority" or gen.priority_rng.random() < 0.4:
+        return None
+    return gen.priority_rng.randint(0, 3)
+
+
 def record_insert(mapper, tokens: list[int], extra_key: Optional[str], swa_evicted_seqlen: int, node: Any,
-                  prefix_len: int, page_size: int, cache_salt: Optional[str] = None):
+                  prefix_len: int, page_size: int, cache_salt: Optional[str] = None, priority: int = 0):
     if swa_evicted_seqlen % page_size:
         return (f"insert of {len(tokens)} tokens with swa_evicted_seqlen {swa_evicted_seqlen}, not a multiple "
                 f"of page_size {page_size}: not expressible as an insert op")
@@ -137,6 +149,8 @@ def record_insert(mapper, tokens: list[int], extra_key: Optional[str], swa_evict
         step["cache_salt"] = cache_salt
     if swa_evicted_seqlen:
         step["swa_evicted_seqlen"] = swa_evicted_seqlen
+    if priority:
+        step["priority"] = priority
     step["expect"] = {"prefix_len": prefix_len}
     return step
 
@@ -145,7 +159,8 @@ def _recorded_insert(mapper, call):
     params = call.arg(0, "params")
     floor = next((int(v) for k, v in params.component_evicted_seqlens.items() if k.name == "SWA"), 0)
     return record_insert(mapper, call.tokens(params.key), params.key.extra_key, floor, call.result.last_device_node,
-                         int(call.result.prefix_len), mapper.page_size, getattr(params.key, "cache_salt", None))
+                         int(call.result.prefix_len), mapper.page_size, getattr(params.key, "cache_salt", None),
+                         int(getattr(params, "priority", 0) or 0))
 
 
 INSERT = declare(OpSpec(
@@ -153,7 +168,7 @@ INSERT = declare(OpSpec(
     run_insert,
     fields=(Field("key", TOKENS, required=True), Field("as", NAME, defines="matches"), Field("extra_key", NAME, placeholder="NS"),
             Field("cache_salt", NAME, placeholder="SALT"),
-            Field("swa_evicted_seqlen", COUNT, needs="swa", page_multiple=True)),
+            Field("swa_evicted_seqlen", COUNT, needs="swa", page_multiple=True), Field("priority", COUNT, placeholder="N")),
     results=("prefix_len",),
     run_sglang=sglang_insert,
     fuzz=(FuzzRule(0, lambda gen: 24, fuzz_insert),),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from array import array
 
+from .keys import draw_priority
 from .spec import COUNT, FLAG, HOST, NAME, TOKENS, Field, FuzzRule, OpSpec, declare, recorded_by
 
 REQ = Field("req", NAME, required=True, uses="requests", positional=True)
@@ -105,6 +106,9 @@ def fuzz_prefill(gen) -> dict:
         step["load_back"] = True
         if rng.random() < 0.25:
             step["mem_quota"] = rng.randint(0, 8 * gen.page)
+    priority = draw_priority(gen)  # the priority policy's keys
+    if priority is not None:
+        step["priority"] = priority
     if gen.config.sessions and rng.random() < 0.7:  # a session's request (ops/sessions.py)
         from .sessions import fuzz_session_fields
 

@@ -39,6 +39,8 @@ CONFIG_FIELDS = {
     "hicache": dict,
     "session_radix_cache": bool,
     "is_eagle": bool,  # EAGLE bigram keys (CacheConfig.is_eagle)
+    "eviction_policy": str,
+    "eviction_policy_config": dict,
 }
 SCENARIO_FIELDS = {"name": str, "description": str, "source": str}
 # Any other listed component gets the same per-component fields: "<component>_<suffix>"

@@ -85,6 +85,7 @@ class ShownNode:
     ghost: bool = False
     cache_salt: Optional[str] = None  # the node's salt (a second namespace)
     key_head: Optional[int] = None  # EAGLE bigram keys: the token the first pair begins with
+    policy_badge: str = ""  # what Full's eviction policy reads of it, when it reads more than times
 
     @property
     def bottom(self) -> int:
@@ -105,14 +106,37 @@ class ShownNode:
 
     @classmethod
     def of_record(cls, record: NodeRecord, components: tuple[str, ...], ranks: Optional[dict] = None,
-                  changes: frozenset[str] = frozenset(), ghost: bool = False) -> ShownNode:
+                  changes: frozenset[str] = frozenset(), ghost: bool = False, policy: str = "lru") -> ShownNode:
         """One unfolded node (a ghost, or a record shown on its own, as the diff view does)."""
         ranks = ranks or {}
         comps = tuple(ShownComponent(name, c.value_len, c.lock_ref, ranks.get(name), c.extras, c.host_len,
                                      c.session_ref, c.session_ids)
                       for name, c in zip(components, record.components))
         return cls(record.id, (record.id,), record.parent, record.key, record.extra_key, record.evictable_leaf,
-                   comps, changes, ghost, record.cache_salt, record.key_head)
+                   comps, changes, ghost, record.cache_salt, record.key_head,
+                   policy_badge(policy, record.priority, record.hit_count))
+
+
+def eviction_order_text(state, shown: int = 12) -> str:
+    """``full evicts (priority) first: #7 priority 0 · #3 priority 1``: Full's evictable
+    leaves, first victim first, with what decides each place; "" under lru (there the
+    access order is the whole story)."""
+    if state.eviction_policy == "lru":
+        return ""
+    order = state.evictable_leaves
+    listed = " · ".join(f"#{i} {state.node(i).evict_note}".rstrip() for i in order[:shown]) or "nothing"
+    more = f" … {len(order) - shown} more" if len(order) > shown else ""
+    return f"full evicts ({state.eviction_policy}) first: {listed}{more}"
+
+
+def policy_badge(policy: str, priority: int, hit_count: int) -> str:
+    """``prio 3`` under the priority policy, ``2 hits`` under lfu and slru; "" otherwise."""
+    name = policy.split("(", 1)[0]
+    if name == "priority":
+        return f"prio {priority}"
+    if name in ("lfu", "slru"):
+        return f"{hit_count} hit{'s' if hit_count != 1 else ''}"
+    return ""
 
 
 def _fold(rows: list[NodeRecord], top: ShownNode) -> ShownNode:
@@ -176,7 +200,8 @@ class ShownTree:
             return ShownNode.of_record(self._ghosts[node_id], self.components, changes=frozenset({"removed"}), ghost=True)
         record = self.state.record(node_id)
         ranks = {name: self.state.rank(name, record) for name in self.components}
-        top = ShownNode.of_record(record, self.components, ranks, self._kinds(node_id))
+        top = ShownNode.of_record(record, self.components, ranks, self._kinds(node_id),
+                                  policy=self.state.eviction_policy)
         below, last = [], node_id
         while (nxt := self._continues_into(last)) is not None:
             below.append(self.state.record(nxt))

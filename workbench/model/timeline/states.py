@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Optional
 
 from cache.keys import namespace_order, unpack_tokens
-from cache.snapshot import CacheSnapshot, ComponentView, GlobalRecord, NodeRecord, NodeView
+from cache.snapshot import CacheSnapshot, ComponentView, GlobalRecord, NodeRecord, NodeView, eviction_order
 
 Records = dict[int, NodeRecord]
 Delta = dict[int, Optional[NodeRecord]]
@@ -39,12 +39,13 @@ class StateShape:
     root_id: int
     lru_components: tuple[str, ...]  # components that keep an LRU list (Full orders by access time),
     # then the host tier's host LRUs, named "<component>_host"
+    eviction_policy: str = "lru"  # Full's (CacheSnapshot.eviction_policy)
 
     @classmethod
     def of(cls, cache) -> StateShape:
         host = tuple(f"{name}_host" for name in getattr(cache.tree, "host_lru", {}))
         return cls(tuple(c.name for c in cache.components), cache.page_size, cache.tree.root.id,
-                   tuple(cache.tree.lru) + host)
+                   tuple(cache.tree.lru) + host, cache.tree.eviction_policy.label())
 
 
 class StateStore:
@@ -271,9 +272,12 @@ class TimelineState:
         return self._orders
 
     @property
+    def eviction_policy(self) -> str:
+        return self.shape.eviction_policy
+
+    @property
     def evictable_leaves(self) -> tuple[int, ...]:
-        leaves = [r for r in self.records.values() if r.evictable_leaf]
-        return tuple(r.id for r in sorted(leaves, key=lambda r: (r.last_access_time, r.id)))
+        return eviction_order(self.records.values())
 
     def tombstones(self, component: str) -> int:
         i = self.components.index(component)
@@ -292,7 +296,8 @@ class TimelineState:
     def to_snapshot(self) -> CacheSnapshot:
         """The same state as a ``CacheSnapshot`` (for equivalence checks and old readers)."""
         return CacheSnapshot(self.op_seq, self.page_size, self.components, self.nodes, self.lru, self.evictable_leaves,
-                             self.pools, self.requests, self.sessions, self.streaming_sessions)
+                             self.pools, self.requests, self.sessions, self.streaming_sessions,
+                             self.shape.eviction_policy)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _child_key(self, record: NodeRecord):
@@ -319,6 +324,7 @@ class TimelineState:
             record.id, record.parent, key, path, record.extra_key,
             record.last_access_time, record.priority, record.hit_count, record.evictable_leaf,
             self.children(record.id), MappingProxyType(comps), record.cache_salt, record.key_head,
+            record.evict_key, record.evict_note,
         )
 
 

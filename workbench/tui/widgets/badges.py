@@ -35,7 +35,7 @@ def row_label(row: ShownNode) -> Text:
     comps = ((c.name, c.value_len, c.lock_ref, c.rank, c.extras, c.host_len, c.session_ref, c.session_ids)
              for c in row.components)
     text = badge_line(row.id, unpack_tokens(row.key), row.extra_key, comps, row.evictable_leaf, row.folded,
-                      row.cache_salt, row.key_head)
+                      row.cache_salt, row.key_head, row.policy_badge)
     if row.mark is not None:
         text.stylize(CHANGE_STYLE[row.mark])
     return text

@@ -1,12 +1,14 @@
 """Each component's LRU order, most recent first, and with a host tier each host LRU
 (``swa_host``: host-only data, in the order it got there); nodes that moved this step
-marked."""
+marked. Under an eviction policy other than lru, Full's evictable leaves in the order
+it evicts them, each with what decides its place ("priority 0", "1 hit")."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.widgets import Static
 
+from ...model.timeline.shown_tree import eviction_order_text
 from ...model.timeline.step_view import StepView
 from .badges import COMPONENT_STYLE
 from .panel import Panel
@@ -30,4 +32,14 @@ class LRUPanel(Panel, Static):
             if total > SHOWN:
                 text.append(f"… {total - SHOWN:,} more", style="dim")
             text.append(" LRU\n", style="dim")
+        if state.eviction_policy != "lru":
+            eviction_line(text, state)
         self.update(text, layout=False)  # its size does not depend on the text
+
+
+
+def eviction_line(text: Text, state) -> None:
+    """Full's evictable leaves, first victim first, under the policy's name."""
+    head, _, rest = eviction_order_text(state, SHOWN // 2).partition(": ")
+    text.append(f"{head}: ", style=f"bold {COMPONENT_STYLE.get('full', 'white')}")
+    text.append(rest + "\n")
