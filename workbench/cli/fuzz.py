@@ -147,14 +147,17 @@ def _fuzz_once(config, args) -> int:
     from ..model.scenarios.writer import scenario_jsonl, scenario_toml
     from ..render.report import progress
 
+    sets = option_sets_for(config.components) if args.sweep_options else None
     with progress(args.steps, f"fuzz {config.label()}", minimum=2000) as advance:
         result = fuzz(config, args.seed, args.steps, args.time_budget, lambda n: advance(), full_checks=args.full_checks,
-                      option_sets=option_sets_for(config.components) if args.sweep_options else None)
+                      option_sets=sets)
     rate = f"{result.ops_per_second:,.0f} ops/s"
     if result.finding is None:
+        swept = f", {len(sets)} option sets in turn" if sets else ""
         _say_or_json(args, {"config": config.label(), "seed": args.seed, "steps": result.steps_run,
-                            "ops_per_second": round(result.ops_per_second), "finding": None},
-                     f"no failure in {result.steps_run:,} steps ({config.label()}, seed {args.seed}; {rate})")
+                            "ops_per_second": round(result.ops_per_second), "finding": None,
+                            "option_sets": len(sets) if sets else 0},
+                     f"no failure in {result.steps_run:,} steps ({config.label()}{swept}, seed {args.seed}; {rate})")
         return 0
     finding = result.finding
     if args.trace:
