@@ -61,3 +61,27 @@ def test_urc_fuzz_sweeps_the_option_sets_and_reports_clean_runs(capsys):
     rc, out, err = urc(capsys, "fuzz", "--sweep-options", "--steps", "60", "--json")
     report = json.loads(out)
     assert rc == 0 and report["finding"] is None and report["option_sets"] == len(option_sets_for(("full",)))
+
+
+def test_faults_new_adds_only_the_missing_rows_in_catalogue_order(tmp_path, capsys):
+    """``urc fuzz --faults new``: a fault added to the catalogue gets its row and repro
+    without re-running the rest; the file it merges into is only rewritten with --force."""
+    import json
+    from pathlib import Path
+
+    from cache.faults import catalogue
+
+    committed = json.loads((Path(__file__).resolve().parent.parent / "scenarios" / "fuzz" / "detections.json").read_text())
+    missing = "lock-skips-matched-node"  # flagged at the first seed of its first config
+    (tmp_path / "detections.json").write_text(json.dumps([r for r in committed if r["fault"] != missing]))
+    before = (tmp_path / "detections.json").read_text()
+    rc, _, err = urc(capsys, "fuzz", "--faults", "new", "-o", str(tmp_path))
+    assert rc == 2 and "--force" in err and (tmp_path / "detections.json").read_text() == before
+    rc, out, _ = urc(capsys, "fuzz", "--faults", "new", "-o", str(tmp_path), "--force", "--shrink-budget", "5", "--json")
+    rows = json.loads((tmp_path / "detections.json").read_text())
+    assert rc == 0 and json.loads(out) == rows  # the whole table, as the README prints it
+    assert [r["fault"] for r in rows] == [name for name in catalogue() if name in {r["fault"] for r in committed}]
+    new = next(r for r in rows if r["fault"] == missing)
+    old = next(r for r in committed if r["fault"] == missing)
+    assert {k: v for k, v in new.items() if k != "shrunk_steps"} == {k: v for k, v in old.items() if k != "shrunk_steps"}
+    assert (tmp_path / f"{missing}.toml").exists() and len(list(tmp_path.glob("*.toml"))) == 1
