@@ -326,7 +326,7 @@ def test_a_complete_trace_loads_without_a_notice(capsys, smoke):
 
 def test_show_steps(capsys, smoke):
     rc, out, _ = urc(capsys, "show", smoke, "--step", "0")
-    assert rc == 0 and out.startswith("root") and "[1 2 3" not in out
+    assert rc == 0 and out.startswith("config: full · page 1\nroot") and "[1 2 3" not in out
     rc, out, _ = urc(capsys, "show", smoke, "--step", "1")
     assert rc == 0 and "[1 2 3 4 5 6]" in out and "smoke.toml:11" in out
     rc, out, _ = urc(capsys, "show", smoke, "--step", "3")

@@ -44,7 +44,9 @@ def add_parser(command) -> None:
     fuzz.add_argument("--time-budget", type=float, metavar="SEC", help="stop after this many seconds")
     fuzz.add_argument("--fault", action="append", default=[], metavar="NAME",
                       help="turn on a fault from the catalogue (repeatable; see --list-faults)")
-    fuzz.add_argument("--faults", choices=("all",), help="all: fuzz every fault in turn and print the detection table")
+    fuzz.add_argument("--faults", choices=("all", "new"),
+                      help="all: fuzz every fault in turn and print the detection table; new: only the faults "
+                           "-o DIR's detections.json has no row for, merged into it (with --force)")
     fuzz.add_argument("--list-faults", action="store_true", help="print the fault catalogue, one fault per line")
     fuzz.add_argument("-o", "--output", metavar="OUT.toml",
                       help="where to write the shrunk scenario (default: fuzz-FAULT-seedS.toml here); with --faults "
@@ -71,9 +73,11 @@ def run(args) -> int:
         value = getattr(args, name)
         if value is not None and not 0 < value:  # also refuses nan
             raise ScenarioError(f"--{name.replace('_', '-')} must be a positive number of seconds (got {value})")
-    if args.faults == "all":
+    if args.faults:
         if args.fault or args.trace:
-            raise ScenarioError("--faults all runs the whole catalogue: leave out --fault and --trace")
+            raise ScenarioError(f"--faults {args.faults} runs the catalogue: leave out --fault and --trace")
+        if args.faults == "new" and not args.output:
+            raise ScenarioError("--faults new adds rows to a detection run: give its directory with -o")
         return _detection_table(args)
     config = FuzzConfig(tuple(args.config.split(",")), args.page_size, args.sliding_window, args.kv_size,
                         args.swa_kv_size, args.mamba_size, tuple(args.fault), args.hicache)
@@ -147,14 +151,17 @@ def _fuzz_once(config, args) -> int:
     from ..model.scenarios.writer import scenario_jsonl, scenario_toml
     from ..render.report import progress
 
+    sets = option_sets_for(config.components) if args.sweep_options else None
     with progress(args.steps, f"fuzz {config.label()}", minimum=2000) as advance:
         result = fuzz(config, args.seed, args.steps, args.time_budget, lambda n: advance(), full_checks=args.full_checks,
-                      option_sets=option_sets_for(config.components) if args.sweep_options else None)
+                      option_sets=sets)
     rate = f"{result.ops_per_second:,.0f} ops/s"
     if result.finding is None:
+        swept = f", {len(sets)} option sets in turn" if sets else ""
         _say_or_json(args, {"config": config.label(), "seed": args.seed, "steps": result.steps_run,
-                            "ops_per_second": round(result.ops_per_second), "finding": None},
-                     f"no failure in {result.steps_run:,} steps ({config.label()}, seed {args.seed}; {rate})")
+                            "ops_per_second": round(result.ops_per_second), "finding": None,
+                            "option_sets": len(sets) if sets else 0},
+                     f"no failure in {result.steps_run:,} steps ({config.label()}{swept}, seed {args.seed}; {rate})")
         return 0
     finding = result.finding
     if args.trace:
@@ -199,8 +206,15 @@ def _detection_table(args) -> int:
 
     folder = Path(args.output) if args.output else None
     if folder is not None and not folder.is_dir():
-        raise ScenarioError(f"-o {folder}: with --faults all, -o names an existing directory")
+        raise ScenarioError(f"-o {folder}: with --faults {args.faults}, -o names an existing directory")
     faults = list(catalogue().values())
+    kept: dict[str, dict] = {}
+    if args.faults == "new":
+        try:
+            kept = {row["fault"]: row for row in json.loads((folder / "detections.json").read_text(encoding="utf-8"))}
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise ScenarioError(f"-o {folder}: no readable detections.json to add to ({exc})") from None
+        faults = [f for f in faults if f.name not in kept]
     if folder is not None:
         for name in [f"{f.name}.toml" for f in faults] + ["detections.json"]:
             check_output(str(folder / name), (), args.force, "-o")
@@ -214,6 +228,9 @@ def _detection_table(args) -> int:
         if folder is not None and detection.flagged:
             with open_output(str(folder / f"{fault.name}.toml"), (), args.force, "-o") as stream:
                 stream.write(scenario_toml(repro_scenario(detection.result, name=f"fuzz-{fault.name}")))
+    if kept:  # the new rows among the kept ones, in catalogue order
+        found = {row["fault"]: row for row in rows}
+        rows = [found.get(name) or kept[name] for name in catalogue() if name in found or name in kept]
     if folder is not None:
         with open_output(str(folder / "detections.json"), (), args.force, "-o") as stream:
             stream.write(json.dumps(rows, indent=1) + "\n")

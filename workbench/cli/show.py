@@ -31,6 +31,10 @@ def run(args) -> int:
     scenario = scenarios[0]
     n = step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
     timeline = run_scenario(scenario)
+    from cache.config_reference import config_line
+    from rich.text import Text
+
+    console.print(Text(f"config: {config_line(scenario.config)}", style="dim"))
     if n == 0:
         console.print(render_state(timeline.initial))
     else:

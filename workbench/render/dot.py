@@ -245,11 +245,12 @@ def render_svg(dot: graphviz.Digraph) -> str:
     return dot.pipe(format="svg", encoding="utf-8")
 
 
-def caption_text(scenario: str, step: int, op: Optional[str], pools, diff_from: Optional[int]) -> str:
+def caption_text(scenario: str, step: int, op: Optional[str], pools, diff_from: Optional[int], config: str = "") -> str:
     what = f"step {step}" + (f": {op}" if op else " (the start)")
     since = f" — changes since step {diff_from} highlighted" if diff_from is not None else ""
     pool_text = "   ".join(
         f"{p.name}: total {p.total}, free {p.available}, evictable {p.evictable}, protected {p.protected}, held {p.held}"
         for p in pools.values()
     )
-    return f"{scenario} — {what}{since}\n{pool_text}"
+    config = f"\n{config}" if config else ""
+    return f"{scenario} — {what}{since}{config}\n{pool_text}"

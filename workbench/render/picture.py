@@ -7,6 +7,8 @@ from typing import Optional
 
 import graphviz
 
+from cache.config_reference import config_line
+
 from ..model.timeline.fmt import fields_text
 from ..model.timeline.request_diff import request_diff
 from ..model.timeline.shown_sessions import session_rows
@@ -25,7 +27,7 @@ def picture(timeline: Timeline, step: int, diff_from: Optional[int] = None, max_
     elided = elide(graph, max_nodes)
     record = timeline.records[step - 1] if step else None
     op = f"{record.step.op}({fields_text(record.step.fields)})" if record else None
-    caption = caption_text(timeline.scenario.name, step, op, state.pools, diff_from)
+    caption = caption_text(timeline.scenario.name, step, op, state.pools, diff_from, config_line(timeline.scenario.config))
     if order := eviction_order_text(state):  # Full's leaves in its policy's order (not under lru)
         caption += "\n" + order
     folded = [f"{chained} nodes folded into chains"] if chained else []

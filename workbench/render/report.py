@@ -15,6 +15,8 @@ from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
+from cache.config_reference import config_line
+
 from ..model.timeline.fmt import event_text, fields_text, plural, result_text, value_text
 from ..model.scenarios.scenario import STDIN_NAME
 from ..model.timeline.timeline import StepRecord, Timeline
@@ -90,6 +92,7 @@ def print_run_report(timeline: Timeline, console: Console, interrupted: bool = F
         return
     else:
         console.print(Text.assemble(("FAIL", "bold red"), f" {scenario.path} — {scenario.name} ({steps}, {len(failing):,} failed)"))
+    console.print(Text(f"  config: {config_line(scenario.config)}", style="dim"))
     for n, record in enumerate(failing):
         command = show_command(scenario.path, record.index)
         if n < DETAILED_FAILURES:
@@ -108,11 +111,13 @@ def walk(timeline: Timeline, console: Console, upto: int | None = None) -> None:
     """Print each step's description, op, result, events and tree (the tour)."""
     scenario = timeline.scenario
     intro = Text(reflow(scenario.description or scenario.name))
+    config = config_line(scenario.config)
     if is_plain(console):
         console.print(Text(f"== {scenario.name} ({scenario.path})"))
+        console.print(Text(f"config: {config}"))
         console.print(intro)
     else:
-        console.print(Panel(intro, title=scenario.name))
+        console.print(Panel(intro, title=scenario.name, subtitle=config, subtitle_align="left"))
     for record in timeline.records[:upto]:
         console.print(step_view(record, scenario.path, plain=is_plain(console)))
 

@@ -201,6 +201,7 @@ class WorkbenchApp(App[None]):
         view = cursor.view(follow, self.selected, self.divergences.get(cursor.chapter.scenario.path))
         view = self.view = view.choosing_session(self.selected_session)
         self.selected = view.selected
+        self.sub_title = view.config_line  # the Header: which cache, which model options
         self._fit_pools(len(view.state.pools))
         for panel in self.panels:
             panel.show(view)

@@ -12,6 +12,8 @@ import dataclasses
 from functools import cached_property
 from typing import TYPE_CHECKING, Optional
 
+from cache.config_reference import config_line
+
 from .diff import StateDiff
 from .request_diff import RequestDiff, step_request_diff
 from .shown_sessions import SessionRow, session_rows
@@ -41,6 +43,11 @@ class StepView:
     selected: Optional[int]  # the node the panels show in detail (the step's own, or the user's choice)
     divergence: Optional[tuple[int, str]] = None  # where the chapter first diverged from SGLang (step, text)
     session: Optional[str] = None  # the session whose nodes the tree highlights (the user's choice)
+
+    @property
+    def config_line(self) -> str:
+        """The chapter's cache in one line: components, page, window, model options."""
+        return config_line(self.scenario.config)
 
     @cached_property
     def diff(self) -> Optional[StateDiff]:

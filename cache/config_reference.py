@@ -1,0 +1,125 @@
+"""Every [config] field a scenario can give, with its default and the model family or
+deployment that turns it on in SGLang 0.5.23: the README's config reference and the
+config line every view and picture opens with are made from this table.
+
+Data only (no torch): ``urc`` reads it before a cache is built. A test checks it
+against ``CacheConfig``, ``HiCacheConfig`` and every component's ``config_fields``, so
+a new field cannot go unlisted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+REQUIRED = object()  # a field with no default
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigOption:
+    name: str
+    default: Any  # REQUIRED, or the value an absent field means
+    shown_default: str  # the default as the reference prints it
+    family: str  # who turns it on: a model family, a server flag, or "every model"
+    meaning: str
+    model_option: bool = False  # one of 0.5.23's per-model options: named in the config line when not default
+
+
+def _opt(name, default, shown, family, meaning, model_option=False) -> ConfigOption:
+    return ConfigOption(name, default, shown, family, meaning, model_option)
+
+
+OPTIONS: tuple[ConfigOption, ...] = (
+    _opt("components", REQUIRED, "required", "every model",
+         '`["full"]`, `["full", "swa"]`, `["full", "mamba"]`, all three, or with `"sidecar"`; `full` first'),
+    _opt("kv_size", REQUIRED, "required", "every model", "Full KV pool, in tokens (a multiple of `page_size`)"),
+    _opt("page_size", 1, "1", "`--page-size`", "tokens per page: keys are cached page-aligned, allocations are whole pages"),
+    _opt("sliding_window", REQUIRED, "required with `swa`", "SWA models (gpt-oss, Gemma 2/3, Llama 4, DeepSeek-V4)",
+         "the attention window, in tokens"),
+    _opt("swa_kv_size", None, "`kv_size`", "SWA models", "SWA KV pool, in tokens"),
+    _opt("mamba_size", REQUIRED, "required with `mamba`", "hybrid Mamba/linear-attention models (Qwen3-Next, "
+         "Qwen3.5, Nemotron-H, Falcon-H1)", "Mamba state slots"),
+    _opt("device", "auto", '`"auto"`', "this workbench", "where the pools live: `auto` (CUDA when present), `cpu`, `cuda`"),
+    _opt("auto_evict", True, "`true`", "this workbench", "an op that needs slots first evicts the shortfall (SGLang's "
+         "`evict_for_alloc`); `false`: it is refused"),
+    _opt("faults", (), "`[]`", "this workbench", "fault names from the catalogue (`urc fuzz --list-faults`) that "
+         "re-introduce upstream bugs", model_option=True),
+    _opt("session_radix_cache", False, "`false`", "`--enable-session-radix-cache`",
+         "finished session requests tag their KV so eviction spares it (see Sessions)", model_option=True),
+    _opt("hicache", None, "none", "`--enable-hierarchical-cache`",
+         "the host tier: a table of the `hicache.*` fields below", model_option=True),
+    _opt("hicache.write_policy", "write_through", '`"write_through"`', "`--hicache-write-policy`",
+         "`write_through`, `write_through_selective` (backed up on the second hit) or `write_back` (on eviction)"),
+    _opt("hicache.host_kv_size", None, "twice `kv_size` plus a page", "`--hicache-ratio` / `--hicache-size`",
+         "Full KV's host pool, in tokens"),
+    _opt("hicache.host_<component>_size", None, "its host part's", "`--hicache-ratio`",
+         "each other component's host pool (`host_swa_size`, `host_mamba_size`, …)"),
+    _opt("hicache.load_back_threshold", 10, "10", "`--hicache-load-back-threshold`",
+         "a match whose host part is shorter is not loaded back"),
+    _opt("hicache.transfers", "immediate", '`"immediate"`', "this workbench", "`immediate` completes each copy in its "
+         "op (SGLang on the CPU); `held` keeps it in flight until a `flush`, as a GPU stream would"),
+    _opt("eviction_policy", "lru", '`"lru"`', "`--radix-eviction-policy`", "the order Full's device and host leaves "
+         "are evicted in: `lru`, `lfu`, `fifo`, `mru`, `filo`, `priority`, `slru`, `tlru` (SWA and Mamba stay LRU)",
+         model_option=True),
+    _opt("eviction_policy_config", None, "none", "`--radix-eviction-policy-config`", "the policy's parameters: "
+         "`slru` `protected_threshold` (2); `tlru` `threshold`, `next_prompt_estimate` (0, 0)", model_option=True),
+    _opt("is_eagle", False, "`false`", "EAGLE / EAGLE3 / MTP speculative decoding (`--speculative-algorithm EAGLE`)",
+         "keys are token pairs (bigrams): N + 1 tokens make a key of N; off with Mamba", model_option=True),
+    _opt("swa_draft_window", 0, "0", "DeepSeek-V4 with a draft model's window", "SWA keeps max(`sliding_window`, "
+         "this) tokens: matches, locks and frees use the wider retain window", model_option=True),
+    _opt("swa_gates_prefix_match", True, "`true`", "`false`: per-request SWA rings, DeepSeek-V4 request windows",
+         "`false`: a SWA tombstone over live Full KV does not end a match", model_option=True),
+    _opt("swa_free_out_of_window", True, "`true`", "`SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS`",
+         "a running request frees its SWA slots that slid out of the window as it goes", model_option=True),
+    _opt("mamba_max_states_per_path", -1, "-1 (off)", "`--mamba-max-states-per-path` (Qwen3-Next, Qwen3.5 long "
+         "context)", "after an insert, at most this many Mamba states stay on its root-to-tail path (the tail, "
+         "locked nodes, forks and device leaves are spared)", model_option=True),
+    _opt("mamba_extra_buffer", None, "`page_size > 1`", "`--mamba-scheduler-strategy extra_buffer`",
+         "a request keeps a ping-pong pair of states to checkpoint from; required above page 1, allowed at page 1",
+         model_option=True),
+    _opt("mamba_skip_decode_lock", False, "`false`", "`SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK`",
+         "a decoding request's checkpoint re-locks its node without Mamba's lock", model_option=True),
+    _opt("sidecar_stride", 128, "128", "this workbench (the example component)",
+         "tokens between two sidecar entries", model_option=True),
+    _opt("sidecar_size", None, "required with `sidecar`", "this workbench (the example component)",
+         "sidecar entry slots"),
+)
+
+BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def reference_table() -> str:
+    """The README's config reference (between ``<!-- config:begin -->`` and ``<!-- config:end -->``)."""
+    rows = ["| field | default | turned on by | meaning |", "|---|---|---|---|"]
+    rows += [f"| `{o.name}` | {o.shown_default} | {o.family} | {o.meaning} |" for o in OPTIONS]
+    return "\n".join(rows)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}={_shown(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def config_line(config: Mapping[str, Any]) -> str:
+    """One line naming the cache a scenario builds: its components, page, window and
+    every model option it sets away from the default ("full+swa · page 4 · window 4 ·
+    eviction_policy=lfu")."""
+    parts = ["+".join(config.get("components", ("full",))), f"page {config.get('page_size', 1)}"]
+    if config.get("sliding_window") is not None:
+        parts.append(f"window {config['sliding_window']}")
+    for option in OPTIONS:
+        if option.model_option and option.name in config and config[option.name] not in (option.default, None, (), []):
+            value = config[option.name]
+            if option.name == "hicache":
+                parts.append(f"hicache {value.get('write_policy', 'write_through') if isinstance(value, Mapping) else ''}".strip())
+            elif option.name == "session_radix_cache":
+                parts.append("session radix cache")
+            else:
+                parts.append(f"{option.name}={_shown(value)}")
+    return " · ".join(parts)
