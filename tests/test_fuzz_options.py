@@ -52,7 +52,7 @@ def test_sweeping_runs_each_episode_with_the_next_option_set():
 
 def test_urc_fuzz_refuses_an_option_the_cache_refuses_in_one_line(capsys):
     rc, out, err = urc(capsys, "fuzz", "--option", "eviction_policy=nope", "--steps", "10")
-    assert rc == 2 and len(err.strip().splitlines()) == 1 and "eviction_policy" in err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "nope" in err
 
 
 def test_urc_fuzz_sweeps_the_option_sets_and_reports_clean_runs(capsys):
