@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
 
     from workbench.bridge.differential import run_against
     from workbench.cli.fuzz import parse_options
-    from workbench.model.fuzzing.config import FuzzConfig
+    from workbench.model.fuzzing.config import FuzzConfig, frozen, shown_value
     from workbench.model.fuzzing.options import OPTION_SETS
     from workbench.model.scenarios.scenario import scenario_from_records
 
@@ -96,7 +96,7 @@ def main(argv: list[str]) -> int:
         total_runs += args.seeds
         total_ops += ops_run
         total_asserts += asserts
-        shown = ",".join(components) + "".join(f" {k}={v}" for k, v in sorted(options.items()))
+        shown = ",".join(components) + "".join(f" {k}={shown_value(frozen(v))}" for k, v in sorted(options.items()))
         print(f"{shown:<18} {page:>4} {args.seeds:>5} {ops_run:>8} {asserts:>8}  {first or '-'}")
     print(f"{total_runs} sequences, {total_ops} ops run on both sides, {total_asserts} stopped where SGLang asserts, "
           f"{diverged} configuration(s) diverged")

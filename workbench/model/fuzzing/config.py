@@ -57,7 +57,7 @@ class FuzzConfig:
         window = f" w{self.sliding_window}" if "swa" in self.components else ""
         host = f" {self.hicache}" if self.hicache else ""
         sessions = " sessions" if self.sessions else ""
-        options = "".join(f" {name}={_shown(value)}" for name, value in self.options)
+        options = "".join(f" {name}={shown_value(value)}" for name, value in self.options)
         return f"{comps} p{self.page_size}{window}{host}{sessions}{options}"
 
 
@@ -71,9 +71,9 @@ def _plain(value: Any) -> Any:
     return {k: _plain(v) for k, v in value} if isinstance(value, tuple) else value
 
 
-def _shown(value: Any) -> str:
+def shown_value(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, tuple):
-        return "{" + ",".join(f"{k}={_shown(v)}" for k, v in value) + "}"
+        return "{" + ",".join(f"{k}={shown_value(v)}" for k, v in value) + "}"
     return str(value)
