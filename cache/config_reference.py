@@ -32,7 +32,7 @@ def _opt(name, default, shown, family, meaning, model_option=False) -> ConfigOpt
 
 OPTIONS: tuple[ConfigOption, ...] = (
     _opt("components", REQUIRED, "required", "every model",
-         '`["full"]`, `["full", "swa"]`, `["full", "mamba"]`, all three, or with `"sidecar"`; `full` first'),
+         '`["full"]`, `["full", "swa"]`, `["full", "mamba"]`, all three, or with a registered component; `full` first'),
     _opt("kv_size", REQUIRED, "required", "every model", "Full KV pool, in tokens (a multiple of `page_size`)"),
     _opt("page_size", 1, "1", "`--page-size`", "tokens per page: keys are cached page-aligned, allocations are whole pages"),
     _opt("sliding_window", REQUIRED, "required with `swa`", "SWA models (gpt-oss, Gemma 2/3, Llama 4, DeepSeek-V4)",
@@ -80,19 +80,30 @@ OPTIONS: tuple[ConfigOption, ...] = (
          model_option=True),
     _opt("mamba_skip_decode_lock", False, "`false`", "`SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK`",
          "a decoding request's checkpoint re-locks its node without Mamba's lock", model_option=True),
-    _opt("sidecar_stride", 128, "128", "this workbench (the example component)",
-         "tokens between two sidecar entries", model_option=True),
-    _opt("sidecar_size", None, "required with `sidecar`", "this workbench (the example component)",
-         "sidecar entry slots"),
 )
 
 BY_NAME = {option.name: option for option in OPTIONS}
 
 
+def component_options() -> tuple[ConfigOption, ...]:
+    """The fields registered components document themselves (``config_docs``): a new
+    component lists its own fields without a line here. Loads the component classes."""
+    from .components import COMPONENT_REGISTRY
+
+    out = []
+    for name in COMPONENT_REGISTRY:
+        component = COMPONENT_REGISTRY[name]
+        for field, (shown, family, meaning) in component.config_docs.items():
+            if field not in BY_NAME:
+                default = component.config_fields[field]
+                out.append(ConfigOption(field, REQUIRED if default is None else default, shown, family, meaning, True))
+    return tuple(out)
+
+
 def reference_table() -> str:
     """The README's config reference (between ``<!-- config:begin -->`` and ``<!-- config:end -->``)."""
     rows = ["| field | default | turned on by | meaning |", "|---|---|---|---|"]
-    rows += [f"| `{o.name}` | {o.shown_default} | {o.family} | {o.meaning} |" for o in OPTIONS]
+    rows += [f"| `{o.name}` | {o.shown_default} | {o.family} | {o.meaning} |" for o in OPTIONS + component_options()]
     return "\n".join(rows)
 
 
@@ -122,4 +133,7 @@ def config_line(config: Mapping[str, Any]) -> str:
                 parts.append("session radix cache")
             else:
                 parts.append(f"{option.name}={_shown(value)}")
+    components = config.get("components", ())  # fields a component documents itself, as given
+    parts += [f"{name}={_shown(value)}" for name, value in config.items()
+              if name not in BY_NAME and any(name.startswith(f"{c}_") for c in components if c != "full")]
     return " · ".join(parts)

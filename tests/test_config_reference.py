@@ -12,7 +12,7 @@ import pytest
 
 from cache.components import COMPONENT_REGISTRY
 from cache.config import CacheConfig
-from cache.config_reference import BY_NAME, OPTIONS, REQUIRED, config_line, reference_table
+from cache.config_reference import OPTIONS, REQUIRED, component_options, config_line, reference_table
 from cache.host_config import HiCacheConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,15 +32,16 @@ def accepted_fields() -> dict[str, object]:
 
 
 def test_every_accepted_field_is_listed_once_and_nothing_else():
-    names = [o.name for o in OPTIONS]
+    names = [o.name for o in OPTIONS + component_options()]
     assert len(names) == len(set(names))
     assert set(names) == set(accepted_fields())
 
 
 def test_each_listed_default_is_the_one_the_cache_uses():
     required_somewhere = {"sliding_window", "mamba_size", "sidecar_size"}  # required with their component
+    listed = {o.name: o for o in OPTIONS + component_options()}
     for name, default in accepted_fields().items():
-        option = BY_NAME[name]
+        option = listed[name]
         if option.default is REQUIRED:
             assert default in (REQUIRED, None) and (default is REQUIRED or name in required_somewhere), name
         else:

@@ -59,6 +59,9 @@ class TreeComponent:
     # unless check_config_value says otherwise, named "<component>_<field>"; CacheConfig
     # keeps them in ``extra``.
     config_fields: ClassVar[dict[str, object]] = {}
+    # For the config reference (config_reference.py), a field it does not list itself:
+    # field -> (the default as printed, who turns it on, what it does)
+    config_docs: ClassVar[dict[str, tuple[str, str, str]]] = {}
 
     def __init__(self, cache: UnifiedRadixCache, index: int) -> None:
         self.cache = cache  # for pool I/O in the controller-side hooks only

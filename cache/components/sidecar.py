@@ -90,6 +90,9 @@ class SidecarComponent(SidecarHostMixin, AnchorLockMixin, LRUEvictionMixin, Tree
     internal_priority = 0.5  # between SWA (1) and Mamba (0)
     sets_checkpoints = True  # requests are cached up to whole strides
     config_fields = {"sidecar_stride": 128, "sidecar_size": None}
+    config_docs = {"sidecar_stride": ("128", "this workbench (the example component)", "tokens between two sidecar entries"),
+                   "sidecar_size": ("required with its component", "this workbench (the example component)",
+                                    "sidecar entry slots")}
 
     def __init__(self, cache, index: int) -> None:
         super().__init__(cache, index)
