@@ -38,6 +38,11 @@ class EvictionPolicy:
         return f"{self.name}({args})" if args else self.name
 
 
+def hits_text(count: int) -> str:
+    """``1 hit``, ``2 hits``: a node's hit count as every view says it."""
+    return f"{count} hit{'s' if count != 1 else ''}"
+
+
 class LFUPolicy(EvictionPolicy):
     name, reason = "lfu", "fewest hits, then least recently used"
 
@@ -45,7 +50,7 @@ class LFUPolicy(EvictionPolicy):
         return node.hit_count, node.last_access_time
 
     def describe(self, node):
-        return f"{node.hit_count} hit{'s' if node.hit_count != 1 else ''}"
+        return hits_text(node.hit_count)
 
 
 class FIFOPolicy(EvictionPolicy):
@@ -97,7 +102,7 @@ class SLRUPolicy(EvictionPolicy):
 
     def describe(self, node):
         segment = "protected" if node.hit_count >= self.protected_threshold else "probationary"
-        return f"{segment} ({node.hit_count} hit{'s' if node.hit_count != 1 else ''})"
+        return f"{segment} ({hits_text(node.hit_count)})"
 
     def kwargs(self):
         return {"protected_threshold": self.protected_threshold}

@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from cache.evict_policy import hits_text
 from cache.keys import TOKEN_BYTES
 from cache.snapshot import NodeRecord
 
@@ -135,7 +136,7 @@ def policy_badge(policy: str, priority: int, hit_count: int) -> str:
     if name == "priority":
         return f"prio {priority}"
     if name in ("lfu", "slru"):
-        return f"{hit_count} hit{'s' if hit_count != 1 else ''}"
+        return hits_text(hit_count)
     return ""
 
 
