@@ -310,13 +310,17 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
 
     def _drain(self, batch) -> None:
         """Execute the batch's pending frees on the pools, component by component
-        (reported as CAPACITY frees, window releases included)."""
+        (reported as CAPACITY frees, window releases included), and the host's."""
+        self.free_batch(batch, Cause.CAPACITY)
+        if self.host is not None:  # host copies that went with deleted nodes
+            self.host.drain()
+
+    def free_batch(self, batch, cause: Cause) -> None:
+        """The batch's pending device frees, on each component's pool, reported as ``cause``."""
         for component in self.components:
             values = batch.take_frees(component.name)
             if values:
-                component.free_device_values(values, Cause.CAPACITY, None)
-        if self.host is not None:  # host copies that went with deleted nodes
-            self.host.drain()
+                component.free_device_values(values, cause, None)
 
     # ---- locks ----------------------------------------------------------------
     def inc_lock_ref(self, node_id: int, skip_lock_components: tuple[str, ...] = ()) -> IncLockRefResult:

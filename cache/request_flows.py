@@ -350,7 +350,7 @@ class RequestFlows:
         if req.lock is not None:
             self.tree.dec_lock_ref(req.last_node, req.lock)
         # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK: the re-lock leaves the new node's Mamba state evictable
-        skip = tuple(c.name for c in self.tree.components if getattr(c, "skips_decode_lock", False))
+        skip = tuple(c.name for c in self.tree.components if c.skips_decode_lock)
         req.lock = self.tree.inc_lock_ref(new_node, skip)
         req.last_node, req.cache_protected_len = new_node, aligned
         for component in hooks.cleanup_after_caching_req:

@@ -55,6 +55,8 @@ class TreeComponent:
     # What a session's frontier node holds with the session radix cache on (session_refs.py):
     # "path" (Full), "window" (SWA), or "node", the default: that node only, as Mamba's state.
     session_coverage = "node"
+    # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK: a checkpoint's re-lock leaves this component out
+    skips_decode_lock = False
     # This component's own [config] fields -> default (None: required), positive ints
     # unless check_config_value says otherwise, named "<component>_<field>"; CacheConfig
     # keeps them in ``extra``.

@@ -104,10 +104,6 @@ class FullComponent(FullHostMixin, TreeComponent):
                 return node, True
         return None, False
 
-    def eviction_order(self, nodes) -> list[TreeNode]:
-        """``nodes`` in the order a walk would take them (the snapshot's view of the heap)."""
-        return [entry[-1] for entry in sorted(self.heap_entry(n) for n in nodes)]
-
     def evict_end(self) -> None:
         self._walk_heap = None
         self._last_victim = None

@@ -89,7 +89,4 @@ def evict_excess_path_states(component: MambaComponent, tail_id: int, cap: int) 
             continue
         tree.tombstone(node, component, batch)
         excess -= 1
-    for other in component.cache.components:
-        values = batch.take_frees(other.name)
-        if values:
-            other.free_device_values(values, Cause.PATH_CAP, None)
+    component.cache.free_batch(batch, Cause.PATH_CAP)
