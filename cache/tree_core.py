@@ -20,7 +20,8 @@ from .errors import InvalidValueError, UnknownNodeError
 from .events import Cause, EventBus, EventKind
 from .evict_policy import EvictionPolicy
 from .hooks import overriding
-from .keys import TOKEN_BYTES, RadixKey, child_key, unpack_tokens, namespace_order
+from .keys import TOKEN_BYTES, RadixKey, child_key, namespace_order, namespace_parts, unpack_tokens
+from .page_hash import node_chain, split_hashes
 from .leaf_set import EvictableLeafSet
 from .lru import LRUList
 from .lru_session import PartitionedLRUList
@@ -82,6 +83,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         self.eviction_audit: Optional[list[tuple[str, str]]] = None
         self.session_radix_cache = session_radix_cache  # session refs (session_refs.py)
         self.session_refs = SessionRefTracker(self, session_radix_cache)
+        self.page_hashing = False  # a hash chain on every node (page_hash.py): on with storage or KV events
         self.reset()
 
     # ---- state ------------------------------------------------------------
@@ -98,6 +100,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         for cd in self.root.data:
             cd.lock_ref = 1
         self.root.data[0].value = self._empty
+        self.root.page_hashes = self.root.event_hashes = []
         self.evictable = [0] * n
         self.protected = [0] * n
         self.leaves = EvictableLeafSet()
@@ -441,6 +444,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         self._set_key(node, key)
         node.data[0].value = value
         parent.children[node.child_key] = node
+        if self.page_hashing:
+            self.hash_node(node)
         if self.tlru_bookkeeping:
             raise_tlru_history(node)
         self.evictable[0] += node.length
@@ -462,6 +467,9 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         self._set_key(child, child.key[cut:])
         new.hit_count = child.hit_count
         new.creation_time = child.creation_time
+        if child.page_hashes is not None:  # the chain does not change, it is only cut
+            new.page_hashes, child.page_hashes = split_hashes(child.page_hashes, split_len, self.page_size)
+            new.event_hashes, child.event_hashes = split_hashes(child.event_hashes, split_len, self.page_size)
         if self.tlru_bookkeeping:  # no depth added: the upper part ends split_len in, the child keeps its own
             new.tlru_prefix_len = parent.tlru_prefix_len + split_len
             new.tlru_history_len = child.tlru_history_len
@@ -485,6 +493,23 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
         if self.events.enabled:
             self.events.emit(EventKind.SPLIT, None, new.id, Cause.REQUEST, new.length, f"child {child.id} keeps {child.length}")
         return new
+
+    # ---- page hashes ----------------------------------------------------------------
+    def hash_node(self, node: TreeNode) -> None:
+        """Give ``node`` its page hashes (its parent's are already set)."""
+        node.page_hashes = node_chain(node, self.page_size)
+        plain = node.namespace is None or namespace_parts(node.namespace)[:2] == (None, None)
+        node.event_hashes = node.page_hashes if plain else node_chain(node, self.page_size, for_events=True)
+
+    def enable_page_hashes(self) -> None:
+        """Hash every node from now on, backfilling those built before (parents first)."""
+        self.page_hashing = True
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            if node.page_hashes is None:
+                self.hash_node(node)
+            stack.extend(node.children.values())
 
     # ---- component values (eviction itself: tree_core_evict.py) -----------------
     def set_component_value(self, node_id: int, name: str, value: torch.Tensor, cause: Cause = Cause.REQUEST) -> None:

@@ -50,6 +50,8 @@ class TreeNode:
         "lru_label",
         "in_leaf_set",
         "child_key",
+        "page_hashes",
+        "event_hashes",
     )
 
     def __init__(self, node_id: int, num_components: int, clock: float) -> None:
@@ -74,6 +76,10 @@ class TreeNode:
         self.lru_label: list[Optional[int]] = [None] * num_components  # order key, see lru.py
         self.in_leaf_set = False
         self.child_key = None  # the key the parent files this node under (first page)
+        # one content hash per page (page_hash.py), kept while the tree hashes pages (a
+        # storage tier or KV events); event_hashes differ only for an extra_key/salt node
+        self.page_hashes: Optional[list[str]] = None
+        self.event_hashes: Optional[list[str]] = None
 
     @property
     def token_ids(self) -> list[int]:
