@@ -40,6 +40,7 @@ from .request_flows import RequestFlows
 from .request_load_back import RequestLoadBack
 from .request_retraction import RequestRetraction
 from .session_controller import SessionCalls, SessionController
+from .metrics import CacheMetrics
 from .tree_core import UnifiedTreeCore
 
 
@@ -52,6 +53,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self.auto_evict = cfg.auto_evict
         self.bigram_keys = cfg.bigram_keys  # EAGLE's token-pair keys (CacheConfig.is_eagle)
         self.events = EventBus()
+        self.metrics = CacheMetrics()  # hits, misses, evictions and tier traffic (metrics.py)
         self.kv_pool = PagedAllocator(cfg.kv_size, cfg.page_size, self.device, "full")
         self.kv_buffer = KVFingerprintBuffer(cfg.kv_size, self.device)
         self.components = [COMPONENT_REGISTRY[name](self, i) for i, name in enumerate(cfg.components)]
@@ -86,6 +88,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             result = self.tree.match_prefix(params.key)
             for component in self.hooks.finalize_match_in_cache:
                 result = component.finalize_match_in_cache(params, result)
+            self.metrics.count_match(len(params.key), result.device_prefix_len, result.host_hit_length)
             return result
 
     def insert(self, params: InsertParams) -> InsertResult:
@@ -320,6 +323,8 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         for component in self.components:
             values = batch.take_frees(component.name)
             if values:
+                if cause is Cause.CAPACITY:
+                    self.metrics.add(f"{component.name}_evicted_total", sum(int(v.shape[0]) for v in values))
                 component.free_device_values(values, cause, None)
 
     # ---- locks ----------------------------------------------------------------
@@ -371,6 +376,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
     def reset(self) -> None:
         """Empty tree, every pool free, no running request."""
         self.tree.reset()
+        self.metrics.reset()
         self.kv_pool.clear()
         if self.host is not None:
             self.host.reset()

@@ -110,6 +110,7 @@ class HostTier:
                     start += value.shape[0]
             for name, slots in taken.items():
                 self._emit(EventKind.ALLOC, name, node.id, Cause.REQUEST, int(slots.shape[0]))
+                cache.metrics.add(f"{name}_backed_up_total", int(slots.shape[0]))
             if self.config.write_policy != "write_back":  # write-back drains its own ack
                 self._hold("backup", node, node.length, self._transfer_lock(node) if self.held else None, [node])
         self.drain()
@@ -227,6 +228,7 @@ class HostTier:
         while frees:
             name, slots = frees.pop()
             n = self.pool(name).allocator.free(slots, trusted=True)  # only ever slots these pools handed out
+            self.cache.metrics.add(f"{name}_host_evicted_total", n)
             self._emit(EventKind.FREE, name, None, Cause.CAPACITY, n)
 
     def _emit(self, kind: EventKind, name: str, node, cause: Cause, n: int) -> None:
@@ -256,7 +258,7 @@ class HostTier:
         slot when the best match's state is on the host only; the load then copies
         the state there too) and is told afterwards whether the load went through
         (``finalize_load_back``: a load called off gives that slot back)."""
-        cache, tree = self.cache, self.cache.tree
+        tree = self.cache.tree
         best = tree.node_by_id(match.best_match_node)
         path = tree.host_path(best)
         aux = [(c, ns) for c in tree.host_components if (ns := c.load_back_nodes(best))]
@@ -331,8 +333,10 @@ class HostTier:
             self.kv.load(cache.kv_buffer, node.data[0].host_value, part)
             tree.restore_device(node, part)
             start += node.length
+        cache.metrics.add("full_loaded_total", start)
         for component, nodes in aux:
             values = component.commit_load(nodes, taken[component.name], req)
+            cache.metrics.add(f"{component.name}_loaded_total", sum(int(v.shape[0]) for v in values))
             for node, value in zip(nodes, values):
                 self.aux[component.name].load(component.device_store, node.data[component.index].host_value, value)
                 tree.set_component_value(node.id, component.name, value)

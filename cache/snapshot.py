@@ -162,6 +162,7 @@ class CacheSnapshot:
     # the scheduler's open sessions and the streaming slots (cache/streaming_session.py)
     streaming_sessions: Optional[StreamingSessionsView] = None
     eviction_policy: str = "lru"  # Full's policy, with its non-default arguments (evict_policy.py)
+    metrics: Mapping[str, int] = dataclasses.field(default_factory=dict)  # running totals (metrics.py)
 
     @property
     def root(self) -> NodeView:
@@ -242,6 +243,11 @@ class GlobalRecord:
     lru_relabels: tuple[int, ...]  # per component list (then per host LRU): when one moves, every label in it moved
     sessions: Optional[SessionsView] = None  # as CacheSnapshot's: a state rebuilt from records keeps them
     streaming_sessions: Optional[StreamingSessionsView] = None
+    metrics: Mapping[str, int] = dataclasses.field(default_factory=dict)  # as CacheSnapshot's
+
+
+def metrics_view(cache: UnifiedRadixCache) -> Mapping[str, int]:
+    return MappingProxyType(cache.metrics.as_dict(c.name for c in cache.components))
 
 
 def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
@@ -310,7 +316,7 @@ def global_record(cache: UnifiedRadixCache) -> GlobalRecord:
     if tree.host_policy is not None:  # then the host LRUs', by component index too
         relabels += tuple(tree.host_lru[c.name].relabels if c.name in tree.host_lru else 0 for c in cache.components)
     return GlobalRecord(cache.events.seq, MappingProxyType(pool_views(cache)), requests, relabels,
-                        sessions_view(cache), streaming_sessions_view(cache))
+                        sessions_view(cache), streaming_sessions_view(cache), metrics_view(cache))
 
 
 def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
@@ -382,6 +388,7 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
         sessions_view(cache),
         streaming_sessions_view(cache),
         tree.eviction_policy.label(),
+        metrics_view(cache),
     )
 
 

@@ -198,8 +198,10 @@ def test_json_shape(capsys, smoke):
     assert all(s["failures"] == [] and s["violations"] == [] for s in steps)
     assert steps[0]["events"] and all(isinstance(e, dict) and "kind" in e for e in steps[0]["events"])
     final = entry["final_state"]
-    assert set(final) == {"nodes", "lru", "pools"}
+    assert set(final) == {"nodes", "lru", "pools", "metrics"}
     assert final["lru"] == {}
+    # smoke: one 6-token insert, then match [1, 2, 3, 9] (3 on the device, 1 missed)
+    assert {k: v for k, v in final["metrics"].items() if v} == {"matches": 1, "device_hit_tokens": 3, "miss_tokens": 1}
     assert final["pools"] == {"full": {"total": 64, "available": 58, "evictable": 6, "protected": 0}}
     assert final["nodes"] == [
         {"path": [1, 2, 3], "key": [1, 2, 3], "components": {"full": {"len": 3, "lock_ref": 0}}},

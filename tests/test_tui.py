@@ -301,3 +301,19 @@ async def test_the_lru_panel_lists_fulls_leaves_in_the_policys_order_and_the_tre
         assert first.path == (20, 21, 22, 23)  # C, priority 0
         assert f"full evicts (priority) first: #{first.id} priority 0 · " in shown(app.query_one(LRUPanel))
         assert any(label.startswith(f"#{first.id} [20 21 22 23]") and "prio 0" in label for label in tree_labels(app))
+
+
+@pytest.mark.asyncio
+async def test_the_metrics_panel_shows_the_running_totals_and_what_the_step_added():
+    from workbench.tui.widgets.metrics_panel import MetricsPanel
+
+    tour = load_scenario(ROOT / "scenarios" / "tour_hicache.toml")
+    app = app_for(tour)
+    async with app.run_test(size=SIZE) as pilot:
+        panel = app.query_one(MetricsPanel)
+        assert "nothing counted yet" in shown(panel)
+        step = next(r.index for r in app.cursor.timeline.records if r.state.metrics["full_evicted_total"])
+        await pilot.press(*["n"] * step)
+        metrics, before = app.cursor.timeline.records[step - 1].state.metrics, app.cursor.timeline.state_after(step - 1).metrics
+        added = metrics["full_evicted_total"] - before["full_evicted_total"]
+        assert added > 0 and f"evicted {metrics['full_evicted_total']:,} +{added}" in shown(panel).replace("\n", " ")

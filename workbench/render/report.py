@@ -135,6 +135,16 @@ def _request_lines(record: StepRecord) -> list[str]:
     return request_diff(before, after, record.events).lines()
 
 
+def _metric_line(record: StepRecord) -> str:
+    """What the step added to the cache's running totals (cache/metrics.py)."""
+    from ..model.timeline.metric_rows import metric_changes
+
+    store_globals = record.store.globals
+    if not 1 <= record.index < len(store_globals):
+        return ""
+    return metric_changes(store_globals[record.index].metrics, store_globals[record.index - 1].metrics)
+
+
 def step_view(record: StepRecord, path: str, plain: bool = False) -> RenderableType:
     """A step: its description, result or error, events, the tree after it and what failed."""
     parts: list[RenderableType] = []
@@ -149,6 +159,8 @@ def step_view(record: StepRecord, path: str, plain: bool = False) -> RenderableT
     for line in _request_lines(record):
         parts.append(Text("  request " + line, style="yellow"))
     parts.append(render_state(record.state))
+    if line := _metric_line(record):
+        parts.append(Text("metrics: " + line, style="cyan"))
     for line in problems(record):
         parts.append(Text(f"✗ {line}", style="bold red"))
     title = Text(step_title(record, path))

@@ -41,6 +41,7 @@ from .widgets.events_panel import EventsPanel
 from .widgets.inspector import Inspector
 from .widgets.lru_panel import LRUPanel
 from .widgets.panel import Panel
+from .widgets.metrics_panel import MetricsPanel
 from .widgets.pools_panel import PoolsPanel
 from .widgets.requests_panel import RequestsPanel
 from .widgets.sessions_panel import SessionsPanel
@@ -73,6 +74,7 @@ LAYOUT: tuple[Slot, ...] = (
     Slot("side", Inspector, "inspector", "node"),
     Slot("side", EventsPanel, "events", "events"),
     Slot("bottom", PoolsPanel, "pools", "pools"),
+    Slot("bottom", MetricsPanel, "metrics", "metrics"),
     Slot("bottom", LRUPanel, "lru", "LRU"),
 )
 

@@ -47,6 +47,14 @@ SCENARIO_FIELDS = {"name": str, "description": str, "source": str}
 COMPONENT_COUNTERS = ("evictable", "protected", "available", "held", "total", "tombstones")
 
 
+def metric_field(key: str, components) -> bool:
+    """Whether ``key`` is one of the cache's running totals (cache/metrics.py) with
+    these components: ``device_hit_tokens``, ``full_evicted``, ``stored_pages`` …"""
+    from cache.metrics import metric_fields
+
+    return key in metric_fields(components)
+
+
 def host_state_field(key: str) -> bool:
     """Whether ``key`` is a host-tier state field (``swa_host_available``, ``host_nodes``)."""
     if key in HOST_NODE_FIELDS:

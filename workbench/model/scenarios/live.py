@@ -22,6 +22,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, NoReturn, Optional
 
+from cache.metrics import metric_fields
+
 from .. import ops
 from .errors import elide, shown
 from .scenario import MAX_KEY_TOKENS, MAX_TOKEN, OPS, ORDER_FIELDS, STATE_FIELDS, ScenarioError
@@ -476,6 +478,7 @@ def _candidates(op: str, args: list[str], names: dict[str, list[str]], component
 def _expect_fields(spec, components: list[str]) -> list[str]:
     """Fields this op may expect with these components (per-match tables left out)."""
     fields = list(spec.results_for(components, ops.host_parts(components))) + list(STATE_FIELDS) + list(ORDER_FIELDS)
+    fields += metric_fields(components)
 
     def present(field: str) -> bool:
         owner = ops.owner(field)

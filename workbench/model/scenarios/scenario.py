@@ -27,7 +27,7 @@ from .session_fields import check_session_expect, is_session_field
 from .inputs import DuplicateKeyError, check_stdin, loads_unique, read_bounded, read_regular
 from .fields import (  # noqa: F401  (re-exported: the schema's tables)
     COMMON_FIELDS, STATE_FIELDS, ORDER_FIELDS, NAMED_FIELDS, CONFIG_FIELDS, SCENARIO_FIELDS, COMPONENT_COUNTERS,
-    host_state_field,
+    host_state_field, metric_field,
 )
 
 SCHEMA = 1
@@ -451,7 +451,7 @@ def _check_expect(spec, results: tuple, key: str, value, name: str, line: Option
         if isinstance(value, bool) or not isinstance(value, int):
             raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
         return
-    if key in STATE_FIELDS:
+    if key in STATE_FIELDS or metric_field(key, names.components):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
         return

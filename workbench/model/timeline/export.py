@@ -14,7 +14,7 @@ from .timeline import StepRecord, Timeline
 
 def state_json(snapshot: CacheSnapshot | TimelineState) -> dict[str, Any]:
     """Nodes depth-first (children by first token, root left out), aux LRU orders as
-    paths (MRU first) and per-pool counters."""
+    paths (MRU first), per-pool counters and the running totals (cache/metrics.py)."""
     all_nodes = snapshot.nodes
     paths = {n.id: list(n.path) for n in all_nodes}
     nodes = [
@@ -30,7 +30,7 @@ def state_json(snapshot: CacheSnapshot | TimelineState) -> dict[str, Any]:
         name: {"total": p.total, "available": p.available, "evictable": p.evictable, "protected": p.protected}
         for name, p in snapshot.pools.items()
     }
-    return {"nodes": nodes, "lru": lru, "pools": pools}
+    return {"nodes": nodes, "lru": lru, "pools": pools, "metrics": dict(snapshot.metrics)}
 
 
 def event_json(event: Event) -> dict[str, Any]:

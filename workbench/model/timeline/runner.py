@@ -233,7 +233,7 @@ def drift(cache: UnifiedRadixCache, store: StateStore) -> list[Violation]:
 
 def _same_globals(a: GlobalRecord, b: GlobalRecord) -> bool:
     return (a.pools == b.pools and a.requests == b.requests and a.sessions == b.sessions
-            and a.streaming_sessions == b.streaming_sessions)
+            and a.streaming_sessions == b.streaming_sessions and a.metrics == b.metrics)
 
 
 _TREE_COUNTS = ("nodes", "evictable_leaves", "host_nodes", "in_flight_nodes")
@@ -247,6 +247,8 @@ def globals_field(globals_: GlobalRecord, key: str) -> Optional[int]:
         return None
     if key == "requests":
         return len(globals_.requests)
+    if key in globals_.metrics:  # full_evicted, device_hit_tokens, ... (cache/metrics.py)
+        return globals_.metrics[key]
     if "_host_" in key:  # full_host_available, mamba_host_evictable, ...
         name, _, counter = key.partition("_host_")
         pool = globals_.pools.get(f"{name}_host")

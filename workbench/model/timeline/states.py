@@ -152,6 +152,10 @@ class TimelineState:
         return self.globals.requests
 
     @property
+    def metrics(self):
+        return self.globals.metrics
+
+    @property
     def sessions(self):
         return self.globals.sessions
 
@@ -297,7 +301,7 @@ class TimelineState:
         """The same state as a ``CacheSnapshot`` (for equivalence checks and old readers)."""
         return CacheSnapshot(self.op_seq, self.page_size, self.components, self.nodes, self.lru, self.evictable_leaves,
                              self.pools, self.requests, self.sessions, self.streaming_sessions,
-                             self.shape.eviction_policy)
+                             self.shape.eviction_policy, self.metrics)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _child_key(self, record: NodeRecord):

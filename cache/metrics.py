@@ -1,0 +1,57 @@
+"""Running totals of what the cache did, in tokens: hits and misses by tier, and per
+component its evictions and its traffic between tiers.
+
+SGLang 0.5.23 keeps such numbers in Prometheus collectors beside the cache (the
+scheduler's hit rate, ``RadixCacheMetricsCollector``, ``StorageMetricsCollector``). Ours
+are plain counters the cache bumps where the thing happens, not derived from the event
+stream (which is off when nobody observes), so a scenario can expect them and a view
+can show them whatever is watching. ``reset()`` of the cache starts them again.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+# hits and misses of every match_prefix (the controller's and those a request flow makes):
+# device_hit = the matched device prefix, host_hit = what a load-back could add, miss = the rest
+MATCH_FIELDS = ("matches", "device_hit_tokens", "host_hit_tokens", "miss_tokens")
+# per component, "<component>_<field>", in tokens (Mamba: states): device data freed by
+# capacity eviction (a demotion to host included), copies device -> host (backed_up) and
+# host -> device (loaded), host copies freed (host_evicted). "_total" keeps them apart from
+# an op's own result (the evict op's full_evicted is what that call evicted)
+COMPONENT_FIELDS = ("evicted_total", "backed_up_total", "loaded_total", "host_evicted_total")
+# the storage tier (pages of page_size tokens): written, refused or failed by the backend
+STORAGE_FIELDS = ("stored_pages", "store_failed_pages")
+
+
+def metric_fields(components: Iterable[str]) -> tuple[str, ...]:
+    """Every metric a cache with these components reports, in display order."""
+    return MATCH_FIELDS + tuple(f"{c}_{f}" for c in components for f in COMPONENT_FIELDS) + STORAGE_FIELDS
+
+
+class CacheMetrics:
+    """Counters by name; a name never bumped reads 0."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def add(self, name: str, tokens: int) -> None:
+        if tokens:
+            self.counts[name] += tokens
+
+    def count_match(self, key_len: int, device: int, host: int) -> None:
+        counts = self.counts
+        counts["matches"] += 1
+        counts["device_hit_tokens"] += device
+        counts["host_hit_tokens"] += host
+        counts["miss_tokens"] += max(key_len - device - host, 0)
+
+    def reset(self) -> None:
+        self.counts.clear()
+
+    def as_dict(self, components: Iterable[str]) -> dict[str, int]:
+        """Every field of ``metric_fields`` with its count (0 where none happened)."""
+        return {name: self.counts.get(name, 0) for name in metric_fields(components)}
