@@ -23,7 +23,7 @@ class Entry(NamedTuple):
 
 def metric_rows(metrics: Mapping[str, int], before: Mapping[str, int]) -> list[tuple[str, list[Entry]]]:
     """(group, entries) for every group with a count; entries that are 0 left out."""
-    groups: list[tuple[str, list[tuple[str, str]]]] = [("match", [(f, _LABELS[f]) for f in MATCH_FIELDS])]
+    groups: list[tuple[str, list[tuple[str, str]]]] = [("hits", [(f, _LABELS[f]) for f in MATCH_FIELDS])]
     components = list(dict.fromkeys(name.split("_")[0] for name in metrics if name.endswith("_" + COMPONENT_FIELDS[0])))
     groups += [(c, [(f"{c}_{f}", _LABELS[f]) for f in COMPONENT_FIELDS]) for c in components]
     groups.append(("storage", [(f, _LABELS[f]) for f in STORAGE_FIELDS]))
