@@ -31,6 +31,7 @@ from .session_refs import SessionRefTracker
 from .tree_core_evict import TreeEviction
 from .tree_core_host import TreeHostTier
 from .tree_core_locks import TreeLocks
+from .tree_core_prefetch import TreePrefetch
 from .tree_node import TreeNode
 from .tree_walk import walk_key
 
@@ -52,7 +53,7 @@ def raise_tlru_history(node: TreeNode) -> None:
         up = up.parent
 
 
-class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier):
+class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
     def __init__(self, components: list[TreeComponent], page_size: int, device: torch.device, events: EventBus,
                  session_radix_cache: bool = False, eviction_policy: Optional[EvictionPolicy] = None):
         if not components or components[0].name != "full":

@@ -124,7 +124,7 @@ def test_the_cache_core_stays_within_its_line_budget():
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 6380, core
+    assert 3000 < core <= 6445, core
     assert 200 < sum(code_lines(p) for p in host) <= 1120  # + issue 26: load-back for a request (load_back_at)
 
 
