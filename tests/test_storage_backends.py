@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from cache.storage import FileBackend, LruBudget, MemoryBackend, make_backend
+from cache.storage import FileBackend, Fired, LruBudget, MemoryBackend, Rule, StorageInjector, make_backend, transfer_delay
 
 PAGE = 64  # bytes per page in the budget tests
 
@@ -228,3 +228,196 @@ def test_make_backend_refuses_bad_paths_and_options(tmp_path):
 def test_the_file_backend_refuses_a_key_that_is_no_file_name(tmp_path, key):
     with pytest.raises(ValueError, match="not a storage key"):
         FileBackend(str(tmp_path)).set([key], [b"x"])
+
+
+# -- the scripted injector ------------------------------------------------------------
+
+
+def injected(kind, tmp_path, *rules):
+    store = StorageInjector(make(kind, tmp_path), rules)
+    return store
+
+
+def test_a_failed_set_stores_only_the_keys_not_selected(kind, tmp_path):
+    store = injected(kind, tmp_path, {"call": "set", "outcome": "fail", "prefix": "b"})
+    assert store.set(["a1", "b1", "a2", "b2"], [b"1", b"2", b"3", b"4"]) == [True, False, True, False]
+    assert store.stored_keys() == ["a1", "a2"]
+    assert store.set(["b1"], [b"2"]) == [True]  # fired once: spent
+    assert store.log == [Fired(0, "set", "fail", ("b1", "b2"))]
+
+
+def test_a_failed_get_is_none_for_its_keys_and_does_not_touch_them(kind, tmp_path):
+    store = StorageInjector(make(kind, tmp_path, budget=2 * PAGE, eviction_ratio=1.0),
+                            [Rule("get", "fail", nth_page=2)])
+    store.set(["a", "b"], [page(1), page(2)])
+    assert store.get(["b", "a"]) == [page(2), None]  # the 2nd page read fails: a stays least recent
+    store.set(["c"], [page(3)])
+    assert store.stored_keys() == ["b", "c"]
+    assert store.get(["b", "c"]) == [page(2), page(3)]
+
+
+def test_a_failed_exists_is_zero_or_a_shorter_prefix(kind, tmp_path):
+    store = injected(kind, tmp_path, {"call": "exists", "outcome": "fail", "nth_call": 2},
+                     {"call": "exists", "outcome": "fail", "prefix": "c", "times": 2})
+    store.set(list("abcd"), [b"1", b"2", b"3", b"4"])
+    assert store.exists_prefix(list("abd")) == 3  # first call: nothing fires
+    assert store.exists_prefix(list("abd")) == 0  # the 2nd call fails whole: SGLang's shape
+    assert store.exists_prefix(list("abcd")) == 2  # stops before the failed key c
+    assert store.exists_prefix(list("abcd")) == 2
+    assert store.exists_prefix(list("abcd")) == 4  # the prefix rule is spent after twice
+
+
+def test_nth_page_counts_across_calls(tmp_path):
+    store = StorageInjector(MemoryBackend(), [Rule("set", "fail", nth_page=4)])
+    assert store.set(["a", "b"], [b"1", b"2"]) == [True, True]
+    assert store.set(["c", "d", "e"], [b"3", b"4", b"5"]) == [True, False, True]
+
+
+def test_the_delay_contract(kind, tmp_path):
+    """delay_of answers how many flushes to hold a transfer; it changes no data, and a
+    delayed call can still fail when the tier finally makes it."""
+    store = injected(kind, tmp_path, {"call": "set", "outcome": "delay", "prefix": "slow", "steps": 3},
+                     {"call": "set", "outcome": "delay", "nth_call": 1, "steps": 1},
+                     {"call": "set", "outcome": "fail", "prefix": "slow"})
+    assert store.delay_of("set", ["slow1", "x"]) == 3  # both rules fire: the longest wins
+    assert store.delay_of("set", ["slow1"]) == 0  # each fired once: spent
+    assert store.delay_of("get", ["slow1"]) == 0
+    assert store.set(["slow1", "x"], [b"1", b"2"]) == [False, True]
+    assert [(f.outcome, f.steps) for f in store.log] == [("delay", 3), ("delay", 1), ("fail", 0)]
+    assert transfer_delay(store, "set", ["slow2"]) == 0
+    assert transfer_delay(MemoryBackend(), "set", ["slow2"]) == 0  # no injector: never delayed
+    assert store.stats()["injected"] == {"set delay": 2, "set fail": 1}
+
+
+def test_delay_rules_count_their_own_questions():
+    store = StorageInjector(MemoryBackend(), [Rule("get", "delay", nth_call=2, steps=5)])
+    store.get(["a"])  # a call is not a question
+    assert store.delay_of("get", ["a"]) == 0
+    assert store.delay_of("get", ["a"]) == 5
+
+
+def test_times_bounds_a_rule():
+    store = StorageInjector(MemoryBackend(), [Rule("set", "fail", times=3)])
+    answers = [store.set([f"k{i}"], [b"x"])[0] for i in range(5)]
+    assert answers == [False, False, False, True, True]
+
+
+def test_a_seeded_random_rule_repeats_itself():
+    def run(seed):
+        store = StorageInjector(MemoryBackend(), [Rule("set", "fail", probability=0.5, seed=seed, times=1000)])
+        return [store.set([f"k{i}"], [b"x"])[0] for i in range(40)]
+
+    first = run(7)
+    assert run(7) == first
+    assert 5 < first.count(False) < 35 and run(8) != first
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"call": "put", "outcome": "fail"}, "choose one of set, get, exists"),
+    ({"call": "set", "outcome": "crash"}, "choose one of fail, delay"),
+    ({"call": "set"}, "needs outcome"),
+    ({"call": "set", "outcome": "fail", "prefix": "a", "nth_call": 1}, "not prefix and nth_call"),
+    ({"call": "set", "outcome": "fail", "steps": 2}, "steps is for a delay"),
+    ({"call": "set", "outcome": "delay", "steps": 0}, "steps must be"),
+    ({"call": "set", "outcome": "fail", "times": 0}, "times must be"),
+    ({"call": "set", "outcome": "fail", "probability": 1.5}, "probability"),
+    ({"call": "set", "outcome": "fail", "key": "a"}, "unknown rule field"),
+])
+def test_a_bad_rule_is_refused_by_name(spec, message):
+    with pytest.raises(ValueError, match=message):
+        StorageInjector(MemoryBackend(), [spec])
+
+
+# -- against SGLang 0.5.23's own file backend -------------------------------------------
+
+
+def _sglang_file_backend():
+    """SGLang's HiCacheFile class, or None (the test skips, or fails under URC_REQUIRE_SGLANG)."""
+    from workbench.bridge.sglang_env import SGLANG_VERSION, installed_version
+
+    found = None
+    if installed_version() == SGLANG_VERSION:
+        try:
+            from sglang.srt.mem_cache.hicache_storage import HiCacheFile, HiCacheStorageConfig
+
+            found = HiCacheFile, HiCacheStorageConfig
+        except Exception:
+            found = None
+    if found is None and os.environ.get("URC_REQUIRE_SGLANG"):
+        raise RuntimeError(f"URC_REQUIRE_SGLANG is set but SGLang {SGLANG_VERSION} cannot be imported")
+    return found
+
+
+class SGLangFiles:
+    """SGLang's file backend with its LRU evictor, on the CPU, spoken to in our terms."""
+
+    def __init__(self, path, budget, ratio):
+        import torch
+
+        self.torch = torch
+        HiCacheFile, HiCacheStorageConfig = _sglang_file_backend()
+        config = HiCacheStorageConfig(
+            tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1, is_mla_model=False,
+            enable_storage_metrics=False, is_page_first_layout=False, model_name=None,
+            extra_config={"file_storage_path": str(path), "max_size": budget, "eviction_ratio": ratio})
+        self.path = path
+        self.store = HiCacheFile(config)
+        self.suffix = self.store.tp_config_suffix + ".bin"  # "__0_1.bin" for one rank
+
+    def set(self, key, data):
+        return self.store.set(key, self.torch.frombuffer(bytearray(data), dtype=self.torch.uint8))
+
+    def get(self, key, size):
+        out = self.store.get(key, self.torch.empty(size, dtype=self.torch.uint8))
+        return None if out is None else bytes(out.numpy())
+
+    def keys(self):
+        return sorted(name[:-len(self.suffix)] for name in os.listdir(self.path) if name.endswith(self.suffix))
+
+
+def _workload(seed, count=300):
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(count):
+        key = f"p{rng.randrange(24):02}"
+        roll = rng.random()
+        if roll < 0.55:
+            yield "set", key, PAGE
+        elif roll < 0.95:
+            yield "get", key, PAGE
+        else:
+            yield "set", f"big{rng.randrange(3)}", 20 * PAGE  # bigger than the smaller budgets
+
+
+@pytest.mark.parametrize("budget, ratio, seed", [(10 * PAGE, 0.9, 1), (6 * PAGE, 0.9, 2), (15 * PAGE, 0.5, 3),
+                                                 (8 * PAGE + 20, 0.75, 4), (40 * PAGE, 0.9, 5)])
+def test_the_same_ops_leave_the_same_pages_as_sglangs_file_backend(tmp_path, monkeypatch, budget, ratio, seed):
+    """After every set or get of a seeded workload (64-byte pages over 24 keys, reads
+    that refresh, an occasional page bigger than the budget), our file backend holds the
+    same set of keys as SGLang 0.5.23's ``HiCacheFile`` with ``max_size`` and
+    ``eviction_ratio``, and every call answers the same (stored or refused, hit or miss,
+    the same bytes). Both count the page's payload bytes (SGLang's ``.bin`` is the raw
+    page; our header is not counted), so the same byte budget is compared, including
+    one that is not a whole number of pages. Then both restart with half the budget over
+    the same mtimes and keep the same keys."""
+    if _sglang_file_backend() is None:
+        pytest.skip("needs SGLang 0.5.23 importable (the sglang venv, or pip install '.[sglang]')")
+    monkeypatch.delenv("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", raising=False)
+    theirs = SGLangFiles(tmp_path / "sglang", budget, ratio)
+    ours = FileBackend(str(tmp_path / "ours"), budget=budget, eviction_ratio=ratio)
+    for step, (op, key, size) in enumerate(_workload(seed)):
+        data = bytes([step % 256]) * size
+        if op == "set":
+            assert ours.set([key], [data]) == [theirs.set(key, data)], (step, op, key)
+        else:
+            assert ours.get([key]) == [theirs.get(key, size)], (step, op, key)
+        assert ours.stored_keys() == theirs.keys(), (step, op, key)
+    assert 0 < len(ours.stored_keys()) and ours.stats()["evicted"] > 0
+
+    for i, key in enumerate(ours.stored_keys()[::-1]):  # the same, reversed, mtimes on both sides
+        stamp = (1_000_000_000 * (i + 1),) * 2
+        os.utime(tmp_path / "ours" / f"{key}.bin", ns=stamp)
+        os.utime(tmp_path / "sglang" / f"{key}{theirs.suffix}", ns=stamp)
+    reopened = FileBackend(str(tmp_path / "ours"), budget=budget // 2, eviction_ratio=ratio)
+    assert reopened.stored_keys() == SGLangFiles(tmp_path / "sglang", budget // 2, ratio).keys()
