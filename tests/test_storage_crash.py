@@ -139,3 +139,19 @@ def test_a_failed_write_leaves_nothing_and_gives_its_bytes_back(tmp_path):
     store = FileBackend(str(tmp_path), budget=1000, write_hook=disk_full)
     assert store.set(["a"], [b"x" * 10]) == [False]
     assert os.listdir(tmp_path) == [] and store.stats()["bytes"] == 0 and store.lru.order() == []
+
+
+def test_a_set_over_a_bad_untracked_file_writes_a_good_one(tmp_path):
+    store = FileBackend(str(tmp_path))
+    (tmp_path / "late.bin").write_bytes(b"garbage that arrived after the scan")
+    (tmp_path / "copied.bin").write_bytes(encode_page("copied", b"c" * 8))
+    assert store.set(["late", "copied"], [b"l" * 8, b"other"]) == [True, True]
+    assert store.get(["late", "copied"]) == [b"l" * 8, b"c" * 8]  # a good file is kept, not rewritten
+    assert store.stats()["bytes"] == 16
+
+
+def test_an_unreadable_page_is_a_miss_not_an_error(tmp_path):
+    store = FileBackend(str(tmp_path))
+    (tmp_path / "odd.bin").mkdir()
+    assert store.get(["odd"]) == [None]
+    assert store.exists_prefix(["odd"]) == 0 and store.stored_keys() == []

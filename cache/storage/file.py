@@ -184,6 +184,8 @@ class FileBackend:
         except FileNotFoundError:
             self.lru.forget(key)
             return None
+        except OSError:  # unreadable (a directory in its place, permissions): a miss
+            return None
         page = decode_page(key, data)
         if page is None:  # torn, corrupt or someone else's: a miss, and gone
             self._remove(path)
@@ -203,12 +205,15 @@ class FileBackend:
         check_key(key)
         path = self._file(key)
         if os.path.isfile(path):  # content-addressed: never rewritten
-            if key not in self.lru:
-                length = self._verified_length(key, path)
-                if length is not None:
-                    self.lru.adopt(key, length)
-            self.lru.touch(key)
-            return True
+            if key in self.lru:
+                self.lru.touch(key)
+                return True
+            length = self._verified_length(key, path)  # a file that arrived behind our back
+            if length is not None:
+                self.lru.adopt(key, length)
+                return True
+            self._remove(path)
+            self.removed_bad += 1
         if not self.lru.reserve(key, len(page)):
             return False
         temp = os.path.join(self.path, f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}")
@@ -246,8 +251,9 @@ class FileBackend:
             os.close(fd)
 
     def stored_keys(self) -> list[str]:
-        return sorted(name[:-len(SUFFIX)] for name in os.listdir(self.path)
-                      if name.endswith(SUFFIX) and _is_key(name[:-len(SUFFIX)]))
+        return sorted(entry.name[:-len(SUFFIX)] for entry in os.scandir(self.path)
+                      if entry.name.endswith(SUFFIX) and _is_key(entry.name[:-len(SUFFIX)])
+                      and entry.is_file(follow_symlinks=False))
 
     def clear(self) -> None:
         """Remove our files (pages and temps); anything else in the directory stays."""
