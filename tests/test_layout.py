@@ -122,11 +122,13 @@ def test_the_cache_core_stays_within_its_line_budget():
     key namespace (100), and the config reference every view's config line comes from
     (config_reference.py: every [config] field, and those components document, 85). Plus
     issue 29's storage backends (464: the byte budget's LRU watermark eviction, the
-    crash-safe file backend, the scripted failure/delay injector, make_backend)."""
+    crash-safe file backend, the scripted failure/delay injector, make_backend) and the
+    132 of its page hashes that came in uncounted (page_hash.py, the node's hash fields,
+    the tree's hashing of leaves and splits, the storage protocol, 906bfd3)."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 6674, core
+    assert 3000 < core <= 6806, core
     assert 200 < sum(code_lines(p) for p in host) <= 1120  # + issue 26: load-back for a request (load_back_at)
 
 
