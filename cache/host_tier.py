@@ -175,13 +175,13 @@ class HostTier:
         done, self.in_flight = self.in_flight, []
         for transfer in done:
             marked = tree.clear_transfer(transfer.node, transfer.mark)  # deepest first
-            if storage is not None and transfer.kind == "backup":
-                storage.queue(marked[::-1], f"after backup #{transfer.ack}'s ack")
             if self.held:
                 self._emit_transfer(transfer, "completed")
             if transfer.receipt is not None:
                 with self.cache.events.for_request(f"{transfer.kind} #{transfer.ack}"):
                     tree.dec_lock_ref(transfer.node.id, transfer.receipt)
+            if storage is not None and transfer.kind == "backup":  # v0.5.23: after the ack's unlock
+                storage.queue(marked[::-1], f"after backup #{transfer.ack}'s ack")
             if transfer.host_locks is not None:  # a load
                 tree.unlock_aux_host(transfer.node, transfer.host_locks)
                 if transfer.full_path:  # its Full nodes, with split-off upper parts

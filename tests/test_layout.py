@@ -122,13 +122,13 @@ def test_the_cache_core_stays_within_its_line_budget():
     key namespace (100), and the config reference every view's config line comes from
     (config_reference.py: every [config] field, and those components document, 85). Plus
     issue 29's storage tier: 132 for the per-page hash chain and the backend protocol
-    (page_hash.py, storage/backend.py, already on main), and 132 for the backup to storage
-    after the host ack (storage_tier.py, its snapshot view and reference rows); the host
+    (page_hash.py, storage/backend.py, already on main), and 130 for the backup to storage
+    after the host ack (storage_tier.py, its snapshot view, reference rows and config line); the host
     budget +90 for the storage config, the ack hooks and the store/host-lock invariants."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 6474, core
+    assert 3000 < core <= 6472, core
     assert 200 < sum(code_lines(p) for p in host) <= 1210  # + issue 26: load-back for a request (load_back_at)
 
 
