@@ -59,6 +59,14 @@ OPTIONS: tuple[ConfigOption, ...] = (
          "a match whose host part is shorter is not loaded back"),
     _opt("hicache.transfers", "immediate", '`"immediate"`', "this workbench", "`immediate` completes each copy in its "
          "op (SGLang on the CPU); `held` keeps it in flight until a `flush`, as a GPU stream would"),
+    _opt("hicache.storage", None, "none", "`--hicache-storage-backend`", "the storage tier (L3) below the host: "
+         "a table of the `hicache.storage.*` fields below; each backed-up node's pages are written there after the "
+         "backup's ack, by page hash (Full KV only so far: `components = [\"full\"]`)"),
+    _opt("hicache.storage.backend", "memory", '`"memory"`', "`--hicache-storage-backend`",
+         "where pages go: `memory` (a dict, no budget); `file` comes with the file backend"),
+    _opt("hicache.storage.path", None, "none", "`--file-storage-path`", "the file backend's directory"),
+    _opt("hicache.storage.budget", None, "none", "`max_size` in `--hicache-storage-backend-extra-config`",
+         "the file backend's byte cap"),
     _opt("eviction_policy", "lru", '`"lru"`', "`--radix-eviction-policy`", "the order Full's device and host leaves "
          "are evicted in: `lru`, `lfu`, `fifo`, `mru`, `filo`, `priority`, `slru`, `tlru` (SWA and Mamba stay LRU)",
          model_option=True),
@@ -129,6 +137,9 @@ def config_line(config: Mapping[str, Any]) -> str:
             value = config[option.name]
             if option.name == "hicache":
                 parts.append(f"hicache {value.get('write_policy', 'write_through') if isinstance(value, Mapping) else ''}".strip())
+                storage = value.get("storage") if isinstance(value, Mapping) else None
+                if isinstance(storage, Mapping):  # the storage tier below it
+                    parts.append(f"storage {storage.get('backend', 'memory')}")
             elif option.name == "session_radix_cache":
                 parts.append("session radix cache")
             else:

@@ -16,6 +16,10 @@ if TYPE_CHECKING:
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 TRANSFER_MODES = ("immediate", "held")
+# the storage tier's backends this cache can build (storage_tier.make_storage_backend);
+# "file" joins when cache/storage/file.py lands
+STORAGE_BACKENDS = ("memory",)
+STORAGE_FIELDS = ("backend", "path", "budget")
 
 
 def host_components(components: Optional[Iterable[str]] = None) -> tuple[str, ...]:
@@ -48,13 +52,15 @@ class HiCacheConfig:
     (SGLang's default 10). ``transfers``: ``immediate`` completes every copy within its
     op (SGLang on the CPU, polled every step); ``held`` keeps each write-through backup
     and each load-back in flight — its node locked — until a ``flush`` (SGLang's
-    ``check_hicache_events``), as a GPU stream would."""
+    ``check_hicache_events``), as a GPU stream would. ``storage``: the storage tier
+    (SGLang's L3, ``StorageConfig``) each backed-up node is written to after its ack."""
 
     write_policy: str = "write_through"
     host_kv_size: Optional[int] = None
     load_back_threshold: int = 10
     transfers: str = "immediate"
     host_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict, hash=False)
+    storage: Optional[StorageConfig] = None  # the storage tier below the host (None: none)
 
     @property
     def write_through_threshold(self) -> Optional[int]:
@@ -95,7 +101,50 @@ class HiCacheConfig:
         threshold = config.load_back_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
             raise ValueError(f"hicache load_back_threshold must be a non-negative int (got {threshold!r})")
-        return dataclasses.replace(config, host_kv_size=sizes.pop("full"), host_sizes=sizes)
+        storage = None if config.storage is None else StorageConfig.of(config.storage, cache)
+        return dataclasses.replace(config, host_kv_size=sizes.pop("full"), host_sizes=sizes, storage=storage)
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageConfig:
+    """The storage tier (SGLang's ``--hicache-storage-backend``): after a host
+    backup's ack each node's pages are written there by their hash
+    (``backend``: where; ``path``: the file backend's directory; ``budget``: its
+    byte cap). Full KV only for now: a hybrid model's SWA or Mamba data is not
+    stored yet, and prefetch (reading pages back) comes in a later slice."""
+
+    backend: str = "memory"
+    path: Optional[str] = None
+    budget: Optional[int] = None
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any] | StorageConfig, cache: CacheConfig) -> StorageConfig:
+        if isinstance(fields, StorageConfig):
+            return fields
+        if not isinstance(fields, Mapping):
+            raise ValueError(f"hicache storage must be a table of {', '.join(STORAGE_FIELDS)} (got {fields!r})")
+        unknown = [key for key in fields if key not in STORAGE_FIELDS]
+        if unknown:
+            raise ValueError(f"unknown hicache storage field {unknown[0]!r}; known: {', '.join(STORAGE_FIELDS)}")
+        others = [c for c in cache.components if c != "full"]
+        if others:
+            raise ValueError(f"hicache storage supports only components = [\"full\"] so far: storing "
+                             f"{', '.join(others)} is not supported yet")
+        config = cls(**fields)
+        if config.backend not in STORAGE_BACKENDS:
+            later = " (not available yet: it comes with cache/storage/file.py)" if config.backend == "file" else ""
+            raise ValueError(f"hicache storage backend must be one of {', '.join(STORAGE_BACKENDS)} "
+                             f"(got {config.backend!r}){later}")
+        if config.path is not None and (not isinstance(config.path, str) or not config.path):
+            raise ValueError(f"hicache storage path must be a non-empty string (got {config.path!r})")
+        if config.path is not None and config.backend == "memory":
+            raise ValueError("hicache storage path is the file backend's directory: the memory backend takes none")
+        budget = config.budget
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
+            raise ValueError(f"hicache storage budget must be a positive int of bytes (got {budget!r})")
+        if budget is not None and config.backend == "memory":
+            raise ValueError("hicache storage budget is a byte cap of the file backend: the memory backend has none")
+        return config
 
 
 def _host_size(field: str, size, page: Optional[int]) -> int:

@@ -24,6 +24,7 @@ from .events import Cause, EventBus, EventKind
 from .keys import as_key
 from .params import EvictParams, MatchPrefixParams
 from .pools.host_pool import HostKVPool
+from .storage_tier import StorageTier
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
@@ -68,12 +69,15 @@ class HostTier:
         self.aux = {c.name: c.make_host_pool(config.host_sizes[c.name])
                     for c in sorted(cache.tree.host_components, key=lambda c: c.name)}
         cache.tree.backup_before_tombstone = self._backup_before_tombstone
+        self.storage = None if config.storage is None else StorageTier(cache, config.storage, self.held)
 
     def reset(self) -> None:
         self.kv.clear()
         for pool in self.aux.values():
             pool.clear()
         self.in_flight.clear()
+        if self.storage is not None:
+            self.storage.reset()
 
     def pool(self, name: str):
         return self.kv if name == "full" else self.aux[name]
@@ -157,14 +161,18 @@ class HostTier:
         """Immediate transfers are acknowledged when the op that made them ends (as the
         scheduler polls after each step): until then a node copied by this op counts
         as in flight, e.g. it takes no second, incremental backup."""
-        if not self.held and self.in_flight:
+        if not self.held and (self.in_flight or (self.storage is not None and self.storage.in_flight)):
             self.check_hicache_events()
 
     def check_hicache_events(self) -> int:
         """Acknowledge every transfer in flight, oldest first: release its locks (a
         load's nodes then join write-back's redundant copies, deepest first, as
-        SGLang's load ack does). Returns how many completed."""
-        tree = self.cache.tree
+        SGLang's load ack does). With a storage tier a backup's ack queues a store
+        of each node it published, ancestors first; the stores queued before this
+        call are written and acknowledged (immediate: all). Returns how many
+        transfers and stores completed."""
+        tree, storage = self.cache.tree, self.storage
+        ready = list(storage.in_flight) if storage is not None and self.held else None
         done, self.in_flight = self.in_flight, []
         for transfer in done:
             marked = tree.clear_transfer(transfer.node, transfer.mark)  # deepest first
@@ -173,13 +181,15 @@ class HostTier:
             if transfer.receipt is not None:
                 with self.cache.events.for_request(f"{transfer.kind} #{transfer.ack}"):
                     tree.dec_lock_ref(transfer.node.id, transfer.receipt)
+            if storage is not None and transfer.kind == "backup":  # v0.5.23: after the ack's unlock
+                storage.queue(marked[::-1], f"after backup #{transfer.ack}'s ack")
             if transfer.host_locks is not None:  # a load
                 tree.unlock_aux_host(transfer.node, transfer.host_locks)
                 if transfer.full_path:  # its Full nodes, with split-off upper parts
                     tree.hold_host(marked, -1)
                     for node in marked:
                         tree.track_duplicate(node)
-        return len(done)
+        return len(done) + (storage.settle(ready) if storage is not None else 0)
 
     def _emit_transfer(self, transfer: Transfer, stage: str) -> None:
         if self.cache.events.enabled:
@@ -196,6 +206,8 @@ class HostTier:
             return
         if self.backup([node]):
             tree.track_duplicate(node)  # its ack: on both tiers until the demotion right after
+            if self.storage is not None:  # write-back acks at once: the store follows
+                self.storage.queue([node], "after its write-back backup")
         else:
             tree.drop_host_subtree(node)
             self.drain()
@@ -208,6 +220,8 @@ class HostTier:
             self.evict_host(need, component.name)
         if self.backup([node]):
             self.cache.tree.track_duplicate(node)
+            if self.storage is not None:
+                self.storage.queue([node], "after its write-back backup")
 
     # ---- host eviction ---------------------------------------------------------------
     def evict_host(self, num: int, component: str = "full") -> int:

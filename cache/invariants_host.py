@@ -1,7 +1,10 @@
 """Invariants of the host tier (HiCache): host copies are whole and disjoint, the host
 pool hands out exactly the slots the nodes hold, device nodes sit above host-only ones,
 the host-leaf set is exactly the host-only, unlocked, childless nodes, and every node
-in a transfer held in flight is locked for it (device; a load's also on the host)."""
+in a transfer held in flight is locked for it (device; a load's also on the host). With
+a storage tier: a store in flight has a host copy and host-locks its node (and the
+parts split off above it), its keys were the node's page hashes, an immediate store
+never outlives its op, and every Full host lock is a store's or a held load's."""
 
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ def check_host_tier(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Viola
         if torch.unique(slots).shape[0] != slots.shape[0]:
             out.append(Violation("host.shared_slots", "two host copies share a host slot"))
     _check_transfers(cache, cols, out, Violation)
+    _check_stores(cache, cols, out, Violation)
     _check_aux_copies(cache, cols, out, Violation)
     expected = {n.id for n in cols.nodes if tree.is_host_leaf(n)}
     actual = {n.id for n in tree.host_leaves}
@@ -72,6 +76,44 @@ def _check_transfers(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vio
             out.append(Violation("host.transfer", f"node {node.id} is in an immediate {mark[0]} left unacknowledged"))
         elif cd.lock_ref == 0 or (mark[0] == "load" and not any(d.host_lock_ref for d in node.data)):
             out.append(Violation("host.transfer", f"node {node.id} is in a {mark[0]} in flight but not locked for it"))
+
+
+def full_host_locks_expected(cache: UnifiedRadixCache, node) -> int:
+    """The Full host locks ``node`` should hold: one per store in flight on it, one
+    for a held load whose path it is on."""
+    full = node.data[0]
+    expected = len(full.metadata.get("store", ()))
+    mark = full.metadata.get("transfer")
+    if mark is not None and mark[0] == "load":
+        transfer = next((t for t in cache.host.in_flight if t.mark == mark), None)
+        expected += transfer is not None and transfer.full_path
+    return expected
+
+
+def _check_stores(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Violation) -> None:
+    storage, tree = cache.host.storage, cache.tree
+    if storage is not None:
+        if storage.in_flight and not storage.held:
+            out.append(Violation("storage.store", f"{len(storage.in_flight)} immediate store(s) left unacknowledged"))
+        open_acks = {s.ack for s in storage.in_flight}
+        for store in storage.in_flight:
+            node = store.node
+            if tree.nodes.get(node.id) is not node:
+                out.append(Violation("storage.store", f"store {store.ack} in flight on node {node.id}, which left the tree"))
+            elif node.data[0].host_value is None or store.ack not in node.data[0].metadata.get("store", ()):
+                out.append(Violation("storage.store", f"store {store.ack} in flight on node {node.id} without its "
+                                     "host copy or its mark"))
+            elif node.page_hashes is None or tuple(node.page_hashes) != store.keys[len(store.keys) - len(node.page_hashes):]:
+                out.append(Violation("storage.store", f"store {store.ack}'s keys are not node {node.id}'s page hashes"))
+        for node in cols.nodes:
+            stale = [ack for ack in node.data[0].metadata.get("store", ()) if ack not in open_acks]
+            if stale:
+                out.append(Violation("storage.store", f"node {node.id} is marked in store {stale[0]}, no longer in flight"))
+    for node in cols.nodes:
+        held, expected = node.data[0].host_lock_ref, full_host_locks_expected(cache, node)
+        if held != expected:
+            out.append(Violation("host.lock_balance", f"node {node.id} holds {held} Full host lock(s), its stores and "
+                                 f"loads in flight account for {expected}"))
 
 
 def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Violation) -> None:
@@ -150,6 +192,9 @@ def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
             return False
         if (node in tree.host_leaves) != tree.is_host_leaf(node) or (
                 parent is not tree.root and (parent in tree.host_leaves) != tree.is_host_leaf(parent)):
+            return False
+        if full.host_lock_ref != full_host_locks_expected(cache, node) or (
+                "store" in full.metadata and full.host_value is None):
             return False
         mark = full.metadata.get("transfer")
         if mark is not None and (mark not in marks or (host.held and full.lock_ref == 0) or (

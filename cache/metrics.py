@@ -21,8 +21,9 @@ MATCH_FIELDS = ("matches", "device_hit_tokens", "host_hit_tokens", "miss_tokens"
 # host -> device (loaded), host copies freed (host_evicted). "_total" keeps them apart from
 # an op's own result (the evict op's full_evicted is what that call evicted)
 COMPONENT_FIELDS = ("evicted_total", "backed_up_total", "loaded_total", "host_evicted_total")
-# the storage tier (pages of page_size tokens): written, refused or failed by the backend
-STORAGE_FIELDS = ("stored_pages", "store_failed_pages")
+# the storage tier: pages written, and refused or failed, by the backend; tokens a prefetch
+# found in storage (and took host slots for), and tokens it put on the host
+STORAGE_FIELDS = ("stored_pages_total", "store_failed_pages_total", "storage_hit_tokens", "prefetched_tokens")
 
 
 def metric_fields(components: Iterable[str]) -> tuple[str, ...]:

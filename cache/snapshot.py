@@ -132,6 +132,25 @@ class SessionsView:
         default_factory=lambda: MappingProxyType({}))
 
 
+@dataclasses.dataclass(frozen=True)
+class StorageView:
+    """The storage tier below the host (None in a snapshot without one)."""
+
+    backend: str  # its backend's name ("memory", "file")
+    budget: Optional[int]  # its byte cap (None: none)
+    keys: tuple[str, ...]  # the page hashes it holds, sorted
+    in_flight: tuple[tuple[int, int, int], ...]  # stores until their ack: (store id, node id, pages), oldest first
+    stored_tokens: int  # tokens acknowledged as written so far
+
+
+def storage_view(cache: UnifiedRadixCache) -> Optional[StorageView]:
+    storage = cache.host.storage if cache.host is not None else None
+    if storage is None:
+        return None
+    return StorageView(storage.backend.name, storage.config.budget, tuple(storage.stored_keys()),
+                       tuple((s.ack, s.node.id, len(s.keys)) for s in storage.in_flight), storage.stored_tokens)
+
+
 def sessions_view(cache: UnifiedRadixCache) -> Optional[SessionsView]:
     refs = cache.session_refs
     if not refs.enabled:
@@ -162,6 +181,7 @@ class CacheSnapshot:
     # the scheduler's open sessions and the streaming slots (cache/streaming_session.py)
     streaming_sessions: Optional[StreamingSessionsView] = None
     eviction_policy: str = "lru"  # Full's policy, with its non-default arguments (evict_policy.py)
+    storage: Optional[StorageView] = None  # the storage tier (None: none)
     metrics: Mapping[str, int] = dataclasses.field(default_factory=dict)  # running totals (metrics.py)
 
     @property
@@ -243,6 +263,7 @@ class GlobalRecord:
     lru_relabels: tuple[int, ...]  # per component list (then per host LRU): when one moves, every label in it moved
     sessions: Optional[SessionsView] = None  # as CacheSnapshot's: a state rebuilt from records keeps them
     streaming_sessions: Optional[StreamingSessionsView] = None
+    storage: Optional[StorageView] = None
     metrics: Mapping[str, int] = dataclasses.field(default_factory=dict)  # as CacheSnapshot's
 
 
@@ -316,7 +337,7 @@ def global_record(cache: UnifiedRadixCache) -> GlobalRecord:
     if tree.host_policy is not None:  # then the host LRUs', by component index too
         relabels += tuple(tree.host_lru[c.name].relabels if c.name in tree.host_lru else 0 for c in cache.components)
     return GlobalRecord(cache.events.seq, MappingProxyType(pool_views(cache)), requests, relabels,
-                        sessions_view(cache), streaming_sessions_view(cache), metrics_view(cache))
+                        sessions_view(cache), streaming_sessions_view(cache), storage_view(cache), metrics_view(cache))
 
 
 def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
@@ -388,6 +409,7 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
         sessions_view(cache),
         streaming_sessions_view(cache),
         tree.eviction_policy.label(),
+        storage_view(cache),
         metrics_view(cache),
     )
 

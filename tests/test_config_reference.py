@@ -13,7 +13,7 @@ import pytest
 from cache.components import COMPONENT_REGISTRY
 from cache.config import CacheConfig
 from cache.config_reference import OPTIONS, REQUIRED, component_options, config_line, reference_table
-from cache.host_config import HiCacheConfig
+from cache.host_config import HiCacheConfig, StorageConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 TOUR_SWA = ROOT / "scenarios" / "tour_swa.toml"
@@ -26,6 +26,7 @@ def accepted_fields() -> dict[str, object]:
               for f in dataclasses.fields(CacheConfig) if f.name != "extra"}
     fields.update({f"hicache.{f.name}": f.default for f in dataclasses.fields(HiCacheConfig) if f.name != "host_sizes"})
     fields["hicache.host_<component>_size"] = None
+    fields.update({f"hicache.storage.{f.name}": f.default for f in dataclasses.fields(StorageConfig)})
     for name in COMPONENT_REGISTRY:
         fields.update(COMPONENT_REGISTRY[name].config_fields)
     return fields

@@ -125,12 +125,15 @@ def test_the_cache_core_stays_within_its_line_budget():
     crash-safe file backend, the scripted failure/delay injector, make_backend) and the
     page hashes and the storage protocol (page_hash.py, the node's hash fields, the tree's
     hashing of leaves and splits, storage/backend.py: 132), the running totals (metrics.py,
-    35) and the tree side of a prefetch (tree_core_prefetch.py: insert_host, 65)."""
+    35), the tree side of a prefetch (tree_core_prefetch.py: insert_host, 65), and 130 for
+    the backup to storage after the host ack (storage_tier.py, its snapshot view, reference
+    rows and config line); the host budget +90 for the storage config, the ack hooks and the
+    store/host-lock invariants."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 6909, core
-    assert 200 < sum(code_lines(p) for p in host) <= 1120  # + issue 26: load-back for a request (load_back_at)
+    assert 3000 < core <= 7043, core
+    assert 200 < sum(code_lines(p) for p in host) <= 1210  # + issue 26: load-back for a request (load_back_at)
 
 
 def _op_name_strings(path: Path, names: set[str]) -> set[str]:

@@ -21,7 +21,13 @@ class FullHostMixin:
             upper.host_value, lower.host_value = host[:cut], host[cut:]
         if "transfer" in lower.metadata:
             upper.metadata["transfer"] = lower.metadata["transfer"]
+        if "store" in lower.metadata:  # a store's host lock segment grows with the split (storage_tier.py)
+            upper.metadata["store"] = lower.metadata["store"]
 
     def node_extras(self, node: TreeNode) -> dict:
-        transfer = node.data[self.index].metadata.get("transfer")
-        return {"transfer": transfer[0]} if transfer is not None else {}
+        metadata = node.data[self.index].metadata
+        transfer = metadata.get("transfer")
+        extras = {"transfer": transfer[0]} if transfer is not None else {}
+        if "store" in metadata:  # a store to the storage tier in flight (storage_tier.py)
+            extras["store"] = len(metadata["store"])
+        return extras

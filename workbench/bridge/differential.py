@@ -162,7 +162,10 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
 
 def _compare_states(ours: Session, theirs: SGLangSide, components: list[str], report: DifferentialReport):
     report.states_compared += 1
-    return first_difference(from_snapshot(ours.cache.snapshot(), components), theirs.state())
+    difference = first_difference(from_snapshot(ours.cache.snapshot(), components), theirs.state())
+    if difference is None and theirs.host is not None and theirs.host.storage is not None:  # sglang_storage.py
+        difference = theirs.host.storage.difference(ours.cache, theirs.sg.ComponentType.FULL)
+    return difference
 
 
 def _attempt(run, op: str, fields: dict) -> tuple[Optional[dict], Optional[BaseException]]:

@@ -30,6 +30,8 @@ from typing import Any, Optional
 from cache.host_config import HiCacheConfig
 
 from .sglang_env import BridgeError
+from . import sglang_storage
+from .sglang_storage import StorageSide
 
 MEM_LAYOUT = "page_first"  # SGLang's Mamba host pool takes only page-first layouts
 IO_BACKEND = "kernel"
@@ -55,7 +57,7 @@ def server_args_fields(config: dict) -> dict:
     page = config.get("page_size", 1)
     ratio = (host.host_kv_size - page) / config["kv_size"] + SLACK
     return dict(hicache_ratio=ratio, hicache_write_policy=host.write_policy, hicache_io_backend=IO_BACKEND,
-                hicache_mem_layout=MEM_LAYOUT)
+                hicache_mem_layout=MEM_LAYOUT, **sglang_storage.server_args_fields(config))
 
 
 @contextlib.contextmanager
@@ -84,7 +86,8 @@ class HostTier:
         self.cache = cache = side.cache
         self.config = resolved(config)
         self.immediate = self.config.transfers == "immediate"
-        with _no_host_pinning():
+        self.storage = StorageSide.for_config(config)  # its storage tier (sglang_storage.py), or None
+        with _no_host_pinning(), self.storage.building() if self.storage else contextlib.nullcontext():
             cache.init_hicache(server_args, params)
         atexit.unregister(cache.shutdown)  # its controller threads end with the process
         if cache.cache_controller is None:
@@ -94,6 +97,8 @@ class HostTier:
         for pool in self.pools.values():
             pool.backup_from_device_all_layer = _copy_nothing
             pool.load_to_device_per_layer = _copy_nothing
+        if self.storage is not None:
+            self.storage.attach(cache, self.pools)
         self._check_sizes(config)
 
     def _check_sizes(self, config: dict) -> None:
@@ -116,12 +121,17 @@ class HostTier:
     # ---- ops -------------------------------------------------------------------------
     def after_op(self) -> None:
         """Immediate transfers: acknowledge what the op queued (SGLang's per-step poll)."""
-        if self.immediate:
+        if self.immediate and self.storage is not None:
+            self.storage.immediate_poll()
+        elif self.immediate:
             self.cache.check_hicache_events()
 
     def op_flush(self, f: dict) -> dict:
         """SGLang's poll; ``completed``: the write-throughs and loads it acknowledged
-        (its own call returns nothing: counted from its in-flight tables)."""
+        (its own call returns nothing: counted from its in-flight tables), and with
+        storage the stores (sglang_storage.py)."""
+        if self.storage is not None:
+            return {"completed": self.storage.flush()}
         before = self._in_flight()
         self.cache.check_hicache_events()
         return {"completed": before - self._in_flight()}

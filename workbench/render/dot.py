@@ -96,6 +96,8 @@ def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, .
         transfer = facts["extras"].get("transfer")
         if transfer is not None:
             value += f' <FONT COLOR="#8e24aa">{"⇡" if transfer == "backup" else "⇣"}{transfer}</FONT>'
+        if facts["extras"].get("store"):  # a store to the storage tier in flight
+            value += ' <FONT COLOR="#8e24aa">⇊store</FONT>'
         close = "</FONT></TD>" if cell != "<TD>" else "</TD>"
         lock = f"lock {facts['lock_ref']}" if facts["lock_ref"] else ""
         rank = f"r{facts['rank']}" if facts["rank"] is not None else ""

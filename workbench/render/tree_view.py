@@ -78,6 +78,8 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
         for k, value in extras:
             if k == "transfer":  # a host-tier copy in flight until a flush
                 text.append(f" {'⇡' if value == 'backup' else '⇣'}{value}", style="bold magenta")
+            elif k == "store":  # stores to the storage tier in flight, host-locking the node
+                text.append(" ⇊store" + (f"×{value}" if value != 1 else ""), style="bold magenta")
             else:
                 text.append(f" {k}={value}", style="yellow")
     if policy:
@@ -119,6 +121,10 @@ def render_pools(snapshot: CacheSnapshot) -> Text:
             f" total {pool.total}  free {pool.available}  evictable {pool.evictable}  "
             f"protected {pool.protected}  held {pool.held}"
         )
+    storage = getattr(snapshot, "storage", None)
+    if storage is not None:  # the storage tier below the host (cache/storage_tier.py)
+        text.append("   storage", style="bold magenta")
+        text.append(f" {storage.backend}  pages {len(storage.keys)}  storing {len(storage.in_flight)}")
     return text
 
 

@@ -9,6 +9,9 @@ HOST_SUFFIXES = ("available", "total", "evictable")  # "<component>_host_<suffix
 # State fields of the host tier (only with [config] hicache): host-only nodes, and nodes in
 # a copy held in flight (transfers = "held") until a flush
 HOST_NODE_FIELDS = ("host_nodes", "in_flight_nodes")
+# State fields of the storage tier (only with [config] hicache.storage): the pages it holds,
+# and the stores queued and not yet acknowledged
+STORAGE_STATE_FIELDS = ("stored_pages", "stores_in_flight")
 COMMON_FIELDS = ("op", "expect", "expect_error", "description")
 
 # State fields any step may expect (all ints). Per-name tables come after.
@@ -57,7 +60,7 @@ def metric_field(key: str, components) -> bool:
 
 def host_state_field(key: str) -> bool:
     """Whether ``key`` is a host-tier state field (``swa_host_available``, ``host_nodes``)."""
-    if key in HOST_NODE_FIELDS:
+    if key in HOST_NODE_FIELDS or key in STORAGE_STATE_FIELDS:
         return True
     head, _, suffix = key.partition("_host_")
     return bool(head) and suffix in HOST_SUFFIXES

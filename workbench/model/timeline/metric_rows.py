@@ -11,7 +11,8 @@ from cache.metrics import COMPONENT_FIELDS, MATCH_FIELDS, STORAGE_FIELDS
 # short labels: the panel is narrow
 _LABELS = {"matches": "calls", "device_hit_tokens": "device hit", "host_hit_tokens": "host hit",
            "miss_tokens": "miss", "evicted_total": "evicted", "backed_up_total": "backed up",
-           "loaded_total": "loaded", "host_evicted_total": "host evicted", "stored_pages": "pages", "store_failed_pages": "failed"}
+           "loaded_total": "loaded", "host_evicted_total": "host evicted", "stored_pages_total": "pages stored", "store_failed_pages_total": "failed",
+           "storage_hit_tokens": "hit", "prefetched_tokens": "prefetched"}
 
 
 class Entry(NamedTuple):

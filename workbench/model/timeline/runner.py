@@ -15,6 +15,7 @@ from cache.invariants import one_thread
 from cache.snapshot import GlobalRecord, global_record, node_record
 
 from .. import ops
+from ..scenarios.fields import STORAGE_STATE_FIELDS
 from ..scenarios.session_fields import is_session_field, observe_session_field
 from ..scenarios.scenario import NAMED_FIELDS, Scenario, ScenarioError, Step, cache_config
 from .session import Session
@@ -233,7 +234,7 @@ def drift(cache: UnifiedRadixCache, store: StateStore) -> list[Violation]:
 
 def _same_globals(a: GlobalRecord, b: GlobalRecord) -> bool:
     return (a.pools == b.pools and a.requests == b.requests and a.sessions == b.sessions
-            and a.streaming_sessions == b.streaming_sessions and a.metrics == b.metrics)
+            and a.streaming_sessions == b.streaming_sessions and a.storage == b.storage and a.metrics == b.metrics)
 
 
 _TREE_COUNTS = ("nodes", "evictable_leaves", "host_nodes", "in_flight_nodes")
@@ -247,8 +248,11 @@ def globals_field(globals_: GlobalRecord, key: str) -> Optional[int]:
         return None
     if key == "requests":
         return len(globals_.requests)
-    if key in globals_.metrics:  # full_evicted, device_hit_tokens, ... (cache/metrics.py)
+    if key in globals_.metrics:  # full_evicted_total, device_hit_tokens, ... (cache/metrics.py)
         return globals_.metrics[key]
+    if key in STORAGE_STATE_FIELDS:  # the storage tier's counts
+        storage = globals_.storage
+        return 0 if storage is None else len(storage.keys if key == "stored_pages" else storage.in_flight)
     if "_host_" in key:  # full_host_available, mamba_host_evictable, ...
         name, _, counter = key.partition("_host_")
         pool = globals_.pools.get(f"{name}_host")

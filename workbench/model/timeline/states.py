@@ -164,6 +164,10 @@ class TimelineState:
         return self.globals.streaming_sessions
 
     @property
+    def storage(self):
+        return self.globals.storage
+
+    @property
     def root(self) -> NodeView:
         return self.node(self.root_id)
 
@@ -301,7 +305,7 @@ class TimelineState:
         """The same state as a ``CacheSnapshot`` (for equivalence checks and old readers)."""
         return CacheSnapshot(self.op_seq, self.page_size, self.components, self.nodes, self.lru, self.evictable_leaves,
                              self.pools, self.requests, self.sessions, self.streaming_sessions,
-                             self.shape.eviction_policy, self.metrics)
+                             self.shape.eviction_policy, self.storage, self.metrics)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _child_key(self, record: NodeRecord):
