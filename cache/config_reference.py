@@ -61,12 +61,27 @@ OPTIONS: tuple[ConfigOption, ...] = (
          "op (SGLang on the CPU); `held` keeps it in flight until a `flush`, as a GPU stream would"),
     _opt("hicache.storage", None, "none", "`--hicache-storage-backend`", "the storage tier (L3) below the host: "
          "a table of the `hicache.storage.*` fields below; each backed-up node's pages are written there after the "
-         "backup's ack, by page hash (Full KV only so far: `components = [\"full\"]`)"),
+         "backup's ack, by page hash, and a `prefetch` reads them back into host slots (Full KV only so far: "
+         "`components = [\"full\"]`)"),
     _opt("hicache.storage.backend", "memory", '`"memory"`', "`--hicache-storage-backend`",
-         "where pages go: `memory` (a dict, no budget); `file` comes with the file backend"),
-    _opt("hicache.storage.path", None, "none", "`--file-storage-path`", "the file backend's directory"),
+         "where pages go: `memory` (a dict) or `file` (one crash-safe file per page, as SGLang's `file` backend)"),
+    _opt("hicache.storage.path", None, "a private temporary directory", "`--file-storage-path`",
+         "the file backend's directory (it owns it: files that fail their check are removed)"),
     _opt("hicache.storage.budget", None, "none", "`max_size` in `--hicache-storage-backend-extra-config`",
-         "the file backend's byte cap"),
+         "a byte cap on stored pages, evicting least recently used ones to 90 % of it when full"),
+    _opt("hicache.storage.prefetch_policy", "best_effort", '`"best_effort"`', "`--hicache-storage-prefetch-policy`",
+         "what the admission poll does with a prefetch in flight: `best_effort` takes what has arrived, "
+         "`wait_complete` waits for all of it, `timeout` waits until its deadline"),
+    _opt("hicache.storage.prefetch_threshold", 256, "256", "`prefetch_threshold` in `--hicache-storage-backend-extra-config`",
+         "the fewest tokens worth a prefetch (a shorter span or storage hit is not fetched)"),
+    _opt("hicache.storage.prefetch_timeout_base", 1, "1", "`prefetch_timeout_base` in the extra config (seconds)",
+         "the `timeout` policy's wait, in flushes counted from the first poll that found the prefetch unfinished"),
+    _opt("hicache.storage.prefetch_timeout_per_page", 0.0, "0", "`prefetch_timeout_per_page` in the extra config",
+         "flushes more per page requested"),
+    _opt("hicache.storage.inject", (), "none", "`SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE` / `_DELAY` (random there)",
+         "scripted backend outcomes, a list of rules: `{ call = \"get\", outcome = \"fail\", nth_page = 3 }`; "
+         "`call` set, get or exists; `outcome` fail or delay (`steps` flushes: a prefetch's query or read waits); "
+         "keys by `prefix`, `nth_call` or `nth_page`; `times` (1)"),
     _opt("eviction_policy", "lru", '`"lru"`', "`--radix-eviction-policy`", "the order Full's device and host leaves "
          "are evicted in: `lru`, `lfu`, `fifo`, `mru`, `filo`, `priority`, `slru`, `tlru` (SWA and Mamba stay LRU)",
          model_option=True),

@@ -41,10 +41,11 @@ from .request_load_back import RequestLoadBack
 from .request_retraction import RequestRetraction
 from .session_controller import SessionCalls, SessionController
 from .metrics import CacheMetrics
+from .storage_prefetch import StorageCalls
 from .tree_core import UnifiedTreeCore
 
 
-class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCalls, SessionCalls):
+class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCalls, StorageCalls, SessionCalls):
     def __init__(self, config: Optional[CacheConfig] = None, **kwargs) -> None:
         self.config = config if config is not None else CacheConfig.of(**kwargs)
         cfg = self.config

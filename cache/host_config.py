@@ -18,8 +18,10 @@ WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 TRANSFER_MODES = ("immediate", "held")
 # the storage tier's backends this cache can build (storage_tier.make_storage_backend);
 # "file" joins when cache/storage/file.py lands
-STORAGE_BACKENDS = ("memory",)
-STORAGE_FIELDS = ("backend", "path", "budget")
+STORAGE_BACKENDS = ("memory", "file")
+STORAGE_FIELDS = ("backend", "path", "budget", "prefetch_policy", "prefetch_threshold", "prefetch_timeout_base",
+                  "prefetch_timeout_per_page", "inject")
+PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
 
 
 def host_components(components: Optional[Iterable[str]] = None) -> tuple[str, ...]:
@@ -108,14 +110,26 @@ class HiCacheConfig:
 @dataclasses.dataclass(frozen=True)
 class StorageConfig:
     """The storage tier (SGLang's ``--hicache-storage-backend``): after a host
-    backup's ack each node's pages are written there by their hash
-    (``backend``: where; ``path``: the file backend's directory; ``budget``: its
-    byte cap). Full KV only for now: a hybrid model's SWA or Mamba data is not
-    stored yet, and prefetch (reading pages back) comes in a later slice."""
+    backup's ack each node's pages are written there by their hash (``backend``:
+    ``memory`` or ``file``; ``path``: the file backend's directory, a private
+    temporary one when not given; ``budget``: a byte cap with LRU eviction), and a
+    prefetch reads them back into host slots. ``prefetch_policy``: what the admission
+    poll does with a prefetch still in flight (SGLang's
+    ``--hicache-storage-prefetch-policy``); ``prefetch_threshold``: the fewest tokens
+    worth a prefetch (SGLang's default 256); ``prefetch_timeout_base`` and
+    ``prefetch_timeout_per_page``: the timeout policy's wait, in flushes (SGLang's
+    seconds). ``inject``: scripted backend failures and delays (storage/injector.py),
+    a list of rule tables such as ``{ call = "get", outcome = "fail", nth_page = 3 }``.
+    Full KV only for now: SWA and Mamba data and EAGLE keys are not stored yet."""
 
     backend: str = "memory"
     path: Optional[str] = None
     budget: Optional[int] = None
+    prefetch_policy: str = "best_effort"
+    prefetch_threshold: int = 256
+    prefetch_timeout_base: int = 1
+    prefetch_timeout_per_page: float = 0.0
+    inject: tuple = ()  # the rule tables, each as sorted (field, value) pairs (hashable)
 
     @classmethod
     def of(cls, fields: Mapping[str, Any] | StorageConfig, cache: CacheConfig) -> StorageConfig:
@@ -130,11 +144,23 @@ class StorageConfig:
         if others:
             raise ValueError(f"hicache storage supports only components = [\"full\"] so far: storing "
                              f"{', '.join(others)} is not supported yet")
+        if cache.is_eagle:
+            raise ValueError("hicache storage does not store EAGLE bigram keys yet (is_eagle = true)")
+        rules = fields.get("inject", ())
+        if not isinstance(rules, (list, tuple)) or not all(isinstance(r, Mapping) for r in rules):
+            raise ValueError(f"hicache storage inject must be a list of rule tables (got {rules!r})")
+        from .storage.injector import Rule
+
+        for rule in rules:
+            try:
+                Rule.from_dict(dict(rule))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"hicache storage inject: {exc}") from None
+        fields = {**fields, "inject": tuple(tuple(sorted(dict(r).items())) for r in rules)}
         config = cls(**fields)
         if config.backend not in STORAGE_BACKENDS:
-            later = " (not available yet: it comes with cache/storage/file.py)" if config.backend == "file" else ""
             raise ValueError(f"hicache storage backend must be one of {', '.join(STORAGE_BACKENDS)} "
-                             f"(got {config.backend!r}){later}")
+                             f"(got {config.backend!r})")
         if config.path is not None and (not isinstance(config.path, str) or not config.path):
             raise ValueError(f"hicache storage path must be a non-empty string (got {config.path!r})")
         if config.path is not None and config.backend == "memory":
@@ -142,8 +168,16 @@ class StorageConfig:
         budget = config.budget
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
             raise ValueError(f"hicache storage budget must be a positive int of bytes (got {budget!r})")
-        if budget is not None and config.backend == "memory":
-            raise ValueError("hicache storage budget is a byte cap of the file backend: the memory backend has none")
+        if config.prefetch_policy not in PREFETCH_POLICIES:
+            raise ValueError(f"hicache storage prefetch_policy must be one of {', '.join(PREFETCH_POLICIES)} "
+                             f"(got {config.prefetch_policy!r})")
+        for name in ("prefetch_threshold", "prefetch_timeout_base"):
+            value = getattr(config, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"hicache storage {name} must be a non-negative int (got {value!r})")
+        per_page = config.prefetch_timeout_per_page
+        if isinstance(per_page, bool) or not isinstance(per_page, (int, float)) or not 0 <= per_page < 1e9:
+            raise ValueError(f"hicache storage prefetch_timeout_per_page must be a non-negative number (got {per_page!r})")
         return config
 
 

@@ -418,7 +418,11 @@ class HostCalls:
         """Complete the host tier's transfers in flight (SGLang's per-step poll);
         returns how many completed. Immediate transfers leave nothing to complete."""
         with self.events.op("check_hicache_events"):
-            return self._host("check_hicache_events").check_hicache_events()
+            host = self._host("check_hicache_events")
+            done = host.check_hicache_events()
+            if host.storage is not None:  # and every prefetch in flight moves on (storage_prefetch.py)
+                done += host.storage.prefetch.pump()
+            return done
 
     def _host(self, call: str) -> HostTier:
         if self.host is None:

@@ -42,9 +42,11 @@ def check_host_tier(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Viola
     backups = _backups(cache)
     kept = backups.get("full", [])
     held_by_backups = sum(int(b.shape[0]) for b in kept)
-    if used != pages * ps + held_by_backups:
+    fetching = _prefetch_rows(cache)
+    if used != pages * ps + held_by_backups + fetching:
         out.append(Violation("host.pool_balance", f"host pool hands out {used} slots, the nodes hold {pages * ps}"
-                             + (f" and retraction backups {held_by_backups}" if kept else "")))
+                             + (f" and retraction backups {held_by_backups}" if kept else "")
+                             + (f" and prefetches in flight {fetching}" if fetching else "")))
     copies = copies + kept
     if copies:
         slots = torch.cat(copies) if len(copies) > 1 else copies[0]
@@ -52,6 +54,8 @@ def check_host_tier(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Viola
             out.append(Violation("host.shared_slots", "two host copies share a host slot"))
     _check_transfers(cache, cols, out, Violation)
     _check_stores(cache, cols, out, Violation)
+    if cache.host.storage is not None:
+        out.extend(Violation("storage.prefetch", problem) for problem in cache.host.storage.prefetch.check())
     _check_aux_copies(cache, cols, out, Violation)
     expected = {n.id for n in cols.nodes if tree.is_host_leaf(n)}
     actual = {n.id for n in tree.host_leaves}
@@ -78,11 +82,20 @@ def _check_transfers(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vio
             out.append(Violation("host.transfer", f"node {node.id} is in a {mark[0]} in flight but not locked for it"))
 
 
+def _prefetch_rows(cache: UnifiedRadixCache) -> int:
+    """Host slots the prefetches in flight took and the tree does not hold yet."""
+    storage = cache.host.storage
+    return 0 if storage is None else storage.prefetch.rows_held()
+
+
 def full_host_locks_expected(cache: UnifiedRadixCache, node) -> int:
     """The Full host locks ``node`` should hold: one per store in flight on it, one
-    for a held load whose path it is on."""
+    for a held load whose path it is on, one per prefetch in flight anchored at it."""
     full = node.data[0]
     expected = len(full.metadata.get("store", ()))
+    storage = cache.host.storage
+    if storage is not None and storage.prefetch.ongoing:
+        expected += storage.prefetch.anchored_at(node)
     mark = full.metadata.get("transfer")
     if mark is not None and mark[0] == "load":
         transfer = next((t for t in cache.host.in_flight if t.mark == mark), None)
@@ -168,7 +181,7 @@ def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
     and each host pool's balance from the tree's counters. False: the sweep names it."""
     tree, host = cache.tree, cache.host
     backups = cache.backup_held() if cache.retracted else {}
-    if host.kv.size - host.kv.available_size() != tree.host_held + backups.get("full", 0):
+    if host.kv.size - host.kv.available_size() != tree.host_held + backups.get("full", 0) + _prefetch_rows(cache):
         return False
     for component in tree.host_components:
         pool = host.aux[component.name]

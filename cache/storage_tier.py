@@ -20,13 +20,15 @@ pages already stored changes nothing but their recency.
 
 from __future__ import annotations
 
+import tempfile
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import torch
 
 from .errors import CacheError
 from .events import Cause, EventKind
-from .storage import MemoryBackend
+from .storage import Rule, StorageInjector, make_backend
+from .storage_prefetch import StoragePrefetch
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
@@ -38,12 +40,21 @@ STORAGE_BATCH_PAGES = 128  # v0.5.23's STORAGE_BATCH_SIZE: a failed batch ends t
 STORE_MARK = "store"  # metadata key on Full's data: the ack ids of the stores in flight on the node
 
 
-def make_storage_backend(config: StorageConfig) -> StorageBackend:
-    """The one place a backend is built from the config (the file backend's factory
-    plugs in here when cache/storage/file.py lands)."""
-    if config.backend == "memory":
-        return MemoryBackend()
-    raise CacheError(f"storage backend {config.backend!r} is not available")
+def make_storage_backend(config: StorageConfig) -> tuple[StorageBackend, Optional[tempfile.TemporaryDirectory]]:
+    """The backend the config names, and the private directory a file backend without
+    a path gets (removed with the tier)."""
+    scratch = None
+    path = config.path
+    if config.backend == "file" and path is None:
+        scratch = tempfile.TemporaryDirectory(prefix="urc-storage-")
+        path = scratch.name
+    try:
+        backend = make_backend(config.backend, path, config.budget)
+    except (OSError, ValueError) as exc:
+        raise CacheError(f"hicache storage: {exc}") from None
+    if config.inject:  # a scenario's scripted failures and delays
+        backend = StorageInjector(backend, [Rule.from_dict(dict(rule)) for rule in config.inject])
+    return backend, scratch
 
 
 class Store(NamedTuple):
@@ -63,16 +74,18 @@ class StorageTier:
         self.cache = cache
         self.config = config
         self.held = held
-        self.backend = make_storage_backend(config)
+        self.backend, self._scratch = make_storage_backend(config)
         self.in_flight: list[Store] = []
         self.acks = 0  # store ids handed out
         self.stored_tokens = 0  # tokens acknowledged as written (v0.5.23's backuped tokens)
         cache.tree.enable_page_hashes()  # storage keys are the nodes' page hashes
+        self.prefetch = StoragePrefetch(self)  # reading pages back (storage_prefetch.py)
 
     def reset(self) -> None:
         """The cache was reset: nothing in flight (the locks went with the nodes). The
         store keeps its pages, as a restarted server keeps its storage directory."""
         self.in_flight.clear()
+        self.prefetch.reset()
 
     # ---- queueing ----------------------------------------------------------------
     def queue(self, nodes: list[TreeNode], cause: str) -> None:

@@ -292,7 +292,7 @@ def test_evict_offers_only_configured_components_and_expect_offers_fields():
     fields = complete("match 1 expect ", NAMES, ["full"])
     assert "prefix_len=" in fields and "nodes=" in fields
     assert not [f for f in fields if f.startswith(("swa_", "mamba_"))]
-    assert complete("match 1 expect prefix_len=1 pre", NAMES, ["full"]) == []
+    assert complete("match 1 expect prefix_len=1 prefix", NAMES, ["full"]) == []
     assert "mamba_branching_seqlen=" in complete("match 1 expect m", NAMES, ["full", "mamba"])
 
 

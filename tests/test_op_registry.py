@@ -68,7 +68,7 @@ def test_a_declared_op_is_a_live_command_with_help_and_completion(probe):
     assert raw == {"op": "probe", "key": [1, 2, 3], "depth": 2, "expect": {"probed": 0}}
     assert parse_command(format_command(raw)) == raw
     assert "probe" in complete("pro", {}, ["full"])
-    assert complete("probe 1 expect mis", {}, ["full"]) == ["missing="]
+    assert complete("probe 1 expect missi", {}, ["full"]) == ["missing="]
     appender = StepAppender(scenario_from_records(HEADER, []))
     assert appender.append(raw).op == "probe"
     with pytest.raises(ScenarioError, match="unknown field 'deep'"):

@@ -182,12 +182,13 @@ def test_the_snapshot_shows_the_storage_tier():
 
 
 @pytest.mark.parametrize("storage, message", [
-    ({"backend": "memory", "size": 3}, "unknown hicache storage field 'size'; known: backend, path, budget"),
-    ({"backend": "file", "path": "/tmp/x"}, "backend must be one of memory (got 'file') (not available yet"),
-    ({"backend": "s3"}, "backend must be one of memory (got 's3')"),
-    ({"budget": 100}, "budget is a byte cap of the file backend"),
+    ({"backend": "memory", "size": 3}, "unknown hicache storage field 'size'; known: backend, path, budget, prefetch_policy"),
+    ({"backend": "s3"}, "backend must be one of memory, file (got 's3')"),
     ({"budget": -1}, "budget must be a positive int of bytes"),
     ({"path": "/tmp/x"}, "path is the file backend's directory"),
+    ({"prefetch_policy": "eager"}, "prefetch_policy must be one of best_effort, wait_complete, timeout (got 'eager')"),
+    ({"prefetch_threshold": -4}, "prefetch_threshold must be a non-negative int (got -4)"),
+    ({"prefetch_timeout_per_page": "1"}, "prefetch_timeout_per_page must be a non-negative number"),
     ("memory", "hicache storage must be a table of backend, path, budget"),
 ])
 def test_storage_config_errors(storage, message):

@@ -18,6 +18,7 @@ class FuzzConfig:
     faults: tuple[str, ...] = ()
     hicache: Optional[str] = None  # a write policy: the host tier is on, and the host ops are drawn
     sessions: bool = False  # the session radix cache is on, and the session ops are drawn
+    storage: Optional[str] = None  # a prefetch stop policy: a storage tier below the host tier, its ops drawn
     # 0.5.23's model options ([config] fields: eviction_policy, mamba_max_states_per_path, …), as
     # sorted (name, value) pairs so the config stays hashable; see options.py for the sweep
     options: tuple[tuple[str, Any], ...] = ()
@@ -43,6 +44,9 @@ class FuzzConfig:
             config["faults"] = list(faults)
         if self.hicache:  # host pools of SGLang's default sizes, so a run replays against SGLang's too
             config["hicache"] = {"write_policy": self.hicache, "load_back_threshold": 2}
+            if self.storage:  # a one-page threshold: small keys prefetch
+                config["hicache"]["storage"] = {"backend": "memory", "prefetch_policy": self.storage,
+                                                "prefetch_threshold": page}
         if self.sessions:
             config["session_radix_cache"] = True
         config.update((name, _plain(value)) for name, value in self.options)
@@ -57,6 +61,7 @@ class FuzzConfig:
         window = f" w{self.sliding_window}" if "swa" in self.components else ""
         host = f" {self.hicache}" if self.hicache else ""
         sessions = " sessions" if self.sessions else ""
+        sessions += f" storage {self.storage}" if self.storage else ""
         options = "".join(f" {name}={shown_value(value)}" for name, value in self.options)
         return f"{comps} p{self.page_size}{window}{host}{sessions}{options}"
 

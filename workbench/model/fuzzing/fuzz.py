@@ -61,6 +61,7 @@ class OpGenerator:
         self.streaming: set[str] = set()  # … of them, the streaming ones
         self.turn_of: dict[str, str] = {}  # streaming session -> its running turn
         self.turn_blocked: set[str] = set()  # sessions that rejected a turn while one runs (ops/streaming.py)
+        self.prefetches: list[str] = []  # the latest prefetch ids drawn (ops/storage.py)
         self.count = 0
 
     def key(self, min_len: int = 0) -> list[int]:

@@ -20,10 +20,11 @@ COUNT = "count"  # a non-negative int (an amount: the shrinker lowers it)
 FLAG = "flag"  # true / false
 
 # results that are true / false (every other result is an int)
-FLAG_RESULTS = frozenset({"success", "deferred", "aborted", "borrowed"})
+FLAG_RESULTS = frozenset({"success", "deferred", "aborted", "borrowed", "issued", "done"})
 # what a name field refers to, and the prefix the shrinker renumbers it with
 NAMESPACES = {"matches": "m", "locks": "L", "requests": "r"}
 HOST = "host tier"  # an op's need: the config has [config] hicache
+STORAGE = "storage tier"  # an op's need: the config has hicache.storage
 DEVICE, HOST_PARTS = "device", "host"  # per-component fields: every listed component, or those with a host part
 
 

@@ -430,7 +430,7 @@ def _same(a: Any, b: Any) -> bool:
 def op_allowed(op: str, components: list[str]) -> bool:
     """Whether ``op`` can run at all with these components (release_window needs swa)."""
     spec = ops.get(op)
-    return spec is not None and all(need == ops.HOST or need in components for need in spec.needs)
+    return spec is not None and all(need in (ops.HOST, ops.STORAGE) or need in components for need in spec.needs)
 
 
 def complete(text: str, names: dict[str, list[str]], components: list[str]) -> list[str]:

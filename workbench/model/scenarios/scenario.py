@@ -506,7 +506,11 @@ def _check_needs(spec, fields: dict, config: dict, name: str, line_of) -> None:
         if need == ops.HOST and not config.get("hicache"):
             raise ScenarioError(f"op {spec.name!r} needs the host tier ([config] hicache = {{ write_policy = … }})",
                                 name, line_of(), "op")
-        if need != ops.HOST and need not in comps:
+        hicache = config.get("hicache")
+        if need == ops.STORAGE and not (isinstance(hicache, dict) and hicache.get("storage")):
+            raise ScenarioError(f"op {spec.name!r} needs the storage tier ([config] hicache = {{ storage = {{ … }} }})",
+                                name, line_of(), "op")
+        if need not in (ops.HOST, ops.STORAGE) and need not in comps:
             raise ScenarioError(f"op {spec.name!r} as written needs the {need} component", name, line_of(), "op")
 
 

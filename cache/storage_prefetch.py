@@ -1,0 +1,359 @@
+"""Prefetch from the storage tier into host slots (SGLang 0.5.23's L3 -> L2 path).
+
+A prefetch is anchored at the match's last host node: the pages after it are looked
+up in storage by their hash chain, host slots are taken for what storage holds, the
+pages are read into them, and the completion places them in the tree as host-only
+nodes (``insert_host``, tree_core_prefetch.py); a later load-back brings them to the
+device like any host hit. From issue to completion the anchor is host-locked, so
+host eviction cannot take the node the fetched pages will hang from, and the span
+requested counts against the prefetch budget (half the host pool, SGLang's rate
+limit).
+
+The stages run where SGLang's threads and scheduler polls run them, made
+deterministic: with ``transfers = "immediate"`` a prefetch runs to its end inside the
+op that issues it; with ``"held"`` each ``flush`` (``check_hicache_events``) moves
+every prefetch in flight through its stages (hit query, host allocation, read, the
+ack's completion). A backend call an injector delays (storage/injector.py) waits
+that many flushes. ``check_prefetch_progress`` is the scheduler's admission poll: its
+stop policy decides whether a prefetch still in flight is cut there —
+``best_effort`` takes what has arrived (nothing, before the host slots were taken),
+``wait_complete`` waits for the ack, ``timeout`` waits a number of flushes counted
+from the first poll that found it unfinished (SGLang's wall-clock seconds, as steps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import TYPE_CHECKING, NamedTuple, Optional
+
+import torch
+
+from .errors import CacheError
+from .events import Cause, EventKind
+from .keys import RadixKey, as_key
+from .page_hash import chain, storage_seed
+from .params import MatchPrefixParams
+from .storage.injector import transfer_delay
+
+if TYPE_CHECKING:
+    from .storage_tier import StorageTier
+    from .tree_node import TreeNode
+
+STORAGE_BATCH_PAGES = 128  # v0.5.23's STORAGE_BATCH_SIZE: a read stops at its first short batch
+# SGLang's _prefetch_outcome_stats, the counts it keeps of prefetch decisions
+OUTCOMES = ("attempts", "issued", "declined_too_short", "declined_rate_limited", "revoked_insufficient",
+            "revoked_full_miss", "l3_demand_requests", "l3_miss_tokens", "l1l2_miss_tokens")
+
+
+class PrefetchIssue(NamedTuple):
+    issued: bool
+    reason: str  # why not ("" when issued): too_short, rate_limited, anchor_not_backed_up, in_flight, nothing_to_fetch
+    tokens: int  # the span asked of storage (whole pages after the match)
+
+
+@dataclasses.dataclass(eq=False)
+class Prefetch:
+    """One request's prefetch in flight (SGLang's ``ongoing_prefetch`` entry)."""
+
+    rid: str
+    anchor: TreeNode  # host-locked until the prefetch ends
+    key: RadixKey  # the span asked for: whole pages after the anchor
+    hashes: list[str]  # its pages' hash chain (cut to the hit, then to the slots taken)
+    hit: Optional[int] = None  # tokens storage holds from the start (None: not asked yet)
+    rows: Optional[torch.Tensor] = None  # host slots taken for the hit (None: not yet)
+    completed: int = 0  # tokens read into ``rows``
+    read: bool = False  # the read ran (its ack is due)
+    terminated: bool = False  # cut by the stop policy
+    deadline: bool = False  # cut by the timeout policy
+    wait: int = 0  # flushes a delayed backend call still waits
+    asked: frozenset = frozenset()  # backend calls whose delay was already asked ("exists", "get")
+    blocked_since: Optional[int] = None  # the flush count at the first poll that found it unfinished
+
+
+class StoragePrefetch:
+    """The prefetches of one storage tier (``StorageTier.prefetch``)."""
+
+    def __init__(self, tier: StorageTier) -> None:
+        self.tier = tier
+        self.cache = tier.cache
+        config = tier.config
+        self.policy = config.prefetch_policy
+        self.threshold = config.prefetch_threshold
+        self.timeout_base, self.timeout_per_page = config.prefetch_timeout_base, config.prefetch_timeout_per_page
+        self.capacity_limit = int(0.5 * self.cache.config.hicache.host_kv_size)  # v0.5.23: half the host pool
+        self.ongoing: dict[str, Prefetch] = {}
+        self.occupied = 0  # tokens requested by the prefetches in flight (prefetch_tokens_occupied)
+        self.loaded: dict[str, int] = {}  # rid -> tokens its completed prefetch put on the host
+        self.flushes = 0  # the clock of the timeout policy
+        self.outcomes: Counter[str] = Counter()
+
+    def reset(self) -> None:
+        self.ongoing.clear()  # their locks and slots went with the tree and the pools
+        self.occupied = 0
+        self.loaded.clear()
+
+    # ---- issue ---------------------------------------------------------------------
+    def prefetch_from_storage(self, rid: str, key: RadixKey) -> PrefetchIssue:
+        """The scheduler's ``_prefetch_kvcache`` and the cache's ``prefetch_from_storage``:
+        match ``key``, anchor at the match's last host node, and ask storage for the
+        whole pages after the match."""
+        cache, tree = self.cache, self.cache.tree
+        if rid in self.ongoing:
+            return PrefetchIssue(False, "in_flight", 0)
+        match = cache.match_prefix(MatchPrefixParams(key))
+        anchor = tree.node_by_id(match.last_host_node)
+        if anchor is not tree.root and not tree.backed_up(anchor):
+            return PrefetchIssue(False, "anchor_not_backed_up", 0)  # write-through's chain has a hole: a sure miss
+        start = match.device_prefix_len + match.host_hit_length
+        span = key[start:].page_aligned(self.cache.page_size)
+        if not len(span):
+            return PrefetchIssue(False, "nothing_to_fetch", 0)
+        self.outcomes["attempts"] += 1
+        if len(span) < self.threshold:
+            self.outcomes["declined_too_short"] += 1
+            return PrefetchIssue(False, "too_short", len(span))
+        if self.occupied >= self.capacity_limit:
+            self.outcomes["declined_rate_limited"] += 1
+            return PrefetchIssue(False, "rate_limited", len(span))
+        if anchor is not tree.root:
+            tree.hold_host([anchor], +1)
+        prefetch = Prefetch(rid, anchor, span, self._hashes(anchor, span))
+        self.ongoing[rid] = prefetch
+        self.occupied += len(span)
+        self.outcomes["issued"] += 1
+        self._emit(prefetch, "issued", len(span), f"{len(span)} tokens after node #{anchor.id}, host-locked")
+        if not self.tier.held:
+            self._advance(prefetch)
+        return PrefetchIssue(True, "", len(span))
+
+    def _hashes(self, anchor: TreeNode, span: RadixKey) -> list[str]:
+        """The span's page hashes, chained from the anchor's last (the namespace seed at the root)."""
+        if anchor is self.cache.tree.root:
+            prior = storage_seed(span.extra_key, span.cache_salt)
+        else:
+            prior = anchor.page_hashes[-1]
+        return chain(span.data, self.cache.page_size, prior)
+
+    def query_storage_hit_length(self, key: RadixKey) -> int:
+        """How much of ``key`` after its match storage holds (0 below the threshold or
+        while rate limited), asked now: v0.5.23's admission probe, after the match the
+        scheduler makes first (it is a match: it may split a node)."""
+        tree = self.cache.tree
+        if self.occupied >= self.capacity_limit:
+            return 0
+        match = self.cache.match_prefix(MatchPrefixParams(key))  # the scheduler's match before its probe
+        anchor = tree.node_by_id(match.last_host_node)
+        span = key[match.device_prefix_len + match.host_hit_length :].page_aligned(self.cache.page_size)
+        if len(span) < self.threshold or (anchor is not tree.root and not anchor.page_hashes):
+            return 0
+        return self.tier.backend.exists_prefix(self._hashes(anchor, span)) * self.cache.page_size
+
+    # ---- the stages ------------------------------------------------------------------
+    def pump(self) -> int:
+        """A flush: every prefetch in flight goes as far as it can. Returns how many ended."""
+        self.flushes += 1
+        before = len(self.ongoing)
+        for prefetch in list(self.ongoing.values()):
+            self._advance(prefetch)
+        return before - len(self.ongoing)
+
+    def _delayed(self, prefetch: Prefetch, call: str) -> bool:
+        """Whether the backend call ``call`` waits (an injected delay, asked once): a
+        delay of N made at one flush is made good N flushes later."""
+        if prefetch.wait:
+            prefetch.wait -= 1
+            return prefetch.wait > 0
+        if call not in prefetch.asked:
+            prefetch.asked |= {call}
+            prefetch.wait = transfer_delay(self.tier.backend, call, prefetch.hashes)
+            if prefetch.wait:
+                self._emit(prefetch, "delayed", 0, f"storage {call} waits {prefetch.wait} flush(es)")
+                return True
+        return False
+
+    def _advance(self, prefetch: Prefetch) -> None:
+        if prefetch.hit is None:
+            if self._delayed(prefetch, "exists"):
+                return
+            self._query(prefetch)
+            if not self._allocate(prefetch):
+                return
+        if not prefetch.read:
+            if self._delayed(prefetch, "get"):
+                return
+            self._read(prefetch)
+        self._complete(prefetch)  # the read's ack
+
+    def _query(self, prefetch: Prefetch) -> None:
+        """The storage hit query: how many of the pages storage holds from the first."""
+        ps = self.cache.page_size
+        pages = 0 if prefetch.terminated else self.tier.backend.exists_prefix(prefetch.hashes)
+        prefetch.hit = pages * ps
+        prefetch.hashes = prefetch.hashes[:pages]
+        requested = len(prefetch.key)
+        self.outcomes["l3_demand_requests"] += 1
+        self.outcomes["l1l2_miss_tokens"] += requested
+        self.outcomes["l3_miss_tokens"] += requested - min(prefetch.hit, requested)
+        self._emit(prefetch, "queried", prefetch.hit, f"storage holds {prefetch.hit} of {requested} tokens")
+
+    def _allocate(self, prefetch: Prefetch) -> bool:
+        """Host slots for the hit (one host eviction, then what is free, in whole pages,
+        if that reaches the threshold); False when the prefetch was revoked instead."""
+        hit, ps = prefetch.hit, self.cache.page_size
+        if prefetch.terminated or hit < self.threshold:
+            self.outcomes["revoked_insufficient" if hit else "revoked_full_miss"] += 1
+            self._revoke(prefetch, "below_threshold" if not prefetch.terminated else "cut")
+            return False
+        host = self.cache.host
+        pool = host.kv.allocator
+        if pool.available_size() < hit:
+            host.evict_host(hit)
+        take = hit if pool.available_size() >= hit else min(hit, pool.available_size() // ps * ps)
+        if take < self.threshold:
+            self._revoke(prefetch, "host_capacity")
+            return False
+        prefetch.rows = pool.alloc(take)
+        prefetch.hit = take
+        prefetch.hashes = prefetch.hashes[: take // ps]
+        self.cache.metrics.add("storage_hit_tokens", take)
+        return True
+
+    def _read(self, prefetch: Prefetch) -> None:
+        """Read the pages into the host slots, 128 pages a batch; the first page that
+        does not come back ends the read (the pages before it are kept)."""
+        ps, rows = self.cache.page_size, self.cache.host.kv.buffer.data
+        backend = self.tier.backend
+        done = 0
+        for start in range(0, len(prefetch.hashes), STORAGE_BATCH_PAGES):
+            batch = prefetch.hashes[start : start + STORAGE_BATCH_PAGES]
+            for page in backend.get(batch):
+                if page is None or len(page) != ps * 8:
+                    break
+                slots = prefetch.rows[done * ps : (done + 1) * ps]
+                rows[slots] = torch.frombuffer(bytearray(page), dtype=torch.int64).to(rows.device)
+                done += 1
+            if done < start + len(batch):
+                break
+        prefetch.completed = done * ps
+        prefetch.read = True
+
+    # ---- ending --------------------------------------------------------------------
+    def check_prefetch_progress(self, rid: str) -> bool:
+        """The admission poll: True when the request may go on (its prefetch ended now
+        or before, or it had none); False while the stop policy waits."""
+        prefetch = self.ongoing.get(rid)
+        if prefetch is None:
+            return True
+        if not prefetch.read:
+            if self.policy == "wait_complete":
+                return False
+            if self.policy == "timeout":
+                if prefetch.blocked_since is None:
+                    prefetch.blocked_since = self.flushes
+                pages = len(prefetch.key) // self.cache.page_size
+                if self.flushes - prefetch.blocked_since <= self.timeout_base + pages * self.timeout_per_page:
+                    return False
+                prefetch.deadline = True
+            prefetch.terminated = True
+        if prefetch.rows is None:
+            self._revoke(prefetch, "deadline" if prefetch.deadline else "not_ready")
+        else:
+            self._complete(prefetch)
+        return True
+
+    def _complete(self, prefetch: Prefetch) -> None:
+        """Place what was read below the anchor; free every host slot the tree does not keep."""
+        tree, host = self.cache.tree, self.cache.host
+        done = prefetch.completed
+        placed = tree.insert_host(prefetch.anchor, prefetch.key[:done], prefetch.rows[:done])
+        if placed.dropped:
+            host.kv.free(prefetch.rows)
+            loaded = 0
+        else:
+            host.kv.free(prefetch.rows[: placed.prefix_len])
+            if prefetch.rows.shape[0] > done:
+                host.kv.free(prefetch.rows[done:])
+            loaded = done - placed.prefix_len
+        self.cache.metrics.add("prefetched_tokens", loaded)
+        what = "dropped: below a node with no host copy" if placed.dropped else f"{loaded} tokens on the host"
+        self._end(prefetch, loaded, f"done: {done} read, {what}")
+
+    def _revoke(self, prefetch: Prefetch, reason: str) -> None:
+        if prefetch.rows is not None:
+            self.cache.host.kv.free(prefetch.rows)
+        self._end(prefetch, 0, f"revoked ({reason})")
+
+    def _end(self, prefetch: Prefetch, loaded: int, detail: str) -> None:
+        tree = self.cache.tree
+        if prefetch.anchor is not tree.root:
+            tree.hold_host([prefetch.anchor], -1)
+        del self.ongoing[prefetch.rid]
+        self.occupied -= len(prefetch.key)
+        self.loaded[prefetch.rid] = loaded
+        self._emit(prefetch, "ended", loaded, detail)
+
+    def pop_prefetch_loaded_tokens(self, rid: str) -> int:
+        return self.loaded.pop(rid, 0)
+
+    # ---- what the invariants read ----------------------------------------------------
+    def rows_held(self) -> int:
+        """Host slots taken for hits the tree does not hold yet."""
+        return sum(int(p.rows.shape[0]) for p in self.ongoing.values() if p.rows is not None)
+
+    def anchored_at(self, node: TreeNode) -> int:
+        """How many prefetches in flight host-lock ``node`` as their anchor."""
+        return sum(1 for p in self.ongoing.values() if p.anchor is node)
+
+    def check(self) -> list[str]:
+        """What is wrong with the prefetches in flight, in words (the invariant checker's)."""
+        tree, problems = self.cache.tree, []
+        if self.occupied != sum(len(p.key) for p in self.ongoing.values()):
+            problems.append(f"prefetch budget holds {self.occupied} tokens, the prefetches in flight ask "
+                            f"{sum(len(p.key) for p in self.ongoing.values())}")
+        for p in self.ongoing.values():
+            if p.anchor is not tree.root and (tree.nodes.get(p.anchor.id) is not p.anchor
+                                              or p.anchor.data[0].host_value is None):
+                problems.append(f"prefetch {p.rid}'s anchor node {p.anchor.id} left the tree or its host copy")
+            if p.rows is not None and (p.hit != p.rows.shape[0] or len(p.hashes) * self.cache.page_size != p.hit):
+                problems.append(f"prefetch {p.rid} holds {p.rows.shape[0]} host slots for a {p.hit}-token hit")
+        return problems
+
+    def _emit(self, prefetch: Prefetch, stage: str, tokens: int, detail: str) -> None:
+        events = self.cache.events
+        if events.enabled:
+            with events.for_request(prefetch.rid):
+                events.emit(EventKind.TRANSFER, "full", prefetch.anchor.id, Cause.REQUEST, tokens,
+                            f"prefetch {stage} (storage -> host): {detail}")
+
+
+class StorageCalls:
+    """The cache API of the storage tier (v0.5.23's names), mixed into UnifiedRadixCache."""
+
+    def prefetch_from_storage(self, rid: str, key) -> PrefetchIssue:
+        """Start a prefetch of what storage holds of ``key`` after its match (the
+        scheduler does this when a request arrives)."""
+        if not isinstance(rid, str) or not rid:
+            raise CacheError(f"prefetch_from_storage: the request id must be a non-empty string (got {rid!r})")
+        with self.events.op("prefetch_from_storage"):
+            return self._prefetch("prefetch_from_storage").prefetch_from_storage(rid, as_key(key))
+
+    def check_prefetch_progress(self, rid: str) -> bool:
+        """The admission poll: True when request ``rid`` may be scheduled (its prefetch
+        ended, now by the stop policy or before), False while it waits."""
+        with self.events.op("check_prefetch_progress"):
+            return self._prefetch("check_prefetch_progress").check_prefetch_progress(rid)
+
+    def pop_prefetch_loaded_tokens(self, rid: str) -> int:
+        """Tokens request ``rid``'s ended prefetch put on the host (0 if none), once."""
+        return self._prefetch("pop_prefetch_loaded_tokens").pop_prefetch_loaded_tokens(rid)
+
+    def query_storage_hit_length(self, key) -> int:
+        """Tokens storage holds of ``key`` after its match (the admission probe)."""
+        return self._prefetch("query_storage_hit_length").query_storage_hit_length(as_key(key))
+
+    def _prefetch(self, call: str) -> StoragePrefetch:
+        if self.host is None or self.host.storage is None:
+            raise CacheError(f"{call} needs the storage tier (config hicache.storage)")
+        return self.host.storage.prefetch
+
