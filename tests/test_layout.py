@@ -16,7 +16,7 @@ ROOMS = {
     "ops": ["spec", "keys", "locks", "evict", "requests", "host", "retraction", "sessions", "streaming"],  # every op, declared once
     "scenarios": ["scenario", "errors", "inputs", "fields", "session_fields", "writer", "live", "workload",
                   "outputs"],  # scenario files in and out
-    "timeline": ["session", "runner", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
+    "timeline": ["session", "runner", "kv_router", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
                  "shown_tree", "shown_sessions", "step_view", "request_diff"],  # running a scenario, the states it leaves, moving through them
     "debugging": ["why", "why_request", "why_session", "breakpoints", "regression_test"],
     "fuzzing": ["config", "fuzz", "options", "shrink"],
@@ -120,12 +120,15 @@ def test_the_cache_core_stays_within_its_line_budget():
     the audit of each Full victim against the policy's order. Plus issue 28's model options:
     the Mamba path cap and SWA switches (110), EAGLE's bigram keys and cache_salt in the
     key namespace (100), and the config reference every view's config line comes from
-    (config_reference.py: every [config] field, and those components document, 85)."""
+    (config_reference.py: every [config] field, and those components document, 85). Plus
+    issue 29: the per-page hash chain (page_hash.py, 132, already on main when this budget
+    was last raised) and SGLang's KV events: the recorder and its call sites, the config
+    switch, the hash-chain invariant (123); the host tier's share of the call sites (17)."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 6210, core
-    assert 200 < sum(code_lines(p) for p in host) <= 1120  # + issue 26: load-back for a request (load_back_at)
+    assert 3000 < core <= 6465, core
+    assert 200 < sum(code_lines(p) for p in host) <= 1127  # + issue 26: load-back for a request (load_back_at); + 17 issue 29: KV events
 
 
 def _op_name_strings(path: Path, names: set[str]) -> set[str]:
