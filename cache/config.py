@@ -27,6 +27,8 @@ class CacheConfig:
     # v0.5.23's --radix-eviction-policy for Full's leaves (evict_policy.py) and its keyword arguments
     eviction_policy: str = "lru"
     eviction_policy_config: Optional[Mapping[str, Any]] = dataclasses.field(default=None, hash=False)
+    # v0.5.23's --kv-events-config (enable_kv_cache_events): the tree records SGLang's KV events (kv_events.py)
+    enable_kv_cache_events: bool = False
     hicache: Optional[Mapping[str, Any]] = None  # the host tier: HiCacheConfig's fields (None: no host tier)
     # Fields a component declares itself (``config_fields``), named "<component>_<field>":
     # checked here for their owner only (no import), by the component when the cache is built.
@@ -62,6 +64,8 @@ class CacheConfig:
                 raise ValueError(f"{name} {value} is larger than this workbench supports ({MAX_POOL})")
         if not isinstance(self.session_radix_cache, bool):
             raise ValueError(f"session_radix_cache must be true or false (got {self.session_radix_cache!r})")
+        if not isinstance(self.enable_kv_cache_events, bool):
+            raise ValueError(f"enable_kv_cache_events must be true or false (got {self.enable_kv_cache_events!r})")
         if not isinstance(self.is_eagle, bool):
             raise ValueError(f"is_eagle must be true or false (got {self.is_eagle!r})")
         if self.kv_size % self.page_size:

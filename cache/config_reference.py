@@ -47,6 +47,9 @@ OPTIONS: tuple[ConfigOption, ...] = (
          "re-introduce upstream bugs", model_option=True),
     _opt("session_radix_cache", False, "`false`", "`--enable-session-radix-cache`",
          "finished session requests tag their KV so eviction spares it (see Sessions)", model_option=True),
+    _opt("enable_kv_cache_events", False, "`false`", "`--kv-events-config`", "the tree records SGLang's KV events "
+         "(BlockStored, BlockRemoved, AllBlocksCleared on GPU and CPU_PINNED) and every step checks a router's "
+         "replay of them against the cache (see KV events)"),
     _opt("hicache", None, "none", "`--enable-hierarchical-cache`",
          "the host tier: a table of the `hicache.*` fields below", model_option=True),
     _opt("hicache.write_policy", "write_through", '`"write_through"`', "`--hicache-write-policy`",

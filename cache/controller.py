@@ -62,6 +62,9 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         _check_component_fields(self.components, cfg.extra)
         self.tree = UnifiedTreeCore(self.components, cfg.page_size, self.device, self.events, cfg.session_radix_cache,
                                     make_policy(cfg.eviction_policy, cfg.eviction_policy_config))
+        if cfg.enable_kv_cache_events:  # on from the start: SGLang's construction reset clears the router
+            self.tree.kv_events.enable()
+            self.tree.kv_events.all_cleared()
         self.session_refs = self.tree.session_refs  # generations, closes, leaf indexes (session_refs.py)
         self.host = HostTier(self, cfg.hicache) if cfg.hicache is not None else None  # HiCache's host tier
         self.hooks = HookTable.of(self.components)  # which components each hook runs on

@@ -20,6 +20,7 @@ import torch
 
 from .host_config import HiCacheConfig
 from .errors import CacheError, PoolExhaustedError
+from .kv_events import CPU
 from .events import Cause, EventBus, EventKind
 from .keys import as_key
 from .params import EvictParams, MatchPrefixParams
@@ -117,6 +118,8 @@ class HostTier:
                 cache.metrics.add(f"{name}_backed_up_total", int(slots.shape[0]))
             if self.config.write_policy != "write_back":  # write-back drains its own ack
                 self._hold("backup", node, node.length, self._transfer_lock(node) if self.held else None, [node])
+            elif tree.kv_events.enabled:  # its ack is now: the host copy is published (tree_core_host.clear_transfer)
+                tree.kv_events.store(node, CPU)
         self.drain()
         return written
 

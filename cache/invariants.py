@@ -115,6 +115,10 @@ def _sweep(cache: UnifiedRadixCache) -> list[Violation]:
                 from .evict_policy import check_tlru_lens
 
                 out.extend(Violation(name, msg) for name, msg in check_tlru_lens(cache.tree))
+            if cache.tree.page_hashing:
+                from .page_hash import chain_violations
+
+                out.extend(Violation(name, msg) for name, msg in chain_violations(cache.tree, cache.tree.nodes.values()))
             if cache.tree.session_radix_cache:
                 from .invariants_sessions import check_sessions
 

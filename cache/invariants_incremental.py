@@ -41,6 +41,7 @@ Global, on every call:
     lock.receipt_dangling, lock.receipt_segment), SWA window locks (swa.window_lock),
     lock order on anchors (lock.order), Mamba LRU size == its state count (lru.size);
     each per receipt group, not per receipt
+While the tree hashes pages: each data-touched node's hash chain (page_hash.chain).
 With a host tier (invariants_host.py's probe): each touched node's host copies whole,
 device data never below host-only data, no device lock on host-only data, host-leaf
 and host-LRU membership, the marks of transfers in flight; each host pool's balance
@@ -64,6 +65,7 @@ import torch
 
 from .invariants import expected_locks
 from .keys import child_key
+from .page_hash import chain_violations
 from .pools.kv_buffer import continue_fingerprints, node_path_fingerprints
 from .streaming_session import check_streaming
 
@@ -88,6 +90,7 @@ def probe(cache, touched: Iterable[int], data_touched: Optional[Iterable[int]] =
         and all(component.probe_invariants(data_nodes) for component in cache.components)
         and (cache.host is None or _host_ok(cache, nodes))
         and (not tree.session_radix_cache or _sessions_ok(cache))
+        and not (tree.page_hashing and chain_violations(tree, data_nodes))
         and not (cache.session_slots and check_streaming(cache))
     )
 

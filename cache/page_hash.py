@@ -110,3 +110,23 @@ def as_int64(hash_hex: str) -> int:
     """A hash as a KV event's block id: its first 64 bits, signed."""
     value = int(hash_hex[:16], 16)
     return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def chain_violations(tree, nodes) -> list[tuple[str, str]]:
+    """While the tree hashes pages: each of ``nodes`` carries one hash per page, and they
+    are the chain its parent's last hash and its key make (so a split, a backfill or a
+    re-keyed node left no stale hash). (name, message) pairs; O(pages of ``nodes``)."""
+    out = []
+    ps = tree.page_size
+    for node in nodes:
+        if node is tree.root:
+            continue
+        hashes, events = node.page_hashes, node.event_hashes
+        if hashes is None or events is None:
+            out.append(("page_hash.chain", f"node #{node.id} has no page hashes while the tree hashes pages"))
+        elif len(hashes) != node.length // ps or hashes != node_chain(node, ps):
+            out.append(("page_hash.chain", f"node #{node.id}: {len(hashes)} page hash(es) for {node.length // ps} "
+                                           "page(s), not the chain from its parent's last hash and its key"))
+        elif events is not hashes and events != node_chain(node, ps, for_events=True):
+            out.append(("page_hash.chain", f"node #{node.id}: its KV-event hashes are not its event chain"))
+    return out

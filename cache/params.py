@@ -64,6 +64,7 @@ class InsertParams:
     # The inserting request already inserted [0, here): only nodes ending past it
     # count a hit, so a request counts each node once across its checkpoints.
     inserted_len: int = 0
+    session_id: Optional[str] = None  # the inserting request's session: KV events attribute new blocks to it
 
 
 @dataclasses.dataclass

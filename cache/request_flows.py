@@ -308,7 +308,7 @@ class RequestFlows:
         self._check_checkpoint(req, finished, up_to)
         params = InsertParams(
             key=None, prev_prefix_len=req.cache_protected_len, priority=req.priority,
-            swa_evicted_seqlen=req.swa_evicted_seqlen, inserted_len=req.cache_inserted_len,
+            swa_evicted_seqlen=req.swa_evicted_seqlen, inserted_len=req.cache_inserted_len, session_id=req.session_id,
         )
         cache_len = up_to
         for component in hooks.prepare_for_caching_req:

@@ -21,6 +21,7 @@ from .events import Cause, EventBus, EventKind
 from .evict_policy import EvictionPolicy
 from .hooks import overriding
 from .keys import TOKEN_BYTES, RadixKey, child_key, namespace_order, namespace_parts, unpack_tokens
+from .kv_events import KVEventRecorder
 from .page_hash import node_chain, split_hashes
 from .leaf_set import EvictableLeafSet
 from .lru import LRUList
@@ -85,6 +86,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
         self.session_radix_cache = session_radix_cache  # session refs (session_refs.py)
         self.session_refs = SessionRefTracker(self, session_radix_cache)
         self.page_hashing = False  # a hash chain on every node (page_hash.py): on with storage or KV events
+        self.kv_events = KVEventRecorder(self)  # SGLang's KV event stream (kv_events.py), off by default
         self.reset()
 
     # ---- state ------------------------------------------------------------
@@ -113,6 +115,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
             self.reset_host_tier()
         if self._touched is not None:
             self._touched.clear()
+        if self.kv_events.enabled:
+            self.kv_events.all_cleared()
 
     def _new_lru(self, component: TreeComponent, n: int) -> LRUList:
         """With session refs on, referenced nodes keep to the MRU side (lru_session.py)."""
@@ -367,7 +371,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
                 child.priority = priority
             consumed = plen
             if child.data[0].value is None:  # host-only (host tier): the key's slots bring it back
-                self.unevict(child, value[done : done + plen])
+                self.unevict(child, value[done : done + plen], params.session_id)
                 consumed = 0
             for component in overlap_hooks:
                 taken = component.on_insert_overlap(child, plen, done, value, params, result, pending)
@@ -392,6 +396,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
             is_new_leaf = True
             if events:
                 self.events.emit(EventKind.ADD, None, target.id, Cause.REQUEST, target.length)
+            if self.kv_events.enabled:
+                self.kv_events.store(target, session_id=params.session_id)
         else:
             target, is_new_leaf = node, False
         result.prefix_len = done

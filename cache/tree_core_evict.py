@@ -39,6 +39,8 @@ class TreeEviction:
         if self.host_policy is not None and self.backed_up(node):
             self.demote(node, batch)  # the host copy keeps the node
             return
+        if self.kv_events.enabled:
+            self.kv_events.remove(node)
         events = self.events.enabled
         data = node.data
         present = [c for c in self.components if data[c.index].value is not None] if len(data) > 1 else self.components

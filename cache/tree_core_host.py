@@ -25,6 +25,7 @@ import torch
 
 from .actions import BackupKV
 from .events import Cause, EventKind
+from .kv_events import CPU
 from .lru import LRUList
 
 if TYPE_CHECKING:
@@ -242,6 +243,9 @@ class TreeHostTier:
             if self._touched is not None:
                 self._touched.add(node.id)
             node = node.parent
+        if mark[0] == "backup" and self.kv_events.enabled:  # the host copies are published at the ack, ancestors first
+            for done in reversed(cleared):
+                self.kv_events.store(done, CPU)
         return cleared
 
     # ---- device eviction -----------------------------------------------------------
@@ -261,6 +265,8 @@ class TreeHostTier:
                     self.events.emit(EventKind.CASCADE, component.name, node.id, Cause.CASCADE, n, f"from full; {kept}")
         for component in present:
             self._detach(node, component)
+        if self.kv_events.enabled:
+            self.kv_events.remove(node)
         self.leaves.discard(node)
         self.update_host_leaf_state(node)
         self.update_leaf_state(node.parent)
@@ -292,6 +298,8 @@ class TreeHostTier:
     def evict_host_leaf(self, node: TreeNode, detail: str) -> TreeNode:
         """Remove a host leaf with all its host copies; returns its parent."""
         self.host_leaves.discard(node)
+        if self.kv_events.enabled:
+            self.kv_events.remove(node, CPU)
         self.drop_host_value(node, self.components[0], Cause.CAPACITY, detail)
         parent = node.parent
         self._remove_from_parent(node, Cause.CAPACITY, "host copy evicted")
@@ -328,6 +336,8 @@ class TreeHostTier:
                     continue
                 if (spare_leaves and node.in_leaf_set) or cd.host_lock_ref or "transfer" in cd.metadata:
                     continue
+                if self.kv_events.enabled:
+                    self.kv_events.remove(node, CPU)
                 freed += self.drop_host_value(node, self.components[0], Cause.CAPACITY,
                                               "redundant host copy (the device has it)")
                 del self.host_duplicates[node_id]
@@ -345,6 +355,8 @@ class TreeHostTier:
         for child in reversed(order):  # deepest first: each is childless when it goes
             assert child.data[0].value is None and not any(cd.host_lock_ref for cd in child.data)
             self.host_leaves.discard(child)
+            if self.kv_events.enabled:
+                self.kv_events.remove(child, CPU)
             self._remove_from_parent(child, Cause.CASCADE, f"under #{node.id}, dropped without a host copy")
 
     # ---- match and insert ------------------------------------------------------------
@@ -386,10 +398,10 @@ class TreeHostTier:
 
     just_unevicted: Optional[TreeNode] = None  # for SWA's overlap hook, which recovers its window
 
-    def unevict(self, node: TreeNode, value: torch.Tensor) -> None:
+    def unevict(self, node: TreeNode, value: torch.Tensor, session_id: Optional[str] = None) -> None:
         """An insert walked over a host-only node holding the key's slots for it: they
         become its device KV again (not duplicates)."""
-        self.restore_device(node, value, "insert brought device KV")
+        self.restore_device(node, value, "insert brought device KV", session_id)
         self.track_duplicate(node)
         self.just_unevicted = node
 
@@ -423,7 +435,8 @@ class TreeHostTier:
         path.reverse()
         return path
 
-    def restore_device(self, node: TreeNode, value: torch.Tensor, detail: str = "host -> device") -> None:
+    def restore_device(self, node: TreeNode, value: torch.Tensor, detail: str = "host -> device",
+                       session_id: Optional[str] = None) -> None:
         """A host-only node has device KV again: in ``value`` slots (a load-back copied
         its host copy there, or an insert brought fresh KV). The controller registers a
         load's duplicates afterwards, deepest first, as SGLang's load ack does."""
@@ -438,5 +451,7 @@ class TreeHostTier:
             self._touched.add(node.id)
         if self.events.enabled:
             self.events.emit(EventKind.LOAD, "full", node.id, Cause.REQUEST, node.length, detail)
+        if self.kv_events.enabled:  # a load publishes at its commit, before the ack
+            self.kv_events.store(node, session_id=session_id)
         self.update_leaf_state(node)
         self.update_leaf_state(node.parent)

@@ -18,6 +18,7 @@ import torch
 
 from .events import Cause, EventKind
 from .keys import TOKEN_BYTES, RadixKey
+from .kv_events import CPU
 from .tree_node import TreeNode
 from .tree_walk import walk_key
 
@@ -68,6 +69,8 @@ class TreePrefetch:
     def _refill(self, node: TreeNode, rows: torch.Tensor) -> None:
         """A device node without a host copy takes the fetched slots as one."""
         self.set_host_value(node, self.components[0], rows)
+        if self.kv_events.enabled:
+            self.kv_events.store(node, CPU)
         self.update_host_leaf_state(node)
         self.track_duplicate(node)
 
@@ -91,4 +94,6 @@ class TreePrefetch:
             self._touched.update((node.id, parent.id))
         if self.events.enabled:
             self.events.emit(EventKind.ADD, None, node.id, Cause.REQUEST, node.length, "host-only, fetched from storage")
+        if self.kv_events.enabled:
+            self.kv_events.store(node, CPU)
         return node

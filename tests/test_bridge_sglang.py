@@ -403,3 +403,26 @@ def test_every_model_option_agrees_with_sglang_on_random_sequences(row, page):
     report = run_against(scenario_from_records(header, steps))
     assert report.agrees, report.divergence.as_dict()
     assert report.run >= 60
+
+
+KV_EVENT_SCENARIOS = [n for n in SCENARIOS if "hicache" in n and "sidecar" not in n] + [
+    "scenarios/tour.toml", "scenarios/tour_swa.toml", "scenarios/tour_mamba.toml", "scenarios/tour_sessions.toml"]
+
+
+@pytest.mark.parametrize("name", KV_EVENT_SCENARIOS)
+def test_kv_events_agree_with_sglang_event_by_event(name):
+    """SGLang's recorder turned on after building (as ours): each step's batch, its
+    types, block ids, parents, tokens, media and coalescing, equal."""
+    report = run_against(load_scenario(ROOT / name), kv_events=True)
+    assert report.agrees, (report.divergence.as_dict(), report.by_design)
+    assert report.kv_event_steps == report.run and report.kv_events > 0
+
+
+def test_a_kv_event_ours_loses_is_a_divergence():
+    def drop_first_event(ours, index):
+        if index == 1:
+            ours.cache.tree.kv_events.take()
+
+    report = run_against(load_scenario(ROOT / "scenarios/tour_hicache.toml"), perturb=drop_first_event,
+                         kv_events=True)
+    assert report.divergence.step == 1 and report.divergence.difference.field == "kv_events[0]"

@@ -9,10 +9,11 @@ exactly the code it always runs: zero cost when off. Each faulty copy calls
 so a run knows the first step where the fault mattered (the "first faulty step" of the
 fuzzer's detection table).
 
-The catalogue is data (name, source, components, summary) held by six modules —
+The catalogue is data (name, source, components, summary) held by its modules —
 ``full``, ``swa``, ``mamba``, ``requests`` (retraction and abort), ``sessions`` (session
-tags and streaming slots) and ``policies`` (the eviction policies) — which import nothing heavy at import time: checking a
-scenario's config never imports torch. Adding a fault is one ``Fault`` entry and its
+tags and streaming slots), ``keys`` (EAGLE keys), ``policies`` (the eviction policies)
+and ``kv_events`` (the KV event stream) — which import nothing heavy at import time:
+checking a scenario's config never imports torch. Adding a fault is one ``Fault`` entry and its
 installer in one of them.
 """
 
@@ -22,7 +23,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Iterable
 
-MODULES = ("full", "swa", "mamba", "requests", "sessions", "keys", "policies")
+MODULES = ("full", "swa", "mamba", "requests", "sessions", "keys", "policies", "kv_events")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Fault:
 
 
 def catalogue() -> dict[str, Fault]:
-    """Every fault, by name, in module order (Full, SWA, Mamba, requests, sessions, policies)."""
+    """Every fault, by name, in module order (MODULES)."""
     out: dict[str, Fault] = {}
     for module in MODULES:
         for fault in importlib.import_module(f"{__name__}.{module}").FAULTS:

@@ -21,6 +21,8 @@ from cache.errors import (
 from ..model.timeline.runner import build_cache
 from ..model.scenarios.scenario import Scenario
 from ..model.timeline.session import RunError, Session
+from cache.kv_events import event_dict
+
 from .canonical import Difference, first_difference, from_snapshot
 from .sglang_env import BridgeError, check_version
 from .sglang_side import COMPONENTS, SGLangSide
@@ -72,6 +74,8 @@ class DifferentialReport:
     by_design: list[ByDesign] = dataclasses.field(default_factory=list)
     skipped: Optional[str] = None  # the whole scenario cannot run on SGLang, and why
     stopped_at: Optional[int] = None  # the step where SGLang asserted (as ours said it would): not compared past it
+    kv_event_steps: int = 0  # steps whose KV event batches were compared (events on)
+    kv_events: int = 0  # events in them, each side
 
     @property
     def agrees(self) -> bool:
@@ -83,15 +87,17 @@ class DifferentialReport:
             "run": self.run, "states_compared": self.states_compared, "nodes_compared": self.nodes_compared,
             "agrees": self.agrees, "divergence": self.divergence.as_dict() if self.divergence else None,
             "by_design": [note.as_dict() for note in self.by_design], "skipped": self.skipped,
-            "stopped_at": self.stopped_at,
+            "stopped_at": self.stopped_at, "kv_event_steps": self.kv_event_steps, "kv_events": self.kv_events,
         }
 
 
 def run_against(scenario: Scenario, core: str = "python", allow_version: bool = False, every: int = 1,
-                perturb=None) -> DifferentialReport:
+                perturb=None, kv_events: bool = False) -> DifferentialReport:
     """Run ``scenario`` on both caches and stop at the first divergence. States are
     compared after every ``every`` steps and after the last. ``perturb(ours_session,
-    step_index)``, for tests: tamper with our side to prove a divergence is caught."""
+    step_index)``, for tests: tamper with our side to prove a divergence is caught.
+    ``kv_events`` (or the scenario's ``enable_kv_cache_events``): both sides record KV
+    events, turned on once built, and each step's batches are compared event by event."""
     version = check_version(allow_version)
     report = DifferentialReport(scenario.path, version, core, len(scenario.steps))
     missing = [c for c in scenario.config["components"] if c not in COMPONENTS]
@@ -104,8 +110,15 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
             f"faults {', '.join(scenario.config['faults'])} left out",
             "each puts back an upstream bug SGLang 0.5.23 has fixed; ours runs the fixed code"))
     config.pop("device", None)  # SGLang's side runs on the CPU, and so does ours here
+    kv_events = config.pop("enable_kv_cache_events", False) or kv_events  # on after building, on both sides
     ours = Session(build_cache(dataclasses.replace(scenario, config=config), "cpu"))
     theirs = SGLangSide.for_scenario(scenario, core, allow_version)
+    if kv_events and not hasattr(theirs.core, "kv_events"):
+        report.by_design.append(ByDesign("KV events not compared", "this SGLang tree core records none"))
+        kv_events = False
+    if kv_events:
+        ours.cache.tree.kv_events.enable()
+        theirs.core.kv_events.enabled = True
     report.nodes_compared = theirs.inspectable
     if not theirs.inspectable:
         report.by_design.append(ByDesign("nodes, evictable leaves and LRU lists not compared",
@@ -138,6 +151,8 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
             report.divergence = Divergence(step.index, step.line, step.op, difference)
             break
         difference = _compare_results(mine, my_error, theirs_result, their_error)
+        if difference is None and kv_events:
+            difference = _compare_kv_events(ours, theirs, report)
         compared_last = False
         if difference is None and (step.index % every == 0 or step.index == len(scenario.steps)):
             difference, compared_last = _compare_states(ours, theirs, components, report), True
@@ -188,6 +203,30 @@ def _compare_results(mine: Optional[dict], my_error, theirs: Optional[dict], the
         if mine.get(key) != theirs.get(key):
             return Difference(f"result.{key}", mine.get(key), theirs.get(key))
     return None
+
+
+def _compare_kv_events(ours: Session, theirs: SGLangSide, report: DifferentialReport) -> Optional[Difference]:
+    """This step's KV events on both sides, event by event: type, block ids, parent,
+    tokens, medium and how they coalesced."""
+    mine = [event_dict(e) for e in ours.cache.tree.kv_events.take()]
+    their = [_sglang_event(e) for e in theirs.core.kv_events.take()]
+    report.kv_event_steps += 1
+    report.kv_events += len(mine)
+    for i in range(max(len(mine), len(their))):
+        a, b = (mine[i] if i < len(mine) else None), (their[i] if i < len(their) else None)
+        if a != b:
+            return Difference(f"kv_events[{i}]", a, b, f"ours recorded {len(mine)} KV event(s), SGLang {len(their)}")
+    return None
+
+
+def _sglang_event(event) -> dict:
+    """One of SGLang's KV events in ``event_dict``'s form."""
+    out = {"type": type(event).__name__}
+    for name in event.__struct_fields__:
+        value = getattr(event, name)
+        out[name] = getattr(value, "value", value) if name == "medium" else (
+            list(value) if isinstance(value, (list, tuple)) else value)
+    return out
 
 
 def _error_text(error: Optional[BaseException]) -> str:

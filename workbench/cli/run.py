@@ -3,6 +3,8 @@ condition holds, or ``--against sglang``)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 
 from ..model.scenarios.scenario import ScenarioError
@@ -18,7 +20,12 @@ def add_parser(command) -> None:
     run.add_argument("--states", action="store_true", help="with --json: add the state after every step")
     run.add_argument("--record", metavar="OUT.jsonl",
                      help="write a JSONL trace of the executed steps, one line per step as it runs (one FILE only)")
-    run.add_argument("--force", action="store_true", help="let --record overwrite an existing file (never an input)")
+    run.add_argument("--kv-events", metavar="OUT.jsonl",
+                     help="turn SGLang's KV events on and write them, one JSON line per event with its step and op, "
+                          "checking after every step that a router replaying them sees what the cache holds "
+                          "(one FILE only)")
+    run.add_argument("--force", action="store_true",
+                     help="let --record or --kv-events overwrite an existing file (never an input)")
     run.add_argument("--full-checks", action="store_true",
                      help="run the full invariant sweep after every step (default: what the step touched, "
                           "and the whole tree every 256 steps and at the end)")
@@ -31,7 +38,7 @@ def add_parser(command) -> None:
 
 
 def run(args) -> int:
-    check_against_use(args, {"--record": bool(args.record), "--states": args.states, "--until": bool(args.until),
+    check_against_use(args, {"--record": bool(args.record), "--kv-events": bool(args.kv_events), "--states": args.states, "--until": bool(args.until),
                              "--full-checks": args.full_checks, "--force": args.force})
     if args.against:
         from .against import run_against
@@ -41,8 +48,12 @@ def run(args) -> int:
         raise ScenarioError("--record takes exactly one scenario file")
     if args.states and not args.json:
         raise ScenarioError("--states only applies with --json")
-    if args.force and not args.record:
-        raise ScenarioError("--force only applies with --record")
+    if args.kv_events and len(args.files) != 1:
+        raise ScenarioError("--kv-events takes exactly one scenario file")
+    if args.force and not (args.record or args.kv_events):
+        raise ScenarioError("--force only applies with --record or --kv-events")
+    if args.record and args.kv_events and os.path.abspath(args.record) == os.path.abspath(args.kv_events):
+        raise ScenarioError("--record and --kv-events name the same file")
     if args.until and args.json:
         raise ScenarioError("--until prints the step it stops at as text: leave out --json")
     scenarios = load_all(args.files)
@@ -58,6 +69,10 @@ def run(args) -> int:
         from ..model.scenarios.outputs import check_output
 
         check_output(args.record, args.files, args.force, "--record")
+    if args.kv_events:
+        from ..model.scenarios.outputs import check_output
+
+        check_output(args.kv_events, args.files, args.force, "--kv-events")
     from ..render.report import make_console
 
     console = make_console(sys.stderr if args.json else sys.stdout)
@@ -68,19 +83,21 @@ def run(args) -> int:
         if args.json and n:
             sys.stdout.write(",\n")
         conditions = args.conditions[n] if args.until else None
-        if args.record:
+        with contextlib.ExitStack() as outputs:
             from ..model.scenarios.outputs import open_output
 
-            with open_output(args.record, args.files, args.force, "--record", live=True) as stream:
-                passed &= _run_one(scenario, args, console, stream, conditions)
-        else:
-            passed &= _run_one(scenario, args, console, None, conditions)
+            record = kv_events = None
+            if args.record:
+                record = outputs.enter_context(open_output(args.record, args.files, args.force, "--record", live=True))
+            if args.kv_events:
+                kv_events = outputs.enter_context(open_output(args.kv_events, args.files, args.force, "--kv-events"))
+            passed &= _run_one(scenario, args, console, record, conditions, kv_events)
     if args.json:
         sys.stdout.write("\n]\n")
     return EXIT_OK if passed else EXIT_CHECK_FAILED
 
 
-def _run_one(scenario, args, console, record, conditions=None) -> bool:
+def _run_one(scenario, args, console, record, conditions=None, kv_events=None) -> bool:
     """Run one scenario, streaming its JSON and showing progress on a terminal; on
     Ctrl-C report what was checked so far, then stop. With ``conditions`` (--until)
     stop at the first step where one holds and print it; True when one did."""
@@ -89,7 +106,7 @@ def _run_one(scenario, args, console, record, conditions=None) -> bool:
     from ..model.timeline.runner import Runner, one_thread
     from ..render.report import is_plain, print_run_report, progress, step_view
 
-    runner = Runner(scenario, record=record, full_checks=args.full_checks)
+    runner = Runner(scenario, record=record, full_checks=args.full_checks, kv_events=kv_events)
     timeline = runner.timeline
     writer = TimelineJsonWriter(sys.stdout, timeline, args.states) if args.json else None
     if writer is not None:

@@ -41,6 +41,7 @@ CONFIG_FIELDS = {
     "auto_evict": bool,
     "hicache": dict,
     "session_radix_cache": bool,
+    "enable_kv_cache_events": bool,  # SGLang's KV event stream, checked by a router's view (kv_router.py)
     "is_eagle": bool,  # EAGLE bigram keys (CacheConfig.is_eagle)
     "eviction_policy": str,
     "eviction_policy_config": dict,

@@ -14,12 +14,15 @@ from cache import CacheError, EventKind, EventLog, UnifiedRadixCache, Violation,
 from cache.invariants import one_thread
 from cache.snapshot import GlobalRecord, global_record, node_record
 
+from cache.kv_events import event_dict
+
 from .. import ops
 from ..scenarios.fields import STORAGE_STATE_FIELDS
 from ..scenarios.session_fields import is_session_field, observe_session_field
 from ..scenarios.scenario import NAMED_FIELDS, Scenario, ScenarioError, Step, cache_config
 from .session import Session
 from .states import StateShape, StateStore, TimelineState, all_records
+from .kv_router import RouterView
 from .timeline import Failure, StepRecord, Timeline
 
 
@@ -46,7 +49,7 @@ class Runner:
 
     def __init__(self, scenario: Scenario, record: Optional[TextIO] = None, checks: bool = True,
                  device: Optional[str] = None, full_checks: bool = False, sweep_every: int = FULL_SWEEP_EVERY,
-                 refusals_ok: bool = False, sweep_at_end: bool = True):
+                 refusals_ok: bool = False, sweep_at_end: bool = True, kv_events: Optional[TextIO] = None):
         self.scenario = scenario
         self.sweep_at_end = sweep_at_end  # off when steps keep arriving (the fuzzer): each is "the last"
         self.refusals_ok = refusals_ok  # the fuzzer: a refused op is an outcome, if it changed nothing
@@ -54,6 +57,14 @@ class Runner:
         self.session = Session(self.cache)
         self.log = EventLog(self.cache.events)
         self.cache.tree.take_touched()  # start recording what each step changes
+        # KV events ([config] enable_kv_cache_events, or a stream to write them to): each step's
+        # batch is replayed into a router's view, checked against the cache (kv_router.py)
+        if kv_events is not None and not self.cache.tree.kv_events.enabled:
+            self.cache.tree.kv_events.enable()
+        self.kv_router = RouterView() if self.cache.tree.kv_events.enabled else None
+        self.kv_out = kv_events
+        if self.kv_router is not None:
+            self._kv_events(0, "init")
         self.checks = checks
         self.full_checks = full_checks
         self.sweep_every = max(1, sweep_every)
@@ -110,6 +121,10 @@ class Runner:
         match = self.session.last_match
         if self.checks and match is not None:
             violations.extend(verify_match(cache, match.key, match.result))
+        if self.kv_router is not None:
+            found = self._kv_events(step.index, step.op)
+            if self.checks:
+                violations.extend(found)
         unchanged = not delta and _same_globals(globals_, store.globals[-1])
         store.append(delta, globals_)
         if self.checks and full:
@@ -121,6 +136,14 @@ class Runner:
         if self.record is not None:
             _write_line(self.record, step.raw)
         return record
+
+    def _kv_events(self, index: int, op: str) -> list[Violation]:
+        """Drain the step's KV events: written out, replayed, the view checked."""
+        batch = self.cache.tree.kv_events.take()
+        if self.kv_out is not None:
+            for event in batch:
+                _write_line(self.kv_out, {"step": index, "op": op, **event_dict(event)})
+        return self.kv_router.apply(batch) + self.kv_router.check(self.cache)
 
     def sweep(self) -> list[Violation]:
         """The full check now: every invariant over the whole tree, and the timeline's

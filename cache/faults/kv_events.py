@@ -1,0 +1,48 @@
+"""Faults in the KV event stream (cache/kv_events.py): the cache itself stays right, a
+router replaying its events drifts. Each lives under ``enable_kv_cache_events``
+(``Fault.options``), so the fuzzer searches it with the events and the router's check on."""
+
+from __future__ import annotations
+
+from . import Fault, fired
+
+# ---- 1. sglang#32537: a host-only node brought back by an insert publishes no GPU store -------
+
+UNEVICT_NO_GPU_STORE = "unevict-publishes-no-gpu-store"
+
+
+def _install_unevict_no_gpu_store(cache) -> None:
+    """HiRadixCache before PR #32537: when an insert walked over a node whose device KV
+    had been evicted but whose host copy remained, the fresh KV put the node back on the
+    GPU without a ``BlockStored(GPU)``. The router's last word on those blocks was the
+    GPU removal at the demotion, so it saw them host-only while the device held them.
+    (0.5.23's unified tree core publishes it: ``_unevict_node_on_insert``.) The faulty
+    copy runs the correct insert-over-host-only step and drops the GPU store it makes."""
+    tree = cache.tree
+    correct = tree.unevict
+    recorder = tree.kv_events
+
+    def unevict(node, value, session_id=None):
+        store = recorder.store
+
+        def store_but_not_this_gpu(stored, medium="GPU", session_id=None):
+            if stored is node and medium == "GPU":
+                fired(cache, UNEVICT_NO_GPU_STORE)
+                return
+            store(stored, medium, session_id)
+
+        recorder.store = store_but_not_this_gpu
+        try:
+            correct(node, value, session_id)
+        finally:
+            del recorder.store  # the class's method again
+
+    tree.unevict = unevict
+
+
+FAULTS = (
+    Fault(UNEVICT_NO_GPU_STORE, "sgl-project/sglang#32537", ("full",),
+          "an insert over a host-only node puts its KV back on the device without a BlockStored(GPU): a router "
+          "replaying the events sees those blocks host-only", _install_unevict_no_gpu_store,
+          options=(("enable_kv_cache_events", True),)),
+)
