@@ -65,7 +65,8 @@ bridge-setup: $(SGL_STAMP)
 
 # URC_REQUIRE_SGLANG: a bridge test file that would skip (SGLang not importable) fails instead
 bridge-test: $(SGL_STAMP)
-	@URC_REQUIRE_SGLANG=1 $(SGL_BIN)/python -m pytest -p no:cacheprovider tests/test_bridge_sglang.py tests/test_op_registry.py
+	@URC_REQUIRE_SGLANG=1 $(SGL_BIN)/python -m pytest -p no:cacheprovider tests/test_bridge_sglang.py tests/test_op_registry.py \
+		tests/test_bridge_storage.py tests/test_bridge_prefetch.py tests/test_storage_backends.py
 
 clean:
 	rm -rf $(VENV) $(SGL_VENV) .pytest_cache .hypothesis

@@ -140,9 +140,9 @@ class StoragePrefetch:
         while rate limited), asked now: v0.5.23's admission probe, after the match the
         scheduler makes first (it is a match: it may split a node)."""
         tree = self.cache.tree
+        match = self.cache.match_prefix(MatchPrefixParams(key))  # the scheduler's match before its probe
         if self.occupied >= self.capacity_limit:
             return 0
-        match = self.cache.match_prefix(MatchPrefixParams(key))  # the scheduler's match before its probe
         anchor = tree.node_by_id(match.last_host_node)
         span = key[match.device_prefix_len + match.host_hit_length :].page_aligned(self.cache.page_size)
         if len(span) < self.threshold or (anchor is not tree.root and not anchor.page_hashes):

@@ -99,7 +99,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
         self.nodes: dict[int, TreeNode] = {}
         self.root = self._new_node()
         self.root.child_key = b""
-        self.root.priority = -(2**63)
+        self.root.priority = -(2**63 - 1)  # v0.5.23's -sys.maxsize; every insert raises it (see insert)
         for cd in self.root.data:
             cd.lock_ref = 1
         self.root.data[0].value = self._empty
@@ -347,6 +347,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
         prev = params.prev_prefix_len
         inserted_len = params.inserted_len
         priority = params.priority
+        if priority > root.priority:  # as v0.5.23: the root carries the highest insert priority, which a
+            root.priority = priority  # host-only node fetched below it inherits (tree_core_prefetch.py)
         result = InsertResult(prefix_len=0, total_len=ntok)
         pending: list = []
         walkdown = self._walkdown_hooks

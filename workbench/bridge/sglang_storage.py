@@ -22,12 +22,13 @@ hashes, the rank suffix stripped, against ours ``stored_keys()``), the stores in
 flight (``ongoing_backup`` against ours) and the Full host locks the stores hold per
 node (a held load-back host-locks its whole path in ours, only its node in SGLang: those
 are not compared).
-Prefetch (reading storage back) is not bridged yet.
+Prefetch (reading storage back) is bridged in sglang_prefetch.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -41,9 +42,18 @@ STORE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"  # wins over ServerArg
 
 def server_args_fields(config: dict) -> dict:
     """ServerArgs fields for a scenario's storage tier ({} without one)."""
-    if not (config.get("hicache") or {}).get("storage"):
+    storage = (config.get("hicache") or {}).get("storage")
+    if not storage:
         return {}
-    return dict(hicache_storage_backend="file")
+    unbridged = [name for name in ("budget", "inject") if storage.get(name)]
+    if unbridged:
+        from .sglang_env import BridgeError
+
+        raise BridgeError(f"hicache.storage {unbridged[0]} is not bridged yet (SGLang's pages are another size; "
+                          "its failure injector is random)")
+    extra = {"prefetch_threshold": storage.get("prefetch_threshold", 256)}
+    return dict(hicache_storage_backend="file", hicache_storage_prefetch_policy=storage.get("prefetch_policy", "best_effort"),
+                hicache_storage_backend_extra_config=json.dumps(extra))
 
 
 class _NeverStarted:
@@ -75,13 +85,15 @@ class _Threading:
 class StorageSide:
     """SGLang's storage tier of one bridge ``HostTier``."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: dict) -> None:
         self.dir = tempfile.mkdtemp(prefix="urc-bridge-storage-")
+        self.config = config
         self.cache = None
+        self.prefetch = None  # its prefetches (sglang_prefetch.py), once attached
 
     @classmethod
     def for_config(cls, config: dict) -> Optional[StorageSide]:
-        return cls() if server_args_fields(config) else None
+        return cls(config) if server_args_fields(config) else None
 
     @contextlib.contextmanager
     def building(self):
@@ -115,6 +127,9 @@ class StorageSide:
             raise BridgeError("SGLang built its host tier without the storage backend")
         for pool in pools.values():
             pool.pin_memory = False  # its dummy page would be pinned: no driver here
+        from .sglang_prefetch import PrefetchSide
+
+        self.prefetch = PrefetchSide(cache, self.config)
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -139,17 +154,20 @@ class StorageSide:
         self.cache.check_hicache_events()
         self.pump()
         self.cache.check_hicache_events()
+        self.prefetch.run()  # ours runs a prefetch to its end within its op
 
     def flush(self) -> int:
-        """A held ``flush``: write the stores queued so far, then poll. Returns the
-        write-throughs, loads and stores it acknowledged."""
+        """A held ``flush``: write the stores queued so far, then poll, then move the
+        prefetches on. Returns the write-throughs, loads, stores and prefetches it ended."""
         cache = self.cache
         transfers = len(cache.ongoing_write_through) + len(cache.ongoing_load_back)
-        stores = set(cache.ongoing_backup)
+        stores, prefetches = set(cache.ongoing_backup), set(cache.ongoing_prefetch)
         self.pump()
         cache.check_hicache_events()
+        self.prefetch.flushed()
+        self.prefetch.run()
         transfers -= len(cache.ongoing_write_through) + len(cache.ongoing_load_back)
-        return transfers + len(stores - set(cache.ongoing_backup))
+        return transfers + len(stores - set(cache.ongoing_backup)) + len(prefetches - set(cache.ongoing_prefetch))
 
     # ---- state -----------------------------------------------------------------------
     def stored_keys(self) -> list[str]:
@@ -188,7 +206,7 @@ class StorageSide:
             where = sorted(set(ours_locks.items()) ^ set(their_locks.items()), key=lambda i: (len(i[0][1]), i[0][1]))[0][0]
             return Difference("node.full.store_host_locks", ours_locks.get(where, 0), their_locks.get(where, 0),
                               f"the node ending at token {len(where[1])}")
-        return None
+        return self.prefetch.difference(ours_cache)
 
 
 def _ident(extra_key, node, root, tokens) -> tuple:

@@ -44,7 +44,7 @@ class FuzzConfig:
             config["faults"] = list(faults)
         if self.hicache:  # host pools of SGLang's default sizes, so a run replays against SGLang's too
             config["hicache"] = {"write_policy": self.hicache, "load_back_threshold": 2}
-            if self.storage:  # a one-page threshold: small keys prefetch
+            if self.storage:  # a one-page threshold: a page is worth a prefetch
                 config["hicache"]["storage"] = {"backend": "memory", "prefetch_policy": self.storage,
                                                 "prefetch_threshold": page}
         if self.sessions:

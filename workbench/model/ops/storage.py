@@ -28,8 +28,10 @@ def run_prefetch(session, f: dict) -> dict:
 
 
 def fuzz_prefetch(gen) -> dict:
+    """Mostly a whole earlier key (its pages may be in storage only by now), else a new one."""
     gen.prefetches = (gen.prefetches + [f"p{gen.count}"])[-4:]
-    return {"op": PREFETCH.name, "rid": gen.prefetches[-1], "key": gen.key(min_len=gen.page)}
+    key = list(gen.rng.choice(gen.keys)) if gen.keys and gen.rng.random() < 0.7 else gen.key(min_len=gen.page)
+    return {"op": PREFETCH.name, "rid": gen.prefetches[-1], "key": key}
 
 
 def describe_prefetch(f: dict) -> str:
@@ -43,8 +45,8 @@ PREFETCH = declare(OpSpec(
             Field("cache_salt", NAME, placeholder="SALT")),
     results=("issued", "prefetch_tokens"),
     needs=(STORAGE,),
-    run_sglang=lambda side, f: side.storage.op_prefetch(f),  # workbench/bridge/sglang_storage.py
-    fuzz=(FuzzRule(60, _stored(4), fuzz_prefetch),),
+    run_sglang=lambda side, f: side.host.storage.prefetch.op_prefetch(side, f),  # workbench/bridge/sglang_prefetch.py
+    fuzz=(FuzzRule(60, _stored(6), fuzz_prefetch),),
     describe=describe_prefetch,
 ))
 
@@ -62,7 +64,7 @@ PREFETCH_PROGRESS = declare(OpSpec(
     fields=(RID,),
     results=("done", "prefetched"),
     needs=(STORAGE,),
-    run_sglang=lambda side, f: side.storage.op_prefetch_progress(f),
+    run_sglang=lambda side, f: side.host.storage.prefetch.op_progress(side, f),
     fuzz=(FuzzRule(61, lambda gen: 3 if gen.config.storage and gen.prefetches else 0,
                    lambda gen: {"op": PREFETCH_PROGRESS.name, "rid": gen.rng.choice(gen.prefetches)}),),
 ))
@@ -75,6 +77,6 @@ STORAGE_HIT = declare(OpSpec(
             Field("cache_salt", NAME, placeholder="SALT")),
     results=("storage_hit_length",),
     needs=(STORAGE,),
-    run_sglang=lambda side, f: side.storage.op_storage_hit(f),
+    run_sglang=lambda side, f: side.host.storage.prefetch.op_storage_hit(side, f),
     fuzz=(FuzzRule(62, _stored(1), lambda gen: {"op": STORAGE_HIT.name, "key": gen.key(min_len=gen.page)}),),
 ))

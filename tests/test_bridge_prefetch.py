@@ -1,0 +1,77 @@
+"""Prefetch from storage against SGLang 0.5.23's real storage path on the CPU
+(workbench/bridge/sglang_prefetch.py): after every step the prefetches in flight, the
+tokens they hold against the budget, their anchors' host locks and SGLang's prefetch
+outcome counters agree, and so do every op's results (issued, done, prefetched,
+storage_hit_length). Skipped without SGLang (sglang_util.py)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from sglang_util import requires_sglang
+
+pytestmark = requires_sglang()
+
+from workbench.bridge.differential import run_against  # noqa: E402
+from workbench.model.scenarios.scenario import load_scenario, scenario_from_records  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TOUR = ROOT / "scenarios" / "tour_storage.toml"
+
+
+def _tour_with(**storage):
+    """The storage tour's steps without their expectations, under other storage settings."""
+    scenario = load_scenario(TOUR)
+    config = dict(scenario.config)
+    config["hicache"] = {**config["hicache"], "storage": {**config["hicache"]["storage"], **storage}}
+    steps = [{k: v for k, v in step.raw.items() if k not in ("expect", "description")} for step in scenario.steps]
+    return scenario_from_records({"schema": 1, "scenario": {"name": "tour-variant"}, "config": config}, steps)
+
+
+def test_the_storage_tour_agrees_step_by_step():
+    report = run_against(load_scenario(TOUR))
+    assert report.agrees, report.divergence.as_dict()
+    assert report.states_compared == report.run == 13
+
+
+@pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
+def test_the_tour_under_the_other_stop_policies_agrees(policy):
+    report = run_against(_tour_with(prefetch_policy=policy, prefetch_timeout_base=0))
+    assert report.agrees, report.divergence.as_dict()
+
+
+def _forget_the_anchor_lock(session, step_index):
+    if step_index == 7:  # right after the first prefetch: ours no longer counts its tokens
+        session.cache.host.storage.prefetch.occupied = 0
+
+
+def test_a_prefetch_budget_that_drifts_is_caught():
+    d = run_against(load_scenario(TOUR), perturb=_forget_the_anchor_lock).divergence
+    assert d is not None and d.step == 7 and d.difference.field == "storage.prefetch_occupied"
+
+
+RANDOM = [(write, stop, transfers, page) for write, stop, transfers in (
+    ("write_through", "best_effort", "immediate"), ("write_through", "wait_complete", "held"),
+    ("write_through_selective", "timeout", "held"), ("write_back", "best_effort", "immediate"))
+    for page in (1, 4)]
+
+
+@pytest.mark.parametrize("write, stop, transfers, page", RANDOM, ids=["-".join(map(str, r)) for r in RANDOM])
+def test_random_sequences_with_prefetches_agree_with_sglang(write, stop, transfers, page):
+    """The fuzzer's steps with a storage tier and its prefetch ops."""
+    from workbench.model.fuzzing.config import FuzzConfig
+    from workbench.model.fuzzing.fuzz import LockstepRun, OpGenerator
+
+    config = FuzzConfig(("full",), page, hicache=write, storage=stop)
+    run = LockstepRun(config, checks=False)
+    for raw in itertools.islice(OpGenerator(config, 1), 200):
+        run.step(raw)
+    assert sum(1 for step in run.steps if step["op"] == "prefetch") >= 3
+    scenario_config = config.scenario_config()
+    scenario_config["hicache"] = {**scenario_config["hicache"], "transfers": transfers}
+    header = {"schema": 1, "scenario": {"name": "prefetch-random"}, "config": scenario_config}
+    report = run_against(scenario_from_records(header, run.steps))
+    assert report.agrees, report.divergence.as_dict()
