@@ -90,12 +90,10 @@ def _prefetch_rows(cache: UnifiedRadixCache) -> int:
 
 def full_host_locks_expected(cache: UnifiedRadixCache, node) -> int:
     """The Full host locks ``node`` should hold: one per store in flight on it, one
-    for a held load whose path it is on, one per prefetch in flight anchored at it."""
+    for a held load whose path it is on, one per prefetch in flight anchored at it
+    (each marks the node, and the parts split off above it since)."""
     full = node.data[0]
-    expected = len(full.metadata.get("store", ()))
-    storage = cache.host.storage
-    if storage is not None and storage.prefetch.ongoing:
-        expected += storage.prefetch.anchored_at(node)
+    expected = len(full.metadata.get("store", ())) + len(full.metadata.get("prefetching", ()))
     mark = full.metadata.get("transfer")
     if mark is not None and mark[0] == "load":
         transfer = next((t for t in cache.host.in_flight if t.mark == mark), None)

@@ -141,6 +141,8 @@ class StorageView:
     keys: tuple[str, ...]  # the page hashes it holds, sorted
     in_flight: tuple[tuple[int, int, int], ...]  # stores until their ack: (store id, node id, pages), oldest first
     stored_tokens: int  # tokens acknowledged as written so far
+    # prefetches in flight: (request id, anchor node id, tokens asked, stage), in issue order
+    prefetches: tuple[tuple[str, int, int, str], ...] = ()
 
 
 def storage_view(cache: UnifiedRadixCache) -> Optional[StorageView]:
@@ -148,7 +150,8 @@ def storage_view(cache: UnifiedRadixCache) -> Optional[StorageView]:
     if storage is None:
         return None
     return StorageView(storage.backend.name, storage.config.budget, tuple(storage.stored_keys()),
-                       tuple((s.ack, s.node.id, len(s.keys)) for s in storage.in_flight), storage.stored_tokens)
+                       tuple((s.ack, s.node.id, len(s.keys)) for s in storage.in_flight), storage.stored_tokens,
+                       storage.prefetch.view())
 
 
 def sessions_view(cache: UnifiedRadixCache) -> Optional[SessionsView]:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .storage_tier import StorageTier
     from .tree_node import TreeNode
 
+PREFETCH_MARK = "prefetching"  # metadata key on Full's data: the ids of the prefetches anchored (host-locked) there
 STORAGE_BATCH_PAGES = 128  # v0.5.23's STORAGE_BATCH_SIZE: a read stops at its first short batch
 # SGLang's _prefetch_outcome_stats, the counts it keeps of prefetch decisions
 OUTCOMES = ("attempts", "issued", "declined_too_short", "declined_rate_limited", "revoked_insufficient",
@@ -103,29 +104,39 @@ class StoragePrefetch:
             return PrefetchIssue(False, "in_flight", 0)
         match = cache.match_prefix(MatchPrefixParams(key))
         anchor = tree.node_by_id(match.last_host_node)
-        if anchor is not tree.root and not tree.backed_up(anchor):
-            return PrefetchIssue(False, "anchor_not_backed_up", 0)  # write-through's chain has a hole: a sure miss
+        if anchor is not tree.root and not tree.backed_up(anchor):  # write-through's chain has a hole: a sure miss
+            return self._declined(rid, anchor, 0, "anchor_not_backed_up", f"the match's last host node #{anchor.id} "
+                                  "has no host copy")
         start = match.device_prefix_len + match.host_hit_length
         span = key[start:].page_aligned(self.cache.page_size)
         if not len(span):
-            return PrefetchIssue(False, "nothing_to_fetch", 0)
+            return self._declined(rid, anchor, 0, "nothing_to_fetch", "no whole page after the match")
         self.outcomes["attempts"] += 1
         if len(span) < self.threshold:
             self.outcomes["declined_too_short"] += 1
-            return PrefetchIssue(False, "too_short", len(span))
+            return self._declined(rid, anchor, len(span), "too_short", f"{len(span)} tokens after the match, "
+                                  f"under prefetch_threshold {self.threshold}")
         if self.occupied >= self.capacity_limit:
             self.outcomes["declined_rate_limited"] += 1
-            return PrefetchIssue(False, "rate_limited", len(span))
-        if anchor is not tree.root:
+            return self._declined(rid, anchor, len(span), "rate_limited", f"prefetches in flight hold {self.occupied} "
+                                  f"tokens, the budget is {self.capacity_limit} (half the host pool)")
+        if anchor is not tree.root:  # the mark travels to the upper part of a split, as the lock does
+            full = anchor.data[0]
+            full.metadata[PREFETCH_MARK] = full.metadata.get(PREFETCH_MARK, ()) + (rid,)
             tree.hold_host([anchor], +1)
         prefetch = Prefetch(rid, anchor, span, self._hashes(anchor, span))
         self.ongoing[rid] = prefetch
         self.occupied += len(span)
         self.outcomes["issued"] += 1
-        self._emit(prefetch, "issued", len(span), f"{len(span)} tokens after node #{anchor.id}, host-locked")
+        where = "the root" if anchor is tree.root else f"node #{anchor.id}, host-locked"
+        self._emit(prefetch, "issued", len(span), f"{len(span)} tokens after {where}")
         if not self.tier.held:
             self._advance(prefetch)
         return PrefetchIssue(True, "", len(span))
+
+    def _declined(self, rid: str, anchor: TreeNode, tokens: int, reason: str, why: str) -> PrefetchIssue:
+        self._note(rid, anchor, tokens, f"prefetch declined ({reason}): {why}")
+        return PrefetchIssue(False, reason, tokens)
 
     def _hashes(self, anchor: TreeNode, span: RadixKey) -> list[str]:
         """The span's page hashes, chained from the anchor's last (the namespace seed at the root)."""
@@ -203,7 +214,8 @@ class StoragePrefetch:
         hit, ps = prefetch.hit, self.cache.page_size
         if prefetch.terminated or hit < self.threshold:
             self.outcomes["revoked_insufficient" if hit else "revoked_full_miss"] += 1
-            self._revoke(prefetch, "below_threshold" if not prefetch.terminated else "cut")
+            self._revoke(prefetch, f"below_threshold: storage holds {hit} tokens of it, under prefetch_threshold "
+                                   f"{self.threshold}" if not prefetch.terminated else "cut by the admission poll")
             return False
         host = self.cache.host
         pool = host.kv.allocator
@@ -211,7 +223,8 @@ class StoragePrefetch:
             host.evict_host(hit)
         take = hit if pool.available_size() >= hit else min(hit, pool.available_size() // ps * ps)
         if take < self.threshold:
-            self._revoke(prefetch, "host_capacity")
+            self._revoke(prefetch, f"host_capacity: {take} tokens of host room after a host eviction, under "
+                                   f"prefetch_threshold {self.threshold}")
             return False
         prefetch.rows = pool.alloc(take)
         prefetch.hit = take
@@ -257,7 +270,9 @@ class StoragePrefetch:
                 prefetch.deadline = True
             prefetch.terminated = True
         if prefetch.rows is None:
-            self._revoke(prefetch, "deadline" if prefetch.deadline else "not_ready")
+            self._revoke(prefetch, "deadline: its timeout passed before the hit query took host slots" if prefetch.deadline
+                         else f"{self.policy}: the admission poll came before the hit query took host slots, "
+                         "so nothing had arrived")
         else:
             self._complete(prefetch)
         return True
@@ -282,12 +297,24 @@ class StoragePrefetch:
     def _revoke(self, prefetch: Prefetch, reason: str) -> None:
         if prefetch.rows is not None:
             self.cache.host.kv.free(prefetch.rows)
-        self._end(prefetch, 0, f"revoked ({reason})")
+        self._end(prefetch, 0, f"revoked, {reason}")
 
     def _end(self, prefetch: Prefetch, loaded: int, detail: str) -> None:
-        tree = self.cache.tree
-        if prefetch.anchor is not tree.root:
-            tree.hold_host([prefetch.anchor], -1)
+        """Release the anchor's host lock, on the anchor and the parts split off above it
+        since (v0.5.23 releases up to the lock's boundary, which a split moves up)."""
+        tree, node = self.cache.tree, prefetch.anchor
+        while node is not tree.root:
+            full = node.data[0]
+            marks = full.metadata.get(PREFETCH_MARK, ())
+            if prefetch.rid not in marks:
+                break
+            rest = tuple(m for m in marks if m != prefetch.rid)
+            if rest:
+                full.metadata[PREFETCH_MARK] = rest
+            else:
+                del full.metadata[PREFETCH_MARK]
+            tree.hold_host([node], -1)
+            node = node.parent
         del self.ongoing[prefetch.rid]
         self.occupied -= len(prefetch.key)
         self.loaded[prefetch.rid] = loaded
@@ -296,14 +323,15 @@ class StoragePrefetch:
     def pop_prefetch_loaded_tokens(self, rid: str) -> int:
         return self.loaded.pop(rid, 0)
 
+    def view(self) -> tuple[tuple[str, int, int, str], ...]:
+        """(request id, anchor node id, tokens asked, stage) per prefetch in flight."""
+        return tuple((p.rid, p.anchor.id, len(p.key), _stage(p)) for p in self.ongoing.values())
+
     # ---- what the invariants read ----------------------------------------------------
     def rows_held(self) -> int:
         """Host slots taken for hits the tree does not hold yet."""
         return sum(int(p.rows.shape[0]) for p in self.ongoing.values() if p.rows is not None)
 
-    def anchored_at(self, node: TreeNode) -> int:
-        """How many prefetches in flight host-lock ``node`` as their anchor."""
-        return sum(1 for p in self.ongoing.values() if p.anchor is node)
 
     def check(self) -> list[str]:
         """What is wrong with the prefetches in flight, in words (the invariant checker's)."""
@@ -313,18 +341,32 @@ class StoragePrefetch:
                             f"{sum(len(p.key) for p in self.ongoing.values())}")
         for p in self.ongoing.values():
             if p.anchor is not tree.root and (tree.nodes.get(p.anchor.id) is not p.anchor
-                                              or p.anchor.data[0].host_value is None):
-                problems.append(f"prefetch {p.rid}'s anchor node {p.anchor.id} left the tree or its host copy")
+                                              or p.anchor.data[0].host_value is None
+                                              or p.rid not in p.anchor.data[0].metadata.get(PREFETCH_MARK, ())):
+                problems.append(f"prefetch {p.rid}'s anchor node {p.anchor.id} left the tree, its host copy or its mark")
             if p.rows is not None and (p.hit != p.rows.shape[0] or len(p.hashes) * self.cache.page_size != p.hit):
                 problems.append(f"prefetch {p.rid} holds {p.rows.shape[0]} host slots for a {p.hit}-token hit")
+        live = set(self.ongoing)
+        for node in tree.nodes.values():
+            stale = [rid for rid in node.data[0].metadata.get(PREFETCH_MARK, ()) if rid not in live]
+            if stale:
+                problems.append(f"node {node.id} is marked by prefetch {stale[0]}, no longer in flight")
         return problems
 
     def _emit(self, prefetch: Prefetch, stage: str, tokens: int, detail: str) -> None:
+        self._note(prefetch.rid, prefetch.anchor, tokens, f"prefetch {stage} (storage -> host): {detail}")
+
+    def _note(self, rid: str, anchor: TreeNode, tokens: int, detail: str) -> None:
         events = self.cache.events
         if events.enabled:
-            with events.for_request(prefetch.rid):
-                events.emit(EventKind.TRANSFER, "full", prefetch.anchor.id, Cause.REQUEST, tokens,
-                            f"prefetch {stage} (storage -> host): {detail}")
+            with events.for_request(rid):
+                events.emit(EventKind.TRANSFER, "full", anchor.id, Cause.REQUEST, tokens, detail)
+
+
+def _stage(prefetch: Prefetch) -> str:
+    if prefetch.hit is None:
+        return "querying"
+    return "reading" if not prefetch.read else "read"
 
 
 class StorageCalls:

@@ -165,3 +165,22 @@ def test_an_injector_wraps_the_backend_from_the_config():
     cache.insert(InsertParams(RadixKey(A), slots))  # the store's one batch fails at its 2nd page
     metrics = cache.snapshot().metrics
     assert (metrics["stored_pages_total"], metrics["store_failed_pages_total"]) == (3, 1)
+
+
+def test_a_split_anchor_releases_both_parts_at_the_end():
+    cache = make(transfers="held")
+    stored_then_forgotten(cache, A + B)
+    slots = cache.alloc_kv(16)
+    cache.write_kv(slots, A)
+    cache.insert(InsertParams(RadixKey(A), slots))
+    cache.check_hicache_events()  # the backup's ack (its store queued) ...
+    cache.check_hicache_events()  # ... and the store's: no other host lock on A
+    anchor = next(iter(cache.tree.root.children.values()))
+    cache.prefetch_from_storage("r1", RadixKey(A + B))
+    cache.match_prefix(RadixKey(A[:8] + [99]))  # splits the anchor: the upper part takes its host lock too
+    upper = anchor.parent
+    assert upper is not cache.tree.root and upper.data[0].host_lock_ref == 1 and checked(cache)
+    assert cache.snapshot().node(upper.id).components["full"].extras["prefetching"] == 1
+    cache.check_hicache_events()
+    assert (upper.data[0].host_lock_ref, anchor.data[0].host_lock_ref) == (0, 0) and checked(cache)
+    assert cache.pop_prefetch_loaded_tokens("r1") == 16

@@ -21,8 +21,9 @@ class FullHostMixin:
             upper.host_value, lower.host_value = host[:cut], host[cut:]
         if "transfer" in lower.metadata:
             upper.metadata["transfer"] = lower.metadata["transfer"]
-        if "store" in lower.metadata:  # a store's host lock segment grows with the split (storage_tier.py)
-            upper.metadata["store"] = lower.metadata["store"]
+        for mark in ("store", "prefetching"):  # a store's or a prefetch's host lock segment grows with the split
+            if mark in lower.metadata:
+                upper.metadata[mark] = lower.metadata[mark]
 
     def node_extras(self, node: TreeNode) -> dict:
         metadata = node.data[self.index].metadata
@@ -30,4 +31,6 @@ class FullHostMixin:
         extras = {"transfer": transfer[0]} if transfer is not None else {}
         if "store" in metadata:  # a store to the storage tier in flight (storage_tier.py)
             extras["store"] = len(metadata["store"])
+        if "prefetching" in metadata:  # the anchor of prefetches in flight (storage_prefetch.py)
+            extras["prefetching"] = len(metadata["prefetching"])
         return extras

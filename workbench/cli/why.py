@@ -12,13 +12,17 @@ def add_parser(command) -> None:
                   "was set, tombstoned, locked or evicted, by which step, op and request; with --request, which steps "
                   "changed the request's prefix, lock and row and why (--about prefix or tail narrows it); with "
                   "--session, which evictions took the session's tagged data and why its tag did not save it, "
-                  "or why its data is still there; without any of them, why the step's match stopped where it did (each component's verdict).")
+                  "or why its data is still there; with --prefetch, what each stage of a prefetch from storage "
+                  "found and why it ended as it did; without any of them, why the step's match stopped where it did "
+                  "(each component's verdict).")
     why.add_argument("file", metavar="FILE", help=FILE_HELP)
     why.add_argument("--step", type=int, default=None, metavar="N", help="the state after step N (default: the last)")
     why.add_argument("--node", type=int, default=None, metavar="ID", help="the node to explain (see urc show)")
     why.add_argument("--request", default=None, metavar="RID", help="the request to explain (its name in the file)")
     why.add_argument("--session", default=None, metavar="SID",
                      help="the session to explain: why its data was evicted or is still there")
+    why.add_argument("--prefetch", default=None, metavar="RID",
+                     help="the prefetch from storage to explain (its request id in the file)")
     why.add_argument("--about", choices=("prefix", "tail"), default=None,
                      help="with --request: only why its prefix changed, or only why its tail was freed")
 
@@ -32,11 +36,15 @@ def run(args) -> int:
 
     if args.about is not None and args.request is None:
         raise ScenarioError("--about needs --request", scenario.path)
-    if sum(x is not None for x in (args.request, args.node, args.session)) > 1:
-        raise ScenarioError("ask about one of a node, a request or a session", scenario.path)
+    if sum(x is not None for x in (args.request, args.node, args.session, args.prefetch)) > 1:
+        raise ScenarioError("ask about one of a node, a request, a session or a prefetch", scenario.path)
     timeline = run_scenario(scenario)
     try:
-        if args.session is not None:
+        if args.prefetch is not None:
+            from ..model.debugging.why_prefetch import why_prefetch
+
+            answer = why_prefetch(timeline, step, args.prefetch)
+        elif args.session is not None:
             from ..model.debugging.why_session import why_session
 
             answer = why_session(timeline, step, args.session)

@@ -98,6 +98,8 @@ def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, .
             value += f' <FONT COLOR="#8e24aa">{"⇡" if transfer == "backup" else "⇣"}{transfer}</FONT>'
         if facts["extras"].get("store"):  # a store to the storage tier in flight
             value += ' <FONT COLOR="#8e24aa">⇊store</FONT>'
+        if facts["extras"].get("prefetching"):  # the anchor of a prefetch from storage in flight
+            value += ' <FONT COLOR="#8e24aa">⇈prefetch</FONT>'
         close = "</FONT></TD>" if cell != "<TD>" else "</TD>"
         lock = f"lock {facts['lock_ref']}" if facts["lock_ref"] else ""
         rank = f"r{facts['rank']}" if facts["rank"] is not None else ""

@@ -80,6 +80,8 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
                 text.append(f" {'⇡' if value == 'backup' else '⇣'}{value}", style="bold magenta")
             elif k == "store":  # stores to the storage tier in flight, host-locking the node
                 text.append(" ⇊store" + (f"×{value}" if value != 1 else ""), style="bold magenta")
+            elif k == "prefetching":  # the anchor of prefetches from storage in flight, host-locked by them
+                text.append(" ⇈prefetch" + (f"×{value}" if value != 1 else ""), style="bold magenta")
             else:
                 text.append(f" {k}={value}", style="yellow")
     if policy:
@@ -125,6 +127,9 @@ def render_pools(snapshot: CacheSnapshot) -> Text:
     if storage is not None:  # the storage tier below the host (cache/storage_tier.py)
         text.append("   storage", style="bold magenta")
         text.append(f" {storage.backend}  pages {len(storage.keys)}  storing {len(storage.in_flight)}")
+        if storage.prefetches:
+            text.append("  prefetching " + ", ".join(f"{rid} ({tokens}t, {stage})" for rid, _, tokens, stage
+                                                      in storage.prefetches))
     return text
 
 
