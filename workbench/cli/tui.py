@@ -10,7 +10,7 @@ from .against import add_against_options, check_against_use
 from .common import EXIT_OK, FILE_HELP, load_all, say, walk
 
 TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml", "tour_hicache.toml",
-        "tour_hicache_hybrid.toml", "tour_sessions.toml")
+        "tour_hicache_hybrid.toml", "tour_sessions.toml", "tour_storage.toml")
 
 
 def add_parser(command) -> None:
