@@ -6,32 +6,15 @@ SGLang, so there they skip with the reason."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from workbench.bridge.sglang_env import SGLANG_VERSION, installed_version
+from sglang_util import requires_sglang
 
-
-def _sglang_importable() -> bool:
-    if installed_version() != SGLANG_VERSION:
-        return False
-    try:
-        from workbench.bridge.sglang_env import sglang_api
-
-        sglang_api()
-        return True
-    except Exception:
-        return False
-
-
-_REASON = f"needs SGLang {SGLANG_VERSION} importable (make bridge-test, or pip install '.[sglang]')"
-if os.environ.get("URC_REQUIRE_SGLANG") and not _sglang_importable():
-    raise RuntimeError(f"URC_REQUIRE_SGLANG is set but SGLang {SGLANG_VERSION} cannot be imported")  # no silent skip
-pytestmark = pytest.mark.skipif(not _sglang_importable(), reason=_REASON)
+pytestmark = requires_sglang()
 
 from urc_util import urc  # noqa: E402
 from workbench.bridge.differential import ASSERTS, run_against  # noqa: E402
