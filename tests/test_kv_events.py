@@ -229,3 +229,21 @@ def test_urc_run_writes_the_stream_and_never_overwrites_without_force(capsys, tm
     assert out.read_text() == before
     rc, _, err = urc(capsys, "run", scenario, "--kv-events", str(out), "--force")
     assert rc == 0 and out.read_text() == before
+
+
+def test_each_step_keeps_its_kv_events_in_words_for_the_views(tmp_path, capsys):
+    """The prefetch's host-only node reaches the router as one coalesced CPU store; the
+    step panel and ``urc show`` print what the step published."""
+    from urc_util import urc
+    from workbench.model.timeline.runner import run_scenario
+
+    text = (ROOT / "scenarios" / "tour_storage.toml").read_text().replace(
+        "kv_size = 32", "kv_size = 32\nenable_kv_cache_events = true")
+    path = tmp_path / "tour_events.toml"
+    path.write_text(text)
+    timeline = run_scenario(path)
+    assert timeline.passed
+    flush = timeline.records[9]  # the flush that completes prefetch p2
+    assert flush.kv_events == ("BlockStored CPU_PINNED 4 blocks cf97ad…, 4ebfa8…, eddb4a…, …",)
+    rc, out, _ = urc(capsys, "show", str(path), "--step", "10")
+    assert rc == 0 and "kv event: BlockStored CPU_PINNED 4 blocks cf97ad" in out

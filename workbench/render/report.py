@@ -156,6 +156,8 @@ def step_view(record: StepRecord, path: str, plain: bool = False) -> RenderableT
         parts.append(Text("result: " + result_text(record.result), style="bold"))
     for event in record.events:
         parts.append(Text("  " + event_text(event), style="dim"))
+    for line in record.kv_events:
+        parts.append(Text("  kv event: " + line, style="cyan"))
     for line in _request_lines(record):
         parts.append(Text("  request " + line, style="yellow"))
     parts.append(render_state(record.state))

@@ -59,6 +59,21 @@ def result_text(result: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={value_text(v)}" for k, v in result.items() if v is not None)
 
 
+def kv_event_text(event) -> str:
+    """``BlockStored GPU 2 blocks 12ab…, 9f31… after 7c02… (tokens 1 2 3 4 …)``: a KV event
+    as a router receives it, block ids as hex prefixes."""
+    name = type(event).__name__
+    hashes = getattr(event, "block_hashes", None)
+    if hashes is None:
+        return name
+    ids = ", ".join(f"{h & (2**64 - 1):016x}"[:6] + "…" for h in hashes[:3]) + (", …" if len(hashes) > 3 else "")
+    text = f"{name} {event.medium} {plural(len(hashes), 'block')} {ids}"
+    parent = getattr(event, "parent_block_hash", None)
+    if parent is not None:
+        text += f" after {parent & (2**64 - 1):016x}"[:13] + "…"
+    return text
+
+
 def event_text(event) -> str:
     """``[op 6 inc_lock_ref] lock full node #4, 2 tokens (request; lock_ref=1)``: the op's
     sequence number and name (and the request it served: ``[op 9 new_request r3]``),

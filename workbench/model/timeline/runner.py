@@ -22,6 +22,7 @@ from ..scenarios.session_fields import is_session_field, observe_session_field
 from ..scenarios.scenario import NAMED_FIELDS, Scenario, ScenarioError, Step, cache_config
 from .session import Session
 from .states import StateShape, StateStore, TimelineState, all_records
+from .fmt import kv_event_text
 from .kv_router import RouterView
 from .timeline import Failure, StepRecord, Timeline
 
@@ -121,8 +122,9 @@ class Runner:
         match = self.session.last_match
         if self.checks and match is not None:
             violations.extend(verify_match(cache, match.key, match.result))
+        published: tuple[str, ...] = ()
         if self.kv_router is not None:
-            found = self._kv_events(step.index, step.op)
+            found, published = self._kv_events(step.index, step.op)
             if self.checks:
                 violations.extend(found)
         unchanged = not delta and _same_globals(globals_, store.globals[-1])
@@ -131,19 +133,21 @@ class Runner:
             violations.extend(drift(cache, store))
         failures = self._judge(step, result, error, unchanged)
         fired = tuple(n for n, count in cache.fault_hits.items() if count != hits[n]) if hits else ()
-        record = StepRecord(step, result, error, events, tuple(violations), tuple(failures), store, full, fired)
+        record = StepRecord(step, result, error, events, tuple(violations), tuple(failures), store, full, fired,
+                            published)
         self.timeline.add(record)
         if self.record is not None:
             _write_line(self.record, step.raw)
         return record
 
-    def _kv_events(self, index: int, op: str) -> list[Violation]:
-        """Drain the step's KV events: written out, replayed, the view checked."""
+    def _kv_events(self, index: int, op: str) -> tuple[list[Violation], tuple[str, ...]]:
+        """Drain the step's KV events: written out, replayed, the view checked; the
+        violations and the events in words."""
         batch = self.cache.tree.kv_events.take()
         if self.kv_out is not None:
             for event in batch:
                 _write_line(self.kv_out, {"step": index, "op": op, **event_dict(event)})
-        return self.kv_router.apply(batch) + self.kv_router.check(self.cache)
+        return self.kv_router.apply(batch) + self.kv_router.check(self.cache), tuple(map(kv_event_text, batch))
 
     def sweep(self) -> list[Violation]:
         """The full check now: every invariant over the whole tree, and the timeline's

@@ -41,6 +41,7 @@ class StepRecord:
     store: StateStore = dataclasses.field(repr=False, compare=False)
     full_check: bool = False  # the full invariant sweep ran after this step (else the incremental one)
     faults_fired: tuple[str, ...] = ()  # config faults that changed the cache's behaviour in this step
+    kv_events: tuple[str, ...] = ()  # the KV events it published, in words (with enable_kv_cache_events)
 
     @property
     def index(self) -> int:

@@ -32,4 +32,6 @@ class StepPanel(Panel, Static):
                 parts.append(Text(f"error: {record.error}", style="yellow"))
             elif record.result:
                 parts.append(Text("result: " + result_text(record.result)))
+            for line in record.kv_events:  # what a router was told (enable_kv_cache_events)
+                parts.append(Text("kv event: " + line, style="cyan"))
         self.update(Group(*parts), layout=False)  # a fixed-size panel: no relayout per step
