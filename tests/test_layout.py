@@ -128,12 +128,14 @@ def test_the_cache_core_stays_within_its_line_budget():
     35), the tree side of a prefetch (tree_core_prefetch.py: insert_host, 65), and 130 for
     the backup to storage after the host ack (storage_tier.py, its snapshot view, reference
     rows and config line); the host budget +90 for the storage config, the ack hooks and the
-    store/host-lock invariants."""
+    store/host-lock invariants. Plus 11 (host +9) for write-back's declined subtree drop:
+    a leaf whose backup failed stays on the device while a node below is locked or in a
+    transfer (v0.5.23's drop_subtree_no_host), and the walk passes it by."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 7043, core
-    assert 200 < sum(code_lines(p) for p in host) <= 1210  # + issue 26: load-back for a request (load_back_at)
+    assert 3000 < core <= 7054, core
+    assert 200 < sum(code_lines(p) for p in host) <= 1219  # + issue 26: load-back for a request (load_back_at)
 
 
 def _op_name_strings(path: Path, names: set[str]) -> set[str]:
