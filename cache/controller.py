@@ -303,9 +303,10 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
                     if node is not None:
                         if component.index == 0 and tree.eviction_audit is not None:
                             tree.audit_full_victim(node)
-                        if self.host is not None:
-                            self.host.before_device_eviction(node)
-                        tree.delete_leaf(node, batch)
+                        if self.host is None or self.host.before_device_eviction(node):
+                            tree.delete_leaf(node, batch)
+                        else:  # write-back kept it on the device: the walk passes it by
+                            component.pass_by(node)
                     elif not progress:
                         break
                     if targets is not None and reached(name):

@@ -200,20 +200,23 @@ class HostTier:
             self.cache.events.emit(EventKind.TRANSFER, "full", transfer.node.id, Cause.REQUEST, transfer.tokens,
                                    f"{transfer.kind} {stage} ({way})")
 
-    def before_device_eviction(self, node: TreeNode) -> None:
+    def before_device_eviction(self, node: TreeNode) -> bool:
         """Write-back: a device leaf about to be evicted is backed up first (it is then
         demoted, not deleted); when the host cannot take it, it is deleted with its
-        host-only descendants."""
+        host-only descendants, unless one of them is locked or in a transfer: then it
+        stays on the device (False). True: the eviction goes on."""
         tree = self.cache.tree
         if self.config.write_policy != "write_back" or tree.backed_up(node):
-            return
+            return True
         if self.backup([node]):
             tree.track_duplicate(node)  # its ack: on both tiers until the demotion right after
             if self.storage is not None:  # write-back acks at once: the store follows
                 self.storage.queue([node], "after its write-back backup")
-        else:
-            tree.drop_host_subtree(node)
-            self.drain()
+            return True
+        if not tree.drop_host_subtree(node):
+            return False
+        self.drain()
+        return True
 
     def _backup_before_tombstone(self, node: TreeNode, component) -> None:
         """Write-back: back ``node`` up before it loses ``component``'s device data,

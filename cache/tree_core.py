@@ -145,8 +145,9 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
     def audit_full_victim(self, node: TreeNode) -> None:
         """Record it when Full's walk took a leaf other than the one its policy puts
         first: O(leaves), so only while a checker watches a non-lru policy."""
-        entry = self.components[0].heap_entry
-        first = min(entry(n) for n in self.leaves)
+        full = self.components[0]
+        entry = full.heap_entry
+        first = min(entry(n) for n in self.leaves if n not in full.passed)
         if first[-1] is not node and first[:-1] < entry(node)[:-1]:
             policy = self.eviction_policy
             self.eviction_audit.append((

@@ -343,21 +343,32 @@ class TreeHostTier:
                 del self.host_duplicates[node_id]
         return freed
 
-    def drop_host_subtree(self, node: TreeNode) -> None:
+    def drop_host_subtree(self, node: TreeNode) -> bool:
         """Write-back could not back up a device leaf: before it is deleted, its
-        host-only descendants go (children first), with their host copies."""
+        host-only descendants go (children first), with their host copies. Declined
+        (False, nothing changes: the leaf stays on the device) when the leaf or a
+        descendant is locked on either tier or in a transfer, e.g. a host-only node
+        below with a store in flight (v0.5.23's ``drop_subtree_no_host``)."""
+        def pinned(n: TreeNode) -> bool:
+            return "transfer" in n.data[0].metadata or any(cd.lock_ref or cd.host_lock_ref for cd in n.data)
+
+        if pinned(node):
+            return False
         stack = list(node.children.values())
         order = []
         while stack:
             child = stack.pop()
+            if pinned(child):
+                return False
             order.append(child)
             stack.extend(child.children.values())
         for child in reversed(order):  # deepest first: each is childless when it goes
-            assert child.data[0].value is None and not any(cd.host_lock_ref for cd in child.data)
+            assert child.data[0].value is None
             self.host_leaves.discard(child)
             if self.kv_events.enabled:
                 self.kv_events.remove(child, CPU)
             self._remove_from_parent(child, Cause.CASCADE, f"under #{node.id}, dropped without a host copy")
+        return True
 
     # ---- match and insert ------------------------------------------------------------
     def host_match(self, path: list[TreeNode], last: TreeNode) -> MatchResult:

@@ -63,13 +63,14 @@ def test_a_missing_page_and_an_early_store_ack_are_caught():
     assert d is not None and d.step == 2 and d.difference.field == "storage.keys"
 
 
-RANDOM = [(policy, transfers, page) for policy, transfers in (
+RANDOM = [(policy, transfers, page, 2) for policy, transfers in (
     ("write_through", "immediate"), ("write_through_selective", "immediate"), ("write_back", "immediate"),
-    ("write_through_selective", "held")) for page in (1, 4)]
+    ("write_through", "held"), ("write_through_selective", "held"), ("write_back", "held")) for page in (1, 4)]
+RANDOM.append(("write_back", "held", 4, 3))  # reaches a write-back leaf kept on the device: a store in flight below
 
 
-@pytest.mark.parametrize("policy, transfers, page", RANDOM, ids=[f"{p}-{t}-p{g}" for p, t, g in RANDOM])
-def test_random_sequences_with_storage_agree_with_sglang(policy, transfers, page):
+@pytest.mark.parametrize("policy, transfers, page, seed", RANDOM, ids=[f"{p}-{t}-p{g}-s{s}" for p, t, g, s in RANDOM])
+def test_random_sequences_with_storage_agree_with_sglang(policy, transfers, page, seed):
     """The fuzzer's host-tier steps, with a storage tier below the host: the stored keys,
     stores in flight and their host locks agree with SGLang's after every step."""
     from workbench.model.fuzzing.config import FuzzConfig
@@ -77,7 +78,7 @@ def test_random_sequences_with_storage_agree_with_sglang(policy, transfers, page
 
     config = FuzzConfig(("full",), page, hicache=policy)
     run = LockstepRun(config, checks=False)
-    for raw in itertools.islice(OpGenerator(config, 2), 300):
+    for raw in itertools.islice(OpGenerator(config, seed), 300):
         run.step(raw)
     scenario_config = config.scenario_config()
     scenario_config["hicache"] = {**scenario_config["hicache"], "transfers": transfers, "storage": {"backend": "memory"}}

@@ -134,12 +134,14 @@ def test_the_cache_core_stays_within_its_line_budget():
     recorder and its call sites, the config switch, the hash-chain invariant, session
     attribution (125); the host tier's share of the call sites (18). Then 39 for a prefetch's
     anchor marks (released across a split, as its host lock), its declines as events, its
-    stages in the snapshot's storage view."""
+    stages in the snapshot's storage view. Plus 11 (host +9) for write-back's declined subtree
+    drop: a leaf whose backup failed stays on the device while a node below is locked or in a
+    transfer (v0.5.23's drop_subtree_no_host), and the walk passes it by."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 7502, core
-    assert 200 < sum(code_lines(p) for p in host) <= 1262  # + issue 26: load-back for a request (load_back_at); + 34: the prefetch pump, its invariants; + 18: KV events
+    assert 3000 < core <= 7513, core
+    assert 200 < sum(code_lines(p) for p in host) <= 1271  # + issue 26: load-back for a request (load_back_at); + 34: the prefetch pump, its invariants; + 18: KV events
 
 
 def _op_name_strings(path: Path, names: set[str]) -> set[str]:

@@ -214,6 +214,11 @@ class TreeComponent:
         when done (``batch.counts`` says how much this walk freed so far)."""
         return None, False
 
+    def pass_by(self, node: TreeNode) -> None:
+        """The controller kept ``node``, this walk's victim, on the device (write-back
+        declined to drop it): the walk must not offer it again. A cursor walk has
+        already moved past it."""
+
     def evict_end(self) -> None:
         pass
 

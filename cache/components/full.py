@@ -29,6 +29,7 @@ class FullComponent(FullHostMixin, TreeComponent):
     internal_priority = 2
     session_coverage = "path"  # a session holds its whole path (session_refs.py)
     _walk_heap = None  # a policy's (or the session-aware) walk's heap, while one runs
+    passed: frozenset = frozenset()  # a walk's victims kept on the device (pass_by)
 
     # Full matches every node that has Full KV, i.e. every node (no host tier here),
     # so it needs no validator; it orders eviction by the tree's eviction policy, not an
@@ -62,6 +63,7 @@ class FullComponent(FullHostMixin, TreeComponent):
 
     def evict_start(self, request: int) -> None:
         self._evict_request = request
+        self.passed = set()
         self._walk_heap = None
         tree = self.tree
         if tree.session_radix_cache or tree.eviction_policy.name != "lru":  # v0.5.23's heap, built per walk
@@ -103,6 +105,15 @@ class FullComponent(FullHostMixin, TreeComponent):
                 self._last_victim = node
                 return node, True
         return None, False
+
+    def pass_by(self, node: TreeNode) -> None:
+        """The leaf set would offer ``node`` again: the rest of the walk runs on a heap
+        of the other leaves (the same order), as v0.5.23's heap has popped it."""
+        self.passed.add(node)
+        if self._walk_heap is None:
+            self._walk_heap = [self.heap_entry(n) for n in self.tree.leaves if n not in self.passed]
+            heapq.heapify(self._walk_heap)
+        self._last_victim = None
 
     def evict_end(self) -> None:
         self._walk_heap = None

@@ -184,7 +184,9 @@ class StorageSide:
             node = core.node_by_id(node_id)
             boundary = params.get_lock_uuid(full_type, lock_host=True)
             while node is not core.root_node:
-                ident = _ident(node.key.extra_key, node, core.root_node, lambda n: tuple(n.key.raw_token_ids()))
+                key = node.key
+                namespace = key.extra_key if key.cache_salt is None else (key.extra_key, key.cache_salt)
+                ident = _ident(namespace, node, core.root_node, lambda n: tuple(n.key.raw_token_ids()))
                 out[ident] = out.get(ident, 0) + 1
                 if node.component_data[full_type].metadata.get("host_uuid") == boundary:
                     break
@@ -209,12 +211,14 @@ class StorageSide:
         return self.prefetch.difference(ours_cache)
 
 
-def _ident(extra_key, node, root, tokens) -> tuple:
+def _ident(namespace, node, root, tokens) -> tuple:
+    """A node by its namespace (as canonical.py: the extra_key, or (extra_key, cache_salt)
+    when salted: nodes of two salts may share a path) and its path's tokens."""
     path = []
     while node is not root:
         path[:0] = tokens(node)
         node = node.parent
-    return (extra_key, tuple(path))
+    return (namespace, tuple(path))
 
 
 def _our_store_locks(cache) -> dict[tuple, int]:
@@ -225,5 +229,8 @@ def _our_store_locks(cache) -> dict[tuple, int]:
     for node in tree.nodes.values():
         marks = node.data[0].metadata.get("store", ())
         if marks and node is not tree.root:
-            out[_ident(namespace_parts(node.namespace).extra_key, node, tree.root, lambda n: tuple(n.token_ids))] = len(marks)
+            extra_key, salt, _ = namespace_parts(node.namespace)
+            namespace = extra_key if salt is None else (extra_key, salt)
+            ident = _ident(namespace, node, tree.root, lambda n: tuple(n.token_ids))
+            out[ident] = out.get(ident, 0) + len(marks)
     return out
