@@ -302,19 +302,7 @@ class StoragePrefetch:
     def _end(self, prefetch: Prefetch, loaded: int, detail: str) -> None:
         """Release the anchor's host lock, on the anchor and the parts split off above it
         since (v0.5.23 releases up to the lock's boundary, which a split moves up)."""
-        tree, node = self.cache.tree, prefetch.anchor
-        while node is not tree.root:
-            full = node.data[0]
-            marks = full.metadata.get(PREFETCH_MARK, ())
-            if prefetch.rid not in marks:
-                break
-            rest = tuple(m for m in marks if m != prefetch.rid)
-            if rest:
-                full.metadata[PREFETCH_MARK] = rest
-            else:
-                del full.metadata[PREFETCH_MARK]
-            tree.hold_host([node], -1)
-            node = node.parent
+        self.cache.tree.release_marked_host_lock(prefetch.anchor, PREFETCH_MARK, prefetch.rid)
         del self.ongoing[prefetch.rid]
         self.occupied -= len(prefetch.key)
         self.loaded[prefetch.rid] = loaded

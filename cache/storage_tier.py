@@ -150,20 +150,7 @@ class StorageTier:
     def _release(self, store: Store) -> None:
         """Drop the store's mark and host lock from its node and the parts split off
         above it since (they carry the mark: the locked segment grew with them)."""
-        tree = self.cache.tree
-        node = store.node
-        while node is not tree.root and tree.nodes.get(node.id) is node:
-            full = node.data[0]
-            marks = full.metadata.get(STORE_MARK, ())
-            if store.ack not in marks:
-                break
-            rest = tuple(m for m in marks if m != store.ack)
-            if rest:
-                full.metadata[STORE_MARK] = rest
-            else:
-                del full.metadata[STORE_MARK]
-            tree.hold_host([node], -1)
-            node = node.parent
+        self.cache.tree.release_marked_host_lock(store.node, STORE_MARK, store.ack)
 
     # ---- views -------------------------------------------------------------------
     def stored_keys(self) -> list[str]:

@@ -425,6 +425,24 @@ class TreeHostTier:
             if self._touched is not None:
                 self._touched.add(node.id)
 
+    def release_marked_host_lock(self, node: TreeNode, mark: str, ident) -> None:
+        """Release the Full host lock a store or a prefetch (``ident``, filed under the
+        metadata key ``mark``) took on ``node``: on it and on the parts split off above it
+        since, which carry the mark as they carry the lock (v0.5.23 releases up to the
+        lock's boundary, which a split moves up)."""
+        while node is not self.root and self.nodes.get(node.id) is node:
+            full = node.data[0]
+            marks = full.metadata.get(mark, ())
+            if ident not in marks:
+                break
+            rest = tuple(m for m in marks if m != ident)
+            if rest:
+                full.metadata[mark] = rest
+            else:
+                del full.metadata[mark]
+            self.hold_host([node], -1)
+            node = node.parent
+
     def lock_aux_host(self, anchor: TreeNode) -> dict:
         """Host-lock every auxiliary component's copies a load from ``anchor`` reads
         (Mamba: the anchor's; SWA: one window up from it); returns the receipts."""

@@ -136,12 +136,14 @@ def test_the_cache_core_stays_within_its_line_budget():
     anchor marks (released across a split, as its host lock), its declines as events, its
     stages in the snapshot's storage view. Plus 11 (host +9) for write-back's declined subtree
     drop: a leaf whose backup failed stays on the device while a node below is locked or in a
-    transfer (v0.5.23's drop_subtree_no_host), and the walk passes it by."""
+    transfer (v0.5.23's drop_subtree_no_host), and the walk passes it by. The release of a
+    store's or a prefetch's host lock across a split, written once in the host tree core
+    (core -25, host +13)."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 7513, core
-    assert 200 < sum(code_lines(p) for p in host) <= 1271  # + issue 26: load-back for a request (load_back_at); + 34: the prefetch pump, its invariants; + 18: KV events
+    assert 3000 < core <= 7488, core
+    assert 200 < sum(code_lines(p) for p in host) <= 1284  # + issue 26: load-back for a request (load_back_at); + 34: the prefetch pump, its invariants; + 18: KV events
 
 
 def _op_name_strings(path: Path, names: set[str]) -> set[str]:
