@@ -6,30 +6,13 @@ test_bridge_sglang.py (URC_REQUIRE_SGLANG=1 turns the skip into a failure)."""
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 
 import pytest
 
-from workbench.bridge.sglang_env import SGLANG_VERSION, installed_version
+from sglang_util import requires_sglang
 
-
-def _sglang_importable() -> bool:
-    if installed_version() != SGLANG_VERSION:
-        return False
-    try:
-        from workbench.bridge.sglang_env import sglang_api
-
-        sglang_api()
-        return True
-    except Exception:
-        return False
-
-
-_REASON = f"needs SGLang {SGLANG_VERSION} importable (make bridge-test, or pip install '.[sglang]')"
-if os.environ.get("URC_REQUIRE_SGLANG") and not _sglang_importable():
-    raise RuntimeError(f"URC_REQUIRE_SGLANG is set but SGLang {SGLANG_VERSION} cannot be imported")  # no silent skip
-pytestmark = pytest.mark.skipif(not _sglang_importable(), reason=_REASON)
+pytestmark = requires_sglang()
 
 from workbench.bridge.differential import run_against  # noqa: E402
 from workbench.model.scenarios.scenario import load_scenario, scenario_from_records  # noqa: E402
