@@ -1,6 +1,7 @@
 """Invariants of the host tier (HiCache): host copies are whole and disjoint, the host
 pool hands out exactly the slots the nodes hold, device nodes sit above host-only ones,
-the host-leaf set is exactly the host-only, unlocked, childless nodes, and every node
+under write-through a host copy's parent has one too, the host-leaf set is exactly
+the host-only, unlocked, childless nodes, and every node
 in a transfer held in flight is locked for it (device; a load's also on the host). With
 a storage tier: a store in flight has a host copy and host-locks its node (and the
 parts split off above it), its keys were the node's page hashes, an immediate store
@@ -33,6 +34,9 @@ def check_host_tier(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Viola
         parent = node.parent
         if cd.value is not None and parent is not tree.root and parent.data[0].value is None:
             out.append(Violation("host.device_above", f"node {node.id} has device KV under host-only node {parent.id}"))
+        if _chain_broken(tree, node):
+            out.append(Violation("host.backup_chain", f"node {node.id} has a host copy under node {parent.id}, which "
+                                 "has none (write-through backs up from the root down)"))
         if cd.value is None and cd.lock_ref > 0:
             out.append(Violation("host.locked_host_only", f"host-only node {node.id} holds a device lock"))
     held = sum(node.length for node in cols.nodes if node.data[0].host_value is not None)
@@ -80,6 +84,14 @@ def _check_transfers(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vio
             out.append(Violation("host.transfer", f"node {node.id} is in an immediate {mark[0]} left unacknowledged"))
         elif cd.lock_ref == 0 or (mark[0] == "load" and not any(d.host_lock_ref for d in node.data)):
             out.append(Violation("host.transfer", f"node {node.id} is in a {mark[0]} in flight but not locked for it"))
+
+
+def _chain_broken(tree, node) -> bool:
+    """Write-through's rule (not write-back's): a node with a host copy has a parent
+    with one, or the root (sglang#31902)."""
+    parent = node.parent
+    return (tree.host_policy != "write_back" and node.data[0].host_value is not None and parent is not tree.root
+            and parent.data[0].host_value is None)
 
 
 def _prefetch_rows(cache: UnifiedRadixCache) -> int:
@@ -192,6 +204,8 @@ def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
     marks = {t.mark for t in host.in_flight}
     if any(tree.nodes.get(t.node.id) is not t.node for t in host.in_flight):
         return False
+    if host.storage is not None and host.storage.prefetch.ongoing and host.storage.prefetch.check():
+        return False  # the prefetches in flight (budget, anchors, slots): cheap, a few at most
     for node in nodes:
         full = node.data[0]
         if full.host_value is not None and full.host_value.shape[0] != node.length:
@@ -200,6 +214,8 @@ def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
         if full.value is not None and parent is not tree.root and parent.data[0].value is None:
             return False  # device data below host-only data
         if full.value is None and full.lock_ref > 0:
+            return False
+        if _chain_broken(tree, node) or any(_chain_broken(tree, child) for child in node.children.values()):
             return False
         if (node in tree.host_leaves) != tree.is_host_leaf(node) or (
                 parent is not tree.root and (parent in tree.host_leaves) != tree.is_host_leaf(parent)):

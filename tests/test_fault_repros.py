@@ -20,7 +20,7 @@ from workbench.model.scenarios.scenario import load_scenario
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "scenarios" / "fuzz"
 ROWS = {row["fault"]: row for row in json.loads((FOLDER / "detections.json").read_text())}
-CONFIGS = {c.label(): c for f in catalogue().values() for c in configs_for(f.components, f.sessions, f.options)}
+CONFIGS = {c.label(): c for f in catalogue().values() for c in configs_for(f.components, f.sessions, f.options, f.storage)}
 FAULTS = list(catalogue())
 
 

@@ -143,7 +143,7 @@ def test_the_cache_core_stays_within_its_line_budget():
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
     assert 3000 < core <= 7488, core
-    assert 200 < sum(code_lines(p) for p in host) <= 1284  # + issue 26: load-back for a request (load_back_at); + 34: the prefetch pump, its invariants; + 18: KV events
+    assert 200 < sum(code_lines(p) for p in host) <= 1295  # + issue 26: load-back for a request (load_back_at); + 34: the prefetch pump, its invariants; + 18: KV events; + 11: write-through's backup chain invariant (sglang#31902), the prefetch check in the per-step probe
 
 
 def _op_name_strings(path: Path, names: set[str]) -> set[str]:

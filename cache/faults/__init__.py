@@ -11,8 +11,8 @@ fuzzer's detection table).
 
 The catalogue is data (name, source, components, summary) held by its modules —
 ``full``, ``swa``, ``mamba``, ``requests`` (retraction and abort), ``sessions`` (session
-tags and streaming slots), ``keys`` (EAGLE keys), ``policies`` (the eviction policies)
-and ``kv_events`` (the KV event stream) — which import nothing heavy at import time:
+tags and streaming slots), ``keys`` (EAGLE keys), ``policies`` (the eviction policies),
+``kv_events`` (the KV event stream) and ``storage`` (the prefetch from storage) — which import nothing heavy at import time:
 checking a scenario's config never imports torch. Adding a fault is one ``Fault`` entry and its
 installer in one of them.
 """
@@ -22,8 +22,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Iterable
+from typing import Optional
 
-MODULES = ("full", "swa", "mamba", "requests", "sessions", "keys", "policies", "kv_events")
+MODULES = ("full", "swa", "mamba", "requests", "sessions", "keys", "policies", "kv_events", "storage")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,9 @@ class Fault:
     # the model options it lives under ((name, value) pairs: eviction_policy, is_eagle, …): the
     # fuzzer searches it with these in the config
     options: tuple = ()
+    # a prefetch stop policy: it lives in the storage tier (hicache.storage), and the fuzzer
+    # searches it on the storage configs with that policy
+    storage: Optional[str] = None
 
 
 def catalogue() -> dict[str, Fault]:

@@ -223,7 +223,7 @@ def _detection_table(args) -> int:
         if sys.stderr.isatty():
             print(f"fuzzing {fault.name} …", file=sys.stderr, flush=True)
         detection = detect(fault.name, fault.components, shrink_budget=args.shrink_budget, sessions=fault.sessions,
-                           options=fault.options)
+                           options=fault.options, storage=fault.storage)
         rows.append(detection.row())
         if folder is not None and detection.flagged:
             with open_output(str(folder / f"{fault.name}.toml"), (), args.force, "-o") as stream:

@@ -7,6 +7,10 @@ import dataclasses
 from typing import Any, Optional
 
 
+# FuzzConfig.delayed: every hit query waits 2 flushes
+DELAY_RULE = {"call": "exists", "outcome": "delay", "steps": 2, "times": 1_000_000}
+
+
 @dataclasses.dataclass(frozen=True)
 class FuzzConfig:
     components: tuple[str, ...] = ("full",)
@@ -19,6 +23,9 @@ class FuzzConfig:
     hicache: Optional[str] = None  # a write policy: the host tier is on, and the host ops are drawn
     sessions: bool = False  # the session radix cache is on, and the session ops are drawn
     storage: Optional[str] = None  # a prefetch stop policy: a storage tier below the host tier, its ops drawn
+    # storage hit queries delayed (each by 2 flushes: an injector rule), so prefetches
+    # live across steps and the admission poll can find them unfinished
+    delayed: bool = False
     # 0.5.23's model options ([config] fields: eviction_policy, mamba_max_states_per_path, …), as
     # sorted (name, value) pairs so the config stays hashable; see options.py for the sweep
     options: tuple[tuple[str, Any], ...] = ()
@@ -47,6 +54,8 @@ class FuzzConfig:
             if self.storage:  # a one-page threshold: a page is worth a prefetch
                 config["hicache"]["storage"] = {"backend": "memory", "prefetch_policy": self.storage,
                                                 "prefetch_threshold": page}
+                if self.delayed:
+                    config["hicache"]["storage"]["inject"] = [dict(DELAY_RULE)]
         if self.sessions:
             config["session_radix_cache"] = True
         config.update((name, _plain(value)) for name, value in self.options)
@@ -62,6 +71,7 @@ class FuzzConfig:
         host = f" {self.hicache}" if self.hicache else ""
         sessions = " sessions" if self.sessions else ""
         sessions += f" storage {self.storage}" if self.storage else ""
+        sessions += " delayed" if self.delayed else ""
         options = "".join(f" {name}={shown_value(value)}" for name, value in self.options)
         return f"{comps} p{self.page_size}{window}{host}{sessions}{options}"
 

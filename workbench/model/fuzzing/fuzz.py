@@ -383,11 +383,23 @@ SESSION_CONFIGS = (  # the session ops drawn (streaming turns too): where the se
 )
 
 
-def configs_for(components: tuple[str, ...], sessions: bool = False, options: tuple = ()) -> list[FuzzConfig]:
-    """The scale configs (``sessions``: the session configs) that carry these
-    components, fewest components first, each with ``options`` (a fault's model
-    options) added."""
-    fits = [c for c in (SESSION_CONFIGS if sessions else SCALE_CONFIGS) if set(components) <= set(c.components)]
+STORAGE_CONFIGS = (  # a storage tier below the host tier, prefetch ops drawn: where the storage faults are searched
+    FuzzConfig(("full",), 4, hicache="write_through"), FuzzConfig(("full",), 4, hicache="write_through_selective"),
+    FuzzConfig(("full",), 1, hicache="write_back"),
+    # prefetches that live across steps (their hit query delayed), where the admission poll can find one unfinished
+    FuzzConfig(("full",), 4, hicache="write_through", delayed=True), FuzzConfig(("full",), 1, hicache="write_back", delayed=True),
+)
+
+
+def configs_for(components: tuple[str, ...], sessions: bool = False, options: tuple = (),
+                storage: Optional[str] = None) -> list[FuzzConfig]:
+    """The scale configs (``sessions``: the session configs; ``storage``: the storage
+    configs under that prefetch stop policy) that carry these components, fewest
+    components first, each with ``options`` (a fault's model options) added."""
+    pool = SESSION_CONFIGS if sessions else SCALE_CONFIGS
+    if storage:
+        pool = tuple(dataclasses.replace(c, storage=storage) for c in STORAGE_CONFIGS)
+    fits = [c for c in pool if set(components) <= set(c.components)]
     return [c.with_options(dict(options)) for c in sorted(fits, key=lambda c: len(c.components))]
 
 
@@ -423,13 +435,14 @@ DETECT_EPISODE = 300  # short episodes: a fault found early in a fresh cache shr
 
 def detect(fault: str, components: tuple[str, ...], seeds: int = 4, steps: int = 3000,
            shrink_budget: Optional[float] = 60.0, configs: Optional[list[FuzzConfig]] = None,
-           sessions: bool = False, options: tuple = ()) -> Detection:
+           sessions: bool = False, options: tuple = (), storage: Optional[str] = None) -> Detection:
     """Fuzz with one fault on, config by config and seed by seed (``steps`` each, in
     short episodes), until a check flags it; then shrink. ``components``: what the
-    fault needs; ``sessions``: it acts on sessions (searched on the session configs)."""
+    fault needs; ``sessions``: it acts on sessions (searched on the session configs);
+    ``storage``: it lives in the storage tier (the storage configs, that stop policy)."""
     tried = 0
     last = None
-    for config in configs if configs is not None else configs_for(components, sessions, options):
+    for config in configs if configs is not None else configs_for(components, sessions, options, storage):
         config = dataclasses.replace(config, faults=(fault,))
         for seed in range(seeds):
             tried += 1

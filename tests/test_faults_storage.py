@@ -1,0 +1,94 @@
+"""The storage-tier faults of the catalogue (cache/faults/storage.py, and the prefetch's
+KV-event fault in cache/faults/kv_events.py): each one, turned on in the bug scenario
+that shows the correct behaviour, fires and is caught at the step it fires.
+
+Measured (step the fault fired and was flagged / what names it there):
+
+  prefetch-poll-drops-unfinished          5 (the wait_complete poll): storage.prefetch
+  prefetch-anchor-not-backed-up           5 (the prefetch): expectation issued
+  prefetch-refill-under-unbacked-parent   6 (the prefetch): host.backup_chain; expectation issued
+  prefetch-refill-publishes-no-cpu-store  4 (the prefetch): kv_events.router_view
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cache import UnifiedRadixCache
+from cache.config import CacheConfig
+from cache.faults import catalogue
+from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults, bug_scenario
+from workbench.model.fuzzing.fuzz import STORAGE_CONFIGS, configs_for
+from workbench.model.scenarios.scenario import load_scenario
+from workbench.model.timeline.runner import Runner
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    fault: str
+    source: str
+    scenario: str
+    fired_and_flagged: int
+    violation: str  # "" when only an expectation names it
+    field: str  # "" when only an invariant names it
+
+
+CASES = [
+    Case("prefetch-poll-drops-unfinished", "sgl-project/sglang#9927", "sglang-9927-prefetch-poll-drops-unfinished", 5,
+         "storage.prefetch", ""),
+    Case("prefetch-anchor-not-backed-up", "sgl-project/sglang#9601", "sglang-9601-prefetch-anchor-not-backed-up", 5,
+         "", "issued"),
+    Case("prefetch-refill-under-unbacked-parent", "sgl-project/sglang#31902",
+         "sglang-31902-prefetch-refill-under-unbacked-parent", 6, "host.backup_chain", "issued"),
+    Case("prefetch-refill-publishes-no-cpu-store", "sgl-project/sglang#38486",
+         "sglang-38486-prefetch-refill-publishes-no-cpu-store", 4, "kv_events.router_view", ""),
+]
+IDS = [c.fault for c in CASES]
+
+
+def test_catalogue_entries_cite_their_source_and_name_a_stop_policy():
+    known = catalogue()
+    for case in CASES:
+        fault = known[case.fault]
+        assert fault.source == case.source and fault.storage in ("best_effort", "wait_complete", "timeout")
+        assert load_scenario(BUGS / f"{case.scenario}.toml").source == case.source
+
+
+def test_a_storage_fault_is_searched_on_the_storage_configs_under_its_policy():
+    fault = catalogue()["prefetch-poll-drops-unfinished"]
+    configs = configs_for(fault.components, fault.sessions, fault.options, fault.storage)
+    assert len(configs) == len(STORAGE_CONFIGS) and all(c.storage == "wait_complete" and c.hicache for c in configs)
+    delayed = [c for c in configs if c.delayed]
+    assert delayed and delayed[0].scenario_config()["hicache"]["storage"]["inject"][0]["call"] == "exists"
+    assert "delayed" in delayed[0].label() and "storage wait_complete" in delayed[0].label()
+
+
+def test_a_storage_fault_needs_the_storage_tier():
+    with pytest.raises(ValueError, match="storage tier"):
+        UnifiedRadixCache(CacheConfig(components=("full",), kv_size=16, hicache={"write_policy": "write_through"},
+                                      faults=("prefetch-poll-drops-unfinished",)))
+
+
+def test_the_storage_faults_module_imports_no_torch():
+    assert_imports_no_torch("cache.faults.storage")
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_scenario_passes_without_the_fault(case):
+    assert_passes_without_faults(bug_scenario(case.scenario))
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_fault_fires_and_is_caught_where_it_fires(case):
+    timeline = Runner(bug_scenario(case.scenario, [case.fault])).run()
+    assert not timeline.passed
+    fired = [r.index for r in timeline.records if case.fault in r.faults_fired]
+    flagged = [r.index for r in timeline.records if not r.passed]
+    assert fired == [case.fired_and_flagged] and flagged[0] == case.fired_and_flagged
+    record = timeline.records[case.fired_and_flagged - 1]
+    if case.violation:
+        assert case.violation in {v.name for v in record.violations}
+    if case.field:
+        assert case.field in {f.field for f in record.failures}
