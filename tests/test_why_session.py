@@ -110,7 +110,7 @@ def test_urc_why_asks_about_a_session(tmp_path, capsys):
     code, out, _ = urc(capsys, "why", str(path), "--step", "3", "--session", "s1")
     assert code == 0 and "Full KV of #1 is still there: tagged by the session since step 3" in out
     code, _, err = urc(capsys, "why", str(path), "--session", "s1", "--node", "1")
-    assert code == 2 and "one of a node, a request or a session" in err
+    assert code == 2 and "one of a node, a request, a session or a prefetch" in err
 
 
 def test_coverage_that_moved_on_and_a_tagged_victim_after_untagged_ones():
