@@ -107,6 +107,9 @@ class HiCacheConfig:
         return dataclasses.replace(config, host_kv_size=sizes.pop("full"), host_sizes=sizes, storage=storage)
 
 
+STORED_COMPONENTS = ("full", "swa", "mamba")  # what the storage tier keeps (storage_staging.py)
+
+
 @dataclasses.dataclass(frozen=True)
 class StorageConfig:
     """The storage tier (SGLang's ``--hicache-storage-backend``): after a host
@@ -120,7 +123,8 @@ class StorageConfig:
     ``prefetch_timeout_per_page``: the timeout policy's wait, in flushes (SGLang's
     seconds). ``inject``: scripted backend failures and delays (storage/injector.py),
     a list of rule tables such as ``{ call = "get", outcome = "fail", nth_page = 3 }``.
-    Full KV only for now: SWA and Mamba data and EAGLE keys are not stored yet."""
+    Full KV, SWA and Mamba (their trailing pages, all or nothing); a sidecar's entries
+    and EAGLE keys are not stored yet."""
 
     backend: str = "memory"
     path: Optional[str] = None
@@ -140,9 +144,9 @@ class StorageConfig:
         unknown = [key for key in fields if key not in STORAGE_FIELDS]
         if unknown:
             raise ValueError(f"unknown hicache storage field {unknown[0]!r}; known: {', '.join(STORAGE_FIELDS)}")
-        others = [c for c in cache.components if c != "full"]
+        others = [c for c in cache.components if c not in STORED_COMPONENTS]
         if others:
-            raise ValueError(f"hicache storage supports only components = [\"full\"] so far: storing "
+            raise ValueError(f"hicache storage stores {', '.join(STORED_COMPONENTS)} so far: storing "
                              f"{', '.join(others)} is not supported yet")
         if cache.is_eagle:
             raise ValueError("hicache storage does not store EAGLE bigram keys yet (is_eagle = true)")

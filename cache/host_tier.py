@@ -25,7 +25,7 @@ from .events import Cause, EventBus, EventKind
 from .keys import as_key
 from .params import EvictParams, MatchPrefixParams
 from .pools.host_pool import HostKVPool
-from .storage_tier import StorageTier
+from .storage_tier import PUBLISH_MARK, StorageTier
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
@@ -51,6 +51,7 @@ class Transfer(NamedTuple):
     receipt: Optional[IncLockRefResult]  # the device lock held until the ack (held transfers)
     host_locks: Optional[dict]  # a load: its auxiliary host locks, held until the ack
     full_path: bool  # a load that brought Full KV: its marked nodes are host-locked until the ack
+    published: tuple = ()  # a backup: the other nodes whose SWA it copied (their store follows its ack)
 
     @property
     def mark(self) -> tuple[str, int]:
@@ -71,6 +72,7 @@ class HostTier:
                     for c in sorted(cache.tree.host_components, key=lambda c: c.name)}
         cache.tree.backup_before_tombstone = self._backup_before_tombstone
         self.storage = None if config.storage is None else StorageTier(cache, config.storage, self.held)
+        self.published: list[TreeNode] = []  # write-back: the nodes the last backup copied (its store's)
 
     def reset(self) -> None:
         self.kv.clear()
@@ -116,9 +118,13 @@ class HostTier:
             for name, slots in taken.items():
                 self._emit(EventKind.ALLOC, name, node.id, Cause.REQUEST, int(slots.shape[0]))
                 cache.metrics.add(f"{name}_backed_up_total", int(slots.shape[0]))
+            extra = tuple(dict.fromkeys(n for _, copied in aux for n in copied if n is not node))
             if self.config.write_policy != "write_back":  # write-back drains its own ack
-                self._hold("backup", node, node.length, self._transfer_lock(node) if self.held else None, [node])
-            elif tree.kv_events.enabled:  # its ack is now: the host copy is published (tree_core_host.clear_transfer)
+                self._hold("backup", node, node.length, self._transfer_lock(node) if self.held else None, [node],
+                           published=extra)
+            else:
+                self.published = [*extra, node]
+            if self.config.write_policy == "write_back" and tree.kv_events.enabled:  # its ack is now: the host copy is published (tree_core_host.clear_transfer)
                 tree.kv_events.store(node, CPU)
         self.drain()
         return written
@@ -147,11 +153,14 @@ class HostTier:
 
     # ---- transfers in flight -----------------------------------------------------------
     def _hold(self, kind: str, node: TreeNode, tokens: int, receipt: Optional[IncLockRefResult],
-              marked: list[TreeNode], host_locks: Optional[dict] = None, full_path: bool = False) -> None:
+              marked: list[TreeNode], host_locks: Optional[dict] = None, full_path: bool = False,
+              published: tuple = ()) -> None:
         self.acks += 1
-        transfer = Transfer(kind, self.acks, node, tokens, receipt, host_locks, full_path)
+        transfer = Transfer(kind, self.acks, node, tokens, receipt, host_locks, full_path, published)
         self.in_flight.append(transfer)
         self.cache.tree.mark_transfer(marked, transfer.mark)
+        if published and self.storage is not None:  # a split passes the mark up, as v0.5.23 re-lists the parts
+            self.cache.tree.add_mark(published, PUBLISH_MARK, transfer.ack)
         if self.held:
             self._emit_transfer(transfer, "queued")
 
@@ -185,7 +194,8 @@ class HostTier:
                 with self.cache.events.for_request(f"{transfer.kind} #{transfer.ack}"):
                     tree.dec_lock_ref(transfer.node.id, transfer.receipt)
             if storage is not None and transfer.kind == "backup":  # v0.5.23: after the ack's unlock
-                storage.queue(marked[::-1], f"after backup #{transfer.ack}'s ack")
+                extra = [n for node in transfer.published for n in tree.take_mark(node, PUBLISH_MARK, transfer.ack)]
+                storage.queue(ancestors_first([*marked, *extra]), f"after backup #{transfer.ack}'s ack")
             if transfer.host_locks is not None:  # a load
                 tree.unlock_aux_host(transfer.node, transfer.host_locks)
                 if transfer.full_path:  # its Full nodes, with split-off upper parts
@@ -211,7 +221,7 @@ class HostTier:
         if self.backup([node]):
             tree.track_duplicate(node)  # its ack: on both tiers until the demotion right after
             if self.storage is not None:  # write-back acks at once: the store follows
-                self.storage.queue([node], "after its write-back backup")
+                self.storage.queue(ancestors_first(self.published), "after its write-back backup")
             return True
         if not tree.drop_host_subtree(node):
             return False
@@ -227,7 +237,7 @@ class HostTier:
         if self.backup([node]):
             self.cache.tree.track_duplicate(node)
             if self.storage is not None:
-                self.storage.queue([node], "after its write-back backup")
+                self.storage.queue(ancestors_first(self.published), "after its write-back backup")
 
     # ---- host eviction ---------------------------------------------------------------
     def evict_host(self, num: int, component: str = "full") -> int:
@@ -434,6 +444,17 @@ class HostCalls:
         if self.host is None:
             raise CacheError(f"{call} needs the host tier (config hicache)")
         return self.host
+
+
+def ancestors_first(nodes: list) -> list:
+    """Each node once, ancestors first (v0.5.23 stores a backup's nodes by depth)."""
+    def depth(node) -> int:
+        d = 0
+        while node.parent is not None:
+            node, d = node.parent, d + 1
+        return d
+
+    return sorted(dict.fromkeys(nodes), key=depth)
 
 
 def _cat(values: list):

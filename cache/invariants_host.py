@@ -94,10 +94,11 @@ def _chain_broken(tree, node) -> bool:
             and parent.data[0].host_value is None)
 
 
-def _prefetch_rows(cache: UnifiedRadixCache) -> int:
-    """Host slots the prefetches in flight took and the tree does not hold yet."""
+def _prefetch_rows(cache: UnifiedRadixCache, name: str = "full") -> int:
+    """Host slots of ``name``'s pool the prefetches in flight took and the tree does not
+    hold yet (KV for the hit, SWA's and Mamba's staging)."""
     storage = cache.host.storage
-    return 0 if storage is None else storage.prefetch.rows_held()
+    return 0 if storage is None else storage.prefetch.rows_held(name)
 
 
 def full_host_locks_expected(cache: UnifiedRadixCache, node) -> int:
@@ -157,9 +158,11 @@ def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vi
         held = sum(pool.allocator.pages_for(int(c.shape[0])) for c in copies) * ps
         kept = _backups(cache).get(name, [])
         held_by_backups = sum(int(b.shape[0]) for b in kept)
-        if used != held + held_by_backups:
+        staged = _prefetch_rows(cache, name)
+        if used != held + held_by_backups + staged:
             out.append(Violation("host.pool_balance", f"{name} host pool hands out {used} slots, the nodes hold {held}"
-                                 + (f" and retraction backups {held_by_backups}" if kept else "")))
+                                 + (f" and retraction backups {held_by_backups}" if kept else "")
+                                 + (f" and prefetch staging {staged}" if staged else "")))
         copies = copies + kept
         total = sum(int(c.shape[0]) for c in copies)
         if len(copies) > 1 and torch.unique(torch.cat(copies)).shape[0] != total:
@@ -197,7 +200,7 @@ def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
         pool = host.aux[component.name]
         held = tree.host_units[component.name]
         if pool.size - pool.available_size() != pool.allocator.pages_for(held) * pool.allocator.page_size + \
-                backups.get(component.name, 0):
+                backups.get(component.name, 0) + _prefetch_rows(cache, component.name):
             return False
         if not component.probe_host_copies(pool, nodes):
             return False

@@ -19,6 +19,10 @@ stop policy decides whether a prefetch still in flight is cut there —
 ``best_effort`` takes what has arrived (nothing, before the host slots were taken),
 ``wait_complete`` waits for the ack, ``timeout`` waits a number of flushes counted
 from the first poll that found it unfinished (SGLang's wall-clock seconds, as steps).
+
+With SWA or Mamba in the tree a prefetch also stages their trailing data, all or
+nothing (storage_staging.py): the hit is the longest prefix where their pages are
+stored too, and a shortfall in any pool discards the whole prefetch.
 """
 
 from __future__ import annotations
@@ -34,14 +38,15 @@ from .events import Cause, EventKind
 from .keys import RadixKey, as_key
 from .page_hash import chain, storage_seed
 from .params import MatchPrefixParams
+from .storage import BATCH_PAGES
 from .storage.injector import transfer_delay
+from .storage_staging import Staging, allocate, commit, plan, read, release, restorable_pages, shortfall
 
 if TYPE_CHECKING:
     from .storage_tier import StorageTier
     from .tree_node import TreeNode
 
 PREFETCH_MARK = "prefetching"  # metadata key on Full's data: the ids of the prefetches anchored (host-locked) there
-STORAGE_BATCH_PAGES = 128  # v0.5.23's STORAGE_BATCH_SIZE: a read stops at its first short batch
 # SGLang's _prefetch_outcome_stats, the counts it keeps of prefetch decisions
 OUTCOMES = ("attempts", "issued", "declined_too_short", "declined_rate_limited", "revoked_insufficient",
             "revoked_full_miss", "l3_demand_requests", "l3_miss_tokens", "l1l2_miss_tokens")
@@ -70,6 +75,8 @@ class Prefetch:
     wait: int = 0  # flushes a delayed backend call still waits
     asked: frozenset = frozenset()  # backend calls whose delay was already asked ("exists", "get")
     blocked_since: Optional[int] = None  # the flush count at the first poll that found it unfinished
+    stagings: list[Staging] = dataclasses.field(default_factory=list)  # SWA's and Mamba's trailing pages
+    receipts: Optional[dict] = None  # the auxiliary host locks on the anchor
 
 
 class StoragePrefetch:
@@ -120,11 +127,14 @@ class StoragePrefetch:
             self.outcomes["declined_rate_limited"] += 1
             return self._declined(rid, anchor, len(span), "rate_limited", f"prefetches in flight hold {self.occupied} "
                                   f"tokens, the budget is {self.capacity_limit} (half the host pool)")
+        receipts = None
         if anchor is not tree.root:  # the mark travels to the upper part of a split, as the lock does
             full = anchor.data[0]
             full.metadata[PREFETCH_MARK] = full.metadata.get(PREFETCH_MARK, ()) + (rid,)
             tree.hold_host([anchor], +1)
-        prefetch = Prefetch(rid, anchor, span, self._hashes(anchor, span))
+            receipts = tree.lock_aux_host(anchor) if tree.host_components else None
+        stagings = plan(cache.host, anchor, len(span) // cache.page_size)
+        prefetch = Prefetch(rid, anchor, span, self._hashes(anchor, span), stagings=stagings, receipts=receipts)
         self.ongoing[rid] = prefetch
         self.occupied += len(span)
         self.outcomes["issued"] += 1
@@ -199,14 +209,16 @@ class StoragePrefetch:
     def _query(self, prefetch: Prefetch) -> None:
         """The storage hit query: how many of the pages storage holds from the first."""
         ps = self.cache.page_size
-        pages = 0 if prefetch.terminated else self.tier.backend.exists_prefix(prefetch.hashes)
+        backend = self.tier.backend
+        pages = 0 if prefetch.terminated else restorable_pages(backend, prefetch.hashes, prefetch.stagings)
         prefetch.hit = pages * ps
         prefetch.hashes = prefetch.hashes[:pages]
         requested = len(prefetch.key)
         self.outcomes["l3_demand_requests"] += 1
         self.outcomes["l1l2_miss_tokens"] += requested
         self.outcomes["l3_miss_tokens"] += requested - min(prefetch.hit, requested)
-        self._emit(prefetch, "queried", prefetch.hit, f"storage holds {prefetch.hit} of {requested} tokens")
+        where = f" (with {', '.join(s.name for s in prefetch.stagings)} at its end)" if prefetch.stagings else ""
+        self._emit(prefetch, "queried", prefetch.hit, f"storage holds {prefetch.hit} of {requested} tokens{where}")
 
     def _allocate(self, prefetch: Prefetch) -> bool:
         """Host slots for the hit (one host eviction, then what is free, in whole pages,
@@ -226,7 +238,13 @@ class StoragePrefetch:
             self._revoke(prefetch, f"host_capacity: {take} tokens of host room after a host eviction, under "
                                    f"prefetch_threshold {self.threshold}")
             return False
-        prefetch.rows = pool.alloc(take)
+        rows = pool.alloc(take)
+        if prefetch.stagings and not allocate(host, prefetch.stagings, hit // ps):
+            pool.free(rows, trusted=True)
+            self._revoke(prefetch, "host_capacity: no host room for the "
+                         + " and ".join(s.name for s in prefetch.stagings) + " staging after a host eviction")
+            return False
+        prefetch.rows = rows
         prefetch.hit = take
         prefetch.hashes = prefetch.hashes[: take // ps]
         self.cache.metrics.add("storage_hit_tokens", take)
@@ -238,8 +256,8 @@ class StoragePrefetch:
         ps, rows = self.cache.page_size, self.cache.host.kv.buffer.data
         backend = self.tier.backend
         done = 0
-        for start in range(0, len(prefetch.hashes), STORAGE_BATCH_PAGES):
-            batch = prefetch.hashes[start : start + STORAGE_BATCH_PAGES]
+        for start in range(0, len(prefetch.hashes), BATCH_PAGES):
+            batch = prefetch.hashes[start : start + BATCH_PAGES]
             for page in backend.get(batch):
                 if page is None or len(page) != ps * 8:
                     break
@@ -250,6 +268,8 @@ class StoragePrefetch:
                 break
         prefetch.completed = done * ps
         prefetch.read = True
+        if prefetch.stagings and done == len(prefetch.hashes):  # the trailing pools only after all the KV
+            read(self.cache.host, backend, prefetch.stagings, prefetch.hashes)
 
     # ---- ending --------------------------------------------------------------------
     def check_prefetch_progress(self, rid: str) -> bool:
@@ -281,28 +301,46 @@ class StoragePrefetch:
         """Place what was read below the anchor; free every host slot the tree does not keep."""
         tree, host = self.cache.tree, self.cache.host
         done = prefetch.completed
+        if prefetch.stagings:  # all or nothing: every page of the KV and of each pool
+            short = shortfall(prefetch.stagings) if done == len(prefetch.hashes) * self.cache.page_size \
+                else f"KV read {done} of {prefetch.hit} tokens"
+            if short:
+                host.kv.free(prefetch.rows)
+                release(host, prefetch.stagings)
+                cut = "deadline" if prefetch.deadline else "storage_transfer"
+                self._end(prefetch, 0, f"discarded ({cut}), all or nothing: {short}")
+                return
         placed = tree.insert_host(prefetch.anchor, prefetch.key[:done], prefetch.rows[:done])
+        kept = []
         if placed.dropped:
             host.kv.free(prefetch.rows)
+            release(host, prefetch.stagings)
             loaded = 0
         else:
             host.kv.free(prefetch.rows[: placed.prefix_len])
             if prefetch.rows.shape[0] > done:
                 host.kv.free(prefetch.rows[done:])
+            kept = commit(host, prefetch.stagings, prefetch.anchor, placed.node, done)
             loaded = done - placed.prefix_len
         self.cache.metrics.add("prefetched_tokens", loaded)
         what = "dropped: below a node with no host copy" if placed.dropped else f"{loaded} tokens on the host"
+        if kept:
+            what += f", with {' and '.join(kept)}"
         self._end(prefetch, loaded, f"done: {done} read, {what}")
 
     def _revoke(self, prefetch: Prefetch, reason: str) -> None:
         if prefetch.rows is not None:
             self.cache.host.kv.free(prefetch.rows)
+        release(self.cache.host, prefetch.stagings)
         self._end(prefetch, 0, f"revoked, {reason}")
 
     def _end(self, prefetch: Prefetch, loaded: int, detail: str) -> None:
         """Release the anchor's host lock, on the anchor and the parts split off above it
         since (v0.5.23 releases up to the lock's boundary, which a split moves up)."""
-        self.cache.tree.release_marked_host_lock(prefetch.anchor, PREFETCH_MARK, prefetch.rid)
+        tree = self.cache.tree
+        if prefetch.receipts is not None and tree.nodes.get(prefetch.anchor.id) is prefetch.anchor:
+            tree.unlock_aux_host(prefetch.anchor, prefetch.receipts)
+        tree.release_marked_host_lock(prefetch.anchor, PREFETCH_MARK, prefetch.rid)
         del self.ongoing[prefetch.rid]
         self.occupied -= len(prefetch.key)
         self.loaded[prefetch.rid] = loaded
@@ -316,9 +354,12 @@ class StoragePrefetch:
         return tuple((p.rid, p.anchor.id, len(p.key), _stage(p)) for p in self.ongoing.values())
 
     # ---- what the invariants read ----------------------------------------------------
-    def rows_held(self) -> int:
-        """Host slots taken for hits the tree does not hold yet."""
-        return sum(int(p.rows.shape[0]) for p in self.ongoing.values() if p.rows is not None)
+    def rows_held(self, name: str = "full") -> int:
+        """Host slots of ``name``'s pool taken for hits the tree does not hold yet."""
+        if name == "full":
+            return sum(int(p.rows.shape[0]) for p in self.ongoing.values() if p.rows is not None)
+        return sum(int(s.slots.shape[0]) for p in self.ongoing.values() for s in p.stagings
+                   if s.name == name and s.slots is not None)
 
 
     def check(self) -> list[str]:

@@ -1,9 +1,11 @@
 """The controller's storage tier (SGLang's HiCache L3): after a host backup's ack,
 each node the ack published is written to a storage backend, page by page, keyed by
-the node's page hashes (page_hash.py), as v0.5.23's ``write_backup_storage`` does.
+the node's page hashes (page_hash.py), as v0.5.23's ``write_backup_storage`` does; a
+node's host SWA and Mamba state go too, under its last hashes (storage_staging.py).
 
 A store holds a *host lock* on its node until the store's own ack (v0.5.23's
-``ongoing_backup``), so host eviction cannot take pages being written. With
+``ongoing_backup``), so host eviction cannot take pages being written: Full's on the
+node, SWA's one window up from it, Mamba's on its state. With
 ``transfers = "immediate"`` a store is written and acknowledged within the op that
 queued it (write-through: at the backup's ack; write-back: at the end of the eviction
 that backed the node up). With ``"held"`` it stays in flight until the next
@@ -27,8 +29,9 @@ import torch
 
 from .errors import CacheError
 from .events import Cause, EventKind
-from .storage import Rule, StorageInjector, make_backend
+from .storage import BATCH_PAGES, Rule, StorageInjector, make_backend
 from .storage_prefetch import StoragePrefetch
+from .storage_staging import backup_parts, write_parts
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
@@ -36,8 +39,8 @@ if TYPE_CHECKING:
     from .storage import StorageBackend
     from .tree_node import TreeNode
 
-STORAGE_BATCH_PAGES = 128  # v0.5.23's STORAGE_BATCH_SIZE: a failed batch ends the store
 STORE_MARK = "store"  # metadata key on Full's data: the ack ids of the stores in flight on the node
+PUBLISH_MARK = "publish"  # metadata key on Full's data: the held backups that copied the node's SWA (not its KV)
 
 
 def make_storage_backend(config: StorageConfig) -> tuple[StorageBackend, Optional[tempfile.TemporaryDirectory]]:
@@ -65,6 +68,8 @@ class Store(NamedTuple):
     keys: tuple[str, ...]  # the node's page hashes when the store was queued
     host_slots: torch.Tensor  # its host rows then (the host lock keeps them)
     cause: str  # why it was queued, in words ("after backup #3's ack")
+    parts: tuple = ()  # its SWA and Mamba pages: (component, storage keys, host slots) each
+    receipts: dict = {}  # the auxiliary host locks it took (tree_core_host.lock_aux_host)
 
 
 class StorageTier:
@@ -99,7 +104,9 @@ class StorageTier:
             if tree.nodes.get(node.id) is not node or host is None or not node.page_hashes:
                 continue
             self.acks += 1
-            store = Store(self.acks, node, tuple(node.page_hashes), host, cause)
+            parts = backup_parts(self.cache.host, node)
+            receipts = tree.lock_aux_host(node) if tree.host_components else {}
+            store = Store(self.acks, node, tuple(node.page_hashes), host, cause, parts, receipts)
             tree.hold_host([node], +1)
             full = node.data[0]
             full.metadata[STORE_MARK] = full.metadata.get(STORE_MARK, ()) + (store.ack,)
@@ -129,14 +136,16 @@ class StorageTier:
         return 0 if self.held else self.settle()
 
     def _write(self, store: Store) -> int:
-        """The backend writes, in batches of 128 pages; a batch that fails ends the
-        store (the pages before it stay stored). Returns the tokens written."""
-        ps = self.cache.page_size
-        rows = self.cache.host.kv.buffer.data
+        """The backend writes: the SWA and Mamba pages first, then the KV in batches of
+        128 pages; a KV batch that fails ends the store (the pages before it stay
+        stored). Returns the KV tokens written."""
+        ps, host = self.cache.page_size, self.cache.host
+        if store.parts:
+            write_parts(host, self.backend, store.parts)
         written = 0
-        for start in range(0, len(store.keys), STORAGE_BATCH_PAGES):
-            keys = store.keys[start : start + STORAGE_BATCH_PAGES]
-            pages = [page_bytes(rows, store.host_slots[(start + i) * ps : (start + i + 1) * ps])
+        for start in range(0, len(store.keys), BATCH_PAGES):
+            keys = store.keys[start : start + BATCH_PAGES]
+            pages = [host.kv.page_bytes(store.host_slots[(start + i) * ps : (start + i + 1) * ps])
                      for i in range(len(keys))]
             results = self.backend.set(keys, pages)
             stored = sum(1 for ok in results if ok)
@@ -149,8 +158,12 @@ class StorageTier:
 
     def _release(self, store: Store) -> None:
         """Drop the store's mark and host lock from its node and the parts split off
-        above it since (they carry the mark: the locked segment grew with them)."""
-        self.cache.tree.release_marked_host_lock(store.node, STORE_MARK, store.ack)
+        above it since (they carry the mark: the locked segment grew with them), and
+        the auxiliary locks it took."""
+        tree = self.cache.tree
+        if store.receipts and tree.nodes.get(store.node.id) is store.node:
+            tree.unlock_aux_host(store.node, store.receipts)
+        tree.release_marked_host_lock(store.node, STORE_MARK, store.ack)
 
     # ---- views -------------------------------------------------------------------
     def stored_keys(self) -> list[str]:
@@ -163,7 +176,3 @@ class StorageTier:
                 events.emit(EventKind.TRANSFER, "full", store.node.id, Cause.REQUEST, tokens,
                             f"store {stage} (host -> storage): {detail}")
 
-
-def page_bytes(rows: torch.Tensor, slots: torch.Tensor) -> bytes:
-    """One page as stored: its host rows (KV fingerprints), little-endian int64."""
-    return rows[slots].to(torch.int64).numpy().astype("<i8").tobytes()

@@ -425,11 +425,19 @@ class TreeHostTier:
             if self._touched is not None:
                 self._touched.add(node.id)
 
-    def release_marked_host_lock(self, node: TreeNode, mark: str, ident) -> None:
-        """Release the Full host lock a store or a prefetch (``ident``, filed under the
-        metadata key ``mark``) took on ``node``: on it and on the parts split off above it
-        since, which carry the mark as they carry the lock (v0.5.23 releases up to the
-        lock's boundary, which a split moves up)."""
+    def add_mark(self, nodes, mark: str, ident) -> None:
+        """File ``ident`` under the metadata key ``mark`` on each node's Full data (a
+        split passes it to the upper part: full_host.py)."""
+        for node in nodes:
+            full = node.data[0]
+            full.metadata[mark] = full.metadata.get(mark, ()) + (ident,)
+            if self._touched is not None:
+                self._touched.add(node.id)
+
+    def take_mark(self, node: TreeNode, mark: str, ident) -> list[TreeNode]:
+        """Remove ``ident`` from ``node`` and the parts split off above it since (they
+        carry it too); returns those nodes, ``node`` first."""
+        taken = []
         while node is not self.root and self.nodes.get(node.id) is node:
             full = node.data[0]
             marks = full.metadata.get(mark, ())
@@ -440,8 +448,18 @@ class TreeHostTier:
                 full.metadata[mark] = rest
             else:
                 del full.metadata[mark]
-            self.hold_host([node], -1)
+            if self._touched is not None:
+                self._touched.add(node.id)
+            taken.append(node)
             node = node.parent
+        return taken
+
+    def release_marked_host_lock(self, node: TreeNode, mark: str, ident) -> None:
+        """Release the Full host lock a store or a prefetch (``ident``, filed under the
+        metadata key ``mark``) took on ``node``: on it and on the parts split off above it
+        since, which carry the mark as they carry the lock (v0.5.23 releases up to the
+        lock's boundary, which a split moves up)."""
+        self.hold_host(self.take_mark(node, mark, ident), -1)
 
     def lock_aux_host(self, anchor: TreeNode) -> dict:
         """Host-lock every auxiliary component's copies a load from ``anchor`` reads

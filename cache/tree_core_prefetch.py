@@ -66,6 +66,21 @@ class TreePrefetch:
         tail = self._add_host_only_leaf(node, data[done * TOKEN_BYTES :], key.namespace, host_rows[done:])
         return HostInsert(prefix, tail, False, tuple(refilled))
 
+    def attach_fetched_host(self, node: TreeNode, component, slots: torch.Tensor) -> None:
+        """An auxiliary component's staged slots, fetched from storage, become ``node``'s
+        host copy (a prefetch's commit: SWA's window, Mamba's state)."""
+        node.data[component.index].host_value = slots
+        n = component.value_len(node)
+        self.host_units[component.name] += n
+        self.refresh_host_lru(node, component)
+        self.update_host_leaf_state(node)
+        if node.parent is not None:
+            self.update_host_leaf_state(node.parent)
+        if self._touched is not None:
+            self._touched.add(node.id)
+        if self.events.enabled:
+            self.events.emit(EventKind.SET, component.name, node.id, Cause.REQUEST, n, "host copy fetched from storage")
+
     def _refill(self, node: TreeNode, rows: torch.Tensor) -> None:
         """A device node without a host copy takes the fetched slots as one."""
         self.set_host_value(node, self.components[0], rows)

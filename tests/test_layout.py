@@ -138,12 +138,17 @@ def test_the_cache_core_stays_within_its_line_budget():
     drop: a leaf whose backup failed stays on the device while a node below is locked or in a
     transfer (v0.5.23's drop_subtree_no_host), and the walk passes it by. The release of a
     store's or a prefetch's host lock across a split, written once in the host tree core
-    (core -25, host +13)."""
+    (core -25, host +13). Then SWA and Mamba in the storage tier (core +181: the trailing
+    pools' query, staging, reads and all-or-nothing check in storage_staging.py, their
+    place in the prefetch's stages and the stores, the backends' exists_each, the host
+    pools' storage pages; host +107: the components' storage hooks, SWA's window commit,
+    the fetched host copies' bookkeeping, a held backup's SWA nodes stored after its ack,
+    the staging in the pool-balance invariants)."""
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 7488, core
-    assert 200 < sum(code_lines(p) for p in host) <= 1295  # + issue 26: load-back for a request (load_back_at); + 34: the prefetch pump, its invariants; + 18: KV events; + 11: write-through's backup chain invariant (sglang#31902), the prefetch check in the per-step probe
+    assert 3000 < core <= 7669, core
+    assert 200 < sum(code_lines(p) for p in host) <= 1402  # + issue 26: load-back for a request (load_back_at); + 34: the prefetch pump, its invariants; + 18: KV events; + 11: write-through's backup chain invariant (sglang#31902), the prefetch check in the per-step probe
 
 
 def _op_name_strings(path: Path, names: set[str]) -> set[str]:

@@ -12,7 +12,7 @@ from cache.controller import UnifiedRadixCache
 from cache.invariants import check_invariants
 from cache.page_hash import chain
 from cache.params import EvictParams, InsertParams
-from cache.storage_tier import STORAGE_BATCH_PAGES
+from cache.storage import BATCH_PAGES as STORAGE_BATCH_PAGES
 
 STORAGE = {"backend": "memory"}
 
@@ -197,10 +197,10 @@ def test_storage_config_errors(storage, message):
     assert message in str(error.value)
 
 
-def test_storage_needs_full_only():
+def test_storage_refuses_a_sidecar():
     with pytest.raises(ValueError) as error:
-        CacheConfig.of(components=["full", "swa"], kv_size=16, sliding_window=4, hicache={"storage": STORAGE})
-    assert "supports only components = [\"full\"] so far: storing swa is not supported yet" in str(error.value)
+        CacheConfig.of(components=["full", "sidecar"], kv_size=16, hicache={"storage": STORAGE})
+    assert "stores full, swa, mamba so far: storing sidecar is not supported yet" in str(error.value)
 
 
 def test_the_config_line_names_the_storage_tier():

@@ -14,6 +14,8 @@ Hooks (the host tier and the tree core call them on every component with a host 
             prepare_load_back / finalize_load_back around a request's load (v0.5.23's)
   locks     lock_host_copies / unlock_host_copies (what a load reads stays on the host)
   checks    check_host_copies, probe_host_copies (what the host copies hold)
+  storage   storage_pool, storage_backup, prefetch_trailing_pages, commit_prefetch (the
+            storage tier's pages of the component: a trailing window of the chain)
 A split of a node with a host copy is the component's own ``redistribute_on_split``.
 """
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 class HostPart:
     keeps_host_copy = True  # the host tier backs this component up beside Full KV
     host_paged = False  # its host pool is page-granular (KV tokens); else one slot per unit
+    storage_pool = None  # its name in storage keys (SGLang's PoolName: "<hash>.<pool>"); None: never stored
 
     @staticmethod
     def default_host_size(config: CacheConfig) -> int:
@@ -61,3 +64,19 @@ class HostPart:
     def probe_host_copies(self, pool, nodes: list[TreeNode]) -> bool:
         """The per-step twin of ``check_host_copies`` over the touched nodes."""
         return not self.check_host_copies(pool, nodes)
+
+    # ---- the storage tier (storage_tier.py, storage_staging.py) -----------------------
+    def storage_backup(self, node: TreeNode):
+        """(page hashes, host slots) a store of ``node`` writes of this component
+        (v0.5.23's BACKUP_STORAGE transfer, hit policy TRAILING_PAGES); None: nothing."""
+        return None
+
+    def prefetch_trailing_pages(self, anchor: TreeNode, span_pages: int) -> int:
+        """How many trailing pages of a prefetch's hit must hold this component's data
+        (v0.5.23's ``prepare_prefetch``); 0: the prefetch stages none of it."""
+        return 0
+
+    def commit_prefetch(self, anchor: TreeNode, target: TreeNode, total_len: int, slots):
+        """Attach staged slots fetched for a prefetch that placed ``total_len`` tokens below
+        ``anchor``, ending at ``target``; returns the slots not kept (to be freed)."""
+        return [slots]

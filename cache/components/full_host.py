@@ -21,7 +21,8 @@ class FullHostMixin:
             upper.host_value, lower.host_value = host[:cut], host[cut:]
         if "transfer" in lower.metadata:
             upper.metadata["transfer"] = lower.metadata["transfer"]
-        for mark in ("store", "prefetching"):  # a store's or a prefetch's host lock segment grows with the split
+        for mark in ("store", "prefetching", "publish"):  # a store's or a prefetch's host lock segment grows with
+            # the split; a held backup's list of nodes to store gains the upper part
             if mark in lower.metadata:
                 upper.metadata[mark] = lower.metadata[mark]
 

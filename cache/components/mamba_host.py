@@ -1,6 +1,8 @@
 """Mamba's part in the host tier (HiCache): a node's state gets a host copy beside its
 device one, in a host state pool; a match may end on a state that is on the host
-only, and load-back brings just that state (the best node's) back."""
+only, and load-back brings just that state (the best node's) back. In the storage tier
+a node's host state is stored under its last page hash; a prefetch fetches the state
+at the end of its hit and gives it to the node the fetched pages end at."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
 
 class MambaHostMixin(HostPart):
     index: int
+    storage_pool = "mamba"
 
     @staticmethod
     def default_host_size(config: CacheConfig) -> int:
@@ -106,3 +109,17 @@ class MambaHostMixin(HostPart):
         cd = anchor.data[self.index]
         cd.host_lock_ref -= 1
         self.tree.refresh_host_lru(anchor, self)
+
+    # ---- the storage tier ------------------------------------------------------------
+    def storage_backup(self, node: TreeNode):
+        host = node.data[self.index].host_value
+        return ([node.page_hashes[-1]], host) if host is not None and node.page_hashes else None
+
+    def prefetch_trailing_pages(self, anchor: TreeNode, span_pages: int) -> int:
+        return 1  # the state at the hit's end
+
+    def commit_prefetch(self, anchor: TreeNode, target: TreeNode, total_len: int, slots):
+        if target is None or target.data[self.index].host_value is not None:
+            return [slots]
+        self.tree.attach_fetched_host(target, self, slots)
+        return []

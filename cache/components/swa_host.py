@@ -2,7 +2,9 @@
 copy in a host SWA pool. Host-only SWA counts for a match like live SWA (a load-back
 restores it first); a backup copies the live SWA within one window of the node that
 has no host copy yet, a load-back the host-only SWA within one window of the best
-match; a load host-locks one window, like a device window lock."""
+match; a load host-locks one window, like a device window lock. In the storage tier a node's
+host SWA is stored page by page under the node's last page hashes, and a prefetch
+stages one window of it, placed on the fetched path's tail (all or nothing)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ class SWAHostMixin(HostPart):
     index: int
     window: int
     host_paged = True  # SWA tokens, page-granular like the device SWA pool
+    storage_pool = "swa"
 
     @staticmethod
     def default_host_size(config: CacheConfig) -> int:
@@ -171,3 +174,49 @@ class SWAHostMixin(HostPart):
             if boundary is not None and cd.metadata.get("host_uuid") == boundary:
                 return
             node = node.parent
+
+    # ---- the storage tier ------------------------------------------------------------
+    @property
+    def window_pages(self) -> int:
+        return -(-self.window // self.page_size)
+
+    def storage_backup(self, node: TreeNode):
+        """Its host SWA's whole pages, keyed by the node's last page hashes."""
+        host = node.data[self.index].host_value
+        if host is None or not node.page_hashes:
+            return None
+        pages = int(host.shape[0]) // self.page_size
+        return (node.page_hashes[-pages:], host[-pages * self.page_size :]) if pages else None
+
+    def prefetch_trailing_pages(self, anchor: TreeNode, span_pages: int) -> int:
+        """One window; a shorter span only at the root (there it is the whole sequence's
+        SWA). Mid-tree a short span's window would start in the device prefix: none."""
+        if span_pages >= self.window_pages:
+            return self.window_pages
+        return span_pages if span_pages and anchor is self.tree.root else 0
+
+    def commit_prefetch(self, anchor: TreeNode, target: TreeNode, total_len: int, slots):
+        """The staged window covers the last tokens placed: walk up from ``target``,
+        giving each node without host SWA its part (the node split where the window
+        starts inside it); a part over a node that has host SWA is not kept. Mid-tree, a
+        window cut short by the hit is missing its head: none of it is kept."""
+        tree, ps = self.tree, self.page_size
+        pages = int(slots.shape[0]) // ps
+        if target is None or not pages or (anchor is not tree.root and pages < self.window_pages):
+            return [slots]
+        start = total_len - pages * ps  # where the window begins, in tokens below the anchor
+        pos, node, unused = total_len, target, []
+        while node is not anchor and pos > start:
+            node_start = pos - node.length
+            fill = max(node_start, start)
+            part = slots[fill - start : pos - start]
+            if node.data[self.index].host_value is None and pos > fill:
+                if fill > node_start:
+                    tree._split_node(node, fill - node_start)
+                tree.attach_fetched_host(node, self, part)
+            else:
+                unused.append(part)
+            pos, node = node_start, node.parent
+        if pos > start:
+            unused.append(slots[: pos - start])
+        return unused

@@ -9,6 +9,8 @@ only stores and copies: which node is backed up, and when, is the tree's decisio
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from .allocator import PagedAllocator
@@ -66,6 +68,19 @@ class HostKVPool:
     def free(self, host: torch.Tensor) -> int:
         return self.allocator.free(host, trusted=True)  # only ever slots this pool handed out
 
+    # ---- storage pages (the storage tier writes and reads these bytes) ------------------
+    def page_bytes(self, slots: torch.Tensor) -> bytes:
+        """One storage page: the rows of ``slots`` (KV fingerprints), little-endian int64."""
+        return self.buffer.data[slots].to(torch.int64).numpy().astype("<i8").tobytes()
+
+    def write_page(self, slots: torch.Tensor, page: Optional[bytes]) -> bool:
+        """Fill ``slots`` from a stored page; False (nothing written) for a missing or
+        wrong-sized page."""
+        if page is None or len(page) != int(slots.shape[0]) * 8:
+            return False
+        self.buffer.data[slots] = torch.frombuffer(bytearray(page), dtype=torch.int64)
+        return True
+
 
 class HostMambaPool(MambaStatePool):
     """Mamba states in host memory, one slot each, copied whole to and from the device pool."""
@@ -86,6 +101,23 @@ class HostMambaPool(MambaStatePool):
 
     def load(self, device: MambaStatePool, host: torch.Tensor, slot: torch.Tensor) -> None:
         self._copy(self, host, device, slot)
+
+    # ---- storage pages: one state a page (conv, ssm, then its fingerprint) -------------
+    def page_bytes(self, slot: torch.Tensor) -> bytes:
+        s = int(slot.reshape(-1)[0])
+        return (self.conv[s].contiguous().numpy().astype("<f4").tobytes()
+                + self.ssm[s].contiguous().numpy().astype("<f4").tobytes()
+                + self.fingerprint[s : s + 1].numpy().astype("<i8").tobytes())
+
+    def write_page(self, slot: torch.Tensor, page: Optional[bytes]) -> bool:
+        conv, ssm = self.conv[0].numel() * 4, self.ssm[0].numel() * 4
+        if page is None or slot.numel() != 1 or len(page) != conv + ssm + 8:
+            return False
+        s = int(slot.reshape(-1)[0])
+        self.conv[s] = torch.frombuffer(bytearray(page[:conv]), dtype=torch.float32).reshape(self.conv[s].shape)
+        self.ssm[s] = torch.frombuffer(bytearray(page[conv : conv + ssm]), dtype=torch.float32).reshape(self.ssm[s].shape)
+        self.fingerprint[s] = int.from_bytes(page[conv + ssm :], "little", signed=True)
+        return True
 
     @staticmethod
     def _copy(src: MambaStatePool, src_slot: torch.Tensor, dst: MambaStatePool, dst_slot: torch.Tensor) -> None:

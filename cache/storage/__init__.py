@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .backend import MemoryBackend, StorageBackend
+from .backend import BATCH_PAGES, MemoryBackend, StorageBackend
 from .budget import DEFAULT_EVICTION_RATIO, LruBudget
 from .file import FileBackend
 from .injector import Fired, Rule, StorageInjector, transfer_delay

@@ -16,6 +16,8 @@ from typing import Optional, Protocol
 
 from .budget import DEFAULT_EVICTION_RATIO, LruBudget
 
+BATCH_PAGES = 128  # v0.5.23's STORAGE_BATCH_SIZE: stores and reads go this many pages a call
+
 
 class StorageBackend(Protocol):
     """Pages by key. Every call answers per key and never raises for a missing page."""
@@ -24,6 +26,9 @@ class StorageBackend(Protocol):
 
     def exists_prefix(self, keys: Sequence[str]) -> int:
         """How many of ``keys``, from the first, are stored (SGLang's ``batch_exists``)."""
+
+    def exists_each(self, keys: Sequence[str]) -> list[bool]:
+        """Whether each key is stored (a trailing-window pool's query: SWA, Mamba)."""
 
     def get(self, keys: Sequence[str]) -> list[Optional[bytes]]:
         """Each key's page, or None where it is missing (a read hit refreshes recency)."""
@@ -58,6 +63,9 @@ class MemoryBackend:
             if key not in self._pages:
                 return count
         return len(keys)
+
+    def exists_each(self, keys: Sequence[str]) -> list[bool]:
+        return [key in self._pages for key in keys]
 
     def get(self, keys: Sequence[str]) -> list[Optional[bytes]]:
         out = []

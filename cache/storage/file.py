@@ -169,6 +169,11 @@ class FileBackend:
                 return count
         return len(keys)
 
+    def exists_each(self, keys: Sequence[str]) -> list[bool]:
+        for key in keys:
+            check_key(key)
+        return [os.path.isfile(self._file(key)) for key in keys]
+
     def get(self, keys: Sequence[str]) -> list[Optional[bytes]]:
         out = []
         for key in keys:

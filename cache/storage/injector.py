@@ -179,6 +179,9 @@ class StorageInjector:
         stop = min(failed, default=len(keys))
         return self.inner.exists_prefix(list(keys)[:stop])
 
+    def exists_each(self, keys: Sequence[str]) -> list[bool]:
+        return self.inner.exists_each(keys)  # the rules script the KV chain's calls
+
     def get(self, keys: Sequence[str]) -> list[Optional[bytes]]:
         keys = list(keys)
         failed, _ = self._fire("fail", "get", keys)

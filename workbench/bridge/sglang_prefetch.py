@@ -115,6 +115,13 @@ class PrefetchSide:
                 cc._reduce_prefetch_ack(ack)
                 cc.ack_prefetch_queue.put(ack)
         cache.check_hicache_events()
+        # The slots a completion gives back wait in SGLang's release queues for the next
+        # poll, which a scheduler runs before its next allocation; ours frees them at the
+        # completion. Drain just those queues, so the pools compare at once.
+        cache._drain_storage_control_queues_impl(
+            n_storage_hit=0, n_ack_prefetch=0, n_backup=0, n_release=None,
+            extra_release_counts={name: None for name in getattr(cc, "extra_host_mem_release_queues", {})},
+            log_metrics=False)
 
     def flushed(self) -> None:
         self.flushes += 1

@@ -388,6 +388,8 @@ STORAGE_CONFIGS = (  # a storage tier below the host tier, prefetch ops drawn: w
     FuzzConfig(("full",), 1, hicache="write_back"),
     # prefetches that live across steps (their hit query delayed), where the admission poll can find one unfinished
     FuzzConfig(("full",), 4, hicache="write_through", delayed=True), FuzzConfig(("full",), 1, hicache="write_back", delayed=True),
+    # SWA and Mamba stored too: trailing windows and states, all-or-nothing prefetch staging
+    FuzzConfig(("full", "swa", "mamba"), 1, 4, mamba_size=12, hicache="write_through"),
 )
 
 
