@@ -65,7 +65,7 @@ OPTIONS: tuple[ConfigOption, ...] = (
     _opt("hicache.storage", None, "none", "`--hicache-storage-backend`", "the storage tier (L3) below the host: "
          "a table of the `hicache.storage.*` fields below; each backed-up node's pages are written there after the "
          "backup's ack, by page hash (SWA's host window and Mamba's state under a node's last hashes), and a "
-         "`prefetch` reads them back into host slots, SWA and Mamba all or nothing (a sidecar is not stored yet)"),
+         "`prefetch` reads them back into host slots, SWA and Mamba all or nothing (other components are not stored yet)"),
     _opt("hicache.storage.backend", "memory", '`"memory"`', "`--hicache-storage-backend`",
          "where pages go: `memory` (a dict) or `file` (one crash-safe file per page, as SGLang's `file` backend)"),
     _opt("hicache.storage.path", None, "a private temporary directory", "`--file-storage-path`",

@@ -123,7 +123,7 @@ class StorageConfig:
     ``prefetch_timeout_per_page``: the timeout policy's wait, in flushes (SGLang's
     seconds). ``inject``: scripted backend failures and delays (storage/injector.py),
     a list of rule tables such as ``{ call = "get", outcome = "fail", nth_page = 3 }``.
-    Full KV, SWA and Mamba (their trailing pages, all or nothing); a sidecar's entries
+    Full KV, SWA and Mamba (their trailing pages, all or nothing); other components' data
     and EAGLE keys are not stored yet."""
 
     backend: str = "memory"
