@@ -209,8 +209,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             if short > reclaimable:
                 raise PoolExhaustedError(
                     f"{name} pool exhausted: {short} more slot(s) needed, {self.available_size(name)} free"
-                    + (f", {reclaimable} evictable" if evict else " (auto_evict is off)")
-                )
+                    + (f", {reclaimable} evictable" if evict else " (auto_evict is off)"), pool=name)
 
     # SGLang's names for two components' own pool calls, kept as the cache API
     def alloc_mamba_state(self, tokens: list[int]) -> torch.Tensor:

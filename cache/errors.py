@@ -31,7 +31,12 @@ class PoolError(CacheError):
 
 
 class PoolExhaustedError(PoolError):
-    """An allocation larger than what is free (after eviction, if any)."""
+    """An allocation larger than what is free (after eviction, if any); ``pool`` names
+    the component whose pool it was, where known."""
+
+    def __init__(self, message: str = "", pool: str | None = None) -> None:
+        super().__init__(message)
+        self.pool = pool
 
 
 class DoubleFreeError(PoolError):

@@ -168,12 +168,12 @@ def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vi
         if len(copies) > 1 and torch.unique(torch.cat(copies)).shape[0] != total:
             out.append(Violation("host.shared_slots", f"two {name} host copies share a host slot"))
         out.extend(Violation(*v) for v in component.check_host_copies(pool, cols.nodes))  # what they hold
-        expected = {n.id for n in cols.nodes if n.data[i].value is None and n.data[i].host_value is not None
-                    and n.data[i].host_lock_ref == 0}
-        actual = {n.id for n in tree.host_lru[name]}
-        if expected != actual:
-            out.append(Violation("host.lru", f"{name} host LRU: extra {sorted(actual - expected)[:5]}, "
-                                 f"missing {sorted(expected - actual)[:5]}"))
+        host_only = {n.id for n in cols.nodes if n.data[i].value is None and n.data[i].host_value is not None}
+        unlocked = {n.id for n in cols.nodes if n.id in host_only and n.data[i].host_lock_ref == 0}
+        actual = {n.id for n in tree.host_lru[name]}  # a locked host-only node may stay listed (v0.5.23)
+        if not unlocked <= actual <= host_only:
+            out.append(Violation("host.lru", f"{name} host LRU: extra {sorted(actual - host_only)[:5]}, "
+                                 f"missing {sorted(unlocked - actual)[:5]}"))
 
 
 def _backups(cache: UnifiedRadixCache) -> dict[str, list]:
@@ -235,6 +235,7 @@ def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
             if cd.host_value is not None and cd.host_value.shape[0] != component.value_len(node):
                 return False
             listed = node in tree.host_lru[component.name]
-            if listed != (cd.value is None and cd.host_value is not None and cd.host_lock_ref == 0):
+            host_only = cd.value is None and cd.host_value is not None
+            if (listed and not host_only) or (host_only and cd.host_lock_ref == 0 and not listed):
                 return False
     return True

@@ -393,9 +393,10 @@ class StoragePrefetch:
 
 
 def _stage(prefetch: Prefetch) -> str:
-    if prefetch.hit is None:
-        return "querying"
-    return "reading" if not prefetch.read else "read"
+    stage = "querying" if prefetch.hit is None else "reading" if not prefetch.read else "read"
+    if prefetch.stagings:  # the trailing pools it stages, all or nothing (storage_staging.py)
+        stage += ", with " + " and ".join(s.name for s in prefetch.stagings)
+    return stage
 
 
 class StorageCalls:

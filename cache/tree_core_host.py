@@ -93,20 +93,46 @@ class TreeHostTier:
         else:
             self.host_leaves.discard(node)
 
-    def refresh_host_lru(self, node: TreeNode, component) -> None:
-        """An auxiliary component's host LRU holds its host-only data that is not
-        host-locked; a node joins at the MRU end, a member keeps its place."""
+    def refresh_host_lru(self, node: TreeNode, component, even_locked: bool = False) -> None:
+        """An auxiliary component's host LRU holds host-only data, as v0.5.23's: a node
+        leaves it when its data is no longer host-only or when a host lock is taken on
+        it (``host_lock``); it joins at the MRU end when it becomes host-only unlocked,
+        or (``even_locked``) where v0.5.23 adds it regardless of a lock — a device
+        tombstone over a host copy, a copy fetched from storage. A locked member keeps
+        its place and the eviction walk passes it by; a member keeps its place."""
         lru = self.host_lru.get(component.name)
         if lru is None:
             return
         if self._touched is not None:
             self._touched.add(node.id)
         cd = node.data[component.index]
-        if cd.value is None and cd.host_value is not None and cd.host_lock_ref == 0 and node.id in self.nodes:
-            if node not in lru:
+        if cd.value is None and cd.host_value is not None and node.id in self.nodes:
+            if node not in lru and (cd.host_lock_ref == 0 or even_locked):
                 lru.insert_mru(node)
         elif node in lru:
             lru.remove(node)
+
+    def host_lock(self, node: TreeNode, component, delta: int) -> None:
+        """Take (+1) or release (-1) a host lock on ``node``'s copy of an auxiliary
+        component: the first lock takes the node off the host LRU, the last release
+        puts it back at the MRU end if it is not there (v0.5.23's component locks)."""
+        cd = node.data[component.index]
+        lru = self.host_lru.get(component.name)
+        if delta > 0 and cd.host_lock_ref == 0 and lru is not None and node in lru:
+            lru.remove(node)
+        cd.host_lock_ref += delta
+        if self._touched is not None:
+            self._touched.add(node.id)
+        if delta < 0 and cd.host_lock_ref == 0:
+            self.refresh_host_lru(node, component)
+
+    def host_lru_first(self, component) -> Optional[TreeNode]:
+        """The least recently used member of a host LRU that no host lock holds."""
+        lru = self.host_lru[component.name]
+        node = lru.lru_first(skip_locked=False)
+        while node is not None and node.data[component.index].host_lock_ref:
+            node = lru.prev_of(node, skip_locked=False)
+        return node
 
     # ---- the host-aware tree steps ---------------------------------------------------
     def _add_host_slots(self, node: TreeNode) -> None:
@@ -123,7 +149,7 @@ class TreeHostTier:
     def _detach_to_host(self, node: TreeNode, component) -> None:
         type(self)._detach(self, node, component)
         if component.index:
-            self.refresh_host_lru(node, component)
+            self.refresh_host_lru(node, component, even_locked=True)
 
     def _remove_with_host_copies(self, node: TreeNode, cause: Cause, detail: str = "") -> None:
         """A node leaves the tree: whatever host copies it still has go with it."""
@@ -265,6 +291,8 @@ class TreeHostTier:
                     self.events.emit(EventKind.CASCADE, component.name, node.id, Cause.CASCADE, n, f"from full; {kept}")
         for component in present:
             self._detach(node, component)
+        for component in self.host_components:  # v0.5.23 lists every host-only copy, locked or not
+            self.refresh_host_lru(node, component, even_locked=True)
         if self.kv_events.enabled:
             self.kv_events.remove(node)
         self.leaves.discard(node)
@@ -308,8 +336,7 @@ class TreeHostTier:
 
     def _evict_aux_host(self, num: int, component) -> int:
         freed = 0
-        lru = self.host_lru[component.name]
-        while freed < num and (node := lru.lru_first(skip_locked=False)) is not None:
+        while freed < num and (node := self.host_lru_first(component)) is not None:
             freed += component.value_len(node)
             if self.is_host_leaf(node):
                 self.evict_host_leaf(node, f"{component.name} host eviction, need {num}")

@@ -72,7 +72,7 @@ class TreePrefetch:
         node.data[component.index].host_value = slots
         n = component.value_len(node)
         self.host_units[component.name] += n
-        self.refresh_host_lru(node, component)
+        self.refresh_host_lru(node, component, even_locked=True)  # v0.5.23 lists it even under a lock
         self.update_host_leaf_state(node)
         if node.parent is not None:
             self.update_host_leaf_state(node.parent)

@@ -104,3 +104,41 @@ def test_random_hybrid_sequences_with_prefetches_agree_with_sglang(components, p
     header = {"schema": 1, "scenario": {"name": "hybrid-prefetch-random"}, "config": config.scenario_config()}
     report = run_against(scenario_from_records(header, run.steps))
     assert report.agrees, report.divergence.as_dict()
+
+
+def test_a_scripted_delay_holds_both_sides_the_same_flushes():
+    """sglang-9927's scenario: the hit query delayed two flushes (an injected delay, asked
+    by both sides of the same rules), a wait_complete poll in between."""
+    report = run_against(load_scenario(ROOT / "scenarios" / "bugs" / "sglang-9927-prefetch-poll-drops-unfinished.toml"))
+    assert report.agrees and not report.skipped, report.divergence.as_dict() if report.divergence else report.skipped
+    assert report.states_compared == report.run == 8
+
+
+def test_a_failure_rule_is_still_skipped_saying_why():
+    scenario = _tour_with(inject=[{"call": "get", "outcome": "fail", "nth_page": 1}])
+    report = run_against(scenario)
+    assert report.skipped and "only delay rules are bridged" in report.skipped
+
+
+DELAYED = [(write, stop, transfers) for write, stop, transfers in (
+    ("write_through", "wait_complete", "held"), ("write_back", "timeout", "held"),
+    ("write_through_selective", "best_effort", "immediate"))]
+
+
+@pytest.mark.parametrize("write, stop, transfers", DELAYED, ids=["-".join(d) for d in DELAYED])
+def test_random_delayed_prefetches_agree_with_sglang(write, stop, transfers):
+    """The fuzzer's delayed storage configs (each hit query held two flushes), so
+    admission polls find prefetches unfinished."""
+    from workbench.model.fuzzing.config import FuzzConfig
+    from workbench.model.fuzzing.fuzz import LockstepRun, OpGenerator
+
+    config = FuzzConfig(("full",), 4, hicache=write, storage=stop, delayed=True)
+    run = LockstepRun(config, checks=False)
+    for raw in itertools.islice(OpGenerator(config, 1), 150):
+        run.step(raw)
+    scenario_config = config.scenario_config()
+    scenario_config["hicache"] = {**scenario_config["hicache"], "transfers": transfers}
+    header = {"schema": 1, "scenario": {"name": "delayed-random"}, "config": scenario_config}
+    report = run_against(scenario_from_records(header, run.steps))
+    assert report.agrees and not report.skipped, report.divergence.as_dict()
+    assert sum(1 for step in run.steps if step["op"] == "prefetch_progress") >= 3

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
-from cache.errors import CacheError, PoolExhaustedError
+from cache.errors import CacheError
 
 
 def make(policy="write_through", kv_size=64, page_size=1, **host) -> UnifiedRadixCache:
@@ -196,12 +196,12 @@ def test_host_eviction_takes_least_recent_host_leaves_and_then_their_host_only_p
 
 
 def test_load_back_refused_when_the_device_cannot_cover_it_changes_no_host_data():
+    """v0.5.23's load_back returns False (nothing loaded) when eviction cannot make room."""
     cache = make(kv_size=16, load_back_threshold=0)
     insert(cache, A)
     cache.evict(EvictParams(num_tokens=16))
     hold = cache.alloc_kv(8)  # a running request holds half the device pool
-    with pytest.raises(PoolExhaustedError):
-        cache.load_back(RadixKey(A))
+    assert cache.load_back(RadixKey(A)).loaded == 0
     assert states(cache) == [(1, 16, None, 16)] and cache.available_size() == 8
     cache.free_kv([hold])  # (held outside any request, the checker would call it a leak)
     assert check_invariants(cache) == []

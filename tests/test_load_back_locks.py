@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants
-from cache.errors import PoolExhaustedError
 
 
 def _insert(cache, tokens):
@@ -84,8 +83,7 @@ def test_failed_load_back_releases_its_lock_on_host_only_nodes():
     cache.evict(EvictParams(num_tokens=8))
     held = cache.new_request(list(range(20, 36)))  # every device slot is a running request's
     host_only = _node(cache, list(range(1, 9)))
-    with pytest.raises(PoolExhaustedError):
-        cache.load_back(RadixKey(list(range(1, 9))))
+    assert cache.load_back(RadixKey(list(range(1, 9)))).loaded == 0  # v0.5.23: False, nothing changed
     assert host_only.data[0].lock_ref == 0 and host_only.data[0].host_lock_ref == 0
     assert cache.protected_size("full") == 0 and not check_invariants(cache)
     cache.release_kv_cache(held, checkpoint=False)

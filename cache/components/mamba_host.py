@@ -100,15 +100,11 @@ class MambaHostMixin(HostPart):
             self.pool.copy(nodes[-1].data[self.index].value, req.mamba_pool_idx)
 
     def lock_host_copies(self, anchor: TreeNode):
-        cd = anchor.data[self.index]
-        cd.host_lock_ref += 1
-        self.tree.refresh_host_lru(anchor, self)
+        self.tree.host_lock(anchor, self, +1)
         return None
 
     def unlock_host_copies(self, anchor: TreeNode, receipt) -> None:
-        cd = anchor.data[self.index]
-        cd.host_lock_ref -= 1
-        self.tree.refresh_host_lru(anchor, self)
+        self.tree.host_lock(anchor, self, -1)
 
     # ---- the storage tier ------------------------------------------------------------
     def storage_backup(self, node: TreeNode):

@@ -82,12 +82,10 @@ class SidecarHostMixin(HostPart):
         return values
 
     def lock_host_copies(self, anchor: TreeNode):
-        anchor.data[self.index].host_lock_ref += 1
-        self.tree.refresh_host_lru(anchor, self)
+        self.tree.host_lock(anchor, self, +1)
 
     def unlock_host_copies(self, anchor: TreeNode, receipt) -> None:
-        anchor.data[self.index].host_lock_ref -= 1
-        self.tree.refresh_host_lru(anchor, self)
+        self.tree.host_lock(anchor, self, -1)
 
     # ---- split ------------------------------------------------------------------------
     def split_host_copies(self, new_parent: TreeNode, child: TreeNode, k: int) -> None:

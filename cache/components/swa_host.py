@@ -154,8 +154,7 @@ class SWAHostMixin(HostPart):
         tree, covered, node = self.tree, 0, anchor
         while node is not tree.root and covered < self.window:
             cd = node.data[self.index]
-            cd.host_lock_ref += 1
-            tree.refresh_host_lru(node, self)
+            tree.host_lock(node, self, +1)
             covered += node.length
             if covered >= self.window:
                 if cd.metadata.get("host_uuid") is None:
@@ -168,8 +167,7 @@ class SWAHostMixin(HostPart):
         tree, node = self.tree, anchor
         while node is not tree.root:
             cd: ComponentData = node.data[self.index]
-            cd.host_lock_ref -= 1
-            tree.refresh_host_lru(node, self)
+            tree.host_lock(node, self, -1)
             tree.update_host_leaf_state(node)
             if boundary is not None and cd.metadata.get("host_uuid") == boundary:
                 return

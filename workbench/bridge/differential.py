@@ -105,10 +105,11 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
         report.skipped = f"SGLang's unified cache has no {missing[0]!r} component"
         return report
     storage = (scenario.config.get("hicache") or {}).get("storage") or {}
-    unbridged = [name for name in ("inject", "budget") if storage.get(name)]
-    if unbridged:  # sglang_storage.server_args_fields says why
-        report.skipped = (f"hicache.storage {unbridged[0]} is not bridged yet (SGLang's failure injector is random; "
-                          "its pages are another size than ours)")
+    unbridged = [name for name in ("inject", "budget") if storage.get(name) and (
+        name == "budget" or any(dict(rule).get("outcome") != "delay" for rule in storage[name]))]
+    if unbridged:  # sglang_storage.server_args_fields says why; delays are bridged (sglang_prefetch.py)
+        report.skipped = (f"hicache.storage {unbridged[0]} is not bridged yet (SGLang's failure injector is random: "
+                          "only delay rules are bridged; its pages are another size than ours)")
         return report
     config = dict(scenario.config)
     if config.pop("faults", None):

@@ -142,9 +142,9 @@ class HostTier:
     def op_evict_host(self, f: dict) -> dict:
         sg = self.side.sg
         out = {"full_host_evicted": int(self.cache.evict_host(f.get("full", 0), sg.ComponentType.FULL))}
-        for name in ("swa", "mamba"):
-            if name in f:
-                out[f"{name}_host_evicted"] = int(self.cache.evict_host(f[name], self.side.types[name]))
+        for name, amount in f.items():  # in the step's order, as ours (ops/host.py)
+            if name != "full":
+                out[f"{name}_host_evicted"] = int(self.cache.evict_host(amount, self.side.types[name]))
         return out
 
     def op_load_back(self, f: dict) -> dict:

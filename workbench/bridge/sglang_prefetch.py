@@ -11,7 +11,11 @@ SGLang's prefetch stages run on three never-started threads; ``run`` runs their 
 bodies in the order one flush of ours moves a prefetch: the hit queries, the poll
 that takes host slots, the reads with their acks, the poll that completes them. The
 ``timeout`` policy's wall clock is replaced by ours, counted in flushes from the first
-admission poll that found the prefetch unfinished.
+admission poll that found the prefetch unfinished. A scenario's scripted delays
+(``hicache.storage.inject`` rules with ``outcome = "delay"``) hold a hit query or a read
+back for as many flushes as they hold ours: the same rules answer the same questions
+(``delay_of``, asked once per stage of a prefetch, by the same page hashes), where SGLang's
+own injector would sleep a random while.
 
 Compared after every state comparison: the prefetches in flight (by request id), the
 tokens they hold against the budget, the host locks their anchors hold, and SGLang's
@@ -23,10 +27,9 @@ from __future__ import annotations
 from array import array
 from typing import Optional
 
-from .canonical import Difference
+from cache.storage_prefetch import OUTCOMES  # SGLang's _prefetch_outcome_stats names, compared one by one
 
-OUTCOMES = ("attempts", "issued", "declined_too_short", "declined_rate_limited", "revoked_insufficient",
-            "revoked_full_miss", "l3_demand_requests", "l3_miss_tokens", "l1l2_miss_tokens")
+from .canonical import Difference
 
 
 class PrefetchSide:
@@ -43,6 +46,12 @@ class PrefetchSide:
         self.flushes = 0
         self.blocked_since: dict = {}  # handle -> flush count at its first unfinished poll
         cache._prefetch_deadline_expired = self._deadline_expired
+        from cache.storage import MemoryBackend, StorageInjector
+
+        delays = [dict(rule) for rule in storage.get("inject", ()) if dict(rule).get("outcome") == "delay"]
+        self.delays = StorageInjector(MemoryBackend(), delays) if delays else None
+        self.waiting: dict = {}  # (operation, stage) -> flushes its delay still holds it
+        self.asked: dict = {}  # (id of operation, stage) whose delay was asked -> the operation (kept: ids stay unique)
 
     # ---- ops -----------------------------------------------------------------------------
     def op_prefetch(self, side, f: dict) -> dict:
@@ -86,29 +95,45 @@ class PrefetchSide:
         return {"storage_hit_length": int(hit)}
 
     # ---- the threads, run synchronously ------------------------------------------------------
-    def run(self) -> None:
+    def run(self, flush: bool = True) -> None:
         """One flush's worth of prefetch work: hit queries, the allocating poll, the
-        reads and their acks, the completing poll."""
+        reads and their acks, the completing poll. ``flush``: a flush's run (a delay
+        counts flushes); else the run after an op with immediate transfers."""
         from sglang.srt.managers.cache_controller import PrefetchAck
 
+        from sglang.srt.mem_cache.utils import get_storage_hash_str
+
         cache, cc = self.cache, self.cache.cache_controller
+        held = []
         while not cc.prefetch_queue.empty():
             op = cc.prefetch_queue.get()
             if op is None:
+                continue
+            if not op.is_terminated() and self._delayed(
+                    op, "exists", lambda: get_storage_hash_str(op.token_ids, op.last_hash, page_size=cc.page_size), flush):
+                held.append(op)
                 continue
             hashes, hit = ([], 0) if op.is_terminated() else cc._storage_hit_query(op)
             hit = cc._sync_prefetch_hit_query(op, hit)
             op.hash_value, op.storage_hit_count = hashes[: hit // cc.page_size], hit
             cc.prefetch_hit_queue.put(op)
+        for op in held:
+            cc.prefetch_queue.put(op)
         cache.check_hicache_events()
+        held = []
         while not cc.prefetch_buffer.empty():
             op = cc.prefetch_buffer.get()
             if op is None:
+                continue
+            if not op.is_terminated() and self._delayed(op, "get", lambda: list(op.hash_value), flush):
+                held.append(op)
                 continue
             try:
                 cc._page_transfer(op)
             finally:
                 cc.prefetch_sync_queue.put(PrefetchAck(rid=op.request_id, completed_req=True, operation=op))
+        for op in held:
+            cc.prefetch_buffer.put(op)
         while not cc.prefetch_sync_queue.empty():
             ack = cc.prefetch_sync_queue.get()
             if ack is not None:
@@ -125,6 +150,28 @@ class PrefetchSide:
 
     def flushed(self) -> None:
         self.flushes += 1
+
+    def _delayed(self, op, stage: str, keys, flush: bool) -> bool:
+        """Whether a scripted delay still holds ``op``'s ``stage`` (ours: StoragePrefetch._delayed;
+        only a flush counts down)."""
+        if self.delays is None:
+            return False
+        token = (id(op), stage)
+        if token in self.waiting:
+            if not flush:
+                return True
+            self.waiting[token] -= 1
+            if self.waiting[token] > 0:
+                return True
+            del self.waiting[token]
+            return False
+        if token not in self.asked:
+            self.asked[token] = op
+            wait = self.delays.delay_of(stage, keys())
+            if wait:
+                self.waiting[token] = wait
+                return True
+        return False
 
     def _deadline_expired(self, operation) -> bool:
         """Ours: flushes since the first unfinished poll past base + pages × per page

@@ -45,12 +45,13 @@ def server_args_fields(config: dict) -> dict:
     storage = (config.get("hicache") or {}).get("storage")
     if not storage:
         return {}
-    unbridged = [name for name in ("budget", "inject") if storage.get(name)]
+    unbridged = [name for name in ("budget", "inject") if storage.get(name) and (
+        name == "budget" or any(dict(rule).get("outcome") != "delay" for rule in storage[name]))]
     if unbridged:
         from .sglang_env import BridgeError
 
         raise BridgeError(f"hicache.storage {unbridged[0]} is not bridged yet (SGLang's pages are another size; "
-                          "its failure injector is random)")
+                          "its failure injector is random: only delay rules are bridged)")
     extra = {"prefetch_threshold": storage.get("prefetch_threshold", 256)}
     return dict(hicache_storage_backend="file", hicache_storage_prefetch_policy=storage.get("prefetch_policy", "best_effort"),
                 hicache_storage_backend_extra_config=json.dumps(extra))
@@ -154,7 +155,7 @@ class StorageSide:
         self.cache.check_hicache_events()
         self.pump()
         self.cache.check_hicache_events()
-        self.prefetch.run()  # ours runs a prefetch to its end within its op
+        self.prefetch.run(flush=False)  # ours runs a prefetch to its end within its op
 
     def flush(self) -> int:
         """A held ``flush``: write the stores queued so far, then poll, then move the
