@@ -157,9 +157,12 @@ class StorageConfig:
 
         for rule in rules:
             try:
-                Rule.from_dict(dict(rule))
+                parsed = Rule.from_dict(dict(rule))
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"hicache storage inject: {exc}") from None
+            if parsed.outcome == "delay" and parsed.call == "set":
+                raise ValueError("hicache storage inject: a delay holds a prefetch's exists or get; a store's set "
+                                 "is not delayed yet (script a set failure instead)")
         fields = {**fields, "inject": tuple(tuple(sorted(dict(r).items())) for r in rules)}
         config = cls(**fields)
         if config.backend not in STORAGE_BACKENDS:

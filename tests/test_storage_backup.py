@@ -190,6 +190,7 @@ def test_the_snapshot_shows_the_storage_tier():
     ({"prefetch_threshold": -4}, "prefetch_threshold must be a non-negative int (got -4)"),
     ({"prefetch_timeout_per_page": "1"}, "prefetch_timeout_per_page must be a non-negative number"),
     ("memory", "hicache storage must be a table of backend, path, budget"),
+    ({"inject": [{"call": "set", "outcome": "delay", "steps": 2}]}, "a store's set is not delayed yet"),
 ])
 def test_storage_config_errors(storage, message):
     with pytest.raises(ValueError, match=None) as error:
