@@ -104,8 +104,8 @@ class StoragePrefetch:
     # ---- issue ---------------------------------------------------------------------
     def prefetch_from_storage(self, rid: str, key: RadixKey) -> PrefetchIssue:
         """The scheduler's ``_prefetch_kvcache`` and the cache's ``prefetch_from_storage``:
-        match ``key``, anchor at the match's last host node, and ask storage for the
-        whole pages after the match."""
+        match ``key`` (a request's input), anchor at the match's last host node, and ask
+        storage for the whole pages after the match, up to the prefix limit."""
         cache, tree = self.cache, self.cache.tree
         if rid in self.ongoing:
             return PrefetchIssue(False, "in_flight", 0)
@@ -115,7 +115,7 @@ class StoragePrefetch:
             return self._declined(rid, anchor, 0, "anchor_not_backed_up", f"the match's last host node #{anchor.id} "
                                   "has no host copy")
         start = match.device_prefix_len + match.host_hit_length
-        span = key[start:].page_aligned(self.cache.page_size)
+        span = key[start : max(start, self.prefix_limit(key))].page_aligned(self.cache.page_size)
         if not len(span):
             return self._declined(rid, anchor, 0, "nothing_to_fetch", "no whole page after the match")
         self.outcomes["attempts"] += 1
@@ -143,6 +143,14 @@ class StoragePrefetch:
         if not self.tier.held:
             self._advance(prefetch)
         return PrefetchIssue(True, "", len(span))
+
+    @staticmethod
+    def prefix_limit(key: RadixKey) -> int:
+        """Where the span asked of storage ends: the most a request's match may reuse,
+        one token short of its input (SGLang's ``_compute_max_prefix_len``: the last token
+        is computed for its logprob), so the window fetched is the one its match needs
+        (sgl-project/sglang#27291)."""
+        return max(len(key) - 1, 0)
 
     def _declined(self, rid: str, anchor: TreeNode, tokens: int, reason: str, why: str) -> PrefetchIssue:
         self._note(rid, anchor, tokens, f"prefetch declined ({reason}): {why}")

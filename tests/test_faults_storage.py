@@ -8,6 +8,8 @@ Measured (step the fault fired and was flagged / what names it there):
   prefetch-anchor-not-backed-up           5 (the prefetch): expectation issued
   prefetch-refill-under-unbacked-parent   6 (the prefetch): host.backup_chain; expectation issued
   prefetch-refill-publishes-no-cpu-store  4 (the prefetch): kv_events.router_view
+  prefetch-past-the-prefix-limit          5 (the prefetch): expectation prefetch_tokens (then prefetched,
+                                          and the request's match: host_hit_length 0 where 12)
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ CASES = [
          "sglang-31902-prefetch-refill-under-unbacked-parent", 6, "host.backup_chain", "issued"),
     Case("prefetch-refill-publishes-no-cpu-store", "sgl-project/sglang#38486",
          "sglang-38486-prefetch-refill-publishes-no-cpu-store", 4, "kv_events.router_view", ""),
+    Case("prefetch-past-the-prefix-limit", "sgl-project/sglang#27291", "sglang-27291-prefetch-past-the-prefix-limit", 5,
+         "", "prefetch_tokens"),
 ]
 IDS = [c.fault for c in CASES]
 

@@ -113,7 +113,7 @@ def test_the_hit_ends_where_the_state_was_stored():
     assert {k for k in keys(cache) if k.endswith(".mamba")} == {storage_key(hashes[1], "mamba"),
                                                                storage_key(hashes[3], "mamba")}
     cache.host.storage.backend._pages.pop(storage_key(hashes[3], "mamba"))
-    assert cache.prefetch_from_storage("r1", RadixKey(A)).issued and checked(cache)
+    assert cache.prefetch_from_storage("r1", RadixKey(A + [99])).issued and checked(cache)
     assert cache.check_prefetch_progress("r1") and cache.pop_prefetch_loaded_tokens("r1") == 8
     mamba = cache.by_name["mamba"]
     assert leaf(cache).length == 8 and leaf(cache).data[mamba.index].host_value is not None
@@ -128,7 +128,7 @@ def test_a_window_page_missing_at_read_time_discards_everything():
         return [None if k.endswith(".swa") else page for k, page in zip(keys, real_get(keys))]
 
     cache.host.storage.backend.get = get  # the window's pages were there at the query, not at the read
-    assert cache.prefetch_from_storage("r1", RadixKey(A)).issued
+    assert cache.prefetch_from_storage("r1", RadixKey(A + [99])).issued
     assert cache.check_prefetch_progress("r1") and cache.pop_prefetch_loaded_tokens("r1") == 0
     assert len(cache.tree.nodes) == 1 and checked(cache)  # nothing placed
     assert {name: cache.host.pool(name).available_size() for name in ("full", "swa")} == before
@@ -144,7 +144,7 @@ def test_mid_tree_a_span_shorter_than_the_window_stages_no_swa():
     insert(cache, A[:8])  # the first two pages are back, then on the host too
     for _ in range(2):
         cache.check_hicache_events()
-    assert cache.prefetch_from_storage("r1", RadixKey(A)).tokens == 8
+    assert cache.prefetch_from_storage("r1", RadixKey(A + [99])).tokens == 8
     assert cache.host.storage.prefetch.ongoing["r1"].stagings == [] and checked(cache)
     cache.check_hicache_events()
     assert cache.check_prefetch_progress("r1") and cache.pop_prefetch_loaded_tokens("r1") == 8
@@ -153,7 +153,7 @@ def test_mid_tree_a_span_shorter_than_the_window_stages_no_swa():
 
     root_anchored = make(components=("full", "swa"), transfers="held", threshold=4, window=12)
     forget(insert(root_anchored, A[:8]))
-    root_anchored.prefetch_from_storage("r2", RadixKey(A[:8]))
+    root_anchored.prefetch_from_storage("r2", RadixKey(A[:8] + [99]))
     assert [(s.name, s.pages) for s in root_anchored.host.storage.prefetch.ongoing["r2"].stagings] == [("swa", 2)]
 
 

@@ -2,7 +2,9 @@
 path): the issue (anchor, threshold, rate limit), the stages a flush moves a prefetch
 through, the stop policies at the admission poll, a partial or delayed read, the
 anchor's host lock, and the completion's host-only node, checked with the invariants
-after every call and the loaded slots verified by fingerprint."""
+after every call and the loaded slots verified by fingerprint. A prefetch's key is a
+request's input: the span asked ends at its prefix limit, one token short (A + [7]
+asks for A)."""
 
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ def test_a_prefetch_is_anchored_at_the_last_host_node_and_host_locks_it():
     cache.check_hicache_events()  # A's backup acknowledged: A is the last host node of A + B
     cache.check_hicache_events()
     anchor = next(iter(cache.tree.root.children.values()))
-    assert cache.prefetch_from_storage("r1", RadixKey(A + B)).tokens == 16
+    assert cache.prefetch_from_storage("r1", RadixKey(A + B + [7])).tokens == 16
     assert anchor.data[0].host_lock_ref == 1 and checked(cache)
     cache.evict(EvictParams(num_tokens=16))  # demoted: host-only and host-locked, host eviction cannot take it
     assert cache.evict_host(16) == 0 and anchor.id in cache.tree.nodes
@@ -79,7 +81,7 @@ def test_best_effort_before_the_first_flush_revokes_with_nothing_and_leaks_nothi
     cache = make(transfers="held")
     stored_then_forgotten(cache, A)
     free = cache.host_available_size()
-    assert cache.prefetch_from_storage("r1", RadixKey(A)).issued
+    assert cache.prefetch_from_storage("r1", RadixKey(A + [7])).issued
     assert cache.check_prefetch_progress("r1") and cache.pop_prefetch_loaded_tokens("r1") == 0
     assert cache.host_available_size() == free and cache.host.storage.prefetch.occupied == 0 and checked(cache)
 
@@ -87,7 +89,7 @@ def test_best_effort_before_the_first_flush_revokes_with_nothing_and_leaks_nothi
 def test_wait_complete_waits_for_the_flush():
     cache = make("wait_complete", transfers="held")
     stored_then_forgotten(cache, A)
-    cache.prefetch_from_storage("r1", RadixKey(A))
+    cache.prefetch_from_storage("r1", RadixKey(A + [7]))
     assert not cache.check_prefetch_progress("r1") and not cache.check_prefetch_progress("r1")
     cache.check_hicache_events()
     assert cache.check_prefetch_progress("r1") and cache.pop_prefetch_loaded_tokens("r1") == 16 and checked(cache)
@@ -97,7 +99,7 @@ def test_timeout_counts_flushes_from_the_first_unfinished_poll():
     cache = make("timeout", transfers="held", prefetch_timeout_base=1,
                  inject=[{"call": "exists", "outcome": "delay", "steps": 5}])
     stored_then_forgotten(cache, A)
-    cache.prefetch_from_storage("r1", RadixKey(A))
+    cache.prefetch_from_storage("r1", RadixKey(A + [7]))
     assert not cache.check_prefetch_progress("r1")  # the clock starts here
     cache.check_hicache_events()  # the query waits (1 of 5)
     assert not cache.check_prefetch_progress("r1")  # 1 flush waited: within the base of 1
@@ -109,7 +111,7 @@ def test_timeout_counts_flushes_from_the_first_unfinished_poll():
 def test_a_read_that_fails_midway_keeps_the_pages_before_it():
     cache = make(inject=[{"call": "get", "outcome": "fail", "nth_page": 3}])
     stored_then_forgotten(cache, A)
-    cache.prefetch_from_storage("r1", RadixKey(A))
+    cache.prefetch_from_storage("r1", RadixKey(A + [7]))
     assert cache.check_prefetch_progress("r1") and cache.pop_prefetch_loaded_tokens("r1") == 8
     assert cache.match_prefix(RadixKey(A)).host_hit_length == 8 and checked(cache)
 
@@ -117,7 +119,7 @@ def test_a_read_that_fails_midway_keeps_the_pages_before_it():
 def test_a_delayed_read_holds_its_host_slots_until_the_flushes_pass():
     cache = make(transfers="held", inject=[{"call": "get", "outcome": "delay", "steps": 2}])
     stored_then_forgotten(cache, A)
-    cache.prefetch_from_storage("r1", RadixKey(A))
+    cache.prefetch_from_storage("r1", RadixKey(A + [7]))
     cache.check_hicache_events()  # query and host slots; the read waits
     prefetch = cache.host.storage.prefetch.ongoing["r1"]
     assert prefetch.rows is not None and not prefetch.read and checked(cache)
@@ -129,7 +131,7 @@ def test_a_delayed_read_holds_its_host_slots_until_the_flushes_pass():
 
 
 @pytest.mark.parametrize("threshold, key, reason", [
-    (8, A[:4], "too_short"),  # a one-page span under an 8-token threshold
+    (8, A[:5], "too_short"),  # a one-page span under an 8-token threshold
     (8, [], "nothing_to_fetch"),
 ])
 def test_short_spans_are_declined(threshold, key, reason):
@@ -141,18 +143,18 @@ def test_short_spans_are_declined(threshold, key, reason):
 def test_a_hit_below_the_threshold_is_revoked_and_a_full_budget_declines():
     cache = make(transfers="held", threshold=8)
     stored_then_forgotten(cache, A[:4])  # storage holds one page of A
-    cache.prefetch_from_storage("r1", RadixKey(A))
+    cache.prefetch_from_storage("r1", RadixKey(A + [7]))
     cache.check_hicache_events()
     assert cache.host.storage.prefetch.outcomes["revoked_insufficient"] == 1 and checked(cache)
     prefetch = cache.host.storage.prefetch
     prefetch.occupied = prefetch.capacity_limit  # as if half the host pool were being fetched
-    assert cache.prefetch_from_storage("r2", RadixKey(B)).reason == "rate_limited"
+    assert cache.prefetch_from_storage("r2", RadixKey(B + [7])).reason == "rate_limited"
     prefetch.occupied = 0
 
 
 def test_prefetch_needs_a_storage_tier_and_a_request_id():
     with pytest.raises(CacheError, match="needs the storage tier"):
-        UnifiedRadixCache(kv_size=16, device="cpu", hicache={}).prefetch_from_storage("r1", RadixKey(A))
+        UnifiedRadixCache(kv_size=16, device="cpu", hicache={}).prefetch_from_storage("r1", RadixKey(A + [7]))
     with pytest.raises(CacheError, match="request id"):
         make().prefetch_from_storage("", RadixKey(A))
 
@@ -176,7 +178,7 @@ def test_a_split_anchor_releases_both_parts_at_the_end():
     cache.check_hicache_events()  # the backup's ack (its store queued) ...
     cache.check_hicache_events()  # ... and the store's: no other host lock on A
     anchor = next(iter(cache.tree.root.children.values()))
-    cache.prefetch_from_storage("r1", RadixKey(A + B))
+    cache.prefetch_from_storage("r1", RadixKey(A + B + [7]))
     cache.match_prefix(RadixKey(A[:8] + [99]))  # splits the anchor: the upper part takes its host lock too
     upper = anchor.parent
     assert upper is not cache.tree.root and upper.data[0].host_lock_ref == 1 and checked(cache)
@@ -184,3 +186,14 @@ def test_a_split_anchor_releases_both_parts_at_the_end():
     cache.check_hicache_events()
     assert (upper.data[0].host_lock_ref, anchor.data[0].host_lock_ref) == (0, 0) and checked(cache)
     assert cache.pop_prefetch_loaded_tokens("r1") == 16
+
+
+def test_the_span_ends_at_the_prefix_limit_one_token_short_of_the_input():
+    """sgl-project/sglang#27291: a 16-token input may reuse 15, so a prefetch asks for
+    12 (whole pages); one token more and it asks for all 16."""
+    cache = make()
+    stored_then_forgotten(cache, A)
+    assert cache.prefetch_from_storage("r1", RadixKey(A)).tokens == 12
+    assert cache.check_prefetch_progress("r1") and cache.pop_prefetch_loaded_tokens("r1") == 12
+    assert cache.prefetch_from_storage("r2", RadixKey(A + [7])).tokens == 4  # the 4 after the 12 on the host
+    assert checked(cache)

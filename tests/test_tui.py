@@ -317,3 +317,18 @@ async def test_the_metrics_panel_shows_the_running_totals_and_what_the_step_adde
         metrics, before = app.cursor.timeline.records[step - 1].state.metrics, app.cursor.timeline.state_after(step - 1).metrics
         added = metrics["full_evicted_total"] - before["full_evicted_total"]
         assert added > 0 and f"evicted {metrics['full_evicted_total']:,} +{added}" in shown(panel).replace("\n", " ")
+
+
+@pytest.mark.asyncio
+async def test_the_pools_panel_shows_the_storage_tier_and_a_prefetch_with_its_trailing_pools():
+    from workbench.tui.widgets.pools_panel import PoolsPanel
+
+    app = app_for(load_scenario(ROOT / "scenarios" / "storage_hybrid.toml"))
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(3):
+            await pilot.press("n")
+        text = shown(app.query_one(PoolsPanel))
+        assert "storage memory  pages 4 (+5 swa/mamba)  storing 0" in text
+        for _ in range(3):
+            await pilot.press("n")
+        assert "prefetching p1 at #0 (16t, querying, with swa and mamba)" in shown(app.query_one(PoolsPanel))

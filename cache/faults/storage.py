@@ -116,6 +116,29 @@ def _install_refill_under_unbacked(cache) -> None:
     tree.insert_host = insert_host
 
 
+# ---- 4. sglang#27291: the prefetch asks storage for the whole input, past the prefix limit -----------
+
+PAST_PREFIX_LIMIT = "prefetch-past-the-prefix-limit"
+
+
+def _install_past_prefix_limit(cache) -> None:
+    """The scheduler before PR #27291: ``_prefetch_kvcache`` asked storage for every
+    token after the match, while the request's own match stops one token short of its
+    input (the last token is computed for its logprob), page-aligned a page earlier when
+    the input is whole pages. With SWA the prefetch then staged the window ending at the
+    input's end, the match needed the one ending a page before, and found SWA missing
+    there: the prefetched tokens were a cache miss. 0.5.23 ends the prefetch at the
+    prefix limit (``_compute_max_prefix_len``). The faulty copy asks up to the end."""
+    prefetch = _prefetch(cache, PAST_PREFIX_LIMIT)
+
+    def prefix_limit(key) -> int:
+        if len(key) % cache.page_size == 0 and len(key):
+            fired(cache, PAST_PREFIX_LIMIT)  # a whole page more than the request's match can use
+        return len(key)
+
+    prefetch.prefix_limit = prefix_limit
+
+
 FAULTS = (
     Fault(POLL_DROPS_UNFINISHED, "sgl-project/sglang#9927", ("full",),
           "a poll that finds a prefetch unfinished drops it from those in flight: its anchor lock, host slots and "
@@ -126,4 +149,8 @@ FAULTS = (
     Fault(REFILL_UNDER_UNBACKED, "sgl-project/sglang#31902", ("full",),
           "fetched pages hang as a host node below a node with no host copy under write-through (and such an "
           "anchor is not declined)", _install_refill_under_unbacked, storage="best_effort"),
+    Fault(PAST_PREFIX_LIMIT, "sgl-project/sglang#27291", ("full",),
+          "a prefetch asks storage for the whole input, past the request's prefix limit (its input less one token): "
+          "with SWA the window fetched is not the one the request's match needs", _install_past_prefix_limit,
+          storage="best_effort"),
 )

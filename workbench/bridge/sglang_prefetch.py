@@ -67,11 +67,12 @@ class PrefetchSide:
         if not (cache.is_backuped(anchor) or cache.is_root(anchor)):
             return {"issued": False, "prefetch_tokens": 0}
         start = match.device_prefix_len + match.host_hit_length
-        span = (len(tokens) - start) // self.page_size * self.page_size
+        end = max(start, len(tokens) - 1)  # the scheduler's match_end (_compute_max_prefix_len)
+        span = (end - start) // self.page_size * self.page_size
         self.attempts += 1
         handle = CacheRequestHandle(rid, self.attempts)
         self.handles[rid] = handle
-        cache.prefetch_from_storage(handle, anchor, array("q", tokens[start:]), cache.get_last_hash_value(anchor), None,
+        cache.prefetch_from_storage(handle, anchor, array("q", tokens[start:end]), cache.get_last_hash_value(anchor), None,
                                     matched_prefix_tokens=array("q", tokens[:start]), extra_key=f.get("extra_key"),
                                     cache_salt=f.get("cache_salt"))
         return {"issued": handle in cache.ongoing_prefetch, "prefetch_tokens": span}

@@ -39,7 +39,7 @@ def describe_prefetch(f: dict) -> str:
 
 
 PREFETCH = declare(OpSpec(
-    "prefetch", "start a prefetch from storage of what follows a key's match (prefetch_from_storage)",
+    "prefetch", "start a prefetch from storage of what follows a request's match, up to its prefix limit: its input less one token (prefetch_from_storage)",
     run_prefetch,
     fields=(RID, Field("key", TOKENS, required=True, nonempty=True), Field("extra_key", NAME, placeholder="NS"),
             Field("cache_salt", NAME, placeholder="SALT")),

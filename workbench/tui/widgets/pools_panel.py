@@ -1,8 +1,10 @@
 """Every pool's counters at this step with their change since the previous one; a pool
-whose balance check failed is shown in red."""
+whose balance check failed is shown in red. With a storage tier, a line under them: its
+pages (KV, and SWA's and Mamba's), the stores and the prefetches in flight."""
 
 from __future__ import annotations
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
@@ -32,4 +34,14 @@ class PoolsPanel(Panel, Static):
                     cell.append(f" {delta:+,}", style="yellow")
                 cells.append(cell)
             table.add_row(Text(name, style="bold red" if name in broken else "bold"), *cells)
-        self.update(table, layout=False)  # fixed size: no relayout per step
+        storage = state.storage
+        if storage is None:
+            self.update(table, layout=False)  # fixed size: no relayout per step
+            return
+        line = Text("storage", style="bold magenta")
+        aux = sum(1 for key in storage.keys if "." in key)  # "<hash>.swa", "<hash>.mamba"
+        line.append(f" {storage.backend}  pages {len(storage.keys) - aux}" + (f" (+{aux} swa/mamba)" if aux else "")
+                    + f"  storing {len(storage.in_flight)}")
+        for rid, anchor, tokens, stage in storage.prefetches:
+            line.append(f"  prefetching {rid} at #{anchor} ({tokens}t, {stage})", style="cyan")
+        self.update(Group(table, line), layout=False)
