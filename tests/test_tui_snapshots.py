@@ -155,3 +155,19 @@ def test_sessions_panel_with_a_session_highlighted(snap_compare):
 def test_sessions_panel_streaming_turn(snap_compare):
     """The sessions tour's second streaming turn: t's slot lends its record to t2."""
     assert snap_compare(tour("tour_sessions.toml"), terminal_size=SIZE, run_before=at_step(24))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)], ids=["80x24", "120x40", "200x60"])
+def test_the_hybrid_host_tour_at_three_sizes(snap_compare, size):
+    """Issue 30: from 80x24 up every panel keeps a place (what does not fit scrolls)."""
+    assert snap_compare(tour("tour_hicache_hybrid.toml"), terminal_size=size, run_before=at_step(6))
+
+
+def test_a_zoomed_panel(snap_compare):
+    async def zoom(pilot) -> None:
+        await at_step(6)(pilot)
+        pilot.app.query_one("#step").focus()
+        await pilot.press("z")
+        await pilot.pause()
+
+    assert snap_compare(tour("tour_hicache_hybrid.toml"), terminal_size=(80, 24), run_before=zoom)

@@ -109,6 +109,20 @@ class WorkbenchApp(App[None]):
         self.selected: Optional[int] = None
         self.selected_session: Optional[str] = None  # the session whose nodes the tree highlights
 
+    # ---- size ----------------------------------------------------------------------------------
+    WIDE, NARROW, SHORT = 140, 110, 36  # below these the side columns shrink, then narrow further; rows shrink
+
+    def on_resize(self, event) -> None:
+        """Panels shrink with the terminal (workbench.tcss: Screen.-narrow, .-small, .-short);
+        what no longer fits scrolls, and ``z`` zooms the focused panel to the whole screen."""
+        width, height = event.size
+        screen = self.screen
+        screen.set_class(width < self.WIDE, "-narrow")
+        screen.set_class(width < self.NARROW, "-small")
+        screen.set_class(height < self.SHORT, "-short")
+        if self.is_mounted:
+            self._fit_bottom()
+
     def _panels_in(self, area: str) -> ComposeResult:
         for slot in self.panel_layout:
             if slot.area == area:
@@ -191,11 +205,16 @@ class WorkbenchApp(App[None]):
     # ---- rendering -----------------------------------------------------------------------------
     def _fit_pools(self, pools: int) -> None:
         """A host tier adds a pool per component: the bottom row grows to show them
-        all, once per chapter that needs it (never a relayout per step)."""
+        all, once per chapter that needs it (never a relayout per step), as far as a
+        quarter of the terminal (beyond that the pools panel scrolls)."""
         rows = max(4, pools)
         if rows != self._bottom_rows:
             self._bottom_rows = rows
-            self.query_one("#bottom").styles.height = rows + 3  # the table's header and the borders
+            self._fit_bottom()
+
+    def _fit_bottom(self) -> None:
+        height = self._bottom_rows + 3  # the table's header and the borders
+        self.query_one("#bottom").styles.height = min(height, max(6, self.size.height // 4))
 
     def refresh_view(self, follow: bool = True) -> None:
         """One view of the step, shown by every panel."""
@@ -285,6 +304,17 @@ class WorkbenchApp(App[None]):
     def action_filter_events(self) -> None:
         """Show only one component's events (cycles through them, then all)."""
         self.query_one(EventsPanel).cycle_filter(self.cursor.state.components)
+
+    def action_zoom(self) -> None:
+        """Fill the screen with the focused panel (the tree when none is), or put it back."""
+        screen = self.screen
+        if screen.maximized is not None:
+            screen.minimize()
+            return
+        focused = self.focused
+        target = focused if isinstance(focused, Panel) else self.query_one(TreePanel)
+        screen.maximize(target, container=False)
+        target.focus()
 
     def action_help(self) -> None:
         """Keys, the focused panel and the legend."""

@@ -42,6 +42,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("events.filter", "x", "filter_events", "filter events by component", "events", show=False),
     Command("export.svg", "e", "export_svg", "export SVG", "export", show=False),
     Command("panel.next", "tab", "focus_next", "next panel", "panel", show=False),
+    Command("panel.zoom", "z", "zoom", "zoom panel", "panel"),
     Command("app.help", "f1", "help", "help", "app"),
     Command("app.help_question", "question_mark", "help", "help", "app", show=False),
     Command("app.palette", "ctrl+p", "command_palette", "palette", "app", show=False),

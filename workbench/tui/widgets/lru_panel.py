@@ -6,17 +6,16 @@ it evicts them, each with what decides its place ("priority 0", "1 hit")."""
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from ...model.timeline.shown_tree import eviction_order_text
 from ...model.timeline.step_view import StepView
 from .badges import COMPONENT_STYLE
-from .panel import Panel
+from .panel import TextPanel
 
 SHOWN = 24
 
 
-class LRUPanel(Panel, Static):
+class LRUPanel(TextPanel):
     def show(self, view: StepView) -> None:
         state, diff = view.state, view.diff
         text = Text()
@@ -34,7 +33,7 @@ class LRUPanel(Panel, Static):
             text.append(" LRU\n", style="dim")
         if state.eviction_policy != "lru":
             eviction_line(text, state)
-        self.update(text, layout=False)  # its size does not depend on the text
+        self.put(text)  # relaid out: a new component adds a row (and the panel scrolls)
 
 
 

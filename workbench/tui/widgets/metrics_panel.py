@@ -4,14 +4,13 @@ evictions and tier traffic, storage), each with what this step added."""
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from ...model.timeline.metric_rows import metric_rows
 from ...model.timeline.step_view import StepView
-from .panel import Panel
+from .panel import TextPanel
 
 
-class MetricsPanel(Panel, Static):
+class MetricsPanel(TextPanel):
     def show(self, view: StepView) -> None:
         text = Text()
         for group, entries in metric_rows(view.state.metrics, view.previous_state.metrics):
@@ -23,4 +22,4 @@ class MetricsPanel(Panel, Static):
                 text.append(f"{entry.label} {entry.value:,}")
                 if entry.delta:
                     text.append(f" {entry.delta:+,}", style="yellow")
-        self.update(text if text else Text("nothing counted yet", style="dim"), layout=False)
+        self.put(text if text else Text("nothing counted yet", style="dim"))

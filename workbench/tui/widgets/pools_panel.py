@@ -7,15 +7,14 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual.widgets import Static
 
 from ...model.timeline.step_view import StepView
-from .panel import Panel
+from .panel import TextPanel
 
 COUNTERS = ("total", "available", "evictable", "protected", "held")
 
 
-class PoolsPanel(Panel, Static):
+class PoolsPanel(TextPanel):
     def show(self, view: StepView) -> None:
         state, before, record = view.state, view.previous_state, view.record
         table = Table(box=None, padding=(0, 1), expand=False)
@@ -36,7 +35,7 @@ class PoolsPanel(Panel, Static):
             table.add_row(Text(name, style="bold red" if name in broken else "bold"), *cells)
         storage = state.storage
         if storage is None:
-            self.update(table, layout=False)  # fixed size: no relayout per step
+            self.put(table)  # relaid out: a chapter with more pools shows them all (and it scrolls)
             return
         line = Text("storage", style="bold magenta")
         aux = sum(1 for key in storage.keys if "." in key)  # "<hash>.swa", "<hash>.mamba"
@@ -44,4 +43,4 @@ class PoolsPanel(Panel, Static):
                     + f"  storing {len(storage.in_flight)}")
         for rid, anchor, tokens, stage in storage.prefetches:
             line.append(f"  prefetching {rid} at #{anchor} ({tokens}t, {stage})", style="cyan")
-        self.update(Group(table, line), layout=False)
+        self.put(Group(table, line))

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from rich.console import Group
 from rich.text import Text
-from textual.widgets import Static
 
 from ...model.timeline.step_view import StepView
 from ...model.timeline.fmt import fields_text, result_text
-from .panel import Panel
+from .panel import TextPanel
 
 
-class StepPanel(Panel, Static):
+class StepPanel(TextPanel):
     def show(self, view: StepView) -> None:
         record = view.record
         scenario = view.scenario
@@ -34,4 +33,4 @@ class StepPanel(Panel, Static):
                 parts.append(Text("result: " + result_text(record.result)))
             for line in record.kv_events:  # what a router was told (enable_kv_cache_events)
                 parts.append(Text("kv event: " + line, style="cyan"))
-        self.update(Group(*parts), layout=False)  # a fixed-size panel: no relayout per step
+        self.put(Group(*parts))  # relaid out, so a long result scrolls instead of being cut

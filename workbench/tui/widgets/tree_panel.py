@@ -3,7 +3,10 @@ the SVG picture draws): badges per component, the step's changes marked, evicted
 shown once as ghosts, single-child chains folded. Children are added only when a row
 is expanded, a page at a time, so a 10,000-node tree stays responsive. With a session
 highlighted (the sessions panel) the rows holding its nodes are highlighted too: its
-frontier nodes strongly, the rest of its coverage lightly."""
+frontier nodes strongly, the rest of its coverage lightly. A redraw keeps the rows the
+user opened (and closed) and, beyond the path to the selected node, opens rows breadth
+first as far as the panel's height fits them, so a step that names no node does not
+fold the tree away."""
 
 from __future__ import annotations
 
@@ -35,6 +38,9 @@ class TreePanel(Panel, Tree):
         self.session_covered: frozenset[int] = frozenset()
         self.show_root = True
         self.guide_depth = 3
+        self.opened: set[int] = set()  # node ids of rows the user opened, kept across steps
+        self.closed: set[int] = set()  # ... and closed: never opened again by fitting
+        self._auto: set[int] = set()  # rows the last redraw opened itself (their expand events are not the user's)
 
     def show(self, view: StepView) -> None:
         """Redraw for a new step, opening the rows on the path to the selected node."""
@@ -49,12 +55,29 @@ class TreePanel(Panel, Tree):
         open_path = set(rows.path(view.selected))
         for node_id in sorted(self.session_frontier)[:SESSION_PATHS_OPENED]:  # the chosen session's frontier in view
             open_path.update(rows.path(node_id))
+        self._auto = open_path | (self._fitting(rows, max(self.size.height, 12)) - self.closed)
+        open_path = self._auto | self.opened
         self._fill(self.root, rows.root_id, 0, open_path)
         self.root.expand()
         row = rows.row_of(view.selected) if view.selected is not None else None
         target = self._find(self.root, row) if row is not None else None
         if target is not None:  # lines are laid out on the next refresh
             self.call_after_refresh(self._land_on, target)
+
+    def _fitting(self, rows: ShownTree, lines: int) -> set[int]:
+        """Node ids of the rows to open, breadth first, while every shown row fits in
+        ``lines`` (the root's children always show)."""
+        opened, shown = set(), 1 + len(rows.children(rows.root_id))
+        queue = list(rows.children(rows.root_id))
+        while queue:
+            row_id = queue.pop(0)
+            kids = rows.shown_children(row_id)
+            if not kids or shown + len(kids) > lines:
+                continue
+            shown += len(kids)
+            opened.update(rows.row(row_id).members)
+            queue.extend(rows.children(row_id))
+        return opened
 
     def _land_on(self, target: TreeNode) -> None:
         self.move_cursor(target)
@@ -99,8 +122,20 @@ class TreePanel(Panel, Tree):
 
     def on_tree_node_expanded(self, event: Tree.NodeExpanded) -> None:
         node = event.node
+        if node.data and node.data[0] == "node" and self.rows is not None:
+            members = self.rows.row(node.data[1]).members
+            if not self._auto.issuperset(members):  # the user's, not the redraw's
+                self.opened.update(members)
+                self.closed.difference_update(members)
         if node.data and node.data[0] in ("node", "ghost") and not node.children and self.rows is not None:
             self._fill(node, node.data[1], 0, set())
+
+    def on_tree_node_collapsed(self, event: Tree.NodeCollapsed) -> None:
+        node = event.node
+        if node.data and node.data[0] == "node" and self.rows is not None:
+            members = self.rows.row(node.data[1]).members
+            self.opened.difference_update(members)
+            self.closed.update(members)
 
     def on_tree_node_selected(self, event: Tree.NodeSelected) -> None:
         kind, row_id, start = event.node.data or ("", None, 0)
