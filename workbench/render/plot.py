@@ -18,7 +18,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 from matplotlib import rc_context
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
 from ..model.timeline.series import HITS, TREE, RunSeries
 
@@ -30,6 +30,7 @@ COLOURS = {"available": "#2ca02c", "evictable": "#1f77b4", "protected": "#ff7f0e
 OTHERS = ("#8c564b", "#e377c2", "#bcbd22", "#17becf", "#7f7f7f")
 FAILURE, BREAKPOINT, CHANGE = "#d62728", "#1f77b4", "#9400d3"
 UNACCOUNTED = "unaccounted"
+THOUSANDS = "{x:,.0f}"  # 80,000 (a formatter per axis: one formatter belongs to one axis)
 MAX_MARK_LINES = 200  # beyond this many runs of marked steps only their shading is drawn
 
 
@@ -76,6 +77,8 @@ def draw_run(series: RunSeries, names: Optional[Sequence[str]] = None, changes: 
             ax.set_ylim(-0.02, 1.02)
         else:  # slots and counts: whole numbers
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.yaxis.set_major_formatter(StrMethodFormatter(THOUSANDS))
+        ax.xaxis.set_major_formatter(StrMethodFormatter(THOUSANDS))
         ax.set_xlim(0, end)
         ax.grid(True, alpha=0.25, linewidth=0.5)
         _draw_marks(ax, series, changes, buckets, legend=ax is axes[0])
