@@ -87,6 +87,10 @@ def test_failing_steps_and_breakpoints_are_marked():
     series = RunSeries(timeline, [parse_condition("op=retract")])
     assert series.failing_steps.tolist() == [r.index for r in timeline.records if not r.passed] and series.first_failure
     assert series.breakpoint_steps.tolist() == [r.index for r in timeline.records if r.step.op == "retract"]
+    series.set_breakpoints([parse_condition("step>=2")])
+    assert series.breakpoint_steps.tolist() == list(range(2, len(timeline) + 1))
+    series.set_breakpoints([])
+    assert series.breakpoint_steps.size == 0
 
 
 # ---- the pure functions -----------------------------------------------------------------------

@@ -24,7 +24,8 @@ def add_parser(command) -> None:
     plot.add_argument("--series", nargs="+", action="extend", metavar="NAME",
                       help="draw only these series or charts: full_available, full_unaccounted, hit_rate, nodes, … "
                            "or a whole chart (full, swa, full_host, hits, tree); default: every pool counter that "
-                           "is ever non-zero, the hit rates and the tree's counts")
+                           "is ever non-zero, the hit rates and the tree's counts (it takes every word up to the next "
+                           "option: put FILE before it)")
     plot.add_argument("--changes", action="append", default=[], metavar="NAME[@STEP]",
                       help="mark (and print) the first step after STEP (default 0) where series NAME leaves the "
                            "value it had at STEP, e.g. full_unaccounted: the step a slot leaked; repeatable")

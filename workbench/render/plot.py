@@ -23,7 +23,6 @@ from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 from ..model.timeline.series import HITS, TREE, RunSeries
 
 BUCKETS = 1200  # points per series: about the picture's width in pixels
-FORMATS = ("svg", "png", "pdf")
 COLOURS = {"available": "#2ca02c", "evictable": "#1f77b4", "protected": "#ff7f0e", "held": "#9467bd",
            "unaccounted": "#000000", "total": "#7f7f7f", "hit_rate": "#1f77b4", "hit_rate_recent": "#17becf",
            "host_hit_rate": "#9467bd", "nodes": "#1f77b4", "evictable_leaves": "#2ca02c", "requests": "#ff7f0e"}
@@ -72,7 +71,7 @@ def draw_run(series: RunSeries, names: Optional[Sequence[str]] = None, changes: 
     for ax, (group, members) in zip(axes, charts.items()):
         for n, name in enumerate(members):
             _draw_series(ax, series, name, buckets, n)
-        ax.set_ylabel(_chart_label(group, series), fontsize=9)
+        ax.set_ylabel(_chart_label(group), fontsize=9)
         if group == HITS:
             ax.set_ylim(-0.02, 1.02)
         else:  # slots and counts: whole numbers
@@ -108,7 +107,7 @@ def figure_bytes(figure: Figure, fmt: str = "svg") -> bytes:
     return buffer.getvalue()
 
 
-def _chart_label(group: str, series: RunSeries) -> str:
+def _chart_label(group: str) -> str:
     if group == HITS:
         return "hit rate"
     if group == TREE:
@@ -128,7 +127,7 @@ def _draw_series(ax, series: RunSeries, name: str, buckets: int, n: int) -> None
     steps = np.append(points.steps, series.steps + 1)  # each value holds until the next step
     low, high = np.append(points.low, points.low[-1]), np.append(points.high, points.high[-1])
     style = {"linestyle": "--", "linewidth": 0.9} if key == "total" else {
-        "linewidth": 1.8 if key == "unaccounted" else 1.0}
+        "linewidth": 1.8 if key == UNACCOUNTED else 1.0}
     label = name if key == UNACCOUNTED else info.label
     if np.array_equal(low, high, equal_nan=True):  # every bucket one value: a plain line
         ax.step(steps, high, where="post", color=colour, label=label, **style)

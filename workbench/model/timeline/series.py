@@ -124,6 +124,12 @@ class RunSeries:
         self._values.clear()
         return end - start
 
+    def set_breakpoints(self, conditions: Sequence) -> None:
+        """Mark where ``conditions`` hold instead (a viewer's breakpoints changed): only
+        the markers are read again."""
+        self.breakpoints = tuple(conditions)
+        self._breaks = [i for i in range(1, self.steps + 1) if self._breakpoint_holds(i)] if self.breakpoints else []
+
     def _breakpoint_holds(self, index: int) -> bool:
         from ..debugging.breakpoints import any_holds
 
