@@ -37,6 +37,11 @@ SVG_PARTS = {
     "svg-10k-max500": ("svg", 10000, ("full",)),
 }
 
+PLOT_PARTS = {  # urc plot: the benchmark workload at 20,000 requests (80,000 steps), the random trace
+    "plot-trace-80k": ("plot", 20000, ("full",)),
+    "plot-random-20k": ("plot-random", 20000, ("full", "swa", "mamba")),
+}
+
 
 def timeline_report(requests: int = 2000, parts: dict = PARTS) -> dict:
     """Every part, each in its own interpreter."""
@@ -211,6 +216,32 @@ def part_svg(nodes: int, components: tuple[str, ...]) -> dict:
             "svg_mb": round(len(svg) / 2**20, 1)}
 
 
+def part_plot(size: int, components: tuple[str, ...], workload: str = "trace") -> dict:
+    """``urc plot`` after the run: the series read from the timeline, then the first
+    picture (SVG, every chart) — the import of matplotlib timed apart; and the points a
+    1,200-column chart reads again for a zoomed window. The workload trace at ``size``
+    requests (4 steps each), or the random trace of ``size`` steps."""
+    from ..model.scenarios.workload import random_records, trace_records
+    from ..model.timeline.series import RunSeries
+
+    records = trace_records(size, 0, components) if workload == "trace" else random_records(size, 0, components)
+    timeline, run_seconds = _run_records(records)
+    start = time.perf_counter()
+    series = RunSeries(timeline)
+    read = time.perf_counter()
+    from ..render.plot import draw_run, figure_bytes
+
+    imported = time.perf_counter()
+    svg = figure_bytes(draw_run(series))
+    drawn = time.perf_counter()
+    n = series.steps
+    zoom = _timed_ms(lambda: [series.points(name, 1200, n // 3, n // 3 + n // 10) for name in series.names()])
+    return {"steps": n, "run_seconds": round(run_seconds, 1), "series_seconds": round(read - start, 3),
+            "import_matplotlib_seconds": round(imported - read, 2), "first_draw_seconds": round(drawn - imported, 2),
+            "series_and_draw_seconds": round(drawn - start, 2), "svg_kb": len(svg) // 1024,
+            "zoom_points_ms": round(zoom, 2), "series": len(series.names()), "peak_rss_mb": _peak_mb()}
+
+
 def _timed_ms(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -225,5 +256,6 @@ if __name__ == "__main__":
     kind, size, comps = sys.argv[1], int(sys.argv[2]), tuple(sys.argv[3].split(","))
     part = {"trace": part_trace, "random": part_random, "tree": part_tree, "svg": part_svg, "locks": part_locks,
             "debugger": part_debugger,
-            "debugger-trace": lambda n, comps: part_debugger(n, comps, "trace")}[kind]
+            "debugger-trace": lambda n, comps: part_debugger(n, comps, "trace"), "plot": part_plot,
+            "plot-random": lambda n, comps: part_plot(n, comps, "random")}[kind]
     print(json.dumps(part(size, comps)))

@@ -15,14 +15,14 @@ import argparse
 from typing import Optional
 
 from ..model.scenarios.scenario import ScenarioError
-from . import bench, demo, diff, fuzz, ops, run, show, svg, tui, why
+from . import bench, demo, diff, fuzz, ops, plot, run, show, svg, tui, why
 from .common import (EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, Parser, say,
                      silence_stdout, version)
 
 __all__ = ["EXIT_CODES", "SUBCOMMANDS", "build_parser", "main"]
 
 # In the order ``urc --help`` lists them.
-SUBCOMMANDS = (run, diff, why, show, svg, tui, fuzz, ops, demo, bench)
+SUBCOMMANDS = (run, diff, why, show, svg, plot, tui, fuzz, ops, demo, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

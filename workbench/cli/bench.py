@@ -35,6 +35,9 @@ def add_parser(command) -> None:
                             "trace and a 10,000-node tree (a few minutes)")
     bench.add_argument("--svg", action="store_true",
                        help="measure SVG export instead: a 2,000-node tree whole, a 10,000-node one with --max-nodes 500")
+    bench.add_argument("--plot", action="store_true",
+                       help="measure urc plot instead: the series and the first picture of an 80,000-step trace "
+                            "(the workload at 20,000 requests) and of the 20,000-step random trace (a few minutes)")
     bench.add_argument("--fuzz", action="store_true",
                        help="fuzz the unfaulted cache at scale instead: --ops per scale config (default 1,000,000: "
                             "hours), every step checked; ops/s and any failure per config")
@@ -47,7 +50,8 @@ def add_parser(command) -> None:
 
 
 def run(args) -> int:
-    check_against_use(args, {"--timeline": args.timeline, "--tui": args.tui, "--svg": args.svg, "--fuzz": args.fuzz,
+    check_against_use(args, {"--timeline": args.timeline, "--tui": args.tui, "--svg": args.svg, "--plot": args.plot,
+                             "--fuzz": args.fuzz,
                              "--write-trace": bool(args.write_trace), "--device": args.device != "cpu",
                              "--tree-sizes": args.tree_sizes != "1000,100000"})
     if args.requests <= 0:
@@ -90,10 +94,11 @@ def run(args) -> int:
         report = tui_report()
         print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
         return EXIT_OK
-    if args.timeline or args.svg:
-        from ..bench.timeline import PARTS, SVG_PARTS, timeline_report
+    if args.timeline or args.svg or args.plot:
+        from ..bench.timeline import PARTS, PLOT_PARTS, SVG_PARTS, timeline_report
 
-        report = timeline_report(args.requests if args.requests != 5000 else 2000, SVG_PARTS if args.svg else PARTS)
+        parts = SVG_PARTS if args.svg else PLOT_PARTS if args.plot else PARTS
+        report = timeline_report(args.requests if args.requests != 5000 else 2000, parts)
         print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
         return EXIT_OK
     trace = load_all([args.trace])[0] if args.trace else None
