@@ -10,6 +10,7 @@ fold the tree away."""
 
 from __future__ import annotations
 
+import collections
 from typing import Optional
 
 from textual.widgets import Tree
@@ -68,9 +69,9 @@ class TreePanel(Panel, Tree):
         """Node ids of the rows to open, breadth first, while every shown row fits in
         ``lines`` (the root's children always show)."""
         opened, shown = set(), 1 + len(rows.children(rows.root_id))
-        queue = list(rows.children(rows.root_id))
-        while queue:
-            row_id = queue.pop(0)
+        queue = collections.deque(rows.children(rows.root_id))
+        while queue and shown < lines:
+            row_id = queue.popleft()
             kids = rows.shown_children(row_id)
             if not kids or shown + len(kids) > lines:
                 continue
