@@ -98,3 +98,28 @@ def _walk(node):
     yield node
     for child in node.children:
         yield from _walk(child)
+
+
+@pytest.mark.asyncio
+async def test_the_timeline_charts_mark_a_leak_and_jump_to_where_it_starts():
+    """``l``: a repro whose run leaks a Full slot at step 2 — the failure is marked under
+    the charts, ``c`` on full ``unaccounted`` finds step 2 and enter goes there."""
+    from workbench.tui.screens.timeline import TimelineScreen
+
+    app = WorkbenchApp([load_scenario(ROOT / "scenarios" / "fuzz" / "abort-chunked-not-released.toml")],
+                       background=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, TimelineScreen)
+        drawn = str(screen.query_one("#timeline-charts").content)
+        assert "▼" in drawn and "unaccounted" in drawn
+        for _ in range(5):  # total, available, evictable, protected, held, then unaccounted
+            await pilot.press("down")
+        await pilot.press("c")
+        await pilot.pause()
+        assert screen.step == 2 and "changes at step 2" in str(screen.query_one("#timeline-charts").content)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.cursor.step == 2

@@ -18,6 +18,7 @@ from typing import Optional
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input, ProgressBar
 
 from ..model.timeline.cursor import TimelineCursor
@@ -33,6 +34,7 @@ from .screens.diff import DiffScreen
 from .screens.goto import GotoScreen
 from .screens.help import HelpScreen
 from .screens.prompt import PromptScreen
+from .screens.timeline import TimelineScreen
 from .screens.why import WhyScreen
 from .widgets.banner import Banner
 from .widgets.divergence_banner import DivergenceBanner
@@ -257,7 +259,10 @@ class WorkbenchApp(App[None]):
     # ---- actions (the binding table's targets) ---------------------------------------------------
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """Printable keys type into a text input instead of acting; tab, ctrl+… and
-        function keys still act."""
+        function keys still act. While a dialog is open its own keys act, not the app's."""
+        if isinstance(self.screen, ModalScreen) and action != "focus_next" and any(
+                c.action.split("(")[0] == action for c in self.command_table):
+            return False
         if not isinstance(self.focused, Input):
             return True
         return not any(c.action.split("(")[0] == action and is_printable(c.key) for c in self.command_table)
@@ -304,6 +309,18 @@ class WorkbenchApp(App[None]):
     def action_filter_events(self) -> None:
         """Show only one component's events (cycles through them, then all)."""
         self.query_one(EventsPanel).cycle_filter(self.cursor.state.components)
+
+    def action_timeline(self) -> None:
+        """The whole run as charts (pools, hit rate, tree): enter goes to the step chosen."""
+        from ..model.timeline.series import RunSeries
+
+        series = RunSeries(self.cursor.timeline, self.cursor.active_breakpoints)
+
+        def go(step: int | None) -> None:
+            if step is not None:
+                self._move(step)
+
+        self.push_screen(TimelineScreen(series, self.cursor.step), go)
 
     def action_zoom(self) -> None:
         """Fill the screen with the focused panel (the tree when none is), or put it back."""

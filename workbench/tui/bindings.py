@@ -33,6 +33,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("breakpoints.watch", "w", "watch", "watch the selected node", "breakpoints", show=False),
     Command("view.diff", "d", "diff", "diff", "view"),
     Command("view.why", "y", "why", "why", "view"),
+    Command("view.timeline", "l", "timeline", "timeline charts", "view"),
     Command("live.command", "colon", "command", "live op", "live"),
     Command("live.save", "ctrl+s", "save_session", "save the session as a scenario", "live", show=False),
     Command("export.test", "t", "export_test", "export a pytest test up to this step", "export", show=False),
