@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from workbench.model.debugging.breakpoints import holds, parse_condition
+from workbench.model.timeline.diff import change_rows
 from workbench.model.timeline.runner import run_scenario, same_state
 from workbench.model.scenarios.scenario import load_scenario
 from workbench.tui.app import WorkbenchApp
@@ -104,19 +105,44 @@ async def test_diff_view_compares_the_step_with_the_previous_then_any_two():
         assert isinstance(screen, DiffScreen) and (screen.start, screen.end) == (2, 3)
         table = screen.query_one("#diff-nodes")
         diff = app.cursor.timeline.diff(2, 3)
-        assert table.row_count == len(diff.node_kinds)
+        assert table.row_count == len(change_rows(diff))
         screen.query_one("#diff-from").value = "0"
         screen.query_one("#diff-to").value = "9"
         screen.query_one("#diff-to").focus()
         await pilot.press("enter")
         assert (screen.start, screen.end) == (0, 9)
-        assert table.row_count == len(app.cursor.timeline.diff(0, 9).node_kinds)
+        assert table.row_count == len(change_rows(app.cursor.timeline.diff(0, 9)))
         screen.query_one("#diff-to").value = "999"  # out of range: refused, the view stays
         screen.query_one("#diff-to").focus()
         await pilot.press("enter")
         assert (screen.start, screen.end) == (0, 9)
         await pilot.press("escape")
         assert not isinstance(app.screen, DiffScreen) and app.cursor.step == 3
+
+
+def diff_cells(screen) -> list[tuple[str, ...]]:
+    table = screen.query_one("#diff-nodes")
+    return [tuple(str(cell) for cell in table.get_row_at(i)) for i in range(table.row_count)]
+
+
+@pytest.mark.asyncio
+async def test_diff_of_an_lru_only_step_shows_the_rank_moves_never_equal_cells():
+    """Issue 30: the tour's step 6 (a match of a cached key) only reorders the LRU; its
+    diff showed each moved node twice the same. Now a row is what changed."""
+    app = app_for(load_scenario(ROOT / "scenarios" / "tour.toml"))
+    async with app.run_test(size=SIZE) as pilot:
+        app.cursor.go(6)
+        app.refresh_view()
+        await pilot.press("d")
+        cells = diff_cells(app.screen)
+        assert cells == [("#2", "full LRU rank", "r2", "r1"), ("#3", "full LRU rank", "r4", "r0")]
+        assert "full LRU: #3, #2 moved to the MRU end" in str(app.screen.query_one("#diff-globals").render())
+        for start, end in ((2, 3), (0, 9), (12, 13)):  # splits, adds, removals, locks: still never equal
+            app.screen.query_one("#diff-from").value, app.screen.query_one("#diff-to").value = str(start), str(end)
+            app.screen.query_one("#diff-to").focus()
+            await pilot.press("enter")
+            cells = diff_cells(app.screen)
+            assert cells and all(before != after for _, _, before, after in cells), (start, end, cells)
 
 
 @pytest.mark.asyncio
