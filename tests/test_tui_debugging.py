@@ -11,13 +11,14 @@ import pytest
 from workbench.model.debugging.breakpoints import holds, parse_condition
 from workbench.model.timeline.diff import change_rows
 from workbench.model.timeline.runner import run_scenario, same_state
-from workbench.model.scenarios.scenario import load_scenario
+from workbench.model.scenarios.scenario import load_scenario, scenario_from_records
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.screens.breakpoints import BreakpointScreen
 from workbench.tui.screens.diff import DiffScreen
 from workbench.tui.screens.prompt import PromptScreen
 from workbench.tui.screens.why import WhyScreen
 from workbench.tui.widgets.command_bar import CommandBar
+from workbench.tui.widgets.tree_panel import TreePanel
 
 ROOT = Path(__file__).resolve().parent.parent
 TOUR_SWA = load_scenario(ROOT / "scenarios" / "tour_swa.toml")
@@ -255,10 +256,43 @@ async def test_why_on_a_node_and_on_the_match():
         assert isinstance(app.screen, WhyScreen)
         assert f"step {step}" in app.screen.explanation.title or step in app.screen.explanation.steps
         await pilot.press("escape")
-        await pilot.press("f")  # select the step's node
+        await pilot.press("f")  # select the step's node: on a match step y still explains the match …
         assert app.selected is not None
         await pilot.press("y")
+        assert app.screen.explanation.title.startswith(f"why the match at step {step}")
+        await pilot.press("escape")
+        app.query_one(TreePanel).focus()  # … until the user is in the tree, pointing at a node
+        await pilot.press("y")
         assert isinstance(app.screen, WhyScreen) and f"{app.selected}" in app.screen.explanation.text()
+        assert not app.screen.explanation.title.startswith("why the match")
+
+
+FAILING_MATCHES = scenario_from_records(
+    {"schema": 1, "scenario": {"name": "failing matches"}, "config": {"components": ["full"], "kv_size": 32}},
+    [{"op": "insert", "key": [1, 2, 3, 4]},
+     {"op": "match", "key": [1, 2, 3, 4, 5], "as": "m", "expect": {"prefix_len": 3}},
+     {"op": "req_prefill", "req": "r", "tokens": [1, 2, 3, 4, 9], "expect": {"prefix_len": 2}},
+     {"op": "insert", "key": [1, 2, 3, 9]}])
+
+
+@pytest.mark.asyncio
+async def test_y_on_a_failing_match_explains_why_the_match_stopped_not_the_followed_node():
+    """Issue 30: y on a failed match explained the node the step follows, not the match."""
+    app = app_for(FAILING_MATCHES)
+    async with app.run_test(size=SIZE) as pilot:
+        for step in (2, 3):  # a match op; a request whose failed check is its match's prefix_len
+            await pilot.press("n") if step == 3 else await pilot.press("n", "n")
+            await pilot.pause()
+            assert app.cursor.step == step and not app.cursor.record.passed and app.selected is not None
+            await pilot.press("y")
+            assert isinstance(app.screen, WhyScreen)
+            answer = app.screen.explanation
+            assert answer.title.startswith(f"why the match at step {step}"), answer.title
+            assert any(line.startswith("Full accepts 4 tokens") for line in answer.lines)
+            await pilot.press("escape")
+        await pilot.press("n")  # an insert is no match: y explains the followed node
+        await pilot.press("y")
+        assert app.screen.explanation.title == f"node #{app.selected} after step 4"
 
 
 @pytest.mark.asyncio

@@ -331,8 +331,10 @@ class WorkbenchApp(App[None]):
         self.push_screen(DiffScreen(self.cursor, max(0, step - 1), step))
 
     def action_why(self) -> None:
-        """Explain the chosen event, request or session, the selected node, or the step's match."""
-        from ..model.debugging.why import why_event, why_match, why_node
+        """Explain the chosen event, request or session; on a match step (or one whose failed
+        check is its match's) why the match stopped, unless the tree is focused; else the
+        selected node, or the step's match."""
+        from ..model.debugging.why import asks_about_its_match, why_event, why_match, why_node
         from ..model.debugging.why_request import why_request
         from ..model.debugging.why_session import why_session
 
@@ -346,6 +348,9 @@ class WorkbenchApp(App[None]):
                     answer = why_session(cursor.timeline, cursor.step, sessions.highlighted_session)
                 elif self.focused is events and events.highlighted_event is not None and cursor.step:
                     answer = why_event(cursor.timeline, cursor.step, events.highlighted_event)
+                elif cursor.record is not None and asks_about_its_match(cursor.record) \
+                        and self.focused is not self.query_one(TreePanel):  # the followed node is not the question
+                    answer = why_match(cursor.timeline, cursor.step)
                 elif self.selected is not None:
                     answer = why_node(cursor.timeline, cursor.step, self.selected)
                 else:
