@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.model.timeline.diff import diff_states, diff_text
+from workbench.model.timeline.diff import ChangeRow, change_rows, diff_states, diff_text
 from workbench.model.timeline.runner import Runner
 from workbench.model.scenarios.scenario import load_scenario, scenario_from_records
 from workbench.model.timeline.states import TimelineState
@@ -110,6 +110,35 @@ def test_a_node_whose_record_changed_but_did_not_move_has_no_lru_change():
     a = node(t, 3, 1, 2, 3, 4)  # becomes a leaf (its record changes) and rank 0 as its child goes
     d = last(t)
     assert a in t.store.deltas[3] and d.kinds(a) == set() and d.lru_moves == {} and d.moved_to_mru == {}
+
+
+def test_change_rows_show_only_what_changed():
+    """Issue 30: the diff view showed each changed node whole, before and after, so an
+    LRU-only step read as identical cells. Its rows are now what changed, never equal."""
+    t = run(FULL, [insert(1, 2), insert(3, 4), insert(5, 6), {"op": "match", "key": [1, 2]}])
+    a = node(t, 4, 1, 2)
+    assert change_rows(last(t)) == (ChangeRow(a, "full LRU rank", "r2", "r0"),)
+    t = run(FULL, [insert(1, 2, 3, 4, 5, 6), insert(1, 2, 3, 9)])
+    child, parent, leaf = node(t, 1, 1, 2, 3, 4, 5, 6), node(t, 2, 1, 2, 3), node(t, 2, 1, 2, 3, 9)
+    assert change_rows(last(t)) == (
+        ChangeRow(child, "key", "[1 2 3 4 5 6] (6 tokens)", "[4 5 6] (3 tokens)"), ChangeRow(child, "parent", "#0", f"#{parent}"),
+        ChangeRow(child, "full value", "6", "3"), ChangeRow(child, "full LRU rank", "r0", "r1"),
+        ChangeRow(parent, "added", None, "[1 2 3] (3 tokens)"), ChangeRow(leaf, "added", None, "[9] (1 token)"))
+    t = run(FULL, [insert(1, 2, 3, 4), {"op": "match", "key": [1, 2, 3, 4], "as": "m"},
+                   {"op": "lock", "match": "m", "as": "l"}, {"op": "evict", "full": 100}])
+    n = node(t, 1, 1, 2, 3, 4)
+    assert change_rows(t.diff(2, 3)) == (ChangeRow(n, "full lock_ref", "0", "1"),)
+    assert change_rows(t.diff(0, 1)) == (ChangeRow(n, "added", None, "[1 2 3 4] (4 tokens)"),)
+    assert change_rows(t.diff(1, 0)) == (ChangeRow(n, "removed", "[1 2 3 4] (4 tokens)", None),)
+
+
+@pytest.mark.parametrize("path", ["tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_hicache_hybrid.toml"])
+def test_every_changed_node_has_a_change_row_and_no_row_is_unchanged(path):
+    t = Runner(load_scenario(ROOT / "scenarios" / path)).run()
+    for step in range(1, len(t) + 1):
+        rows = change_rows(t.diff(step - 1, step))
+        assert all(r.before != r.after for r in rows), (step, rows)
+        assert {r.node for r in rows} == set(t.diff(step - 1, step).node_kinds), step
 
 
 SWA_STEPS = [insert(*range(1, 13)), {"op": "match", "key": [1, 2, 3, 4, 99]}, {"op": "evict", "swa": 4},

@@ -5,6 +5,7 @@ written over a user's file."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import pytest
 
 from workbench.model.timeline.runner import run_scenario
 from workbench.model.scenarios.scenario import ScenarioError
-from workbench.model.debugging.regression_test import regression_test_name, regression_test_source, write_regression_test
+from workbench.model.debugging.regression_test import (departures, regression_test_name, regression_test_source,
+                                                       write_regression_test)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTS = [  # (scenario, step to export at)
@@ -114,6 +116,10 @@ def test_exported_source_passes_ruff_f_and_e9(tmp_path):
         pytest.skip("ruff is not installed")
     files = [exported(path, upto, tmp_path / f"test_export_{i}.py") for i, (path, upto) in enumerate(EXPORTS)]
     files.append(exported("scenarios/tour.toml", 0, tmp_path / "test_empty.py"))
+    surprises = tmp_path / "surprises.toml"
+    surprises.write_text(SURPRISES, encoding="utf-8")
+    files.append(tmp_path / "test_kept.py")  # the scenario's own expectations, failing steps and all
+    write_regression_test(run_scenario(surprises), 3, files[-1], keep_expectations=True)
     checked = subprocess.run([ruff, "check", "--no-cache", "--select", "F,E9", *map(str, files)],
                              capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -215,3 +221,60 @@ def test_refuses_a_step_that_has_not_run():
         regression_test_source(timeline, 16)
     with pytest.raises(ValueError):
         regression_test_source(timeline, -1)
+
+
+MATCHES = """schema = 1
+[scenario]
+name = "matches"
+[config]
+components = ["full"]
+kv_size = 32
+[[step]]
+op = "insert"
+key = [1, 2, 3, 4, 5, 6, 7, 8]
+[[step]]
+op = "match"
+key = [1, 2, 3, 4, 5, 6, 7, 8]
+expect = { prefix_len = 8 }
+[[step]]
+op = "insert"
+key = [1, 2, 3, 4, 20, 21]
+[[step]]
+op = "match"
+key = [1, 2, 3, 4, 20, 21, 22]
+expect = { prefix_len = 6 }
+"""
+
+
+def test_keeping_the_scenario_s_expectations_fails_on_the_bug_and_passes_once_it_is_fixed(tmp_path, monkeypatch):
+    """Issue 30: exported from a run that departs from its scenario, the pinned test takes the
+    wrong values as expectations and passes on the bug. With ``keep_expectations`` the test
+    is the scenario's steps as written: it fails, naming the step, until the bug is fixed."""
+    from cache.controller import UnifiedRadixCache
+
+    def one_page_less(self, params, _match_prefix=UnifiedRadixCache.match_prefix):  # the bug: as ONE_PAGE_LESS_PLUGIN
+        result = _match_prefix(self, params)
+        if result.prefix_len == 0:
+            return result
+        return result._replace(device_indices=result.device_indices[:result.prefix_len - self.page_size])
+
+    scenario = tmp_path / "matches.toml"
+    scenario.write_text(MATCHES, encoding="utf-8")
+    monkeypatch.setattr(UnifiedRadixCache, "match_prefix", one_page_less)
+    buggy = run_scenario(scenario)
+    found = departures(buggy, 4)
+    assert found == ["step 2 (match): prefix_len: expected 8, got 7", "step 4 (match): prefix_len: expected 6, got 5"]
+    assert departures(buggy, 1) == []
+    kept, pinned = regression_test_source(buggy, 4, keep_expectations=True), regression_test_source(buggy, 4)
+    assert "expect = { prefix_len = 8 }" in kept and "prefix_len = 7" in pinned and "prefix_len = 7" not in kept
+    assert f"# fails until fixed: {found[0]}" in kept and "EXPECTED_STATE" not in kept
+    for name in ("bug-kept", "bug-pinned", "fixed-kept", "fixed-pinned"):
+        (tmp_path / name).mkdir()
+    with pytest.raises(AssertionError, match=re.escape(found[0]) + r"\n" + re.escape(found[1])):
+        run_in_process(kept, tmp_path / "bug-kept")
+    run_in_process(pinned, tmp_path / "bug-pinned")  # the pinned test passes on the bug
+    monkeypatch.undo()  # the bug fixed
+    assert departures(run_scenario(scenario), 4) == []
+    run_in_process(kept, tmp_path / "fixed-kept")
+    with pytest.raises(AssertionError, match="prefix_len: expected 7, got 8"):
+        run_in_process(pinned, tmp_path / "fixed-pinned")

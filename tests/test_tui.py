@@ -170,6 +170,28 @@ async def test_evicted_nodes_stay_one_step_as_ghosts():
 
 
 @pytest.mark.asyncio
+async def test_the_node_panel_and_the_tree_count_a_key_s_tokens_once():
+    """Issue 30: a long key read ``(11 tokens)  (11 tokens)`` in the node panel and
+    ``(11 tokens) 11t`` in the tree, and a one-token key ``(1 tokens)``."""
+    scenario = scenario_from_records({"schema": 1, "scenario": {"name": "k"}, "config": {"components": ["full"], "kv_size": 32}},
+                                     [{"op": "insert", "key": list(range(1, 12))},
+                                      {"op": "insert", "key": list(range(1, 13))}])
+    app = app_for(scenario)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        node = shown(app.query_one(Inspector))
+        assert "key  [1 2 3 … 10 11]  (11 tokens)\n" in node and node.count("(11 tokens)") == 2  # key and path
+        assert tree_labels(app)[0].startswith("#1 [1 2 3 … 10 11] 11t ") and "tokens)" not in tree_labels(app)[0]
+        await pilot.press("n")
+        await pilot.pause()
+        assert app.selected == 2
+        node = shown(app.query_one(Inspector))
+        assert "key  [12]  (1 token)\n" in node and "path [1 2 3 … 11 12]  (12 tokens)\n" in node
+        assert "tokens)  (" not in node and "(1 tokens)" not in node
+
+
+@pytest.mark.asyncio
 async def test_help_lists_every_binding_and_the_legend():
     app = app_for()
     async with app.run_test(size=SIZE) as pilot:

@@ -9,14 +9,16 @@ from pathlib import Path
 import pytest
 
 from workbench.model.debugging.breakpoints import holds, parse_condition
+from workbench.model.timeline.diff import change_rows
 from workbench.model.timeline.runner import run_scenario, same_state
-from workbench.model.scenarios.scenario import load_scenario
+from workbench.model.scenarios.scenario import load_scenario, scenario_from_records
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.screens.breakpoints import BreakpointScreen
 from workbench.tui.screens.diff import DiffScreen
 from workbench.tui.screens.prompt import PromptScreen
 from workbench.tui.screens.why import WhyScreen
 from workbench.tui.widgets.command_bar import CommandBar
+from workbench.tui.widgets.tree_panel import TreePanel
 
 ROOT = Path(__file__).resolve().parent.parent
 TOUR_SWA = load_scenario(ROOT / "scenarios" / "tour_swa.toml")
@@ -104,19 +106,44 @@ async def test_diff_view_compares_the_step_with_the_previous_then_any_two():
         assert isinstance(screen, DiffScreen) and (screen.start, screen.end) == (2, 3)
         table = screen.query_one("#diff-nodes")
         diff = app.cursor.timeline.diff(2, 3)
-        assert table.row_count == len(diff.node_kinds)
+        assert table.row_count == len(change_rows(diff))
         screen.query_one("#diff-from").value = "0"
         screen.query_one("#diff-to").value = "9"
         screen.query_one("#diff-to").focus()
         await pilot.press("enter")
         assert (screen.start, screen.end) == (0, 9)
-        assert table.row_count == len(app.cursor.timeline.diff(0, 9).node_kinds)
+        assert table.row_count == len(change_rows(app.cursor.timeline.diff(0, 9)))
         screen.query_one("#diff-to").value = "999"  # out of range: refused, the view stays
         screen.query_one("#diff-to").focus()
         await pilot.press("enter")
         assert (screen.start, screen.end) == (0, 9)
         await pilot.press("escape")
         assert not isinstance(app.screen, DiffScreen) and app.cursor.step == 3
+
+
+def diff_cells(screen) -> list[tuple[str, ...]]:
+    table = screen.query_one("#diff-nodes")
+    return [tuple(str(cell) for cell in table.get_row_at(i)) for i in range(table.row_count)]
+
+
+@pytest.mark.asyncio
+async def test_diff_of_an_lru_only_step_shows_the_rank_moves_never_equal_cells():
+    """Issue 30: the tour's step 6 (a match of a cached key) only reorders the LRU; its
+    diff showed each moved node twice the same. Now a row is what changed."""
+    app = app_for(load_scenario(ROOT / "scenarios" / "tour.toml"))
+    async with app.run_test(size=SIZE) as pilot:
+        app.cursor.go(6)
+        app.refresh_view()
+        await pilot.press("d")
+        cells = diff_cells(app.screen)
+        assert cells == [("#2", "full LRU rank", "r2", "r1"), ("#3", "full LRU rank", "r4", "r0")]
+        assert "full LRU: #3, #2 moved to the MRU end" in str(app.screen.query_one("#diff-globals").render())
+        for start, end in ((2, 3), (0, 9), (12, 13)):  # splits, adds, removals, locks: still never equal
+            app.screen.query_one("#diff-from").value, app.screen.query_one("#diff-to").value = str(start), str(end)
+            app.screen.query_one("#diff-to").focus()
+            await pilot.press("enter")
+            cells = diff_cells(app.screen)
+            assert cells and all(before != after for _, _, before, after in cells), (start, end, cells)
 
 
 @pytest.mark.asyncio
@@ -229,10 +256,43 @@ async def test_why_on_a_node_and_on_the_match():
         assert isinstance(app.screen, WhyScreen)
         assert f"step {step}" in app.screen.explanation.title or step in app.screen.explanation.steps
         await pilot.press("escape")
-        await pilot.press("f")  # select the step's node
+        await pilot.press("f")  # select the step's node: on a match step y still explains the match …
         assert app.selected is not None
         await pilot.press("y")
+        assert app.screen.explanation.title.startswith(f"why the match at step {step}")
+        await pilot.press("escape")
+        app.query_one(TreePanel).focus()  # … until the user is in the tree, pointing at a node
+        await pilot.press("y")
         assert isinstance(app.screen, WhyScreen) and f"{app.selected}" in app.screen.explanation.text()
+        assert not app.screen.explanation.title.startswith("why the match")
+
+
+FAILING_MATCHES = scenario_from_records(
+    {"schema": 1, "scenario": {"name": "failing matches"}, "config": {"components": ["full"], "kv_size": 32}},
+    [{"op": "insert", "key": [1, 2, 3, 4]},
+     {"op": "match", "key": [1, 2, 3, 4, 5], "as": "m", "expect": {"prefix_len": 3}},
+     {"op": "req_prefill", "req": "r", "tokens": [1, 2, 3, 4, 9], "expect": {"prefix_len": 2}},
+     {"op": "insert", "key": [1, 2, 3, 9]}])
+
+
+@pytest.mark.asyncio
+async def test_y_on_a_failing_match_explains_why_the_match_stopped_not_the_followed_node():
+    """Issue 30: y on a failed match explained the node the step follows, not the match."""
+    app = app_for(FAILING_MATCHES)
+    async with app.run_test(size=SIZE) as pilot:
+        for step in (2, 3):  # a match op; a request whose failed check is its match's prefix_len
+            await pilot.press("n") if step == 3 else await pilot.press("n", "n")
+            await pilot.pause()
+            assert app.cursor.step == step and not app.cursor.record.passed and app.selected is not None
+            await pilot.press("y")
+            assert isinstance(app.screen, WhyScreen)
+            answer = app.screen.explanation
+            assert answer.title.startswith(f"why the match at step {step}"), answer.title
+            assert any(line.startswith("Full accepts 4 tokens") for line in answer.lines)
+            await pilot.press("escape")
+        await pilot.press("n")  # an insert is no match: y explains the followed node
+        await pilot.press("y")
+        assert app.screen.explanation.title == f"node #{app.selected} after step 4"
 
 
 @pytest.mark.asyncio

@@ -295,3 +295,18 @@ def test_a_host_only_node_tells_its_demotion_and_a_held_transfer_holds_its_lock(
     assert "Full: on the host only (4 tokens); demoted at step 3" in after and "so it stayed, host-only" in after
     assert "Mamba: on the host only (1 state)" in after and "a cascade from Full's demotion to the host" in after
     assert "Full unlocked; last released at step 2 (flush" in after
+
+
+def test_a_match_step_or_a_failed_match_result_asks_about_the_match():
+    """Issue 30: the TUI's y explains why the match stopped on these steps (not the node it follows)."""
+    from workbench.model.debugging.why import asks_about_its_match
+
+    header = {"schema": 1, "scenario": {"name": "t"}, "config": {"components": ["full"], "kv_size": 32}}
+    timeline = Runner(scenario_from_records(header, [
+        {"op": "insert", "key": [1, 2, 3, 4]},
+        {"op": "match", "key": [1, 2, 3, 4, 5]},  # passes: still a match
+        {"op": "req_prefill", "req": "r", "tokens": [1, 2, 3, 9], "expect": {"prefix_len": 2}},  # its match failed
+        {"op": "req_prefill", "req": "q", "tokens": [1, 2, 3, 4, 9]},  # passed: the request is the question
+        {"op": "insert", "key": [1, 2, 3, 9], "expect": {"prefix_len": 1}},  # failed, but no match ran
+    ])).run()
+    assert [asks_about_its_match(r) for r in timeline.records] == [False, True, True, False, False]

@@ -50,7 +50,7 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
     text.append(f"#{node_id} ", style="bold")
     if chain:
         text.append(f"+{chain} ", style="bold dim")
-    text.append(key_text(key, key_head), style="white")
+    text.append(key_text(key, key_head, counted=False), style="white")  # counted once, just after
     text.append(f" {len(key)}t", style="dim")
     if extra_key is not None:
         text.append(f" ns={extra_key}", style="yellow")

@@ -26,10 +26,11 @@ from ..model.scenarios.errors import one_line
 from ..model.scenarios.scenario import Scenario, ScenarioError
 from ..model.timeline.step_view import StepView
 from .bindings import COMMANDS as COMMAND_TABLE
-from .bindings import Command, bindings, commands, is_printable
+from .bindings import Command, bindings, commands, is_printable, priority_actions
 from .commands import WorkbenchCommands
 from .messages import NodeChosen, SessionChosen, StepChosen
 from .screens.breakpoints import BreakpointScreen
+from .screens.choice import ChoiceScreen
 from .screens.diff import DiffScreen
 from .screens.goto import GotoScreen
 from .screens.help import HelpScreen
@@ -258,11 +259,12 @@ class WorkbenchApp(App[None]):
 
     # ---- actions (the binding table's targets) ---------------------------------------------------
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """Printable keys type into a text input instead of acting; tab, ctrl+… and
-        function keys still act. While a dialog is open its own keys act, not the app's."""
-        if isinstance(self.screen, ModalScreen) and action != "focus_next" and any(
-                c.action.split("(")[0] == action for c in self.command_table):
-            return False
+        """While a dialog is open its own keys answer and the table's wait: bound with
+        priority, they would act behind it (n stepping under the help, q quitting from it,
+        y opening a second why). Printable keys type into a text input instead of acting;
+        tab, ctrl+… and function keys still act."""
+        if isinstance(self.screen, ModalScreen):
+            return action not in priority_actions(self.command_table)
         if not isinstance(self.focused, Input):
             return True
         return not any(c.action.split("(")[0] == action and is_printable(c.key) for c in self.command_table)
@@ -289,10 +291,20 @@ class WorkbenchApp(App[None]):
         self._move(self.cursor.available)
 
     def action_goto(self) -> None:
-        """Ask for a step number and jump there."""
+        """Ask for a step number and jump there; a step past either end goes to that end
+        and says so."""
         def jump(step: int | None) -> None:
-            if step is not None:
-                self._move(step)
+            if step is None:
+                return
+            cursor = self.cursor
+            last = cursor.available
+            if step > last:
+                checked = "" if cursor.chapter.loaded else f" checked so far (of {cursor.total:,})"
+                self.notify(f"step {step:,} is past the last step{checked} {last:,}; went to {last:,}",
+                            severity="warning")
+            elif step < 0:
+                self.notify(f"step {step:,} is before the start; went to step 0", severity="warning")
+            self._move(step)
 
         self.push_screen(GotoScreen(self.cursor.available), jump)
 
@@ -378,8 +390,10 @@ class WorkbenchApp(App[None]):
         self.push_screen(DiffScreen(self.cursor, max(0, step - 1), step))
 
     def action_why(self) -> None:
-        """Explain the chosen event, request or session, the selected node, or the step's match."""
-        from ..model.debugging.why import why_event, why_match, why_node
+        """Explain the chosen event, request or session; on a match step (or one whose failed
+        check is its match's) why the match stopped, unless the tree is focused; else the
+        selected node, or the step's match."""
+        from ..model.debugging.why import asks_about_its_match, why_event, why_match, why_node
         from ..model.debugging.why_request import why_request
         from ..model.debugging.why_session import why_session
 
@@ -393,6 +407,9 @@ class WorkbenchApp(App[None]):
                     answer = why_session(cursor.timeline, cursor.step, sessions.highlighted_session)
                 elif self.focused is events and events.highlighted_event is not None and cursor.step:
                     answer = why_event(cursor.timeline, cursor.step, events.highlighted_event)
+                elif cursor.record is not None and asks_about_its_match(cursor.record) \
+                        and self.focused is not self.query_one(TreePanel):  # the followed node is not the question
+                    answer = why_match(cursor.timeline, cursor.step)
                 elif self.selected is not None:
                     answer = why_node(cursor.timeline, cursor.step, self.selected)
                 else:
@@ -452,20 +469,58 @@ class WorkbenchApp(App[None]):
             return scenario_toml(scenario) if path.endswith(".toml") else scenario_jsonl(scenario)
 
         self._export("save the session as (.toml or .jsonl; an existing file is never overwritten):",
-                     f"{self._output_stem()}-session.toml", text)
+                     f"{self._output_stem()}-session.toml", text, written=self.cursor.saved)
+
+    async def action_quit(self) -> None:
+        """Quit (q, ctrl+q); with live ops not saved, ask first: y / enter quits, n / esc stays."""
+        unsaved = self.cursor.unsaved_ops()
+        if not unsaved:
+            self.exit()
+            return
+        ops = sum(unsaved.values())
+        where = ", ".join(f"{n:,} in {one_line(name)}" for name, n in unsaved.items())
+        question = (f"{ops:,} live op{'s' if ops != 1 else ''} not saved ({where}). Quit and lose "
+                    f"{'them' if ops != 1 else 'it'}?")
+        answers = {"yes": "y / enter  quit", "no": "n / esc  stay (ctrl+s saves the session)"}
+        self.push_screen(ChoiceScreen(question, answers), lambda choice: choice == "yes" and self.exit())
 
     def action_export_test(self) -> None:
-        """Save the timeline up to this step as a pytest regression test."""
-        from ..model.debugging.regression_test import regression_test_source
+        """Save the timeline up to this step as a pytest regression test. Where a step up
+        to here departs from the scenario, ask first: keep its expectations (a test that
+        fails until the bug is fixed) or pin today's results (one that passes on it)."""
+        from ..model.debugging.regression_test import departures
 
         step = self.cursor.step
-        self._export(f"export steps 1–{step} as a pytest test:",
-                     f"test_{self._output_stem().replace('-', '_')}_step{step}.py",
-                     lambda path: regression_test_source(self.cursor.timeline, step))
+        if step == 0:
+            self.notify("nothing to export yet: step 0 is the empty cache before any step (n steps forward)",
+                        severity="warning")
+            return
+        with self.cursor.lock:
+            found = departures(self.cursor.timeline, step)
+        if not found:
+            self._export_test(step, keep_expectations=False)
+            return
+        more = f" (and {len(found) - 1:,} more)" if len(found) > 1 else ""
+        question = (f"steps 1–{step} do not all do what the scenario expects: {found[0]}{more}. "
+                    "Which test should the export be?")
+        answers = {"keep": "k  keep the scenario's expectations: a test that fails until the bug is fixed",
+                   "pin": "p  pin today's results: a test that passes now and fails when the behaviour changes",
+                   "no": "n / esc  cancel"}
+        self.push_screen(ChoiceScreen(question, answers),
+                         lambda choice: choice in ("keep", "pin") and self._export_test(step, choice == "keep"))
 
-    def _export(self, question: str, name: str, make_text) -> None:
+    def _export_test(self, step: int, keep_expectations: bool) -> None:
+        from ..model.debugging.regression_test import regression_test_source
+
+        kind = "keeping the scenario's expectations" if keep_expectations else "pinned to today's results"
+        self._export(f"export steps 1–{step} as a pytest test, {kind}:",
+                     f"test_{self._output_stem().replace('-', '_')}_step{step}.py",
+                     lambda path: regression_test_source(self.cursor.timeline, step, keep_expectations))
+
+    def _export(self, question: str, name: str, make_text, written=None) -> None:
         """Ask where (a free ``name`` beside the scenario suggested), make the text for
-        that path and write it; a failure is a notification, never a crash."""
+        that path and write it, then call ``written``; a failure is a notification, never
+        a crash."""
         def answer(path: str | None) -> None:
             if path is None:
                 return
@@ -476,13 +531,14 @@ class WorkbenchApp(App[None]):
                 said = getattr(exc, "brief", None) or (str(exc).splitlines() or [""])[0]
                 self.notify(f"not exported: {one_line(said)}", severity="error", timeout=10)
                 return
-            self._write(path, lambda stream: stream.write(text))
+            if self._write(path, lambda stream: stream.write(text)) and written is not None:
+                written()
 
         self.push_screen(PromptScreen(question, self._beside_scenario(name)), answer)
 
-    def _write(self, path: str, write) -> None:
+    def _write(self, path: str, write) -> bool:
         """Write through ``outputs``: never over a file, a link, a pipe or a device, nor
-        over any chapter's scenario; say what happened in the TUI's words."""
+        over any chapter's scenario; say what happened in the TUI's words. True: written."""
         from ..model.scenarios.outputs import open_output
 
         inputs = [chapter.scenario.path for chapter in self.cursor.chapters]
@@ -491,11 +547,12 @@ class WorkbenchApp(App[None]):
                 write(stream)
         except ScenarioError as exc:
             self.notify(exc.brief.strip(), title="not saved", severity="error", timeout=10)
-            return
+            return False
         except OSError as exc:
             self.notify(f"{one_line(path)}: {exc.strerror or exc}", title="not saved", severity="error", timeout=10)
-            return
+            return False
         self.notify(f"wrote {one_line(path)}")
+        return True
 
     def poll_follower(self) -> None:
         """Add the followed trace's new steps; keep the cursor at the end if it was there."""

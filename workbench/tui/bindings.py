@@ -51,6 +51,16 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+# A question dialog's answers (screens/choice.py): its own keys while it is open (a modal
+# screen holds the app's keys back), each dialog offering some of them.
+ANSWERS: tuple[Command, ...] = (
+    Command("answer.yes", "y,enter", "answer('yes')", "yes", "answer"),
+    Command("answer.no", "n,escape", "answer('no')", "no", "answer"),
+    Command("answer.keep", "k", "answer('keep')", "keep the scenario's expectations", "answer"),
+    Command("answer.pin", "p", "answer('pin')", "pin today's results", "answer"),
+)
+
+
 class KeymapError(ValueError):
     """A keymap file that cannot be used (unknown id, not a string, bad TOML)."""
 
@@ -127,9 +137,18 @@ def commands(keymap: dict[str, str] | None = None) -> tuple[Command, ...]:
     return tuple(dataclasses.replace(c, key=keymap.get(c.id, c.key)) for c in COMMANDS)
 
 
+UNDER_WIDGETS = {"panel.next"}  # bound without priority: a widget that takes the key (tab) keeps it
+
+
 def bindings(table: tuple[Command, ...]) -> list[Binding]:
-    return [Binding(c.key, c.action, c.description, show=c.show, id=c.id, priority=c.id != "panel.next")
+    return [Binding(c.key, c.action, c.description, show=c.show, id=c.id, priority=c.id not in UNDER_WIDGETS)
             for c in table]
+
+
+def priority_actions(table: tuple[Command, ...]) -> frozenset[str]:
+    """The action names bound with priority: ahead of every widget's keys, a dialog's too,
+    so the app holds them back while a dialog is open."""
+    return frozenset(c.action.split("(")[0] for c in table if c.id not in UNDER_WIDGETS)
 
 
 def key_label(key: str) -> str:

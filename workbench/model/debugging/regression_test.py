@@ -4,6 +4,11 @@ What you are looking at becomes a regression test in one key press: the scenario
 first steps, each pinned to the results it had, and the state after the last one
 (every counter and the tree's shape). The test runs the workbench's own runner, so it
 fails — naming the step and field — as soon as the cache behaves differently.
+
+A run that departs from its scenario (a failed check, an unexpected error, a broken
+invariant) is a bug found, not a behaviour to keep: pinned, its test passes on the bug.
+``keep_expectations`` writes the other test: the scenario's steps as written, which
+fails, naming the step and field, until the cache does what the scenario expects.
 """
 
 from __future__ import annotations
@@ -29,22 +34,41 @@ except ImportError:  # pragma: no cover
 SCENARIO_FILE = "scenario.toml"  # the name the test writes its scenario to, in tmp_path
 
 
-def write_regression_test(timeline: Timeline, upto: int, path: str | Path, force: bool = False) -> str:
-    """Write ``regression_test_source(timeline, upto)`` to ``path``; refuses an existing file
-    without ``force`` and a missing or unwritable directory (``ScenarioError``, as
-    every output the workbench writes). Returns the source written."""
-    source = regression_test_source(timeline, upto)  # built first: a failed export leaves no file behind
+def write_regression_test(timeline: Timeline, upto: int, path: str | Path, force: bool = False,
+                          keep_expectations: bool = False) -> str:
+    """Write ``regression_test_source(timeline, upto, keep_expectations)`` to ``path``; refuses
+    an existing file without ``force`` and a missing or unwritable directory (``ScenarioError``,
+    as every output the workbench writes). Returns the source written."""
+    source = regression_test_source(timeline, upto, keep_expectations)  # built first: a failed export leaves no file
     inputs = [timeline.scenario.path] if timeline.scenario.path else []
     with open_output(str(path), inputs, force, option="export to") as stream:
         stream.write(source)
     return source
 
 
-def regression_test_source(timeline: Timeline, upto: int) -> str:
+def departures(timeline: Timeline, upto: int) -> list[str]:
+    """Where the first ``upto`` steps did not do what their scenario expects, one line
+    each (``step 2 (match): prefix_len: expected 3, got 4``); empty when they all did."""
+    return [line for record in timeline.records[:upto] for line in _departures_of(record)]
+
+
+def _departures_of(record: StepRecord) -> list[str]:
+    where = f"step {record.index} ({record.step.op})"
+    lines = [f"{where}: {failure}" for failure in record.failures]
+    if record.violations:
+        lines.append(f"{where}: broke invariants ({', '.join(v.name for v in record.violations)})")
+    return lines
+
+
+def regression_test_source(timeline: Timeline, upto: int, keep_expectations: bool = False) -> str:
     """The text of a pytest file that replays the first ``upto`` steps and checks
-    every step's results and the final state as this timeline recorded them."""
+    every step's results and the final state as this timeline recorded them; with
+    ``keep_expectations``, the steps as the scenario wrote them, checked against its own
+    expectations only (no state pinned: today's is the one a departure left)."""
     if not 0 <= upto <= len(timeline.records):
         raise ValueError(f"step {upto} is not in the timeline (0..{len(timeline.records)} have run)")
+    if keep_expectations:
+        return _kept_source(timeline, upto)
     scenario = timeline.scenario
     components = scenario.config["components"]
     pinned = [pin_step(record, components) for record in timeline.records[:upto]]
@@ -74,6 +98,31 @@ def regression_test_source(timeline: Timeline, upto: int) -> str:
         _test_function(regression_test_name(scenario.name), upto),
     ]
     return "\n".join(parts)
+
+
+def _kept_source(timeline: Timeline, upto: int) -> str:
+    scenario = timeline.scenario
+    records = timeline.records[:upto]
+    notes = [[f"fails until fixed: {line}" for line in _departures_of(record)] for record in records]
+    toml = _commented(scenario_toml(scenario, [record.step for record in records]), notes)
+    _check_loads(toml, scenario)
+    lines = [
+        f"Regression test for scenario {scenario.name!r}: its first {upto} of {len(scenario.steps)} steps, as written.",
+        "",
+        f"Exported from the timeline of {scenario.path or 'a live session'} at step {upto} (the TUI's `t` key,",
+        "workbench.model.debugging.regression_test), keeping the scenario's own expectations: it fails until",
+        "the cache does what the scenario expects. At export time:",
+        *[f"- {line}" for line in departures(timeline, upto)],
+    ]
+    return "\n".join([
+        _docstring_literal(lines),
+        "from workbench.model.timeline.runner import run_scenario",
+        "",
+        f"SCENARIO_TOML = {_string_literal(toml)}",
+        "",
+        "",
+        _test_function(regression_test_name(scenario.name), upto, pinned=False),
+    ])
 
 
 def state_fields(components: list[str]) -> list[str]:
@@ -210,6 +259,10 @@ def _docstring(scenario: Scenario, upto: int, pinned: list[tuple[Step, list[str]
     if notes:
         lines += ["", "Pinned to the behaviour at export time, which the scenario did not expect:"]
         lines += [f"- {note}" for note in notes]
+    return _docstring_literal(lines)
+
+
+def _docstring_literal(lines: list[str]) -> str:
     text = "\n".join(lines).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
     return f'"""{text}\n"""\n'
 
@@ -232,8 +285,10 @@ def _tree_literal(shape: list) -> str:
     return "[\n" + "".join(f"    {row!r},\n" for row in shape) + "]"
 
 
-def _test_function(name: str, upto: int) -> str:
-    return f'''def {name}(tmp_path):
+def _test_function(name: str, upto: int, pinned: bool = True) -> str:
+    """The test: replay, every step's checks and invariants, then (pinned) the final state."""
+    verdict = "the cache no longer behaves as exported" if pinned else "the cache still departs from the scenario"
+    source = f'''def {name}(tmp_path):
     path = tmp_path / {SCENARIO_FILE!r}
     path.write_text(SCENARIO_TOML, encoding="utf-8")
     timeline = run_scenario(path)
@@ -247,8 +302,11 @@ def _test_function(name: str, upto: int) -> str:
         for record in timeline.records
         for violation in record.violations
     ]
-    assert timeline.passed, "the cache no longer behaves as exported:\\n" + "\\n".join(problems)
-    final = timeline.final
-    assert {{field: state_field(final, field) for field in EXPECTED_STATE}} == EXPECTED_STATE
+    assert timeline.passed, "{verdict}:\\n" + "\\n".join(problems)
+'''
+    if not pinned:
+        return source
+    return source + '''    final = timeline.final
+    assert {field: state_field(final, field) for field in EXPECTED_STATE} == EXPECTED_STATE
     assert tree_shape(final) == EXPECTED_TREE
 '''

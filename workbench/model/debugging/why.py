@@ -21,6 +21,7 @@ from cache.events import Cause, Event, EventKind
 from .. import ops
 from ..timeline.fmt import event_text, plural
 from ..ops.evict import EVICT
+from ..ops.keys import MATCH
 from ..timeline.timeline import StepRecord, Timeline
 
 StepsTouching = Callable[[int], list[int]]  # node id -> steps (ascending) whose events name it
@@ -409,6 +410,15 @@ def _lock_lines(timeline: Timeline, node: int, state, record, seen, touching: St
 
 
 # ---- why_match ------------------------------------------------------------------------------------
+def asks_about_its_match(record: StepRecord) -> bool:
+    """Whether "why" on this step means why its match stopped: the step matched (its
+    verdicts are among its events) and is a match op, or a check that failed is one of
+    a match's results (a request's ``prefix_len``, a host hit length)."""
+    if not any(e.kind is EventKind.VERDICT for e in record.events):
+        return False
+    return record.step.op == MATCH.name or any(f.field in MATCH.results for f in record.failures)
+
+
 def why_match(timeline: Timeline, step: int) -> Explanation:
     """Why a step's match stopped where it did: each component's verdict (how far it
     accepts, and what stopped it), then the prefix every component accepts."""

@@ -29,6 +29,7 @@ class Chapter:
     runner: Runner
     loaded: bool = False
     appender: Optional[StepAppender] = None  # checks steps added at the end, made on first use
+    unsaved_ops: int = 0  # live ops run since the chapter was last saved (a followed trace's steps are not)
 
     @property
     def scenario(self) -> Scenario:
@@ -73,7 +74,18 @@ class TimelineCursor:
         """Add one step at the end of the current chapter (a live op) and run it,
         checked like any other. A step the scenario would refuse raises
         ``ScenarioError`` with the same message and changes nothing."""
-        return self.extend([(raw, line)])[0]
+        record = self.extend([(raw, line)])[0]
+        self.chapter.unsaved_ops += 1
+        return record
+
+    def unsaved_ops(self) -> dict[str, int]:
+        """Chapters with live ops not saved since they ran: {scenario path or name: ops}
+        (what quitting would lose)."""
+        return {c.scenario.path or c.scenario.name: c.unsaved_ops for c in self.chapters if c.unsaved_ops}
+
+    def saved(self) -> None:
+        """The current chapter was just saved whole, live ops included."""
+        self.chapter.unsaved_ops = 0
 
     def extend(self, steps: list[tuple[dict, int]]) -> list[StepRecord]:
         """Add steps (raw fields, line) at the end of the current chapter and run them

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Optional
 
-from cache.keys import TOKEN_BYTES
+from cache.keys import TOKEN_BYTES, unpack_tokens
 from cache.snapshot import NodeRecord, PoolView
 
-from .fmt import plural
+from .fmt import plural, tokens_text
 from .states import TimelineState
 
 CHANGE_KINDS = ("added", "removed", "split", "tombstoned", "recovered", "value", "lock_ref", "lru")
@@ -252,6 +252,54 @@ def diff_text(diff: StateDiff) -> list[str]:
     lines += [f"request {rid} started" for rid in diff.requests_started]
     lines += [f"request {rid} finished" for rid in diff.requests_finished]
     return lines
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangeRow:
+    """One thing that changed on one node, as a view shows it side by side: ``what``
+    (``added``, ``key``, ``full lock_ref``, ``swa LRU rank`` …), its text before and after
+    (None: the node is not there). ``before != after`` always."""
+
+    node: int
+    what: str
+    before: Optional[str]
+    after: Optional[str]
+
+
+def change_rows(diff: StateDiff) -> tuple[ChangeRow, ...]:
+    """The diff node by node (ascending ids), each node's rows only for what differs:
+    a node added or removed is one row (its key); any other names its key and parent
+    (a split), then per component its value, host copy and lock_ref, then its LRU ranks.
+    An LRU-only step is its rank moves, never a node shown twice the same."""
+    rows: list[ChangeRow] = []
+    for node_id, kinds in diff.node_kinds.items():
+        old, new = diff.records_before.get(node_id), diff.records_after.get(node_id)
+        if old is None or new is None:
+            what = "added" if old is None else "removed"
+            rows.append(ChangeRow(node_id, what, _key_text(old), _key_text(new)))
+            continue
+        pairs = [("key", _key_text(old), _key_text(new)), ("parent", f"#{old.parent}", f"#{new.parent}")]
+        for name, cb, ca in zip(diff.components, old.components, new.components):
+            pairs += [(f"{name} value", _length(cb.value_len), _length(ca.value_len)),
+                      (f"{name} host copy", _length(cb.host_len, "none"), _length(ca.host_len, "none")),
+                      (f"{name} lock_ref", str(cb.lock_ref), str(ca.lock_ref))]
+        for name, moves in diff.lru_moves.items():
+            if node_id in moves:
+                pairs.append((f"{name} LRU rank", *map(_rank, moves[node_id])))
+        rows += [ChangeRow(node_id, what, b, a) for what, b, a in pairs if b != a]
+    return tuple(rows)
+
+
+def _key_text(record: Optional[NodeRecord]) -> Optional[str]:
+    """``[1 2 3] (3 tokens)``: the key as every view elides it, counted once."""
+    if record is None:
+        return None
+    tokens = unpack_tokens(record.key)
+    return f"{tokens_text(tokens, counted=False)} ({plural(len(tokens), 'token')})"
+
+
+def _length(n: Optional[int], absent: str = "✝") -> str:
+    return absent if n is None else str(n)
 
 
 def diff_json(diff: StateDiff) -> dict:

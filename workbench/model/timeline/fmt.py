@@ -18,21 +18,30 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else (nouns or noun + 's')}"
 
 
-def tokens_text(tokens: Iterable[int], show_all: int = KEY_SHOW_ALL) -> str:
-    """``[1 2 3]``, or ``[1 2 3 … 9 10] (4,096 tokens)`` for a long key."""
+def tokens_text(tokens: Iterable[int], show_all: int = KEY_SHOW_ALL, counted: bool = True) -> str:
+    """``[1 2 3]``, or ``[1 2 3 … 9 10] (4,096 tokens)`` for a long key; ``counted=False``
+    leaves the count out, for a view that shows it beside the key anyway (``3t``)."""
     tokens = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
     if len(tokens) <= show_all:
         return "[" + " ".join(map(str, tokens)) + "]"
     head = " ".join(map(str, tokens[:KEY_HEAD]))
     tail = " ".join(map(str, tokens[-KEY_TAIL:]))
-    return f"[{head} … {tail}] ({len(tokens):,} tokens)"
+    return f"[{head} … {tail}]" + (f" ({plural(len(tokens), 'token')})" if counted else "")
 
 
-def key_text(tokens: Iterable[int], key_head: Optional[int] = None) -> str:
+def key_text(tokens: Iterable[int], key_head: Optional[int] = None, counted: bool = True) -> str:
     """A node's key as a user typed it: ``tokens_text``, and for an EAGLE bigram key
     the token its first pair begins with (its parent's last) before a ``|``: ``[3|4 5 6]``."""
-    text = tokens_text(tokens)
+    text = tokens_text(tokens, counted=counted)
     return text if key_head is None else f"[{key_head}|{text[1:]}"
+
+
+def counted_key_text(tokens: Iterable[int], key_head: Optional[int] = None) -> str:
+    """A key and its length, said once whatever the key's length: ``[5]  (1 token)``,
+    ``[1 2 3 … 10 11]  (11 tokens)``; an EAGLE key counts pairs: ``[3|4 5]  (2 token pairs)``."""
+    tokens = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
+    noun = "token" if key_head is None else "token pair"
+    return f"{key_text(tokens, key_head, counted=False)}  ({plural(len(tokens), noun)})"
 
 
 def value_text(value: Any) -> str:

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label, OptionList, Static
+from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ...model.debugging.breakpoints import ConditionError
@@ -34,9 +34,9 @@ class BreakpointScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="breakpoints"):
-            yield Label(Text("breakpoints — c runs forward to one, C backward (esc closes)", style="bold"))
+            yield Static(Text("breakpoints — c runs forward to one, C backward (esc closes)", style="bold"))
             yield Input(placeholder="add a condition, e.g. event=cascade component=swa", id="breakpoint-input")
-            yield Label("", id="breakpoint-error")
+            yield Static("", id="breakpoint-error")  # texts wrap at the dialog's edge
             yield OptionList(id="breakpoint-list")
             yield Static(Text("conditions:\n  " + "\n  ".join(EXAMPLES), style="dim"))
 
@@ -55,7 +55,7 @@ class BreakpointScreen(ModalScreen[None]):
         options.highlighted = 0
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        error = self.query_one("#breakpoint-error", Label)
+        error = self.query_one("#breakpoint-error", Static)
         try:
             condition = self.cursor.add_breakpoint(event.value)
         except ConditionError as exc:
@@ -77,5 +77,5 @@ class BreakpointScreen(ModalScreen[None]):
         if 0 <= index < len(self.cursor.breakpoints):
             text = self.cursor.breakpoints[index].text
             self.cursor.remove_breakpoint(text)
-            self.query_one("#breakpoint-error", Label).update(Text(f"removed: {text}", style="yellow"))
+            self.query_one("#breakpoint-error", Static).update(Text(f"removed: {text}", style="yellow"))
             self.refresh_list()

@@ -1,6 +1,7 @@
-"""``d``: what changed between two steps, node by node side by side (before | after),
-then pools and requests. Opens on the current step against the previous one; the
-two step numbers can be edited to compare any pair."""
+"""``d``: what changed between two steps, node by node side by side (before | after):
+only what differs (``model.timeline.diff.change_rows``), then pools and requests.
+Opens on the current step against the previous one; the two step numbers can be
+edited to compare any pair."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, Label, Static
 
 from ...model.timeline.cursor import TimelineCursor
-from ...model.timeline.diff import StateDiff, diff_text
+from ...model.timeline.diff import ChangeRow, StateDiff, change_rows, diff_text
 from ..widgets.badges import node_label
 
-MAX_ROWS = 500  # a diff across a whole trace can name every node: show the first ones and say so
+MAX_ROWS = 500  # a diff across a whole trace can change every node: show the first changes and say so
 
 
 class DiffScreen(ModalScreen[None]):
@@ -27,7 +28,7 @@ class DiffScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="diff"):
-            yield Label("", id="diff-title")
+            yield Static("", id="diff-title")  # wraps at the dialog's edge
             with Horizontal(id="diff-steps"):
                 yield Label("from step ")
                 yield Input(str(self.start), type="integer", id="diff-from")
@@ -59,25 +60,31 @@ class DiffScreen(ModalScreen[None]):
         cursor = self.cursor
         with cursor.lock:
             diff = cursor.timeline.diff(self.start, self.end)
-            before, after = cursor.timeline.state_after(self.start), cursor.timeline.state_after(self.end)
+            before = cursor.timeline.state_after(self.start)
         table = self.query_one(DataTable)
         table.clear()
-        components = after.components
-        nodes = sorted(diff.node_kinds)
-        for node_id in nodes[:MAX_ROWS]:
-            old, new = diff.records_before.get(node_id), diff.records_after.get(node_id)
-            table.add_row(
-                f"#{node_id}", ", ".join(sorted(diff.kinds(node_id))),
-                node_label(old, components, {}) if old is not None else Text("—", style="dim"),
-                node_label(new, components, {}) if new is not None else Text("—", style="dim"),
-                key=str(node_id),
-            )
-        more = f" (first {MAX_ROWS} of {len(nodes):,} nodes)" if len(nodes) > MAX_ROWS else ""
-        nodes_text = f"{len(nodes):,} node{'s' if len(nodes) != 1 else ''} changed{more}"
-        self.query_one("#diff-title", Label).update(
+        rows = change_rows(diff)  # only what changed: an LRU-only step is its rank moves
+        for i, row in enumerate(rows[:MAX_ROWS]):
+            table.add_row(f"#{row.node}", row.what, self._cell(diff, row, "before"), self._cell(diff, row, "after"),
+                          key=f"{row.node}:{i}")
+        nodes = len(diff.node_kinds)
+        more = f" (the first {MAX_ROWS:,} of {len(rows):,} changes)" if len(rows) > MAX_ROWS else ""
+        nodes_text = f"{nodes:,} node{'s' if nodes != 1 else ''} changed{more}"
+        self.query_one("#diff-title", Static).update(
             Text(f"diff: the state after step {self.start:,} → after step {self.end:,} ({nodes_text}; esc closes)",
                  style="bold"))
         self.query_one("#diff-globals", Static).update(self._globals(diff, before.components))
+
+    @staticmethod
+    def _cell(diff: StateDiff, row: ChangeRow, side: str) -> Text | str:
+        """A node added or removed is drawn as the tree draws it; absent is a dim dash."""
+        text = getattr(row, side)
+        if text is None:
+            return Text("—", style="dim")
+        if row.what in ("added", "removed"):
+            record = (diff.records_after if side == "after" else diff.records_before)[row.node]
+            return node_label(record, diff.components, {})
+        return text
 
     @staticmethod
     def _globals(diff: StateDiff, components) -> Text:

@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label
+from textual.widgets import Input, Static
 
 
 class GotoScreen(ModalScreen[int | None]):
@@ -18,7 +18,7 @@ class GotoScreen(ModalScreen[int | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="goto"):
-            yield Label(f"go to step (0–{self.last}):")
+            yield Static(f"go to step (0–{self.last:,}):", id="goto-question")  # wraps at the dialog's edge
             yield Input(placeholder="step number", type="integer", id="goto-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -18,7 +18,8 @@ from ..widgets.badges import CHANGE_LEGEND, CHANGE_STYLE
 
 PANELS = {
     "steps": "Every checked step; enter jumps to it. ✗ marks a failed step.",
-    "tree": "The radix tree after the step. Enter/space expands; the step's node is followed.",
+    "tree": "The radix tree after the step. Enter/space expands; the step's node is followed. "
+            "y here explains the highlighted node (elsewhere, on a match step, why the match stopped).",
     "events": "What the step did, in order, with causes; enter selects the event's node.",
     "sessions": "The sessions at this step; the highlighted one's nodes are highlighted in the tree "
                 "(its frontier strongly, the rest of its coverage underlined).",

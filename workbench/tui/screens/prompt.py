@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label
+from textual.widgets import Input, Static
 
 
 class PromptScreen(ModalScreen[str | None]):
@@ -19,7 +19,7 @@ class PromptScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="prompt"):
-            yield Label(self.question)
+            yield Static(self.question, id="prompt-question")  # wraps at the dialog's edge
             yield Input(self.default, id="prompt-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

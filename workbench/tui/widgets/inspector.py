@@ -9,7 +9,7 @@ from textual.widgets import Static
 
 from cache.keys import unpack_tokens
 
-from ...model.timeline.fmt import key_text, tokens_text
+from ...model.timeline.fmt import counted_key_text
 from ...model.timeline.step_view import StepView
 from ...render.tree_view import SESSION_STYLE
 from .panel import Panel
@@ -37,15 +37,12 @@ class Inspector(Panel, Static):
         if row is not None and row.folded:  # the tree shows it in a folded chain
             text.append(f"in the tree's row #{row.id} +{row.folded}: " + " ".join(f"#{m}" for m in row.members) + "\n",
                         style="dim")
-        key = unpack_tokens(record.key)
-        if record.key_head is not None:  # EAGLE: pairs, the first beginning with the token before |
-            text.append(f"key  {key_text(key, record.key_head)}  ({len(key):,} token pairs)\n")
-        else:
-            text.append(f"key  {tokens_text(key)}  ({len(key):,} tokens)\n")
+        # an EAGLE key counts pairs, the first beginning with the token before |
+        text.append(f"key  {counted_key_text(unpack_tokens(record.key), record.key_head)}\n")
         if record.cache_salt is not None:
             text.append(f"cache_salt {record.cache_salt}\n")
         if node_id in state:
-            text.append(f"path {tokens_text(state.path(node_id))}  ({len(state.path(node_id)):,} tokens)\n")
+            text.append(f"path {counted_key_text(state.path(node_id))}\n")
         text.append(f"last access {record.last_access_time:g}  hits {record.hit_count}  priority {record.priority}\n")
         for name, comp in zip(state.components, record.components):
             value = "tombstone ✝" if comp.value_len is None else f"value {comp.value_len}"
