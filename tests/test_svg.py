@@ -195,3 +195,12 @@ def test_session_nodes_carry_a_badge_and_the_sessions_are_a_table():
     assert "sessions" in nodes["sessions"]
     assert "s1" in text and "open" in text and "full:4 mamba:1" in text  # its coverage holds 4 tokens, 1 state
     assert "sessions" not in svg_nodes(picture(run_scenario(SMOKE), 2).pipe(format="svg", encoding="utf-8"))
+
+
+def test_a_long_key_s_tooltip_says_its_length_once_and_ends_with_its_last_token():
+    from workbench.render.dot import _key_text
+    from cache.keys import RadixKey
+
+    key = RadixKey(list(range(1, 101))).data
+    assert _key_text(key, 100) == "[1 2 3 … 99 100] (100 tokens)"
+    assert _key_text(RadixKey([7]).data, 1) == "[7]"

@@ -123,3 +123,22 @@ async def test_the_timeline_charts_mark_a_leak_and_jump_to_where_it_starts():
         await pilot.press("enter")
         await pilot.pause()
         assert app.cursor.step == 2
+
+
+@pytest.mark.asyncio
+async def test_a_newcomer_at_80x24_steps_through_every_tour_chapter():
+    """Every chapter of the tour, every step, at 80x24: each shown panel keeps a place,
+    and whatever the step panel cannot show it can scroll to."""
+    from workbench.cli.tui import TOUR
+
+    app = app_for(*TOUR)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for chapter in range(len(TOUR)):
+            while app.cursor.step < app.cursor.available:
+                await pilot.press("n")
+                shown = [p for p in app.panels if p.display]
+                assert all(p.region.width > 0 and p.region.height > 0 for p in shown), (chapter, app.cursor.step)
+                step = app.query_one(StepPanel)
+                assert step.virtual_size.height <= step.region.height or step.max_scroll_y > 0
+            await pilot.press("right_square_bracket")
+        assert app.cursor.chapter_index == len(TOUR) - 1

@@ -17,7 +17,7 @@ from typing import Optional
 import graphviz
 import networkx as nx
 
-from ..model.timeline.fmt import plural, tokens_text
+from ..model.timeline.fmt import KEY_HEAD, KEY_SHOW_ALL, KEY_TAIL, plural, tokens_text
 from ..model.timeline.shown_tree import CHANGE_MEANING, CHANGE_ORDER
 from .tree_view import session_badge
 
@@ -139,15 +139,24 @@ def _classes(data: dict, locked: bool) -> str:
     return " ".join(classes)
 
 
-def _tooltip(data: dict, components: tuple[str, ...]) -> str:
-    from cache.keys import unpack_tokens
+def _key_text(key: bytes, tokens: int) -> str:
+    """A node's key, its head and its last tokens and its length said once, unpacking
+    only what is shown (a key may hold thousands of tokens)."""
+    from cache.keys import TOKEN_BYTES, unpack_tokens
 
+    if tokens <= KEY_SHOW_ALL:
+        return tokens_text(unpack_tokens(key))
+    head = " ".join(map(str, unpack_tokens(key[: KEY_HEAD * TOKEN_BYTES])))
+    tail = " ".join(map(str, unpack_tokens(key[-KEY_TAIL * TOKEN_BYTES :])))
+    return f"[{head} … {tail}] ({plural(tokens, 'token')})"
+
+
+def _tooltip(data: dict, components: tuple[str, ...]) -> str:
     members = data["members"]
     lines = [("nodes " + ", ".join(f"#{m}" for m in members)) if len(members) > 1 else f"node #{data['id']}"]
     if data["parent"] is not None:
         lines.append(f"parent #{data['parent']}")
-    lines.append(f"key {tokens_text(unpack_tokens(data['key'][:4 * 64]))}" + (
-        f" … ({plural(data['tokens'], 'token')})" if data["tokens"] > 64 else ""))
+    lines.append(f"key {_key_text(data['key'], data['tokens'])}")
     for comp in components:
         f = data["components"][comp]
         value = "tombstone" if f["len"] is None else f"value {f['len']}"
