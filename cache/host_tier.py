@@ -124,8 +124,8 @@ class HostTier:
                            published=extra)
             else:
                 self.published = [*extra, node]
-            if self.config.write_policy == "write_back" and tree.kv_events.enabled:  # its ack is now: the host copy is published (tree_core_host.clear_transfer)
-                tree.kv_events.store(node, CPU)
+                if tree.kv_events.enabled:  # its ack is now: the host copy is published (tree_core_host.clear_transfer)
+                    tree.kv_events.store(node, CPU)
         self.drain()
         return written
 

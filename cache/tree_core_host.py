@@ -98,8 +98,8 @@ class TreeHostTier:
         leaves it when its data is no longer host-only or when a host lock is taken on
         it (``host_lock``); it joins at the MRU end when it becomes host-only unlocked,
         or (``even_locked``) where v0.5.23 adds it regardless of a lock — a device
-        tombstone over a host copy, a copy fetched from storage. A locked member keeps
-        its place and the eviction walk passes it by; a member keeps its place."""
+        tombstone over a host copy, a copy fetched from storage. A member keeps its
+        place (a locked one too: the eviction walk passes it by)."""
         lru = self.host_lru.get(component.name)
         if lru is None:
             return

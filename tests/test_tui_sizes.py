@@ -104,7 +104,7 @@ def _walk(node):
 async def test_the_timeline_charts_mark_a_leak_and_jump_to_where_it_starts():
     """``l``: a repro whose run leaks a Full slot at step 2 — the failure is marked under
     the charts, ``c`` on full ``unaccounted`` finds step 2 and enter goes there."""
-    from workbench.tui.screens.timeline import TimelineScreen
+    from workbench.tui.screens.charts import ChartsScreen
 
     app = WorkbenchApp([load_scenario(ROOT / "scenarios" / "fuzz" / "abort-chunked-not-released.toml")],
                        background=False)
@@ -112,14 +112,14 @@ async def test_the_timeline_charts_mark_a_leak_and_jump_to_where_it_starts():
         await pilot.press("l")
         await pilot.pause()
         screen = app.screen
-        assert isinstance(screen, TimelineScreen)
-        drawn = str(screen.query_one("#timeline-charts").content)
+        assert isinstance(screen, ChartsScreen)
+        drawn = str(screen.query_one("#charts-text").content)
         assert "▼" in drawn and "unaccounted" in drawn
         for _ in range(5):  # total, available, evictable, protected, held, then unaccounted
             await pilot.press("down")
         await pilot.press("c")
         await pilot.pause()
-        assert screen.step == 2 and "changes at step 2" in str(screen.query_one("#timeline-charts").content)
+        assert screen.step == 2 and "changes at step 2" in str(screen.query_one("#charts-text").content)
         await pilot.press("enter")
         await pilot.pause()
         assert app.cursor.step == 2

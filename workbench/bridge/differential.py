@@ -26,6 +26,7 @@ from cache.kv_events import event_dict
 from .canonical import Difference, first_difference, from_snapshot
 from .sglang_env import BridgeError, check_version
 from .sglang_side import COMPONENTS, SGLangSide
+from .sglang_storage import unbridged_storage_field
 
 # what ours refuses that SGLang 0.5.23 does not check (sent to it, it would go on and
 # change its state): error class -> why the step is not sent
@@ -104,11 +105,9 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
     if missing:
         report.skipped = f"SGLang's unified cache has no {missing[0]!r} component"
         return report
-    storage = (scenario.config.get("hicache") or {}).get("storage") or {}
-    unbridged = [name for name in ("inject", "budget") if storage.get(name) and (
-        name == "budget" or any(dict(rule).get("outcome") != "delay" for rule in storage[name]))]
-    if unbridged:  # sglang_storage.server_args_fields says why; delays are bridged (sglang_prefetch.py)
-        report.skipped = (f"hicache.storage {unbridged[0]} is not bridged yet (SGLang's failure injector is random: "
+    unbridged = unbridged_storage_field(scenario.config)
+    if unbridged:  # delays are bridged (sglang_prefetch.py)
+        report.skipped = (f"hicache.storage {unbridged} is not bridged yet (SGLang's failure injector is random: "
                           "only delay rules are bridged; its pages are another size than ours)")
         return report
     config = dict(scenario.config)

@@ -50,7 +50,7 @@ class PrefetchSide:
 
         delays = [dict(rule) for rule in storage.get("inject", ()) if dict(rule).get("outcome") == "delay"]
         self.delays = StorageInjector(MemoryBackend(), delays) if delays else None
-        self.waiting: dict = {}  # (operation, stage) -> flushes its delay still holds it
+        self.waiting: dict = {}  # (id of operation, stage) -> flushes its delay still holds it
         self.asked: dict = {}  # (id of operation, stage) whose delay was asked -> the operation (kept: ids stay unique)
 
     # ---- ops -----------------------------------------------------------------------------

@@ -40,17 +40,26 @@ from .canonical import Difference
 STORE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"  # wins over ServerArgs' file_storage_path
 
 
+def unbridged_storage_field(config: dict):
+    """The ``hicache.storage`` field the bridge cannot run on SGLang's side (None: none):
+    a byte budget (SGLang's pages are another size) or a failure rule (its injector is
+    random; delay rules are bridged, sglang_prefetch.py)."""
+    storage = (config.get("hicache") or {}).get("storage") or {}
+    if any(dict(rule).get("outcome") != "delay" for rule in storage.get("inject") or ()):
+        return "inject"
+    return "budget" if storage.get("budget") else None
+
+
 def server_args_fields(config: dict) -> dict:
     """ServerArgs fields for a scenario's storage tier ({} without one)."""
     storage = (config.get("hicache") or {}).get("storage")
     if not storage:
         return {}
-    unbridged = [name for name in ("budget", "inject") if storage.get(name) and (
-        name == "budget" or any(dict(rule).get("outcome") != "delay" for rule in storage[name]))]
+    unbridged = unbridged_storage_field(config)
     if unbridged:
         from .sglang_env import BridgeError
 
-        raise BridgeError(f"hicache.storage {unbridged[0]} is not bridged yet (SGLang's pages are another size; "
+        raise BridgeError(f"hicache.storage {unbridged} is not bridged yet (SGLang's pages are another size; "
                           "its failure injector is random: only delay rules are bridged)")
     extra = {"prefetch_threshold": storage.get("prefetch_threshold", 256)}
     return dict(hicache_storage_backend="file", hicache_storage_prefetch_policy=storage.get("prefetch_policy", "best_effort"),

@@ -30,12 +30,12 @@ from .bindings import Command, bindings, commands, is_printable, priority_action
 from .commands import WorkbenchCommands
 from .messages import NodeChosen, SessionChosen, StepChosen
 from .screens.breakpoints import BreakpointScreen
+from .screens.charts import ChartsScreen
 from .screens.choice import ChoiceScreen
 from .screens.diff import DiffScreen
 from .screens.goto import GotoScreen
 from .screens.help import HelpScreen
 from .screens.prompt import PromptScreen
-from .screens.timeline import TimelineScreen
 from .screens.why import WhyScreen
 from .widgets.banner import Banner
 from .widgets.divergence_banner import DivergenceBanner
@@ -332,7 +332,7 @@ class WorkbenchApp(App[None]):
             if step is not None:
                 self._move(step)
 
-        self.push_screen(TimelineScreen(series, self.cursor.step), go)
+        self.push_screen(ChartsScreen(series, self.cursor.step), go)
 
     def action_zoom(self) -> None:
         """Fill the screen with the focused panel (the tree when none is), or put it back."""

@@ -32,7 +32,7 @@ def sparkline(low: np.ndarray, high: np.ndarray, lo: float, hi: float) -> str:
     return "".join(" " if np.isnan(h) else BARS[int(k)] for h, k in zip(high, levels))
 
 
-class TimelineScreen(ModalScreen[Optional[int]]):
+class ChartsScreen(ModalScreen[Optional[int]]):
     BINDINGS = [
         Binding("escape,q,l", "dismiss(None)", "close"),
         Binding("left", "move(-1)", "◀"), Binding("right", "move(1)", "▶"),
@@ -53,8 +53,8 @@ class TimelineScreen(ModalScreen[Optional[int]]):
         self.note = ""
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="timeline"):
-            yield Static(id="timeline-charts")
+        with Vertical(id="charts"):
+            yield Static(id="charts-text")
 
     def on_mount(self) -> None:
         self.redraw()
@@ -65,7 +65,7 @@ class TimelineScreen(ModalScreen[Optional[int]]):
     # ---- drawing -----------------------------------------------------------------------------------
     @property
     def width(self) -> int:
-        return max(8, self.query_one("#timeline-charts").size.width - LABEL - 1)
+        return max(8, self.query_one("#charts-text").size.width - LABEL - 1)
 
     def _points(self, name: str):
         return self.series.points(name, self.width)
@@ -101,7 +101,7 @@ class TimelineScreen(ModalScreen[Optional[int]]):
             text.append(f"  {self.note}", style="yellow")
         text.append("\n←/→ move (shift: ×10)  ↑/↓ series  tab chart  c where it changes  enter go  esc close",
                     style="dim")
-        self.query_one("#timeline-charts", Static).update(text)
+        self.query_one("#charts-text", Static).update(text)
 
     def _marks(self, steps: np.ndarray) -> Text:
         """A line under the charts: ▼ failing steps (red), ◆ breakpoints (blue), ▲ the cursor."""
