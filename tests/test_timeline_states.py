@@ -136,3 +136,21 @@ def test_states_keep_the_sessions_views():
     assert after_close.sessions.closed == ("s1",) and "s1" not in after_close.sessions.leaves
     assert turn.streaming_sessions.slots["t"].holds_kv
     assert timeline.state_after(0).streaming_sessions is None
+
+
+@pytest.mark.parametrize("path", [p for p in SCENARIOS if p.stem in ("tour", "tour_swa", "tour_hicache_hybrid")],
+                         ids=lambda p: p.stem)
+def test_a_jump_reads_the_step_then_patches_the_one_before_from_it(path):
+    """A jump reads step j, asks its children and LRU orders, then reads j - 1 (derived
+    from j before j built them): j - 1's indexes are patched from j's when asked for,
+    and equal a full snapshot's."""
+    timeline, snapshots = run_with_snapshots(load_scenario(path), keyframe_every=5)
+    store = timeline.store
+    for j in range(len(timeline), 0, -1):
+        store._cache.clear()
+        after = timeline.state_after(j)
+        before = timeline.state_after(j - 1)  # derived from ``after``, indexes not built yet
+        assert after.to_snapshot() == snapshots[j]  # builds after's children and orders
+        assert before._children is None and before._orders is None
+        assert before.to_snapshot() == snapshots[j - 1], f"step {j - 1}"
+        assert before._neighbour is not None

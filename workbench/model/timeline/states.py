@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import weakref
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Optional
@@ -40,6 +41,16 @@ class StateShape:
     lru_components: tuple[str, ...]  # components that keep an LRU list (Full orders by access time),
     # then the host tier's host LRUs, named "<component>_host"
     eviction_policy: str = "lru"  # Full's (CacheSnapshot.eviction_policy)
+    child_keys: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    order_keys: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    # node id -> (record, its sort key among siblings / in each LRU order): records are
+    # immutable and shared by every state, so a state reached by a jump sorts without
+    # recomputing keys
+
+    @property
+    def order_names(self) -> tuple[str, ...]:
+        """The LRU orders a state sorts: Full's access order, then each listed LRU."""
+        return tuple(dict.fromkeys(("full", *self.lru_components)))
 
     @classmethod
     def of(cls, cache) -> StateShape:
@@ -132,6 +143,8 @@ class TimelineState:
         self.records = records
         self.globals = globals_
         self._children: Optional[dict[int, list[NodeRecord]]] = None  # parent -> children, sorted
+        self._child_ids: dict[int, tuple[int, ...]] = {}  # parent -> children's ids, as asked for
+        self._neighbour: Optional[tuple] = None  # (weakref to the state derived from, delta, undo)
         self._orders: Optional[dict[str, list[tuple]]] = None  # component -> sorted (order key, id)
         self._lru: Optional[Mapping[str, tuple[int, ...]]] = None
         self._paths: dict[int, tuple[int, ...]] = {}
@@ -188,6 +201,8 @@ class TimelineState:
 
     def children(self, node_id: int) -> tuple[int, ...]:
         if self._children is None:
+            self._children = self._patched_children()
+        if self._children is None:
             kids: dict[int, list[NodeRecord]] = {}
             for record in self.records.values():
                 if record.parent is not None:
@@ -196,41 +211,57 @@ class TimelineState:
             for rs in kids.values():
                 rs.sort(key=order)
             self._children = kids
-        return tuple(r.id for r in self._children.get(node_id, ()))
+        ids = self._child_ids.get(node_id)
+        if ids is None:
+            ids = self._child_ids[node_id] = tuple(r.id for r in self._children.get(node_id, ()))
+        return ids
 
     def derive(self, delta: Delta, undo: Delta, globals_: GlobalRecord) -> TimelineState:
         """The neighbouring state that ``delta`` leads to (``undo`` holds the same nodes'
-        records here): records copied, the children and LRU indexes patched, not rebuilt."""
+        records here): records copied; its children and LRU indexes, when first asked
+        for, are patched from this state's if it has built them by then (a jump reads
+        the step, then the one before for the diff), else built."""
         records = dict(self.records)
         _apply(records, delta)
         state = TimelineState(self.shape, records, globals_)
-        if self._children is not None:
-            kids = dict(self._children)
-            touched: dict[int, list[NodeRecord]] = {}
-            for node_id, new in delta.items():
-                old = undo.get(node_id)
-                for record, add in ((old, False), (new, True)):
-                    if record is None or record.parent is None:
-                        continue
-                    siblings = touched.get(record.parent)
-                    if siblings is None:
-                        siblings = touched[record.parent] = kids[record.parent] = list(kids.get(record.parent, ()))
-                    if add:
-                        bisect.insort(siblings, record, key=self._child_key)
-                    else:
-                        siblings.remove(record)
-            state._children = kids
-        if self._orders is not None:
-            orders = {name: list(entries) for name, entries in self._orders.items()}
-            for node_id, new in delta.items():
-                old = undo.get(node_id)
-                for name, entries in orders.items():
-                    if old is not None and (key := self.order_key(name, old)) is not None:
-                        del entries[bisect.bisect_left(entries, key)]
-                    if new is not None and (key := self.order_key(name, new)) is not None:
-                        bisect.insort(entries, key)
-            state._orders = orders
+        state._neighbour = (weakref.ref(self), delta, undo)
         return state
+
+    def _patched_children(self) -> Optional[dict[int, list[NodeRecord]]]:
+        source, delta, undo = self._neighbour or (lambda: None, {}, {})
+        source = source()
+        if source is None or source._children is None:
+            return None
+        kids = dict(source._children)
+        touched: dict[int, list[NodeRecord]] = {}
+        for node_id, new in delta.items():
+            old = undo.get(node_id)
+            for record, add in ((old, False), (new, True)):
+                if record is None or record.parent is None:
+                    continue
+                siblings = touched.get(record.parent)
+                if siblings is None:
+                    siblings = touched[record.parent] = kids[record.parent] = list(kids.get(record.parent, ()))
+                if add:
+                    bisect.insort(siblings, record, key=self._child_key)
+                else:
+                    siblings.remove(record)
+        return kids
+
+    def _patched_orders(self) -> Optional[dict[str, list[tuple]]]:
+        source, delta, undo = self._neighbour or (lambda: None, {}, {})
+        source = source()
+        if source is None or source._orders is None:
+            return None
+        orders = {name: list(entries) for name, entries in source._orders.items()}
+        for node_id, new in delta.items():
+            old = undo.get(node_id)
+            for name, entries in orders.items():
+                if old is not None and (key := self.order_key(name, old)) is not None:
+                    del entries[bisect.bisect_left(entries, key)]
+                if new is not None and (key := self.order_key(name, new)) is not None:
+                    bisect.insort(entries, key)
+        return orders
 
     @property
     def nodes(self) -> tuple[NodeView, ...]:
@@ -272,12 +303,20 @@ class TimelineState:
 
     def sorted_order_all(self) -> dict[str, list[tuple]]:
         if self._orders is None:
-            orders = {}
-            for name in ("full", *self.shape.lru_components):
-                keys = (self.order_key(name, r) for r in self.records.values())
-                orders[name] = sorted(k for k in keys if k is not None)
-            self._orders = orders
+            self._orders = self._patched_orders()
+        if self._orders is None:
+            names = self.shape.order_names
+            columns = list(zip(*(self._order_keys(r, names) for r in self.records.values()))) or [()] * len(names)
+            self._orders = {name: sorted(k for k in keys if k is not None) for name, keys in zip(names, columns)}
         return self._orders
+
+    def _order_keys(self, record: NodeRecord, names: tuple[str, ...]) -> tuple:
+        known = self.shape.order_keys.get(record.id)
+        if known is not None and known[0] is record:
+            return known[1]
+        keys = tuple(self.order_key(name, record) for name in names)
+        self.shape.order_keys[record.id] = (record, keys)
+        return keys
 
     @property
     def eviction_policy(self) -> str:
@@ -309,7 +348,12 @@ class TimelineState:
 
     # ---- helpers -------------------------------------------------------------------------------
     def _child_key(self, record: NodeRecord):
-        return _child_order(record, self.page_bytes)
+        known = self.shape.child_keys.get(record.id)
+        if known is not None and known[0] is record:
+            return known[1]
+        key = _child_order(record, self.page_bytes)
+        self.shape.child_keys[record.id] = (record, key)
+        return key
 
     def rank(self, name: str, record: NodeRecord) -> Optional[int]:
         """A record's LRU rank in a component (0 = most recent; None: not ranked)."""
