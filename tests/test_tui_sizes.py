@@ -126,6 +126,30 @@ async def test_the_timeline_charts_mark_a_leak_and_jump_to_where_it_starts():
 
 
 @pytest.mark.asyncio
+async def test_a_click_on_a_chart_line_puts_the_cursor_at_that_point():
+    from workbench.tui.screens.charts import LABEL, ChartsScreen
+
+    app = WorkbenchApp([load_scenario(ROOT / "scenarios" / "tour.toml")], background=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ChartsScreen) and screen.step == 0
+        names = screen.charts[screen.chart][1]
+        steps = screen._points(names[1]).steps
+        column = len(steps) // 2
+        await pilot.click("#charts-text", offset=(LABEL + column, 2))  # the chart's second line
+        await pilot.pause()
+        assert screen.chosen == 1 and screen.step == int(steps[column]) > 0
+        await pilot.click("#charts-text", offset=(2, 2))  # the label: nothing moves
+        await pilot.pause()
+        assert screen.step == int(steps[column])
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.cursor.step == int(steps[column])
+
+
+@pytest.mark.asyncio
 async def test_a_newcomer_at_80x24_steps_through_every_tour_chapter():
     """Every chapter of the tour, every step, at 80x24: each shown panel keeps a place,
     and whatever the step panel cannot show it can scroll to."""

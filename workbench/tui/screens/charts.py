@@ -3,7 +3,8 @@ hit rate, the tree's counts), drawn from the run's series model
 (``model.timeline.series``: read from the timeline, never re-run), with the failing
 steps, the breakpoints and a cursor marked under them. ←/→ move the cursor a column
 (shift: ten), ↑/↓ choose a series, tab the next chart, ``c`` jumps the cursor to where
-the chosen series next changes, enter goes to the cursor's step, esc goes nowhere."""
+the chosen series next changes, enter goes to the cursor's step, esc goes nowhere. A
+click on a series' line puts the cursor at that point and chooses the series."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Optional
 
 import numpy as np
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -144,6 +146,18 @@ class ChartsScreen(ModalScreen[Optional[int]]):
             self.note = f"{name} does not change after step {self.step:,}"
         else:
             self.step, self.note = found, f"{name} changes at step {found:,}"
+        self.redraw()
+
+    def on_click(self, event: events.Click) -> None:
+        """A point of a line (or of the markers' line) under the pointer: the cursor goes there."""
+        offset = event.get_content_offset(self.query_one("#charts-text"))
+        names = self.charts[self.chart][1]
+        if offset is None or offset.x < LABEL or not 1 <= offset.y <= len(names) + 1:
+            return
+        if offset.y <= len(names):
+            self.chosen = offset.y - 1
+        steps = self._points(names[self.chosen]).steps
+        self.step, self.note = int(steps[min(offset.x - LABEL, len(steps) - 1)]), ""
         self.redraw()
 
     def action_go(self) -> None:
