@@ -13,6 +13,8 @@ from array import array
 from collections.abc import Iterable
 from typing import NamedTuple, Optional
 
+import numpy as np
+
 from .errors import InvalidKeyError
 
 TOKEN_BYTES = 4  # int32 per token
@@ -20,6 +22,8 @@ MAX_TOKEN_ID = 2**31 - 1
 _TOP_BYTE = slice(3, None, 4) if sys.byteorder == "little" else slice(0, None, 4)  # each token's high byte
 _LOW_BYTE = slice(0, None, 4) if sys.byteorder == "little" else slice(3, None, 4)  # True and False: 1, 0
 _INT_CODES = frozenset("bBhHiIlLqQ")
+_WIDE_CODES = frozenset("qQlL") if array("l").itemsize == 8 else frozenset("qQ")  # 64-bit ids
+_largest = np.maximum.reduce
 
 
 def ceil_align(n: int, page_size: int) -> int:
@@ -35,6 +39,8 @@ def pack_tokens(token_ids: Iterable[int]) -> bytes:
     whose low byte is 0 or 1 are looked at again, for a bool. Arrays, tensors and numpy
     arrays are converted without a per-token Python step."""
     kind = type(token_ids)
+    if kind is array and token_ids.typecode in _WIDE_CODES:  # 'q': what SGLang's scheduler holds
+        return _narrow_wide(token_ids, token_ids.tolist)
     if kind is list or kind is tuple:
         try:
             data = array("I", token_ids).tobytes()
@@ -59,6 +65,17 @@ def pack_tokens(token_ids: Iterable[int]) -> bytes:
     return pack_tokens(list(token_ids))  # a range, a generator, any other iterable
 
 
+def _narrow_wide(values, as_list) -> bytes:
+    """64-bit ids to 32 at C speed, on the caller's buffer: every id, read unsigned (a
+    negative one reads above 2**63), must be at most ``MAX_TOKEN_ID``; then each is
+    narrowed in one cast. ~3 µs for 1,000 tokens, where ``tolist`` and the list path
+    cost ~25 (README "Keys in the container SGLang's scheduler holds")."""
+    wide = np.frombuffer(values, np.uint64)
+    if wide.size and _largest(wide) > MAX_TOKEN_ID:
+        raise _bad_tokens(as_list())
+    return wide.astype(np.uint32).tobytes()
+
+
 def _pack_tensor(values) -> bytes:
     """A 1-D integer torch tensor or numpy array, checked and narrowed in bulk."""
     dtype = str(values.dtype)
@@ -67,6 +84,8 @@ def _pack_tensor(values) -> bytes:
                               f"{getattr(values, 'ndim', '?')}-D)")
     if hasattr(values, "detach"):  # torch
         values = values.detach().cpu().numpy()
+    if values.dtype.itemsize == 2 * TOKEN_BYTES and values.flags.c_contiguous:  # int64, uint64: narrowed as arrays are
+        return _narrow_wide(values, values.tolist)
     if len(values) and (int(values.min()) < 0 or int(values.max()) > MAX_TOKEN_ID):
         raise _bad_tokens(values.tolist())
     return values.astype("=u4", copy=False).tobytes()

@@ -67,6 +67,7 @@ CASES = [
     Case("fuzz-output-twice", ("fuzz", "-o", "out.toml", "--trace", "./out.toml"), 2,
          r"--trace \./out\.toml: the same file as -o"),
     Case("fuzz-output-exists", ("fuzz", "-o", "smoke.toml"), 2, r"-o smoke\.toml: file exists \(use --force"),
+    Case("keys-without-a-trace", ("bench", "--keys", "list"), 2, r"--keys applies to --trace and --against"),
     Case("write-trace-with-trace", ("bench", "--trace", "base.jsonl", "--write-trace", "new.jsonl"), 2,
          r"--write-trace writes the seeded workload .*leave out --trace"),
     # options and config values, checked before anything runs

@@ -18,9 +18,12 @@ TOKENS = [0, 1, 2, 255, 256, 257, 65535, 65536, 31999, MAX_TOKEN_ID]
 
 @pytest.mark.parametrize("make", [
     list, tuple, lambda t: array("i", t), lambda t: array("I", t), lambda t: array("q", t), lambda t: array("L", t),
+    lambda t: array("l", t), lambda t: array("Q", t),
     lambda t: torch.tensor(t), lambda t: torch.tensor(t, dtype=torch.int32), lambda t: np.array(t),
-    lambda t: np.array(t, dtype=np.uint32), lambda t: iter(t),
-], ids=["list", "tuple", "array-i", "array-I", "array-q", "array-L", "tensor64", "tensor32", "numpy", "numpy-u4", "iter"])
+    lambda t: np.array(t, dtype=np.uint32), lambda t: np.array(t, dtype=np.uint64),
+    lambda t: np.array([x for x in t for _ in (0, 1)], dtype=np.int64)[::2], lambda t: iter(t),
+], ids=["list", "tuple", "array-i", "array-I", "array-q", "array-L", "array-l", "array-Q", "tensor64", "tensor32",
+        "numpy", "numpy-u4", "numpy-u8", "numpy-strided", "iter"])
 def test_every_container_packs_to_the_same_key(make):
     key = RadixKey(make(TOKENS))
     assert key == RadixKey(TOKENS) and key.token_ids == TOKENS and len(key) == len(TOKENS)
@@ -50,6 +53,13 @@ def test_a_packed_key_round_trips_through_bytes():
     ([1, "2"], "(got '2')"),
     ([None], "(got None)"),
     (array("i", [3, -1]), "non-negative (got -1)"),
+    (array("q", [3, -1]), "non-negative (got -1)"),  # 64-bit ids: checked and narrowed on the buffer
+    (array("q", [5, -(2**33)]), "non-negative (got -8589934592)"),
+    (array("q", [2**31]), "below 2**31 (got 2147483648)"),
+    (array("q", [1, 2**40 + 5]), "below 2**31 (got 1099511627781)"),
+    (array("Q", [2**63 + 1]), "below 2**31 (got 9223372036854775809)"),
+    (np.array([3, -1], dtype=np.int64), "non-negative (got -1)"),
+    (torch.tensor([2**32 + 1]), "below 2**31 (got 4294967297)"),
     (torch.tensor([4, -7]), "non-negative (got -7)"),
     (np.array([2**31]), "(got 2147483648)"),
 ], ids=lambda v: type(v).__name__ if not isinstance(v, str) else "")

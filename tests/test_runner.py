@@ -361,6 +361,20 @@ def test_bench_trace_counts_each_op(capsys):
         assert s["mean_us"] >= s["call_mean_us"] if op in ("insert", "match") else s["mean_us"] == s["call_mean_us"]
 
 
+@pytest.mark.parametrize("keys", ["array", "list"])
+def test_bench_trace_builds_keys_from_the_container_asked_for(capsys, keys):
+    """array('q') (what SGLang's scheduler holds; the default) or a list: the same ops and
+    the same results, the report naming the container."""
+    steps = [("insert", "key = [1, 2, 3]"), ("match", "key = [1, 2]"), ("insert", "key = [1, 2, 3, 4]")]
+    f = toml("k.toml", "".join(f'[[step]]\nop = "{op}"\n{body}\n' for op, body in steps))
+    argv = ["bench", "--trace", f, "--json"] + (["--keys", keys] if keys == "list" else [])
+    rc, out, err = urc(capsys, *argv)
+    assert rc == 0, err
+    report = json.loads(out)
+    assert report["keys"] == keys and report["errors"] == 0
+    assert {op: s["n"] for op, s in report["ops"].items()} == {"insert": 2, "match": 1}
+
+
 def test_bench_trace_counts_the_evictions_allocation_makes_as_evict(capsys, tmp_path):
     header = {"schema": 1, "scenario": {"name": "t"}, "config": {"components": ["full"], "kv_size": 8, "auto_evict": True}}
     steps = [{"op": "insert", "key": [1, 2, 3, 4, 5, 6]}, {"op": "insert", "key": [7, 8, 9, 10, 11, 12]},

@@ -4,8 +4,9 @@ Each public cache call a step makes is timed where it is made, outermost call on
 under ``../shared/oracle/trace_timer.py``'s op names (match, insert, evict, lock,
 unlock; ``evict`` counts every eviction, the ones allocation triggers included), so
 the two reports divide op by op. A match or insert step's caller also builds the
-key from the step's token list: the caller's path is that plus the call
-(``mean_us``/``p50_us``/``p99_us``); ``call_mean_us`` is the call alone. Allocation,
+key from the step's tokens, held as SGLang's scheduler holds them (``array('q')``,
+``keys="array"``) or as a list (``keys="list"``): the caller's path is that plus the
+call (``mean_us``/``p50_us``/``p99_us``); ``call_mean_us`` is the call alone. Allocation,
 KV writes, checks and fingerprints are timed by neither. ``floor`` is the same
 trace's match and insert steps on the bare-tree floor (bench_floor.py).
 
@@ -20,6 +21,7 @@ import gc
 import json
 import statistics
 import time
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +39,7 @@ from ..model.timeline.session import Session
 TIMED_CALLS = ops.timed_calls()
 # ops whose caller builds a key before its call: that time is the caller's too
 KEYED_STEPS = {spec.name for spec in ops.all_ops() if spec.records and spec.field("key") is not None}
+KEY_CONTAINERS = ("array", "list")  # array('q'), what SGLang's scheduler holds (Req.origin_input_ids), or a list
 
 
 class CallTimer:
@@ -68,7 +71,9 @@ class CallTimer:
         return timed
 
 
-def replay_timed(scenario: Scenario | str | Path, device: str | None = None) -> dict:
+def replay_timed(scenario: Scenario | str | Path, device: str | None = None, keys: str = "array") -> dict:
+    if keys not in KEY_CONTAINERS:
+        raise ValueError(f"keys must be one of {KEY_CONTAINERS} (got {keys!r})")
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     gc.collect()
@@ -77,12 +82,14 @@ def replay_timed(scenario: Scenario | str | Path, device: str | None = None) -> 
     cache.fingerprints = False  # time the cache, not the stand-in for the model's KV writes
     timer = CallTimer(cache)
     session = Session(cache)
-    keys: dict[str, dict[int, int]] = {}  # op -> sample index -> ns spent building its key
+    built_ns: dict[str, dict[int, int]] = {}  # op -> sample index -> ns spent building its key
     errors = 0
     clock = time.perf_counter_ns
     for op, fields in _steps(scenario):
         keyed = op if op in KEYED_STEPS else None
-        if keyed is not None:  # what the caller does first: a key from its token list
+        if keyed is not None and keys == "array" and "key" in fields:  # held so before the caller's path
+            fields = {**fields, "key": array("q", fields["key"])}
+        if keyed is not None:  # what the caller does first: a key from its tokens
             start = clock()
             RadixKey(fields["key"], fields.get("extra_key"))
             key_ns = clock() - start
@@ -92,17 +99,18 @@ def replay_timed(scenario: Scenario | str | Path, device: str | None = None) -> 
         except CacheError:
             errors += 1
         if keyed is not None and len(timer.samples[keyed]) > before:
-            keys.setdefault(keyed, {})[before] = key_ns
+            built_ns.setdefault(keyed, {})[before] = key_ns
     ops = {}
     for op, calls in timer.samples.items():
         if not calls:
             continue
-        built = keys.get(op, {})
+        built = built_ns.get(op, {})
         caller = [ns + built.get(i, 0) for i, ns in enumerate(calls)]
         ops[op] = {**stats(caller), "call_mean_us": round(statistics.fmean(calls) / 1000, 2)}
     floor = floor_timed(_steps(scenario))
     gc.unfreeze()
-    return {"file": scenario.path, "steps": len(scenario.steps), "errors": errors, "ops": ops, "floor": floor}
+    return {"file": scenario.path, "steps": len(scenario.steps), "keys": keys, "errors": errors, "ops": ops,
+            "floor": floor}
 
 
 def _steps(scenario: Scenario) -> Iterator[tuple[str, dict]]:

@@ -25,9 +25,11 @@ SGLANG_CALLS = ops.timed_calls(wrappers=True)  # SGLang's TreeLock wrappers (loc
 CORES = ("python", "rust")
 
 
-def sglang_timed(scenario: Scenario, core: str, allow_version: bool = False) -> dict:
-    """Per op: n, mean/p50/p99 µs of SGLang's calls on this trace."""
+def sglang_timed(scenario: Scenario, core: str, allow_version: bool = False, keys: str = "array") -> dict:
+    """Per op: n, mean/p50/p99 µs of SGLang's calls on this trace, its keys wrapping
+    the same container ours are built from."""
     side = SGLangSide.for_scenario(scenario, core, allow_version)
+    side.key_container = keys
     timer = CallTimer(side.cache, SGLANG_CALLS)
     errors = 0
     gc.collect()
@@ -43,13 +45,14 @@ def sglang_timed(scenario: Scenario, core: str, allow_version: bool = False) -> 
     return {"errors": errors, "ops": {op: stats(calls) for op, calls in timer.samples.items() if calls}}
 
 
-def bench_against(scenario: Scenario, cores: tuple[str, ...] = CORES, allow_version: bool = False) -> dict:
+def bench_against(scenario: Scenario, cores: tuple[str, ...] = CORES, allow_version: bool = False,
+                  keys: str = "array") -> dict:
     version = check_version(allow_version)
-    ours = replay_timed(scenario, device="cpu")
-    report = {"file": scenario.path, "steps": len(scenario.steps), "sglang": version, "ours": ours["ops"],
+    ours = replay_timed(scenario, device="cpu", keys=keys)
+    report = {"file": scenario.path, "steps": len(scenario.steps), "sglang": version, "keys": keys, "ours": ours["ops"],
               "floor": ours["floor"], "cores": {}, "ratio": {}}
     for core in cores:
-        timed = sglang_timed(scenario, core, allow_version)
+        timed = sglang_timed(scenario, core, allow_version, keys)
         report["cores"][core] = timed["ops"]
         report["ratio"][core] = {op: _ratio(timed["ops"].get(op), mine) for op, mine in ours["ops"].items()}
     return report

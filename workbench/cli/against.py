@@ -86,15 +86,17 @@ def bench_against(args, scenario) -> int:
     cores = (args.sglang_core,) if args.sglang_core else ("python", "rust")
     if scenario is None:  # the seeded workload (--requests, --seed, --components), written as a trace
         with tempfile.TemporaryDirectory() as tmp:
-            report = side_by_side(_workload_trace(args, Path(tmp)), cores, args.allow_version)
+            report = side_by_side(_workload_trace(args, Path(tmp)), cores, args.allow_version, args.keys or "array")
         report["file"] = f"seeded workload: {args.requests} requests, seed {args.seed}, {args.components}"
     else:
-        report = side_by_side(scenario, cores, args.allow_version)
+        report = side_by_side(scenario, cores, args.allow_version, args.keys or "array")
     if args.json:
         print(json.dumps(report, indent=1))
     else:
+        held = "list" if args.keys == "list" else "array('q')"
         print(f"{report['file']}: ours against SGLang {report['sglang']}, mean µs per call "
-              f"(ours: key from the step's list + the call; × = SGLang / ours, above 1 ours is faster)")
+              f"(ours: key from the step's {held} + the call, "
+              f"SGLang's key wrapping the same; × = SGLang / ours, above 1 ours is faster)")
         for line in table_lines(report):
             print(line)
     return EXIT_OK

@@ -26,6 +26,9 @@ def add_parser(command) -> None:
                        + " (default full; SWA window 128, 256 Mamba slots)")
     bench.add_argument("--tree-sizes", default="1000,100000", metavar="N,N",
                        help="node counts for the per-op scaling run, comma-separated (Full only; default 1000,100000)")
+    bench.add_argument("--keys", choices=("array", "list"), default=None,
+                       help="with --trace or --against: the container a caller's token ids come in, array('q') "
+                            "as SGLang's scheduler holds them (default) or a list; both sides get the same")
     bench.add_argument("--json", action="store_true", help="print the report as JSON")
     bench.add_argument("--timeline", action="store_true",
                        help="measure the timeline instead: a 2,000-request trace run with every check, a 20,000-step "
@@ -101,6 +104,9 @@ def run(args) -> int:
         report = timeline_report(args.requests if args.requests != 5000 else 2000, parts)
         print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
         return EXIT_OK
+    if args.keys is not None and not (args.trace or args.against):
+        raise ScenarioError("--keys applies to --trace and --against (the seeded workload builds keys from lists)")
+    keys = args.keys or "array"
     trace = load_all([args.trace])[0] if args.trace else None
     if args.against:
         from .against import bench_against
@@ -112,11 +118,12 @@ def run(args) -> int:
     if trace is not None:
         from ..bench.replay import replay_timed
 
-        report = replay_timed(trace, device=args.device)
+        report = replay_timed(trace, device=args.device, keys=keys)
         if args.json:
             print(json.dumps(report, indent=1))
         else:
-            print("caller's path (key from the step's list + the call), µs:")
+            held = "array('q')" if keys == "array" else "list"
+            print(f"caller's path (key from the step's {held} + the call), µs:")
             for op, s in report["ops"].items():
                 print(f"  {op:8s} n={s['n']:6d}  mean {s['mean_us']:8.2f}  p50 {s['p50_us']:8.2f}  "
                       f"p99 {s['p99_us']:8.2f}  (call alone: mean {s['call_mean_us']:.2f})")
