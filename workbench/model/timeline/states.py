@@ -227,11 +227,20 @@ class TimelineState:
         state._neighbour = (weakref.ref(self), delta, undo)
         return state
 
-    def _patched_children(self) -> Optional[dict[int, list[NodeRecord]]]:
-        source, delta, undo = self._neighbour or (lambda: None, {}, {})
-        source = source()
-        if source is None or source._children is None:
+    def _neighbour_with(self, index: str) -> Optional[tuple]:
+        """(neighbour, delta, undo) when the state this one was derived from is still
+        alive and has built ``index`` (its ``_children`` or ``_orders``), else None."""
+        if self._neighbour is None:
             return None
+        ref, delta, undo = self._neighbour
+        source = ref()
+        return None if source is None or getattr(source, index) is None else (source, delta, undo)
+
+    def _patched_children(self) -> Optional[dict[int, list[NodeRecord]]]:
+        found = self._neighbour_with("_children")
+        if found is None:
+            return None
+        source, delta, undo = found
         kids = dict(source._children)
         touched: dict[int, list[NodeRecord]] = {}
         for node_id, new in delta.items():
@@ -249,10 +258,10 @@ class TimelineState:
         return kids
 
     def _patched_orders(self) -> Optional[dict[str, list[tuple]]]:
-        source, delta, undo = self._neighbour or (lambda: None, {}, {})
-        source = source()
-        if source is None or source._orders is None:
+        found = self._neighbour_with("_orders")
+        if found is None:
             return None
+        source, delta, undo = found
         orders = {name: list(entries) for name, entries in source._orders.items()}
         for node_id, new in delta.items():
             old = undo.get(node_id)
