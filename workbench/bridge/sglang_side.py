@@ -185,11 +185,8 @@ class SGLangSide:
             kv.mamba_next_track_idx = self.r2t.get_mamba_ping_pong_other_idx(track_idx)
 
     # ---- slots ---------------------------------------------------------------------
-    key_container = "array"  # what a key wraps: array('q'), as the scheduler holds ids, or a list (bench --keys)
-
     def key(self, tokens: list[int], extra_key: Optional[str], cache_salt: Optional[str] = None):
-        ids = array("q", tokens) if self.key_container == "array" else list(tokens)
-        return self.sg.RadixKey(ids, extra_key=extra_key, cache_salt=cache_salt)
+        return self.sg.RadixKey(array("q", tokens), extra_key=extra_key, cache_salt=cache_salt)
 
     def available(self) -> dict[str, int]:
         if self.has_swa:

@@ -25,11 +25,10 @@ SGLANG_CALLS = ops.timed_calls(wrappers=True)  # SGLang's TreeLock wrappers (loc
 CORES = ("python", "rust")
 
 
-def sglang_timed(scenario: Scenario, core: str, allow_version: bool = False, keys: str = "array") -> dict:
+def sglang_timed(scenario: Scenario, core: str, allow_version: bool = False) -> dict:
     """Per op: n, mean/p50/p99 µs of SGLang's calls on this trace, its keys wrapping
-    the same container ours are built from."""
+    ``array('q')`` as its scheduler's do (its Rust core refuses a list)."""
     side = SGLangSide.for_scenario(scenario, core, allow_version)
-    side.key_container = keys
     timer = CallTimer(side.cache, SGLANG_CALLS)
     errors = 0
     gc.collect()
@@ -52,7 +51,7 @@ def bench_against(scenario: Scenario, cores: tuple[str, ...] = CORES, allow_vers
     report = {"file": scenario.path, "steps": len(scenario.steps), "sglang": version, "keys": keys, "ours": ours["ops"],
               "floor": ours["floor"], "cores": {}, "ratio": {}}
     for core in cores:
-        timed = sglang_timed(scenario, core, allow_version, keys)
+        timed = sglang_timed(scenario, core, allow_version)
         report["cores"][core] = timed["ops"]
         report["ratio"][core] = {op: _ratio(timed["ops"].get(op), mine) for op, mine in ours["ops"].items()}
     return report

@@ -96,7 +96,7 @@ def bench_against(args, scenario) -> int:
         held = "list" if args.keys == "list" else "array('q')"
         print(f"{report['file']}: ours against SGLang {report['sglang']}, mean µs per call "
               f"(ours: key from the step's {held} + the call, "
-              f"SGLang's key wrapping the same; × = SGLang / ours, above 1 ours is faster)")
+              f"SGLang's key wrapping array('q'); × = SGLang / ours, above 1 ours is faster)")
         for line in table_lines(report):
             print(line)
     return EXIT_OK

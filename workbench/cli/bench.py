@@ -28,7 +28,7 @@ def add_parser(command) -> None:
                        help="node counts for the per-op scaling run, comma-separated (Full only; default 1000,100000)")
     bench.add_argument("--keys", choices=("array", "list"), default=None,
                        help="with --trace or --against: the container a caller's token ids come in, array('q') "
-                            "as SGLang's scheduler holds them (default) or a list; both sides get the same")
+                            "as SGLang's scheduler holds them (default) or a list; SGLang's side always wraps array('q')")
     bench.add_argument("--json", action="store_true", help="print the report as JSON")
     bench.add_argument("--timeline", action="store_true",
                        help="measure the timeline instead: a 2,000-request trace run with every check, a 20,000-step "
