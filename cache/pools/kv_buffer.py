@@ -48,7 +48,7 @@ _POWERS = _Powers()
 def prefix_fingerprints(tokens: torch.Tensor | list[int], device: torch.device | None = None) -> torch.Tensor:
     """Fingerprint of every prefix of ``tokens`` (position i covers tokens[0..i])."""
     if not isinstance(tokens, torch.Tensor):
-        tokens = torch.tensor(tokens, dtype=torch.int64, device=device)
+        tokens = _int_tensor(tokens, device)  # through array('q'): ~10x faster than torch.tensor(list)
     n = tokens.shape[0]
     if n == 0:
         return tokens.new_empty(0)
@@ -147,9 +147,10 @@ def _segment_hashes(keys: list[bytes], lengths: torch.Tensor, device: torch.devi
     return (csum[ends] - csum[ends - lengths]) % _P * pw[last] % _P
 
 
-def _int_tensor(values: list[int], device: torch.device) -> torch.Tensor:
-    """An int64 tensor from a list of ints (through an array: ~10x faster than torch.tensor)."""
-    if not values:
+def _int_tensor(values, device: torch.device) -> torch.Tensor:
+    """An int64 tensor from ints (a list, an array, any sequence; through an array: ~10x
+    faster than torch.tensor)."""
+    if not len(values):
         return torch.empty(0, dtype=torch.int64, device=device)
     return torch.frombuffer(array("q", values), dtype=torch.int64).to(device)
 
