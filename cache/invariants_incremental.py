@@ -66,7 +66,7 @@ import torch
 from .invariants import expected_locks
 from .keys import child_key
 from .page_hash import chain_violations
-from .pools.kv_buffer import continue_fingerprints, node_path_fingerprints
+from .pools.kv_buffer import continue_fingerprints, path_fingerprints
 from .streaming_session import check_streaming
 
 
@@ -206,27 +206,7 @@ def _nodes_ok(cache, nodes: list) -> bool:
         return False
     if not getattr(cache, "fingerprints", True):
         return True
-    starts = _path_ends(cache, [node.parent for node in nodes])
+    starts = path_fingerprints([node.parent for node in nodes], cache.kv_buffer, cache.device)  # read: as strict,
+    # a wrong stored value makes the child's own fingerprints (the whole path's KV) mismatch
     want = continue_fingerprints([node.key for node in nodes], starts, cache.device)
     return torch.equal(cache.kv_buffer.read(slots), want)
-
-
-def _path_ends(cache, parents: list) -> list[int]:
-    """The fingerprint of each parent's path (0 for the root): read from the KV buffer at
-    its last Full slot where it has device slots, else hashed along its path. Reading
-    it is as strict: a wrong stored value makes the child's own fingerprints mismatch
-    (they are the KV of the whole path), and a parent's own slots are checked whenever
-    the parent is touched."""
-    root = cache.tree.root
-    ends = [0] * len(parents)
-    stored = [k for k, p in enumerate(parents) if p is not root and p.data[0].value is not None and p.data[0].value.shape[0]]
-    if stored:
-        last = torch.stack([parents[k].data[0].value[-1] for k in stored])
-        for k, fp in zip(stored, cache.kv_buffer.read(last).tolist()):
-            ends[k] = fp
-    read = set(stored)
-    hashed = [k for k, p in enumerate(parents) if p is not root and k not in read]
-    if hashed:
-        for k, fp in zip(hashed, node_path_fingerprints([parents[k] for k in hashed], cache.device)):
-            ends[k] = fp or 0
-    return ends

@@ -9,7 +9,7 @@ import torch
 
 from ..invariants import NodeColumns, Violation
 from ..invariants_pools import pool_balance
-from ..pools.kv_buffer import node_path_fingerprints, prefix_fingerprints
+from ..pools.kv_buffer import node_path_fingerprints, path_fingerprints, prefix_fingerprints
 from ..tree_core_locks import fresh_groups
 
 if TYPE_CHECKING:
@@ -96,7 +96,8 @@ def probe_mamba(mamba: MambaComponent, nodes: list) -> bool:
         slots = torch.cat(values)
         if not pool.allocator.all_owned(slots):
             return False
-        want = node_path_fingerprints(with_state, pool.device)
+        kept = mamba.cache.kv_buffer if getattr(mamba.cache, "fingerprints", True) else None
+        want = path_fingerprints(with_state, kept, pool.device)  # Full's slots of these nodes are verified first
         stored, consistent = state_fingerprints(pool, slots)
         if stored != want or not all(consistent):
             return False

@@ -133,6 +133,27 @@ def node_path_fingerprints(nodes, device: torch.device, targets=None) -> list[Op
     return fps if min(fps, default=0) >= 0 else [fp if fp >= 0 else None for fp in fps]
 
 
+def path_fingerprints(nodes, buffer: Optional[KVFingerprintBuffer], device: torch.device) -> list[int]:
+    """Each node's path fingerprint (0 for one with no path tokens, the root): read from
+    ``buffer`` at its last Full slot where it holds device slots (the per-step check
+    reads only nodes whose slots it verifies the same step, or whose children's slots
+    hold the whole path's KV), else hashed along its path (``node_path_fingerprints``).
+    ``buffer`` None (fingerprints not kept): every one hashed."""
+    out = [0] * len(nodes)
+    stored = [] if buffer is None else [
+        k for k, n in enumerate(nodes) if n.parent is not None and n.data[0].value is not None and n.data[0].value.shape[0]]
+    if stored:
+        last = torch.stack([nodes[k].data[0].value[-1] for k in stored])
+        for k, fp in zip(stored, buffer.read(last).tolist()):
+            out[k] = fp
+    read = set(stored)
+    hashed = [k for k, n in enumerate(nodes) if n.parent is not None and k not in read]
+    if hashed:
+        for k, fp in zip(hashed, node_path_fingerprints([nodes[k] for k in hashed], device)):
+            out[k] = fp or 0
+    return out
+
+
 def _segment_hashes(keys: list[bytes], lengths: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Per key (a node's packed tokens, ``lengths`` tokens each), sum_k (t_k + 1) *
     B**(len - 1 - k) mod p: one cumulative sum over all keys joined, cut at the ends."""
