@@ -69,7 +69,7 @@ def _narrow_wide(values, as_list) -> bytes:
     """64-bit ids to 32 at C speed, on the caller's buffer: every id, read unsigned (a
     negative one reads above 2**63), must be at most ``MAX_TOKEN_ID``; then each is
     narrowed in one cast. ~3 µs for 1,000 tokens, where ``tolist`` and the list path
-    cost ~25 (README "Keys in the container SGLang's scheduler holds")."""
+    cost ~25 (README, "Keys from `array('q')`")."""
     wide = np.frombuffer(values, np.uint64)
     if wide.size and _largest(wide) > MAX_TOKEN_ID:
         raise _bad_tokens(as_list())
