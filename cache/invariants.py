@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
-from .keys import RadixKey, child_key
+from .keys import RadixKey, child_key, token_array
 from .tree_core_locks import fresh_groups, one_fresh_grouping
 
 if TYPE_CHECKING:
@@ -410,7 +410,7 @@ def _check_lock_counts(cache, cols: NodeColumns, out: list[Violation]) -> None:
 
 def verify_match(cache: UnifiedRadixCache, key: RadixKey | list[int], result: MatchResult) -> list[Violation]:
     """The slots a match returned must hold the fingerprints of the key's prefix."""
-    tokens = key.token_ids if isinstance(key, RadixKey) else list(key)
+    tokens = token_array(key.data) if isinstance(key, RadixKey) else list(key)
     indices = result.device_indices
     n = int(indices.shape[0])
     if n > len(tokens):

@@ -66,7 +66,7 @@ import torch
 from .invariants import expected_locks
 from .keys import child_key
 from .page_hash import chain_violations
-from .pools.kv_buffer import continue_fingerprints, path_fingerprints
+from .pools.kv_buffer import continue_hashes, path_fingerprints
 from .streaming_session import check_streaming
 
 
@@ -206,7 +206,6 @@ def _nodes_ok(cache, nodes: list) -> bool:
         return False
     if not getattr(cache, "fingerprints", True):
         return True
-    starts = path_fingerprints([node.parent for node in nodes], cache.kv_buffer, cache.device)  # read: as strict,
+    starts = path_fingerprints([node.parent for node in nodes], cache.kv_buffer)  # read: as strict,
     # a wrong stored value makes the child's own fingerprints (the whole path's KV) mismatch
-    want = continue_fingerprints([node.key for node in nodes], starts, cache.device)
-    return torch.equal(cache.kv_buffer.read(slots), want)
+    return cache.kv_buffer.holds(slots, continue_hashes([node.key for node in nodes], starts))

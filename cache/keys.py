@@ -118,6 +118,12 @@ def unpack_tokens(data: bytes) -> list[int]:
     return array("i", data).tolist()
 
 
+def token_array(data: bytes) -> np.ndarray:
+    """Packed tokens as a read-only int32 numpy view of the same bytes (no copy): what
+    the fingerprint checks hash, without a list in between."""
+    return np.frombuffer(data, dtype=np.int32)
+
+
 def common_prefix_tokens(a: bytes, a_off: int, b: bytes) -> int:
     """Number of whole tokens shared by ``a[a_off:]`` and ``b`` (byte offsets)."""
     lo, hi = 0, min(len(a) - a_off, len(b)) // TOKEN_BYTES

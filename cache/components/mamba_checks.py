@@ -9,7 +9,7 @@ import torch
 
 from ..invariants import NodeColumns, Violation
 from ..invariants_pools import pool_balance
-from ..pools.kv_buffer import node_path_fingerprints, path_fingerprints, prefix_fingerprints
+from ..pools.kv_buffer import node_path_fingerprints, path_fingerprints, prefix_hashes
 from ..tree_core_locks import fresh_groups
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def _request_state_violations(mamba: MambaComponent) -> list[tuple[str, str]]:
     for req in mamba.cache.requests.values():
         if req.mamba_pool_idx is None or req.kv_len == 0:
             continue
-        want = int(prefix_fingerprints(req.fill_ids[: req.kv_len], mamba.pool.device)[-1])
+        want = int(prefix_hashes(req.fill_ids[: req.kv_len])[-1])
         if mamba.pool.fingerprint_of(req.mamba_pool_idx) != want:
             out.append(("mamba.request_state", f"request {req.rid}: its running state is not the state after its "
                                                f"{req.kv_len} computed tokens (a stale slot it started from?)"))
@@ -143,7 +143,7 @@ def verify_mamba_match(mamba: MambaComponent, tokens: list[int], result) -> list
     value = None if node is None else node.data[mamba.index].value
     if value is None:
         return [Violation("match.mamba_state", f"match of {n} tokens ends on node {end} with no state")]
-    expected = int(prefix_fingerprints(tokens[:n], mamba.pool.device)[-1])
+    expected = int(prefix_hashes(tokens[:n])[-1])
     if mamba.pool.fingerprint_of(value) != expected:
         return [Violation("match.mamba_state", f"the state at node {end} is not the state after {n} tokens")]
     return []

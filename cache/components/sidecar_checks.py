@@ -8,7 +8,7 @@ import torch
 
 from ..invariants import NodeColumns, Violation
 from ..invariants_pools import pool_balance
-from ..pools.kv_buffer import continue_fingerprints, node_path_fingerprints, prefix_fingerprints
+from ..pools.kv_buffer import continue_fingerprints, node_path_fingerprints, prefix_hashes
 from .sidecar import entries_agree, strides_ending_in
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def verify_sidecar_match(sidecar: SidecarComponent, tokens: list[int], result) -
     value = None if node is None else node.data[sidecar.index].value
     if value is None or value.shape[0] == 0:
         return [Violation("match.sidecar_entry", f"match of {n} tokens ends on node {end} with no entry")]
-    expected = int(prefix_fingerprints(tokens[:n], sidecar.pool.device)[-1])
+    expected = int(prefix_hashes(tokens[:n])[-1])
     if int(sidecar.pool.fingerprint[value[-1]]) != expected:
         return [Violation("match.sidecar_entry", f"the entry at node {end} is not the KV of the first {n} tokens")]
     return []

@@ -4,9 +4,11 @@ Real KV for position i depends on every token up to i, so a prefix hash is the
 smallest stand-in that still proves a match returned the right slots: the slots a
 match hands out must hold exactly the fingerprints of the query's prefix.
 
-The hash is polynomial modulo the Mersenne prime 2**31 - 1, computed on the device
-without a Python loop: h_i = B**i * cumsum_j((t_j + 1) * B**-j) mod p. Every product
-stays below 2**62, so int64 never overflows.
+The hash is polynomial modulo the Mersenne prime 2**31 - 1 without a Python loop:
+h_i = B**i * cumsum_j((t_j + 1) * B**-j) mod p. Every product stays below 2**62, so
+int64 never overflows. It is computed on the host in numpy, whose calls cost a
+microsecond where a small torch call costs five to ten (the per-step checks hash a
+few short segments per step); only the buffer itself lives on the pool's device.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from array import array
 from typing import Optional
 
+import numpy as np
 import torch
 
 from ..keys import TOKEN_BYTES
@@ -24,67 +27,96 @@ _B_INV = pow(_B, -1, _P)
 
 
 class _Powers:
-    """Host-computed tables of B**i and B**-i mod p, grown on demand, kept per device."""
+    """Tables of B**i and B**-i mod p, grown on demand (doubling)."""
 
     def __init__(self) -> None:
-        self._by_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.pw = self.ipw = np.ones(0, dtype=np.int64)
 
-    def get(self, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        cached = self._by_device.get(device)
-        if cached is None or cached[0].shape[0] < n:
-            size = max(n, 4096, 2 * (cached[0].shape[0] if cached else 0))
+    def get(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.pw.shape[0] < n:
+            size = max(n, 4096, 2 * self.pw.shape[0])
             pw, ipw = [1] * size, [1] * size
             for i in range(1, size):
                 pw[i] = pw[i - 1] * _B % _P
                 ipw[i] = ipw[i - 1] * _B_INV % _P
-            cached = (torch.tensor(pw, dtype=torch.int64, device=device), torch.tensor(ipw, dtype=torch.int64, device=device))
-            self._by_device[device] = cached
-        return cached[0][:n], cached[1][:n]
+            self.pw, self.ipw = np.array(pw, dtype=np.int64), np.array(ipw, dtype=np.int64)
+        return self.pw[:n], self.ipw[:n]
 
 
 _POWERS = _Powers()
 
 
-def prefix_fingerprints(tokens: torch.Tensor | list[int], device: torch.device | None = None) -> torch.Tensor:
-    """Fingerprint of every prefix of ``tokens`` (position i covers tokens[0..i])."""
-    if not isinstance(tokens, torch.Tensor):
-        tokens = _int_tensor(tokens, device)  # through array('q'): ~10x faster than torch.tensor(list)
+def host_ints(values) -> np.ndarray:
+    """int64 numpy view or copy of token ids or slots: a list, an array, a tensor, a numpy array."""
+    if isinstance(values, np.ndarray):
+        return values.astype(np.int64, copy=False)
+    if isinstance(values, torch.Tensor):
+        return values.detach().cpu().numpy().astype(np.int64, copy=False)
+    if isinstance(values, array) and values.itemsize == 8:
+        return np.frombuffer(values, dtype=np.int64) if len(values) else np.zeros(0, dtype=np.int64)
+    if not len(values):
+        return np.zeros(0, dtype=np.int64)
+    return np.frombuffer(array("q", values), dtype=np.int64)  # ~10x faster than np.array(list)
+
+
+def packed_ints(keys: list[bytes]) -> np.ndarray:
+    """The tokens of packed keys (``keys.pack_tokens``), joined, as int64."""
+    joined = b"".join(keys)
+    return np.frombuffer(joined, dtype=np.int32).astype(np.int64) if joined else np.zeros(0, dtype=np.int64)
+
+
+def prefix_hashes(tokens) -> np.ndarray:
+    """Fingerprint of every prefix of ``tokens`` (position i covers tokens[0..i]), on the host."""
+    tokens = host_ints(tokens)
     n = tokens.shape[0]
     if n == 0:
-        return tokens.new_empty(0)
-    pw, ipw = _POWERS.get(n, tokens.device)
-    terms = (tokens.to(torch.int64) + 1) % _P * ipw % _P
-    return torch.cumsum(terms, 0) % _P * pw % _P
+        return tokens
+    pw, ipw = _POWERS.get(n)
+    return np.cumsum((tokens + 1) % _P * ipw % _P) % _P * pw % _P
 
 
-def continue_fingerprints(keys: list[bytes], starts: list[int], device: torch.device) -> torch.Tensor:
+def prefix_fingerprints(tokens, device: torch.device | None = None) -> torch.Tensor:
+    """``prefix_hashes`` as a tensor on ``device`` (what the buffer is written with)."""
+    if device is None and isinstance(tokens, torch.Tensor):
+        device = tokens.device
+    out = torch.from_numpy(prefix_hashes(tokens))
+    return out if device is None else out.to(device)
+
+
+def continue_hashes(keys: list[bytes], starts: list[int]) -> np.ndarray:
     """For token segments (packed keys), each following a prefix whose fingerprint is
     ``starts[k]`` (0: no prefix), the fingerprint at every position, segment after
-    segment: ``prefix_fingerprints(prefix + segment)[len(prefix):]`` for all at once."""
-    lengths = _int_tensor([len(k) // TOKEN_BYTES for k in keys], device)
-    total = int(lengths.sum())
+    segment: ``prefix_hashes(prefix + segment)[len(prefix):]`` for all at once."""
+    lengths = np.fromiter((len(k) // TOKEN_BYTES for k in keys), dtype=np.int64, count=len(keys))
+    tokens = packed_ints(keys)
+    total = tokens.shape[0]
     if total == 0:
-        return lengths.new_zeros(0)
-    tokens = torch.frombuffer(bytearray(b"".join(keys)), dtype=torch.int32).to(device=device, dtype=torch.int64)
-    pw, ipw = _POWERS.get(total + 1, device)
-    csum = torch.cat([tokens.new_zeros(1), torch.cumsum((tokens + 1) % _P * ipw[:total] % _P, 0)])
-    owner = torch.repeat_interleave(torch.arange(len(keys), device=device), lengths)
-    first = (lengths.cumsum(0) - lengths)[owner]  # where each position's segment starts
-    pos = torch.arange(total, device=device)
-    local = (csum[pos + 1] - csum[first]) % _P * pw[pos] % _P  # sum (t_i + 1) B**(pos - i) over the segment
-    carried = _int_tensor(list(starts), device)[owner] * pw[pos - first + 1] % _P
+        return tokens
+    pw, ipw = _POWERS.get(total + 1)
+    csum = np.zeros(total + 1, dtype=np.int64)
+    np.cumsum((tokens + 1) % _P * ipw[:total] % _P, out=csum[1:])
+    first = np.repeat(np.cumsum(lengths) - lengths, lengths)  # where each position's segment starts
+    pos = np.arange(total)
+    local = (csum[1:] - csum[first]) % _P * pw[:total] % _P  # sum (t_i + 1) B**(pos - i) over the segment
+    carried = np.repeat(np.asarray(starts, dtype=np.int64), lengths) * pw[pos - first + 1] % _P
     return (carried + local) % _P
 
 
-def node_path_fingerprints(nodes, device: torch.device, targets=None) -> list[Optional[int]]:
-    """Per node of ``targets`` (default: ``nodes``, in order), ``prefix_fingerprints(path)[-1]``
+def continue_fingerprints(keys: list[bytes], starts: list[int], device: torch.device) -> torch.Tensor:
+    """``continue_hashes`` as a tensor on ``device``."""
+    return torch.from_numpy(continue_hashes(keys, starts)).to(device)
+
+
+def node_path_fingerprints(nodes, device: torch.device = None, targets=None) -> list[Optional[int]]:
+    """Per node of ``targets`` (default: ``nodes``, in order), ``prefix_hashes(path)[-1]``
     where the path is the tokens from the top of its ``parent`` chain (whose own key is
     not counted) to the node's end; None where that path has no tokens or its parent
     links run in a cycle. ``nodes``: the nodes to hash in one batch (e.g. a whole tree).
+    (``device``: unused, kept for callers; the hashing runs on the host.)
 
     Each node maps its parent's fingerprint h to h * B**len + (its own segment's hash);
     composing those maps up the tree by pointer jumping takes log2(depth) vectorised
-    steps, so the cost is O(nodes) in Python and O(tokens) in torch instead of one
+    steps, so the cost is O(nodes) in Python and O(tokens) in numpy instead of one
     fingerprint per node over its whole path. Ancestors not listed are found a level
     at a time, so listing every node of the tree is fastest."""
     order = [node for node in nodes if node.parent is not None]  # one row per chain node
@@ -109,23 +141,22 @@ def node_path_fingerprints(nodes, device: torch.device, targets=None) -> list[Op
                 up.append(row_of.get(id(parent.parent), -1))
             up[k] = row_of[id(parent)]
         pending = [k for k in range(first_new, len(order)) if up[k] < 0 and order[k].parent.parent is not None]
-    up = _int_tensor(up + [-1], device)
-    keys = [c.key for c in order]
-    length = _int_tensor([len(k) // TOKEN_BYTES for k in keys] + [0], device)
-    pw, _ = _POWERS.get(int(length.max()) + 1, device)
-    mul = pw[length]  # each row's map: h -> mul * h + add (mod p)
-    add = torch.cat([_segment_hashes(keys, length[:-1], device), length.new_zeros(1)])
     top = len(order)
-    up = torch.where(up < 0, top, up)
+    up = np.array(up + [top], dtype=np.int64)
+    up[up < 0] = top
+    keys = [c.key for c in order]
+    length = np.array([len(k) // TOKEN_BYTES for k in keys] + [0], dtype=np.int64)
+    pw, _ = _POWERS.get(int(length.max()) + 1)
+    mul = pw[length]  # each row's map: h -> mul * h + add (mod p)
+    add = np.append(_segment_hashes(keys, length[:-1]), 0)
     for _ in range(top.bit_length() + 1):
-        if bool((up == top).all()):
+        if (up == top).all():
             break
         add = (mul * add[up] + add) % _P
         mul = mul * mul[up] % _P
         length = length + length[up]
         up = up[up]
-    valid = (up == top) & (length > 0)  # reached the top, and over some tokens
-    fps = torch.where(valid, add, -1)
+    fps = np.where((up == top) & (length > 0), add, -1)  # reached the top, and over some tokens
     if in_order:
         fps = fps[: len(nodes)].tolist()
     else:
@@ -133,7 +164,7 @@ def node_path_fingerprints(nodes, device: torch.device, targets=None) -> list[Op
     return fps if min(fps, default=0) >= 0 else [fp if fp >= 0 else None for fp in fps]
 
 
-def path_fingerprints(nodes, buffer: Optional[KVFingerprintBuffer], device: torch.device) -> list[int]:
+def path_fingerprints(nodes, buffer: Optional[KVFingerprintBuffer], device: torch.device = None) -> list[int]:
     """Each node's path fingerprint (0 for one with no path tokens, the root): read from
     ``buffer`` at its last Full slot where it holds device slots (the per-step check
     reads only nodes whose slots it verifies the same step, or whose children's slots
@@ -143,37 +174,30 @@ def path_fingerprints(nodes, buffer: Optional[KVFingerprintBuffer], device: torc
     stored = [] if buffer is None else [
         k for k, n in enumerate(nodes) if n.parent is not None and n.data[0].value is not None and n.data[0].value.shape[0]]
     if stored:
-        last = torch.stack([nodes[k].data[0].value[-1] for k in stored])
-        for k, fp in zip(stored, buffer.read(last).tolist()):
+        last = [int(nodes[k].data[0].value[-1]) for k in stored]
+        for k, fp in zip(stored, buffer.read_host(last).tolist()):
             out[k] = fp
     read = set(stored)
     hashed = [k for k, n in enumerate(nodes) if n.parent is not None and k not in read]
     if hashed:
-        for k, fp in zip(hashed, node_path_fingerprints([nodes[k] for k in hashed], device)):
+        for k, fp in zip(hashed, node_path_fingerprints([nodes[k] for k in hashed])):
             out[k] = fp or 0
     return out
 
 
-def _segment_hashes(keys: list[bytes], lengths: torch.Tensor, device: torch.device) -> torch.Tensor:
+def _segment_hashes(keys: list[bytes], lengths: np.ndarray) -> np.ndarray:
     """Per key (a node's packed tokens, ``lengths`` tokens each), sum_k (t_k + 1) *
     B**(len - 1 - k) mod p: one cumulative sum over all keys joined, cut at the ends."""
-    total = int(lengths.sum())
+    tokens = packed_ints(keys)
+    total = tokens.shape[0]
     if total == 0:
-        return lengths.new_zeros(len(keys))
-    tokens = torch.frombuffer(bytearray(b"".join(keys)), dtype=torch.int32).to(device=device, dtype=torch.int64)
-    pw, ipw = _POWERS.get(total, device)
-    csum = torch.cat([tokens.new_zeros(1), torch.cumsum((tokens + 1) % _P * ipw % _P, 0)])
-    ends = lengths.cumsum(0)
-    last = (ends - 1).clamp(min=0)  # an empty segment sums to 0 whatever power it takes
+        return np.zeros(len(keys), dtype=np.int64)
+    pw, ipw = _POWERS.get(total)
+    csum = np.zeros(total + 1, dtype=np.int64)
+    np.cumsum((tokens + 1) % _P * ipw % _P, out=csum[1:])
+    ends = np.cumsum(lengths)
+    last = np.maximum(ends - 1, 0)  # an empty segment sums to 0 whatever power it takes
     return (csum[ends] - csum[ends - lengths]) % _P * pw[last] % _P
-
-
-def _int_tensor(values, device: torch.device) -> torch.Tensor:
-    """An int64 tensor from ints (a list, an array, any sequence; through an array: ~10x
-    faster than torch.tensor)."""
-    if not len(values):
-        return torch.empty(0, dtype=torch.int64, device=device)
-    return torch.frombuffer(array("q", values), dtype=torch.int64).to(device)
 
 
 class KVFingerprintBuffer:
@@ -183,6 +207,7 @@ class KVFingerprintBuffer:
         self.size = size
         self.device = device
         self.data = torch.full((size,), -1, dtype=torch.int64, device=device)
+        self._host = self.data.numpy() if self.data.device.type == "cpu" else None  # the same memory
 
     def write(self, slots: torch.Tensor, fingerprints: torch.Tensor) -> None:
         self.data[slots] = fingerprints
@@ -190,8 +215,20 @@ class KVFingerprintBuffer:
     def read(self, slots: torch.Tensor) -> torch.Tensor:
         return self.data[slots]
 
-    def mismatches(self, slots: torch.Tensor, tokens: torch.Tensor | list[int]) -> list[int]:
+    def read_host(self, slots) -> np.ndarray:
+        """The fingerprints at ``slots`` (a tensor, an array, a list) as a host array: the
+        checks compare them with ``prefix_hashes`` there (one copy from a GPU)."""
+        if self._host is not None:
+            return self._host[host_ints(slots)]
+        if not isinstance(slots, torch.Tensor):
+            slots = torch.as_tensor(host_ints(slots), device=self.device)
+        return self.data[slots].cpu().numpy()
+
+    def holds(self, slots, expected: np.ndarray) -> bool:
+        """Whether ``slots`` hold exactly ``expected`` (host fingerprints)."""
+        return bool(np.array_equal(self.read_host(slots), expected))
+
+    def mismatches(self, slots: torch.Tensor, tokens) -> list[int]:
         """Positions i where slot i does not hold the fingerprint of tokens[0..i]."""
-        expected = prefix_fingerprints(tokens, self.device)[: slots.shape[0]]
-        bad = (self.read(slots) != expected).nonzero().flatten()
-        return bad.tolist()
+        expected = prefix_hashes(tokens)[: slots.shape[0]]
+        return np.flatnonzero(self.read_host(slots) != expected).tolist()

@@ -57,7 +57,7 @@ def run(args) -> int:
         from ..render.plot import ChangeMark, draw_run, figure_bytes
     except ImportError as exc:
         raise ScenarioError(f"urc plot needs matplotlib ({exc}): pip install matplotlib") from None
-    from ..model.timeline.runner import Runner, one_thread
+    from ..model.timeline.runner import Runner, checked_loop
     from ..model.timeline.series import RunSeries
     from ..render.report import progress
 
@@ -70,7 +70,7 @@ def run(args) -> int:
     for name, _ in changes:
         if name not in series.info:
             raise ScenarioError(f"--changes: no series {name!r}; known: {', '.join(series.info)}")
-    with progress(len(scenario.steps), scenario.path) as advance, one_thread():
+    with progress(len(scenario.steps), scenario.path) as advance, checked_loop():
         while not runner.done:
             runner.step()
             advance()

@@ -103,7 +103,7 @@ def _run_one(scenario, args, console, record, conditions=None, kv_events=None) -
     stop at the first step where one holds and print it; True when one did."""
     from ..model.debugging.breakpoints import any_holds, describe_hit
     from ..model.timeline.export import TimelineJsonWriter
-    from ..model.timeline.runner import Runner, one_thread
+    from ..model.timeline.runner import Runner, checked_loop
     from ..render.report import is_plain, print_run_report, progress, step_view
 
     runner = Runner(scenario, record=record, full_checks=args.full_checks, kv_events=kv_events)
@@ -112,7 +112,7 @@ def _run_one(scenario, args, console, record, conditions=None, kv_events=None) -
     if writer is not None:
         timeline.on_step(writer.step)
     try:
-        with progress(len(scenario.steps), scenario.path) as advance, one_thread():
+        with progress(len(scenario.steps), scenario.path) as advance, checked_loop():
             while not runner.done:
                 step = runner.step()
                 advance()

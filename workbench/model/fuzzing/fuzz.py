@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 from .. import ops
-from ..timeline.runner import Runner, one_thread, state_field
+from ..timeline.runner import Runner, checked_loop, state_field
 from ..scenarios.scenario import Scenario, ScenarioError, StepAppender, scenario_from_records
 from .config import FuzzConfig  # noqa: F401  (re-exported: what a fuzz run is set up with)
 from .shrink import Shrinker, Steps
@@ -239,7 +239,7 @@ def episode_seed(seed: int, episode: int) -> str:
     return f"{seed}:{episode}"
 
 
-@one_thread()  # the per-step checks' small tensor ops, without a thread switch per step
+@checked_loop()
 def fuzz(config: FuzzConfig, seed: int, steps: int, time_budget: Optional[float] = None,
          on_step: Optional[Callable[[int], None]] = None, checks: bool = True,
          episode_steps: int = EPISODE_STEPS, full_checks: bool = False,

@@ -22,6 +22,7 @@ def run_insert(session, f: dict) -> dict:
     returns of what the tree did not take are left."""
     from cache import CacheError, InsertParams, RadixKey  # torch: only once an op runs
     from cache.errors import InvalidValueError
+    from cache.keys import token_array
 
     cache = session.cache
     tokens = f["key"]
@@ -42,7 +43,7 @@ def run_insert(session, f: dict) -> dict:
     slots = cache.alloc_kv(len(tokens))
     state = None
     try:
-        cache.write_kv(slots, tokens)
+        cache.write_kv(slots, tokens if cache.bigram_keys else token_array(key.data))  # the packed key: no list
         if window_floor:
             cache.free_swa(slots[:window_floor])
         if mamba:

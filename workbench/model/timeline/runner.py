@@ -4,6 +4,7 @@ expectations. It produces a ``Timeline`` and can record a JSONL trace as it goes
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
@@ -35,6 +36,30 @@ def build_cache(scenario: Scenario, device: Optional[str] = None) -> UnifiedRadi
         return UnifiedRadixCache(config)
     except (ValueError, TypeError, RuntimeError, MemoryError) as exc:
         raise ScenarioError(f"config cannot be built: {exc}", scenario.path, scenario.config_line) from None
+
+
+_loops = 0  # checked loops open now (nested ones leave the outermost in charge)
+
+
+@contextlib.contextmanager
+def checked_loop():
+    """Around a loop of checked steps (``urc run``, the fuzzer, a whole ``Runner.run``):
+    torch's small ops on one intra-op thread (``one_thread``), and the cyclic GC kept
+    off everything that existed before the loop (torch, the modules, the scenario),
+    frozen on entry and thawed on exit: the full collections a long loop triggers then
+    scan the loop's own objects only. Same minutes, 2,000-request trace: the GC's time
+    in the loop fell from 0.8 s to 0.6 s (README, "The timeline at scale")."""
+    global _loops
+    _loops += 1
+    if _loops == 1:
+        gc.freeze()
+    try:
+        with one_thread():
+            yield
+    finally:
+        _loops -= 1
+        if _loops == 0:
+            gc.unfreeze()
 
 
 FULL_SWEEP_EVERY = 256  # steps between full invariant sweeps (chosen by measurement: README)
@@ -89,7 +114,7 @@ class Runner:
         self.scenario = self.timeline.scenario = scenario
 
     def run(self) -> Timeline:
-        with one_thread():  # the per-step checks' small tensor ops, without a thread switch per step
+        with checked_loop():
             while not self.done:
                 self.step()
         settle(self.timeline)
