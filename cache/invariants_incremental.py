@@ -61,11 +61,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Optional
 
-import torch
+import numpy as np
 
 from .invariants import expected_locks
 from .keys import child_key
 from .page_hash import chain_violations
+from .pools.host import host_cat
 from .pools.kv_buffer import continue_hashes, path_fingerprints
 from .streaming_session import check_streaming
 
@@ -197,10 +198,10 @@ def _nodes_ok(cache, nodes: list) -> bool:
     nodes = [node for node in nodes if node.data[0].value is not None]
     if not nodes:
         return True
-    slots = torch.cat([node.data[0].value for node in nodes])
+    slots = host_cat([node.data[0].value for node in nodes])  # a few slots: read on the host
     if ps > 1:
-        pages = slots.view(-1, ps)
-        if not bool((pages - pages[:, :1] == torch.arange(ps, device=slots.device)).all()) or bool((pages[:, 0] % ps).any()):
+        pages = slots.reshape(-1, ps)
+        if not (pages - pages[:, :1] == np.arange(ps)).all() or (pages[:, 0] % ps).any():
             return False
     if not cache.kv_pool.all_owned(slots):
         return False

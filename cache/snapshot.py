@@ -223,6 +223,20 @@ class ComponentRecord(NamedTuple):
 VALUE_END = 3  # slot ids kept from each end of a value, for inspectors
 
 
+def _recorded_ends(cd) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``_value_ends`` of a node's component data, kept with it: a step rebuilds the
+    record of every node on a touched path, whose values rarely change (3 µs a value
+    saved: the largest part of a record)."""
+    value, memo = cd.value, cd.value_ends_memo
+    if value is None:
+        return ((), ())
+    if memo is not None and memo[0] is value and memo[1] == value._version:
+        return memo[2]
+    ends = _value_ends(value)
+    cd.value_ends_memo = (value, value._version, ends)
+    return ends
+
+
 def _value_ends(value) -> tuple[tuple[int, ...], tuple[int, ...]]:
     if value is None or value.shape[0] == 0:
         return ((), ())
@@ -298,7 +312,7 @@ def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
             cd.lock_ref,
             node.lru_label[i],
             tuple(extras.items()) if extras else (),
-            _value_ends(cd.value),
+            _recorded_ends(cd),
             None if cd.host_value is None else int(cd.host_value.shape[0]),
             node.lru_label[n + i] if host_slots else None,
             cd.session_ref,

@@ -299,8 +299,8 @@ class StoreTimeline:
 def relabel_step(store, scale: int, to_top=None) -> None:
     """Append a step that renumbers every SWA label (order kept), optionally then moving one node to the top."""
     def with_label(r, label):
-        swa = dataclasses.replace(r.components[1], lru_label=label)
-        return dataclasses.replace(r, components=(r.components[0], swa))
+        swa = r.components[1]._replace(lru_label=label)
+        return r._replace(components=(r.components[0], swa))
 
     listed = {i: r for i, r in store.current.items() if r.components[1].lru_label is not None}
     delta = {i: with_label(r, r.components[1].lru_label * scale) for i, r in listed.items()}

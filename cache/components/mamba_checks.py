@@ -5,10 +5,12 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Optional
 
+import numpy as np
 import torch
 
 from ..invariants import NodeColumns, Violation
 from ..invariants_pools import pool_balance
+from ..pools.host import gather, host_cat, host_ints
 from ..pools.kv_buffer import node_path_fingerprints, path_fingerprints, prefix_hashes
 from ..tree_core_locks import fresh_groups
 
@@ -59,15 +61,15 @@ def _state_violations(nodes: list, want: list, stored: list[int], consistent: li
     return out
 
 
-def state_fingerprints(pool, slots: torch.Tensor) -> tuple[list[int], list[bool]]:
+def state_fingerprints(pool, slots) -> tuple[list[int], list[bool]]:
     """Per slot: the recorded fingerprint, and whether the conv/ssm tensors still agree
-    with it (``pool.fingerprint_of`` and ``pool.consistent``, batched)."""
-    fps = pool.fingerprint[slots]
-    expect = torch.remainder(fps, 1_000_003).to(pool.conv.dtype)
-    conv, ssm = pool.conv[slots], pool.ssm[slots]
-    conv_ok = (conv == expect.view(-1, *[1] * (conv.dim() - 1))).flatten(1).all(1)
-    ssm_ok = (ssm == -expect.view(-1, *[1] * (ssm.dim() - 1))).flatten(1).all(1)
-    return fps.tolist(), (conv_ok & ssm_ok).tolist()
+    with it (``pool.fingerprint_of`` and ``pool.consistent``, batched on the host)."""
+    slots = host_ints(slots)
+    fps = gather(pool.fingerprint, slots)
+    conv = gather(pool.conv, slots).reshape(len(slots), -1)
+    ssm = gather(pool.ssm, slots).reshape(len(slots), -1)
+    expect = (fps % 1_000_003).astype(conv.dtype)[:, None]
+    return fps.tolist(), ((conv == expect).all(1) & (ssm == -expect).all(1)).tolist()
 
 
 def _request_state_violations(mamba: MambaComponent) -> list[tuple[str, str]]:
@@ -93,7 +95,7 @@ def probe_mamba(mamba: MambaComponent, nodes: list) -> bool:
         values = [n.data[i].value for n in with_state]
         if any(v.shape != (1,) for v in values):
             return False
-        slots = torch.cat(values)
+        slots = host_cat(values)
         if not pool.allocator.all_owned(slots):
             return False
         kept = mamba.cache.kv_buffer if getattr(mamba.cache, "fingerprints", True) else None

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+import numpy as np
 import torch
 
 from ..invariants import NodeColumns, Violation
 from ..invariants_pools import owned_pages, pool_balance, segment_pages
+from ..pools.host import gather, host_cat
 from ..tree_core_locks import fresh_groups
 
 if TYPE_CHECKING:
@@ -159,22 +161,21 @@ def probe_swa(swa: SWAComponent, nodes: list) -> bool:
 
 def _translations_ok(pool, i: int, nodes: list) -> bool:
     """Tombstones map none of their Full slots; live SWA data has the key's length, no
-    negative entry, equals the translation and sits on pages the pool handed out."""
+    negative entry, equals the translation and sits on pages the pool handed out
+    (read on the host: a few slots a step)."""
     fulls = [n.data[0].value for n in nodes]
     values = [n.data[i].value for n in nodes]
     if any(v is not None and (v.shape[0] != n.length or v.shape[0] != f.shape[0]) for n, f, v in zip(nodes, fulls, values)):
         return False
-    device = fulls[0].device
-    mapped = pool.translate(torch.cat(fulls))
-    lengths = torch.tensor([f.shape[0] for f in fulls], device=device)
-    live = _mask([v is not None for v in values], device)[torch.repeat_interleave(torch.arange(len(nodes), device=device), lengths)]
-    if bool((mapped[~live] >= 0).any()):
+    mapped = gather(pool.mapping, host_cat(fulls))
+    live = np.repeat(np.array([v is not None for v in values]), [f.shape[0] for f in fulls])
+    if (mapped[~live] >= 0).any():
         return False
     present = [v for v in values if v is not None]
     if not present:
         return True
-    cat = _cat(present, mapped)
-    return bool((cat >= 0).all()) and torch.equal(cat, mapped[live]) and pool.allocator.all_owned(cat)
+    cat = host_cat(present)
+    return bool(cat.min() >= 0) and np.array_equal(cat, mapped[live]) and pool.allocator.all_owned(cat)
 
 
 def verify_swa_match(swa: SWAComponent, tokens: list[int], result) -> list[Violation]:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .host import gather, host_ints
+
 from ..errors import DoubleFreeError, ForeignIndexError, PoolError, PoolExhaustedError
 
 
@@ -167,12 +169,15 @@ class PagedAllocator:
         """Free page ids as a tensor on the pool's device (inspection only: a copy)."""
         return self._stack[: self._top].clone()
 
-    def all_owned(self, indices: torch.Tensor) -> bool:
-        """Every page holding ``indices`` is handed out (inspection: one gather)."""
-        if indices.shape[0] == 0:
+    def all_owned(self, indices) -> bool:
+        """Every page holding ``indices`` (a tensor or a host array) is handed out
+        (inspection: one gather, on the host)."""
+        if len(indices) == 0:
             return True
-        pages = indices if self.page_size == 1 else torch.div(indices, self.page_size, rounding_mode="floor")
-        return bool((self._owned[pages] > 0).all())
+        pages = host_ints(indices)
+        if self.page_size > 1:
+            pages = pages // self.page_size
+        return bool(gather(self._owned, pages).min() > 0)
 
     def owned_mask(self) -> torch.Tensor:
         return self._owned.clone()

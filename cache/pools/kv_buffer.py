@@ -13,13 +13,13 @@ few short segments per step); only the buffer itself lives on the pool's device.
 
 from __future__ import annotations
 
-from array import array
 from typing import Optional
 
 import numpy as np
 import torch
 
 from ..keys import TOKEN_BYTES
+from .host import gather, host_ints
 
 _P = 2**31 - 1
 _B = 1_000_003
@@ -44,19 +44,6 @@ class _Powers:
 
 
 _POWERS = _Powers()
-
-
-def host_ints(values) -> np.ndarray:
-    """int64 numpy view or copy of token ids or slots: a list, an array, a tensor, a numpy array."""
-    if isinstance(values, np.ndarray):
-        return values.astype(np.int64, copy=False)
-    if isinstance(values, torch.Tensor):
-        return values.detach().cpu().numpy().astype(np.int64, copy=False)
-    if isinstance(values, array) and values.itemsize == 8:
-        return np.frombuffer(values, dtype=np.int64) if len(values) else np.zeros(0, dtype=np.int64)
-    if not len(values):
-        return np.zeros(0, dtype=np.int64)
-    return np.frombuffer(array("q", values), dtype=np.int64)  # ~10x faster than np.array(list)
 
 
 def packed_ints(keys: list[bytes]) -> np.ndarray:
@@ -207,7 +194,6 @@ class KVFingerprintBuffer:
         self.size = size
         self.device = device
         self.data = torch.full((size,), -1, dtype=torch.int64, device=device)
-        self._host = self.data.numpy() if self.data.device.type == "cpu" else None  # the same memory
 
     def write(self, slots: torch.Tensor, fingerprints: torch.Tensor) -> None:
         self.data[slots] = fingerprints
@@ -218,11 +204,7 @@ class KVFingerprintBuffer:
     def read_host(self, slots) -> np.ndarray:
         """The fingerprints at ``slots`` (a tensor, an array, a list) as a host array: the
         checks compare them with ``prefix_hashes`` there (one copy from a GPU)."""
-        if self._host is not None:
-            return self._host[host_ints(slots)]
-        if not isinstance(slots, torch.Tensor):
-            slots = torch.as_tensor(host_ints(slots), device=self.device)
-        return self.data[slots].cpu().numpy()
+        return gather(self.data, host_ints(slots))
 
     def holds(self, slots, expected: np.ndarray) -> bool:
         """Whether ``slots`` hold exactly ``expected`` (host fingerprints)."""
