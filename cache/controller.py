@@ -34,7 +34,7 @@ from .params import (
     MatchResult,
 )
 from .host_tier import HostCalls, HostTier
-from .pools import KVFingerprintBuffer, PagedAllocator, prefix_fingerprints
+from .pools import KVFingerprintBuffer, PagedAllocator, prefix_fingerprints, prefix_hashes
 from .request import Req
 from .request_flows import RequestFlows
 from .request_load_back import RequestLoadBack
@@ -216,8 +216,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         """A fresh state slot holding the state after ``tokens`` (for a direct insert)."""
         mamba = self._needs("mamba", "alloc_mamba_state")
         slot = mamba.alloc_slot()
-        fps = prefix_fingerprints(tokens, self.device)
-        mamba.pool.write(slot, int(fps[-1]) if len(tokens) else -1)
+        mamba.pool.write(slot, int(prefix_hashes(tokens)[-1]) if len(tokens) else -1)  # hashed on the host
         return slot
 
     def free_mamba_state(self, slot: torch.Tensor) -> None:

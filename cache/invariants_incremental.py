@@ -66,7 +66,7 @@ import numpy as np
 from .invariants import expected_locks
 from .keys import child_key
 from .page_hash import chain_violations
-from .pools.host import host_cat
+from .pools.numpy_views import host_cat
 from .pools.kv_buffer import continue_hashes, path_fingerprints
 from .streaming_session import check_streaming
 

@@ -21,7 +21,7 @@ from ..errors import InvalidValueError, StateSlotsAssertError
 from ..events import Cause, EventKind
 from ..match_verdicts import node_ids_text
 from ..params import EvictParams
-from ..pools.kv_buffer import prefix_fingerprints
+from ..pools.kv_buffer import prefix_hashes
 from ..pools.mamba_pool import MambaStatePool
 from .base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
 from .mamba_cap import NO_CAP, EvictExcessPathStates, check_cap, evict_excess_path_states
@@ -236,7 +236,7 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
         tokens = req.fill_ids[: req.kv_len]
         if not tokens:
             return
-        fps = prefix_fingerprints(tokens, self.pool.device)
+        fps = prefix_hashes(tokens)  # on the host: the pool takes one int
         state = int(fps[-1])
         if admitting:
             start_state = self.pool.fingerprint_of(req.mamba_pool_idx)

@@ -10,7 +10,7 @@ import torch
 
 from ..invariants import NodeColumns, Violation
 from ..invariants_pools import pool_balance
-from ..pools.host import gather, host_cat, host_ints
+from ..pools.numpy_views import gather, host_cat, host_ints
 from ..pools.kv_buffer import node_path_fingerprints, path_fingerprints, prefix_hashes
 from ..tree_core_locks import fresh_groups
 

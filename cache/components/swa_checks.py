@@ -9,7 +9,7 @@ import torch
 
 from ..invariants import NodeColumns, Violation
 from ..invariants_pools import owned_pages, pool_balance, segment_pages
-from ..pools.host import gather, host_cat
+from ..pools.numpy_views import gather, host_cat
 from ..tree_core_locks import fresh_groups
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .host import gather, host_ints
+from .numpy_views import gather, host_ints
 
 from ..errors import DoubleFreeError, ForeignIndexError, PoolError, PoolExhaustedError
 

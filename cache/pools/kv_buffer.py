@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..keys import TOKEN_BYTES
-from .host import gather, host_ints
+from .numpy_views import gather, host_ints
 
 _P = 2**31 - 1
 _B = 1_000_003

@@ -43,11 +43,12 @@ def run_insert(session, f: dict) -> dict:
     slots = cache.alloc_kv(len(tokens))
     state = None
     try:
-        cache.write_kv(slots, tokens if cache.bigram_keys else token_array(key.data))  # the packed key: no list
+        held = tokens if cache.bigram_keys else token_array(key.data)  # the packed key itself: no list to convert
+        cache.write_kv(slots, held)
         if window_floor:
             cache.free_swa(slots[:window_floor])
         if mamba:
-            state = cache.alloc_mamba_state(tokens[:aligned])
+            state = cache.alloc_mamba_state(held[:aligned])
         result = cache.insert(InsertParams(key, slots, state, swa_evicted_seqlen=window_floor,
                                            priority=f.get("priority", 0)))
     except BaseException:  # refused: the tree took nothing, so everything goes back
