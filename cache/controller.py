@@ -34,7 +34,7 @@ from .params import (
     MatchResult,
 )
 from .host_tier import HostCalls, HostTier
-from .pools import KVFingerprintBuffer, PagedAllocator, prefix_fingerprints, prefix_hashes
+from .pools import KVFingerprintBuffer, PagedAllocator, prefix_hashes
 from .request import Req
 from .request_flows import RequestFlows
 from .request_load_back import RequestLoadBack
@@ -236,7 +236,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         """Write KV (fingerprints) for tokens[start:] of a sequence into ``slots``."""
         if not self.fingerprints:
             return
-        fps = prefix_fingerprints(tokens, self.device)[start:]
+        fps = prefix_hashes(tokens)[start:]  # hashed on the host; the buffers take a host array
         self.kv_buffer.write(slots, fps)
         for component in self.hooks.kv_peers:
             component.peer_write(slots, fps)

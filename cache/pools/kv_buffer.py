@@ -195,8 +195,13 @@ class KVFingerprintBuffer:
         self.device = device
         self.data = torch.full((size,), -1, dtype=torch.int64, device=device)
 
-    def write(self, slots: torch.Tensor, fingerprints: torch.Tensor) -> None:
-        self.data[slots] = fingerprints
+    def write(self, slots, fingerprints) -> None:
+        """Store ``fingerprints`` (a tensor or a host array) at ``slots``; on the CPU
+        through numpy views (one small torch scatter costs several numpy ones)."""
+        if self.data.device.type == "cpu":
+            self.data.numpy()[host_ints(slots)] = host_ints(fingerprints)
+        else:
+            self.data[torch.as_tensor(slots, device=self.device)] = torch.as_tensor(fingerprints, device=self.device)
 
     def read(self, slots: torch.Tensor) -> torch.Tensor:
         return self.data[slots]

@@ -17,6 +17,7 @@ import torch
 
 from .allocator import PagedAllocator
 from .kv_buffer import KVFingerprintBuffer
+from .numpy_views import host_ints
 
 UNMAPPED = -1
 
@@ -83,7 +84,14 @@ class SWAPool:
         self.mapping[kept_full] = swa
         return swa
 
-    def write(self, full_slots: torch.Tensor, fingerprints: torch.Tensor) -> None:
+    def write(self, full_slots: torch.Tensor, fingerprints) -> None:
+        """KV (``fingerprints``: a tensor or a host array) for the mapped ones of ``full_slots``."""
+        if self._mapping_np is not None:
+            swa = self._mapping_np[full_slots.numpy()]
+            live = swa >= 0
+            self.buffer.write(swa[live], host_ints(fingerprints)[live])
+            return
         swa = self.mapping[full_slots]
         live = swa >= 0
+        fingerprints = torch.as_tensor(fingerprints, device=self.device)
         self.buffer.write(swa[live], fingerprints[live])

@@ -39,6 +39,7 @@ def build_cache(scenario: Scenario, device: Optional[str] = None) -> UnifiedRadi
 
 
 _loops = 0  # checked loops open now (nested ones leave the outermost in charge)
+_settled = False  # a timeline was settled inside the open loop: it stays frozen
 
 
 @contextlib.contextmanager
@@ -46,10 +47,10 @@ def checked_loop():
     """Around a loop of checked steps (``urc run``, the fuzzer, a whole ``Runner.run``):
     torch's small ops on one intra-op thread (``one_thread``), and the cyclic GC kept
     off everything that existed before the loop (torch, the modules, the scenario),
-    frozen on entry and thawed on exit: the full collections a long loop triggers then
-    scan the loop's own objects only. Same minutes, 2,000-request trace: the GC's time
-    in the loop fell from 0.8 s to 0.6 s (README, "The timeline at scale")."""
-    global _loops
+    frozen on entry and thawed on exit (unless ``settle`` ran inside: then everything
+    stays frozen, as settling wants): the full collections a long loop triggers scan
+    the loop's own objects only (README, "The timeline at scale")."""
+    global _loops, _settled
     _loops += 1
     if _loops == 1:
         gc.freeze()
@@ -59,7 +60,9 @@ def checked_loop():
     finally:
         _loops -= 1
         if _loops == 0:
-            gc.unfreeze()
+            if not _settled:
+                gc.unfreeze()
+            _settled = False
 
 
 FULL_SWEEP_EVERY = 256  # steps between full invariant sweeps (chosen by measurement: README)
@@ -117,7 +120,7 @@ class Runner:
         with checked_loop():
             while not self.done:
                 self.step()
-        settle(self.timeline)
+            settle(self.timeline)  # inside the loop: the collection skips what the loop froze
         return self.timeline
 
     def step(self) -> StepRecord:
@@ -229,9 +232,11 @@ def settle(timeline: Timeline) -> None:
     """A finished long timeline is immutable history: move it out of the collector's
     sight (``gc.freeze``), so reading it later never pays a full collection over every
     record kept (measured: 0.2 s pauses on a 10,000-node timeline, every ~10 TUI keys)."""
+    global _settled
     if len(timeline) >= SETTLE_STEPS:
-        gc.collect()
+        gc.collect()  # inside a checked loop: only what the loop made (the rest is frozen)
         gc.freeze()
+        _settled = _loops > 0
 
 
 _DATA_KEEPING = frozenset({EventKind.LOCK, EventKind.UNLOCK, EventKind.PROMOTE, EventKind.VERDICT})
