@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from .keys import TOKEN_BYTES, namespace_parts
+from .pools.numpy_views import host_ints
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
@@ -476,8 +477,8 @@ def pool_views(cache: UnifiedRadixCache) -> dict[str, PoolView]:
     """Per pool: total, available, evictable, protected and held by running requests."""
     pool = cache.kv_pool
     held_pages = set()
-    for req in cache.kv_holders():
-        held_pages.update(pool.page_ids(req.own_indices).tolist())
+    for req in cache.kv_holders():  # on the host: a numpy view on the CPU
+        held_pages.update((host_ints(req.own_indices) // pool.page_size).tolist())
     views = {
         "full": PoolView(
             "full",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import TYPE_CHECKING, Optional
 
@@ -10,6 +11,7 @@ import torch
 
 from ..invariants import NodeColumns, Violation
 from ..invariants_pools import pool_balance
+from ..keys import TOKEN_BYTES, token_array
 from ..pools.numpy_views import gather, host_cat, host_ints
 from ..pools.kv_buffer import node_path_fingerprints, path_fingerprints, prefix_hashes
 from ..tree_core_locks import fresh_groups
@@ -72,13 +74,20 @@ def state_fingerprints(pool, slots) -> tuple[list[int], list[bool]]:
     return fps.tolist(), ((conv == expect).all(1) & (ssm == -expect).all(1)).tolist()
 
 
+@functools.lru_cache(maxsize=4096)
+def _state_after(packed: bytes) -> int:
+    """The state fingerprint after these packed tokens: a running request's is checked
+    every step and changes only when it computes more (the bytes are the memo's key)."""
+    return int(prefix_hashes(token_array(packed))[-1])
+
+
 def _request_state_violations(mamba: MambaComponent) -> list[tuple[str, str]]:
     """A running request's state is the state after the tokens it has computed."""
     out = []
     for req in mamba.cache.requests.values():
         if req.mamba_pool_idx is None or req.kv_len == 0:
             continue
-        want = int(prefix_hashes(req.fill_ids[: req.kv_len])[-1])
+        want = _state_after(bytes(req.token_bytes[: req.kv_len * TOKEN_BYTES]))
         if mamba.pool.fingerprint_of(req.mamba_pool_idx) != want:
             out.append(("mamba.request_state", f"request {req.rid}: its running state is not the state after its "
                                                f"{req.kv_len} computed tokens (a stale slot it started from?)"))

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+import numpy as np
 import torch
 
 from ..actions import ComponentAction, FreeDeviceKVFullOnly, RebuildSWA, RecoverLockedSWA
 from ..events import Cause, EventKind
 from ..keys import ceil_align
+from ..pools.numpy_views import gather, host_ints
 from ..pools.swa_pool import SWAPool
 from .base import LRUEvictionMixin, TreeComponent
 from .swa_host import SWAHostMixin
@@ -399,9 +401,9 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
     def held_by_requests(self) -> list[int]:
         """SWA pages running requests hold (mapped from their own Full slots)."""
         pages: list[int] = []
-        for req in self.cache.kv_holders():
-            swa = self.pool.translate(req.own_indices)
-            pages.extend(self.pool.allocator.page_ids(swa[swa >= 0]).tolist())
+        for req in self.cache.kv_holders():  # read on the host: every step's snapshot asks
+            swa = gather(self.pool.mapping, host_ints(req.own_indices))
+            pages.extend(np.unique(swa[swa >= 0] // self.page_size).tolist())
         return pages
 
     def pool_views(self) -> dict:

@@ -29,7 +29,8 @@ def host_ints(values) -> np.ndarray:
 
 def host_array(tensor: torch.Tensor) -> np.ndarray:
     """The tensor on the host: a view of the same memory on the CPU, else one copy."""
-    tensor = tensor.detach()
+    if tensor.requires_grad:  # never, for a pool or a slot tensor: detach only then (it costs a new tensor)
+        tensor = tensor.detach()
     return tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
 
 
