@@ -355,7 +355,9 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
             return
         req.swa_branching_seqlen = None
         if not finished and self.frees_out_of_window:  # the branch is cached: the rest of the window can slide now
-            self.slide_window(req, len(req.fill_ids) - int(self.cache.bigram_keys) - 1)  # on the key's length
+            # on the key of what is computed so far (v0.5.23's get_fill_ids(), cut at the
+            # forward's end): a request mid chunked prefill has no KV past kv_len to free
+            self.slide_window(req, req.kv_len - int(self.cache.bigram_keys) - 1)
 
     def free_out_of_window_slots(self, req, pre_len: int, params: InsertParams) -> None:
         if self.frees_out_of_window:
