@@ -60,16 +60,25 @@ def check_invariants(cache: UnifiedRadixCache, touched: Optional[Iterable[int]] 
     with one_thread():
         if touched is not None:
             touched = set(touched)
-        # probing costs about twice the sweep per node, and the sweep also walks every
-        # held receipt (the probe: each group of them once): with half of that touched, sweep
-        tree = cache.tree
-        if touched is not None and 2 * len(touched) < len(tree.nodes) + len(tree.live_receipts):
+        if touched is not None and _probe_is_cheaper(cache.tree, touched, data_touched):
             try:
                 if probe(cache, touched, data_touched):
                     return []
             except Exception:  # a probe that trips over corrupt state found something: the sweep names it
                 pass
         return _sweep(cache)
+
+
+SMALL_TREE = 64  # nodes: below this the sweep's fixed cost (a few dozen tensor calls) exceeds any probe
+
+
+def _probe_is_cheaper(tree, touched: set, data_touched) -> bool:
+    """Probe rather than sweep: a content probe costs about the sweep's per node, and the
+    sweep also walks every held receipt (the probe: each group once), so sweep when half
+    of that has its content touched, unless the tree is small (measured, fuzzer-sized
+    trees: a sweep 1.3 ms, a probe of every node 0.25 ms; 212 nodes: both about 6 ms)."""
+    content = len(touched) if data_touched is None else len(set(data_touched) & touched)
+    return len(tree.nodes) < SMALL_TREE or 2 * content < len(tree.nodes) + len(tree.live_receipts)
 
 
 @contextlib.contextmanager
