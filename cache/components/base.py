@@ -314,7 +314,7 @@ class TreeComponent:
     def peer_free(self, full_slots: torch.Tensor, cause: Cause, node: Optional[int]) -> None:
         pass
 
-    def peer_write(self, full_slots: torch.Tensor, fingerprints: torch.Tensor) -> None:
+    def peer_write(self, full_slots: torch.Tensor, fingerprints) -> None:  # fingerprints: a tensor or a host array
         pass
 
     # ---- helpers shared by components -------------------------------------

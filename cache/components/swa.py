@@ -461,5 +461,5 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         if freed:
             self._emit(EventKind.FREE, None, cause, freed, "pool=swa")
 
-    def peer_write(self, full_slots: torch.Tensor, fingerprints: torch.Tensor) -> None:
+    def peer_write(self, full_slots: torch.Tensor, fingerprints) -> None:  # fingerprints: a tensor or a host array
         self.pool.write(full_slots, fingerprints)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .numpy_views import host_array, host_ints
+from .numpy_views import gather, host_ints
 from .slot_pool import FingerprintedSlotPool
 
 CONV_SHAPE = (4, 8)  # small, but real tensors moved on the device
@@ -38,7 +38,7 @@ class MambaStatePool(FingerprintedSlotPool):
         self.fingerprint[dst] = self.fingerprint[src]
 
     def fingerprint_of(self, slot: torch.Tensor) -> int:
-        return int(host_array(self.fingerprint)[host_ints(slot).reshape(-1)[0]])  # read on the host
+        return int(gather(self.fingerprint, host_ints(slot).reshape(-1)[:1])[0])  # read on the host
 
     def consistent(self, slot: torch.Tensor) -> bool:
         """The state tensors still agree with the recorded fingerprint."""
