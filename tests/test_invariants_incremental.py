@@ -325,12 +325,12 @@ def test_batched_path_fingerprints_match_one_prefix_at_a_time(config):
         tokens = _path_tokens(node)
         return int(prefix_fingerprints(tokens)[-1]) if tokens else None
 
-    assert node_path_fingerprints(nodes, cache.device) == [expected(n) for n in nodes]
+    assert node_path_fingerprints(nodes) == [expected(n) for n in nodes]
     rng = random.Random(5)
     for _ in range(100):
         batch = rng.sample(nodes, rng.randint(1, 6)) + [tree.root] * rng.randint(0, 2)
         batch = [n.parent for n in batch if n.parent is not None] + batch
         rng.shuffle(batch)
         targets = rng.sample(batch, rng.randint(1, len(batch))) if rng.random() < 0.5 else None
-        got = node_path_fingerprints(batch, cache.device, targets=targets)
+        got = node_path_fingerprints(batch, targets=targets)
         assert got == [expected(n) for n in (batch if targets is None else targets)]

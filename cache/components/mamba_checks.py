@@ -39,7 +39,7 @@ def check_mamba(mamba: MambaComponent, cols: Optional[NodeColumns] = None) -> li
     nodes = [cols.nodes[k] for k in rows]
     tree_slots = torch.cat([values[k] for k in rows]) if rows else torch.empty(0, dtype=torch.int64, device=pool.device)
     if nodes:  # every registered node in one batch: then no ancestor is left to look up
-        every = node_path_fingerprints(cols.nodes, pool.device)
+        every = node_path_fingerprints(cols.nodes)
         want = [every[k] for k in rows]
         stored, consistent = state_fingerprints(pool, tree_slots)
         if None in want or any(map(operator.ne, stored, want)) or not all(consistent):
@@ -108,7 +108,7 @@ def probe_mamba(mamba: MambaComponent, nodes: list) -> bool:
         if not pool.allocator.all_owned(slots):
             return False
         kept = mamba.cache.kv_buffer if getattr(mamba.cache, "fingerprints", True) else None
-        want = path_fingerprints(with_state, kept, pool.device)  # Full's slots of these nodes are verified first
+        want = path_fingerprints(with_state, kept)  # Full's slots of these nodes are verified first
         stored, consistent = state_fingerprints(pool, slots)
         if stored != want or not all(consistent):
             return False

@@ -65,7 +65,7 @@ def _wrong_entries(sidecar: SidecarComponent, nodes: list, starts: dict[int, int
     prefix fingerprints at their stride boundaries, every node in one batch; ``slots``
     are in ``pool`` (default: the device's; the host tier's for host copies)."""
     device, stride = sidecar.pool.device, sidecar.stride
-    parents = node_path_fingerprints(nodes, device, targets=[n.parent for n in nodes])
+    parents = node_path_fingerprints(nodes, targets=[n.parent for n in nodes])
     per_token = continue_fingerprints([n.key for n in nodes], [fp or 0 for fp in parents], device)
     picks, owner, offset = [], [], 0
     for k, node in enumerate(nodes):

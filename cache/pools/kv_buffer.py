@@ -94,12 +94,11 @@ def continue_fingerprints(keys: list[bytes], starts: list[int], device: torch.de
     return torch.from_numpy(continue_hashes(keys, starts)).to(device)
 
 
-def node_path_fingerprints(nodes, device: torch.device = None, targets=None) -> list[Optional[int]]:
+def node_path_fingerprints(nodes, targets=None) -> list[Optional[int]]:
     """Per node of ``targets`` (default: ``nodes``, in order), ``prefix_hashes(path)[-1]``
     where the path is the tokens from the top of its ``parent`` chain (whose own key is
     not counted) to the node's end; None where that path has no tokens or its parent
     links run in a cycle. ``nodes``: the nodes to hash in one batch (e.g. a whole tree).
-    (``device``: unused, kept for callers; the hashing runs on the host.)
 
     Each node maps its parent's fingerprint h to h * B**len + (its own segment's hash);
     composing those maps up the tree by pointer jumping takes log2(depth) vectorised
@@ -151,7 +150,7 @@ def node_path_fingerprints(nodes, device: torch.device = None, targets=None) -> 
     return fps if min(fps, default=0) >= 0 else [fp if fp >= 0 else None for fp in fps]
 
 
-def path_fingerprints(nodes, buffer: Optional[KVFingerprintBuffer], device: torch.device = None) -> list[int]:
+def path_fingerprints(nodes, buffer: Optional[KVFingerprintBuffer]) -> list[int]:
     """Each node's path fingerprint (0 for one with no path tokens, the root): read from
     ``buffer`` at its last Full slot where it holds device slots (the per-step check
     reads only nodes whose slots it verifies the same step, or whose children's slots
