@@ -207,8 +207,9 @@ def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
     marks = {t.mark for t in host.in_flight}
     if any(tree.nodes.get(t.node.id) is not t.node for t in host.in_flight):
         return False
-    if host.storage is not None and host.storage.prefetch.ongoing and host.storage.prefetch.check():
-        return False  # the prefetches in flight (budget, anchors, slots): cheap, a few at most
+    if host.storage is not None and host.storage.prefetch.check():
+        return False  # the prefetches in flight (budget, anchors, slots): cheap, a few at most; with
+        # none in flight still the budget (a prefetch dropped unfinished leaves its tokens there)
     for node in nodes:
         full = node.data[0]
         if full.host_value is not None and full.host_value.shape[0] != node.length:
