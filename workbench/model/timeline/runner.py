@@ -65,6 +65,7 @@ def checked_loop():
             _settled = False
 
 
+KEEP_EVERY = 512  # steps between moving a run's records out of the collector's sight (inside its checked loop)
 FULL_SWEEP_EVERY = 256  # steps between full invariant sweeps (chosen by measurement: README)
 
 
@@ -120,6 +121,9 @@ class Runner:
         with checked_loop():
             while not self.done:
                 self.step()
+                if self._next % KEEP_EVERY == 0:  # what the run made so far is history now
+                    gc.collect(1)
+                    gc.freeze()
             settle(self.timeline)  # inside the loop: the collection skips what the loop froze
         return self.timeline
 
