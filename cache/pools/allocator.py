@@ -16,9 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .numpy_views import gather, host_ints
-
 from ..errors import DoubleFreeError, ForeignIndexError, PoolError, PoolExhaustedError
+from .numpy_views import gather, host_ints
 
 
 class PagedAllocator:

@@ -46,10 +46,17 @@ class _Powers:
 _POWERS = _Powers()
 
 
-def packed_ints(keys: list[bytes]) -> np.ndarray:
-    """The tokens of packed keys (``keys.pack_tokens``), joined, as int64."""
+def _joined_sums(keys: list[bytes]) -> np.ndarray:
+    """Over the tokens of packed keys (``keys.pack_tokens``) joined: csum[i] = sum over
+    j < i of (t_j + 1) * B**-j mod p (csum[0] = 0), each term reduced first; a segment's
+    hash is a difference of two entries times a power of B."""
     joined = b"".join(keys)
-    return np.frombuffer(joined, dtype=np.int32).astype(np.int64) if joined else np.zeros(0, dtype=np.int64)
+    total = len(joined) // TOKEN_BYTES
+    csum = np.zeros(total + 1, dtype=np.int64)
+    if total:
+        tokens = np.frombuffer(joined, dtype=np.int32).astype(np.int64)
+        np.cumsum((tokens + 1) % _P * _POWERS.get(total)[1] % _P, out=csum[1:])
+    return csum
 
 
 def prefix_hashes(tokens) -> np.ndarray:
@@ -75,13 +82,11 @@ def continue_hashes(keys: list[bytes], starts: list[int]) -> np.ndarray:
     ``starts[k]`` (0: no prefix), the fingerprint at every position, segment after
     segment: ``prefix_hashes(prefix + segment)[len(prefix):]`` for all at once."""
     lengths = np.fromiter((len(k) // TOKEN_BYTES for k in keys), dtype=np.int64, count=len(keys))
-    tokens = packed_ints(keys)
-    total = tokens.shape[0]
+    csum = _joined_sums(keys)
+    total = csum.shape[0] - 1
     if total == 0:
-        return tokens
-    pw, ipw = _POWERS.get(total + 1)
-    csum = np.zeros(total + 1, dtype=np.int64)
-    np.cumsum((tokens + 1) % _P * ipw[:total] % _P, out=csum[1:])
+        return csum[1:]
+    pw, _ = _POWERS.get(total + 1)
     first = np.repeat(np.cumsum(lengths) - lengths, lengths)  # where each position's segment starts
     pos = np.arange(total)
     local = (csum[1:] - csum[first]) % _P * pw[:total] % _P  # sum (t_i + 1) B**(pos - i) over the segment
@@ -174,13 +179,11 @@ def path_fingerprints(nodes, buffer: Optional[KVFingerprintBuffer]) -> list[int]
 def _segment_hashes(keys: list[bytes], lengths: np.ndarray) -> np.ndarray:
     """Per key (a node's packed tokens, ``lengths`` tokens each), sum_k (t_k + 1) *
     B**(len - 1 - k) mod p: one cumulative sum over all keys joined, cut at the ends."""
-    tokens = packed_ints(keys)
-    total = tokens.shape[0]
+    csum = _joined_sums(keys)
+    total = csum.shape[0] - 1
     if total == 0:
         return np.zeros(len(keys), dtype=np.int64)
-    pw, ipw = _POWERS.get(total)
-    csum = np.zeros(total + 1, dtype=np.int64)
-    np.cumsum((tokens + 1) % _P * ipw % _P, out=csum[1:])
+    pw, _ = _POWERS.get(total)
     ends = np.cumsum(lengths)
     last = np.maximum(ends - 1, 0)  # an empty segment sums to 0 whatever power it takes
     return (csum[ends] - csum[ends - lengths]) % _P * pw[last] % _P
