@@ -224,20 +224,6 @@ class ComponentRecord(NamedTuple):
 VALUE_END = 3  # slot ids kept from each end of a value, for inspectors
 
 
-def _recorded_ends(cd) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """``_value_ends`` of a node's component data, kept with it: a step rebuilds the
-    record of every node on a touched path, whose values rarely change (3 µs a value
-    saved: the largest part of a record)."""
-    value, memo = cd.value, cd.value_ends_memo
-    if value is None:
-        return ((), ())
-    if memo is not None and memo[0] is value and memo[1] == value._version:
-        return memo[2]
-    ends = _value_ends(value)
-    cd.value_ends_memo = (value, value._version, ends)
-    return ends
-
-
 def _value_ends(value) -> tuple[tuple[int, ...], tuple[int, ...]]:
     if value is None or value.shape[0] == 0:
         return ((), ())
@@ -313,7 +299,7 @@ def node_record(cache: UnifiedRadixCache, node_id: int) -> Optional[NodeRecord]:
             cd.lock_ref,
             node.lru_label[i],
             tuple(extras.items()) if extras else (),
-            _recorded_ends(cd),
+            _tensor_ends(cd.value),
             None if cd.host_value is None else int(cd.host_value.shape[0]),
             node.lru_label[n + i] if host_slots else None,
             cd.session_ref,
@@ -437,19 +423,22 @@ def take_snapshot(cache: UnifiedRadixCache) -> CacheSnapshot:
     )
 
 
-_ROW_ENDS: dict[int, tuple[weakref.ref, tuple]] = {}  # id(row tensor) -> (its weak ref, its ends)
+_ENDS: dict[int, tuple[weakref.ref, int, tuple]] = {}  # id(tensor) -> (its weak ref, its version, its ends)
 
 
-def _row_ends(row) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """A request's row ends, computed once per row tensor: the flows replace a row
-    (torch.cat) rather than write into it, so an unchanged row is the same tensor and
-    a snapshot after every step reads it in O(1) instead of slicing it again."""
-    key = id(row)
-    hit = _ROW_ENDS.get(key)
-    if hit is not None and hit[0]() is row:
-        return hit[1]
-    ends = _value_ends(row)
-    _ROW_ENDS[key] = (weakref.ref(row, lambda _, key=key: _ROW_ENDS.pop(key, None)), ends)
+def _tensor_ends(value) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``_value_ends``, computed once per tensor while it is unchanged (torch's version
+    counter): the flows replace a request's row (torch.cat) and the tree a node's value
+    rather than write into them, so a record or snapshot after every step reads an
+    unchanged one in O(1) instead of slicing it again (3 µs a value: most of a record)."""
+    if value is None:
+        return ((), ())
+    key = id(value)
+    hit = _ENDS.get(key)
+    if hit is not None and hit[0]() is value and hit[1] == value._version:
+        return hit[2]
+    ends = _value_ends(value)
+    _ENDS[key] = (weakref.ref(value, lambda _, key=key: _ENDS.pop(key, None)), value._version, ends)
     return ends
 
 
@@ -467,7 +456,7 @@ def request_views(cache: UnifiedRadixCache) -> tuple[RequestView, ...]:
             req.rid, kv_len, req.cache_protected_len, req.last_node, lock is not None,
             len(req.origin_input_ids), finished_len, None if finished_len is None else req.owned_kv_len(),
             req.cache_inserted_len, None if lock is None else lock.node_id, None if lock is None else lock.receipt_id,
-            req.priority, kv_len < len(req.origin_input_ids), _row_ends(req.kv_indices), comps,
+            req.priority, kv_len < len(req.origin_input_ids), _tensor_ends(req.kv_indices), comps,
             *_session_of(req),
         ))
     return tuple(out)

@@ -15,8 +15,7 @@ from .keys import TOKEN_BYTES, unpack_tokens
 
 
 class ComponentData:
-    __slots__ = ("value", "lock_ref", "metadata", "host_value", "host_lock_ref", "session_ref", "session_ids",
-                 "value_ends_memo")
+    __slots__ = ("value", "lock_ref", "metadata", "host_value", "host_lock_ref", "session_ref", "session_ids")
 
     def __init__(self) -> None:
         self.value: Optional[torch.Tensor] = None
@@ -29,9 +28,6 @@ class ComponentData:
         # node, and the sessions whose frontier leaf it is (None: none).
         self.session_ref = 0
         self.session_ids: Optional[set[str]] = None
-        # The snapshot's record of ``value``'s end slots: (the tensor, its version, the
-        # ends); valid while ``value`` is that tensor, unchanged (snapshot.py).
-        self.value_ends_memo: Optional[tuple] = None
 
 
 class TreeNode:
