@@ -8,10 +8,9 @@ hands out a shared do-nothing scope when nobody observes.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Callable
-from typing import Optional
+from typing import NamedTuple, Optional
 
 
 class EventKind(str, enum.Enum):
@@ -58,8 +57,10 @@ class Cause(str, enum.Enum):
     PATH_CAP = "path_cap"  # mamba_max_states_per_path dropped a shallower state of the path (``detail``: "cap N")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
+    """One change and its cause (a named tuple: the cache emits several per op while
+    observed, and a tuple is built three times faster than a frozen dataclass)."""
+
     seq: int  # op sequence number (1-based, counted while observed)
     op: str  # public operation that caused it
     kind: EventKind

@@ -136,7 +136,7 @@ def _receipts_ok(cache, expected: list[dict[int, int]], groups: dict) -> bool:
 def _full_pool_ok(cache) -> bool:
     """available + evictable + protected + held by running requests == total."""
     pool, tree = cache.kv_pool, cache.tree
-    held = sum(pool.pages_for(int(r.own_indices.shape[0])) for r in cache.kv_holders()) * pool.page_size
+    held = sum(pool.pages_for(max(0, r.kv_len - r.cache_protected_len)) for r in cache.kv_holders()) * pool.page_size
     return pool.available_size() + tree.evictable[0] + tree.protected[0] + held == pool.size
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Optional
 
+import numpy as np
 import torch
 
 from .params import IncLockRefResult
+from .pools.numpy_views import host_tails
 
 
 @dataclasses.dataclass(eq=False)
@@ -89,3 +91,10 @@ class Req:
     def own_indices(self) -> torch.Tensor:
         """Slots this request holds itself (freed when it finishes)."""
         return self.kv_indices[self.cache_protected_len :]
+
+
+def own_slots(holders) -> np.ndarray:
+    """Every holder's ``own_indices`` joined, on the host (the pool views and checks
+    read them every step; numpy views on the CPU)."""
+    holders = list(holders)
+    return host_tails([r.kv_indices for r in holders], [r.cache_protected_len for r in holders])

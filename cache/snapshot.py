@@ -14,7 +14,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from .keys import TOKEN_BYTES, namespace_parts
-from .pools.numpy_views import host_ints
+from .pools.numpy_views import distinct
+from .request import own_slots
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
@@ -72,8 +73,7 @@ class NodeView:
         return self.key if self.key_head is None else (self.key_head, *self.key)
 
 
-@dataclasses.dataclass(frozen=True)
-class PoolView:
+class PoolView(NamedTuple):  # named tuples: built for every pool and request every step
     name: str
     total: int
     available: int
@@ -82,8 +82,7 @@ class PoolView:
     held: int  # owned by running requests (outside the tree)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class RequestView:
+class RequestView(NamedTuple):
     """A running request as the step left it: plain values, so two steps' views
     compare field by field (the request diff). ``row_ends`` is its req_to_token row
     summarised: the first and last ``VALUE_END`` slots (the whole row when short)."""
@@ -465,9 +464,7 @@ def request_views(cache: UnifiedRadixCache) -> tuple[RequestView, ...]:
 def pool_views(cache: UnifiedRadixCache) -> dict[str, PoolView]:
     """Per pool: total, available, evictable, protected and held by running requests."""
     pool = cache.kv_pool
-    held_pages = set()
-    for req in cache.kv_holders():  # on the host: a numpy view on the CPU
-        held_pages.update((host_ints(req.own_indices) // pool.page_size).tolist())
+    held = own_slots(cache.kv_holders())  # on the host: numpy views on the CPU
     views = {
         "full": PoolView(
             "full",
@@ -475,7 +472,7 @@ def pool_views(cache: UnifiedRadixCache) -> dict[str, PoolView]:
             pool.available_size(),
             cache.tree.evictable[0],
             cache.tree.protected[0],
-            len(held_pages) * pool.page_size,
+            distinct(held if pool.page_size == 1 else held // pool.page_size) * pool.page_size,
         )
     }
     for component in cache.components[1:]:

@@ -329,3 +329,37 @@ def test_a_live_op_runs_at_the_end_and_a_refused_one_changes_nothing():
     # names the next command may use feed completion
     cursor.append(parse_command("match 1..4 as live"))
     assert "live" in complete("lock ", cursor.names(), ["full", "swa"])
+
+
+def test_a_checked_or_refused_step_leaves_the_names_as_they_were():
+    """Names are journaled per step (no copy): a check, and a step refused after it
+    defined or ended a name (its expect clause is bad), undo exactly what they did."""
+    appender = StepAppender(load_scenario(ROOT / "scenarios/tour.toml"))
+    appender.append(parse_command("match 1 as a1"))
+    appender.append(parse_command("lock a1 as L1"))
+    before = appender.names
+    appender.check(parse_command("match 2 as b1"))
+    with pytest.raises(ScenarioError, match="unknown expect field|expect"):
+        appender.append(parse_command("match 2 as c1 expect no_such_field=1"))
+    with pytest.raises(ScenarioError):
+        appender.append(parse_command("unlock L1 expect no_such_field=1"))
+    assert appender.names == before
+    appender.append(parse_command("match 3 as b1"))  # neither b1 nor c1 was left defined
+    appender.append(parse_command("match 3 as c1"))
+    appender.append(parse_command("unlock L1"))  # L1 is still held
+    assert "L1" not in appender.names["locks"] and {"b1", "c1"} <= set(appender.names["matches"])
+
+
+def test_scenarios_handed_out_keep_their_steps_as_more_are_appended():
+    appender = StepAppender(load_scenario(ROOT / "scenarios/tour.toml"))
+    base = len(appender.scenario.steps)
+    appender.append(parse_command("match 1 as g1"))
+    first = appender.scenario
+    assert first is appender.scenario  # nothing appended since: the same scenario
+    appender.append(parse_command("match 2 as g2"))
+    second = appender.scenario
+    assert len(first.steps) == base + 1 and len(second.steps) == base + 2
+    assert second.steps[: base + 1] == tuple(first.steps) and first.steps == second.steps[:-1]
+    assert [s.fields["as"] for s in second.steps[-2:]] == ["g1", "g2"] and second.steps[-1] is list(second.steps)[-1]
+    with pytest.raises(IndexError):
+        first.steps[base + 1]

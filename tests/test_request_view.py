@@ -109,18 +109,17 @@ def test_each_step_says_what_it_did_to_each_request():
 
 
 def test_a_shrinking_prefix_and_row_and_a_lock_taken_again_are_named():
-    from dataclasses import replace
 
     timeline = runner(HYBRID4, *STORY[:3]).timeline
     before = timeline.final.requests[0]
-    after = replace(before, tokens=64, cache_protected_len=0, lock_node=0, lock_receipt=9, is_chunked=True,
+    after = before._replace(tokens=64, cache_protected_len=0, lock_node=0, lock_receipt=9, is_chunked=True,
                     finished_len=2, owned_len=64)
     change = request_diff([before], [after]).get("r1")
     texts = [f.text for f in change.fields]
     assert change.prefix_shrank and "prefix shrank 64 → 0 (-64)" in texts
     assert "9 slots freed from its tail" in texts and "back in chunked prefill" in texts
     assert f"lock moved from #{before.lock_node} to #0" in texts and "stop set after 2 output tokens" in texts
-    same_node = replace(before, lock_receipt=before.lock_receipt + 5)
+    same_node = before._replace(lock_receipt=before.lock_receipt + 5)
     assert request_diff([before], [same_node]).get("r1").field("locked").text.startswith(
         f"lock on #{before.lock_node} taken again")
     assert request_diff([before], [before]).is_empty

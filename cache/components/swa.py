@@ -19,7 +19,8 @@ import torch
 from ..actions import ComponentAction, FreeDeviceKVFullOnly, RebuildSWA, RecoverLockedSWA
 from ..events import Cause, EventKind
 from ..keys import ceil_align
-from ..pools.numpy_views import gather, host_ints
+from ..pools.numpy_views import distinct, gather
+from ..request import own_slots
 from ..pools.swa_pool import SWAPool
 from .base import LRUEvictionMixin, TreeComponent
 from .swa_host import SWAHostMixin
@@ -400,18 +401,17 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         return {"evicted_seqlen": req.swa_evicted_seqlen}
 
     # ---- pools ------------------------------------------------------------
-    def held_by_requests(self) -> list[int]:
-        """SWA pages running requests hold (mapped from their own Full slots)."""
-        pages: list[int] = []
-        for req in self.cache.kv_holders():  # read on the host: every step's snapshot asks
-            swa = gather(self.pool.mapping, host_ints(req.own_indices))
-            pages.extend(np.unique(swa[swa >= 0] // self.page_size).tolist())
-        return pages
+    def held_by_requests(self) -> np.ndarray:
+        """The SWA pages running requests hold (mapped from their own Full slots; a
+        page as often as its slots), read on the host in one gather: every step's
+        snapshot asks."""
+        swa = gather(self.pool.mapping, own_slots(self.cache.kv_holders()))
+        return swa[swa >= 0] // self.page_size
 
     def pool_views(self) -> dict:
         from ..snapshot import PoolView
 
-        held = len(set(self.held_by_requests())) * self.page_size
+        held = distinct(self.held_by_requests()) * self.page_size
         pool = self.pool
         return {
             "swa": PoolView("swa", pool.size, pool.available_size(), self.tree.evictable[self.index], self.tree.protected[self.index], held)

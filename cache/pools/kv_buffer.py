@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..keys import TOKEN_BYTES
-from .numpy_views import gather, host_ints
+from .numpy_views import gather, host_ints, host_lasts
 
 _P = 2**31 - 1
 _B = 1_000_003
@@ -165,7 +165,7 @@ def path_fingerprints(nodes, buffer: Optional[KVFingerprintBuffer]) -> list[int]
     stored = [] if buffer is None else [
         k for k, n in enumerate(nodes) if n.parent is not None and n.data[0].value is not None and n.data[0].value.shape[0]]
     if stored:
-        last = [int(nodes[k].data[0].value[-1]) for k in stored]
+        last = host_lasts([nodes[k].data[0].value for k in stored])
         for k, fp in zip(stored, buffer.read_host(last).tolist()):
             out[k] = fp
     read = set(stored)

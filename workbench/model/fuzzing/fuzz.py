@@ -63,6 +63,8 @@ class OpGenerator:
         self.turn_blocked: set[str] = set()  # sessions that rejected a turn while one runs (ops/streaming.py)
         self.prefetches: list[str] = []  # the latest prefetch ids drawn (ops/storage.py)
         self.count = 0
+        # the draw's rules in rank order, sorted once: the registry does not change mid-episode
+        self.rules = sorted((rule for spec in ops.all_ops() for rule in spec.fuzz), key=lambda rule: rule.rank)
 
     def key(self, min_len: int = 0) -> list[int]:
         rng, page = self.rng, self.page
@@ -92,9 +94,8 @@ class OpGenerator:
     def next_step(self) -> dict[str, Any]:
         """One weighted draw over every op's fuzz rules (``ops/``), then the rule's step."""
         self.count += 1
-        rules = sorted((rule for spec in ops.all_ops() for rule in spec.fuzz), key=lambda rule: rule.rank)
-        weights = [rule.weight(self) for rule in rules]
-        return self.rng.choices(rules, weights)[0].make(self)
+        rules = self.rules
+        return self.rng.choices(rules, [rule.weight(self) for rule in rules])[0].make(self)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         while True:

@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - tomli is a dependency; stdlib fallback
 from .. import ops
 from ..ops import OPS  # noqa: F401  (re-exported: the registry's view, op name -> declaration)
 from .errors import ScenarioError, elide, shown, shown_name  # noqa: F401  (re-exported: the error of bad input)
+from .names import GrowingSteps, Names
 from .session_fields import check_session_expect, is_session_field
 from .inputs import DuplicateKeyError, check_stdin, loads_unique, read_bounded, read_regular
 from .fields import (  # noqa: F401  (re-exported: the schema's tables)
@@ -230,7 +231,7 @@ def _build(meta, config, steps: list, name: str, section_line, step_line) -> Sce
         raise ScenarioError("[scenario] needs a name", name, section_line("scenario"), "name")
     config = _check_config(config, name, section_line)
     checked = []
-    names = _Names(config["components"], bool(config.get("hicache")), bool(config.get("session_radix_cache")))
+    names = Names(config["components"], bool(config.get("hicache")), bool(config.get("session_radix_cache")))
     for i, raw in enumerate(steps):
         checked.append(_check_step(i, raw, name, lambda field=None, i=i: step_line(i, field), config, names))
     notices = () if checked else (f"{name}: the scenario has no steps",)
@@ -277,58 +278,35 @@ def _article(kind: type) -> str:
     return {int: "an int", str: "a string", bool: "a boolean (true/false)", list: "a list"}.get(kind, kind.__name__)
 
 
-class _Names:
-    """Names defined so far, per namespace (``matches``, ``locks``, ``requests``: name ->
-    the line that defined it), to catch bad references and re-used live names at load
-    time. Ended names (an unlocked lock) are remembered apart."""
-
-    def __init__(self, components: list[str], host: bool = False, session_radix: bool = False) -> None:
-        self.components = components
-        self.host = host  # the config has a host tier
-        self.session_radix = session_radix  # [config] session_radix_cache: session refs are kept
-        self.live: dict[str, dict[str, str]] = {space: {} for space in ops.NAMESPACES}
-        self.ended: dict[str, set[str]] = {space: set() for space in ops.NAMESPACES}
-
-    @property
-    def matches(self) -> dict[str, str]:
-        return self.live["matches"]
-
-    def copy(self) -> "_Names":
-        other = _Names(self.components, self.host, self.session_radix)
-        other.live = {k: dict(v) for k, v in self.live.items()}
-        other.ended = {k: set(v) for k, v in self.ended.items()}
-        return other
-
-
 class StepAppender:
     """Checks steps added at the end of a loaded scenario (a live op typed in the TUI,
     a line appended to a followed trace, a fuzzer's next op) exactly as if they had
     been in the file: the same messages, and the names defined so far still apply. A
     refused step leaves the appender as it was. ``scenario`` is the scenario with every
-    appended step, built when asked for (so appending n steps costs O(n), not O(n²))."""
+    appended step; its steps are a view of one growing list (``GrowingSteps``), so
+    appending n steps and asking for the scenario after each costs O(n), not O(n²)."""
 
     def __init__(self, scenario: Scenario) -> None:
         self._scenario = scenario
-        self._pending: list[Step] = []
-        self._names = _Names(scenario.config["components"], bool(scenario.config.get("hicache")),
-                             bool(scenario.config.get("session_radix_cache")))
+        self._steps: list[Step] = list(scenario.steps)  # only ever appended to: views of it stay valid
+        self._names = Names(scenario.config["components"], bool(scenario.config.get("hicache")),
+                            bool(scenario.config.get("session_radix_cache")))
         for step in scenario.steps:  # replay the names, O(steps) once
             spec = ops.get(step.op)
             if spec is not None:
-                _track_names(spec, step.fields, self._names, step.expect_error is not None, scenario.path,
-                             lambda field=None, step=step: step.line or None)
+                self._names.track(spec, step.fields, step.expect_error is not None, scenario.path,
+                                  lambda field=None, step=step: step.line or None)
 
     @property
     def scenario(self) -> Scenario:
-        if self._pending:
-            self._scenario = dataclasses.replace(self._scenario, steps=self._scenario.steps + tuple(self._pending),
+        if len(self._scenario.steps) != len(self._steps):
+            self._scenario = dataclasses.replace(self._scenario, steps=GrowingSteps(self._steps, len(self._steps)),
                                                  notices=())
-            self._pending = []
         return self._scenario
 
     @property
     def count(self) -> int:
-        return len(self._scenario.steps) + len(self._pending)
+        return len(self._steps)
 
     @property
     def names(self) -> dict[str, list[str]]:
@@ -337,24 +315,31 @@ class StepAppender:
 
     def check(self, raw: Any, line: int = 0) -> Step:
         """The step ``raw`` would be if appended now (raises ScenarioError; changes nothing)."""
-        return self._checked(raw, line)[0]
+        try:
+            return self._checked(raw, line)
+        finally:
+            self._names.rollback()
 
     def append(self, raw: Any, line: int = 0) -> Step:
         """Check ``raw`` and add it as the last step; returns it."""
-        step, self._names = self._checked(raw, line)
-        self._pending.append(step)
+        try:
+            step = self._checked(raw, line)
+        except BaseException:
+            self._names.rollback()
+            raise
+        self._names.commit()
+        self._steps.append(step)
         return step
 
-    def _checked(self, raw: Any, line: int) -> tuple[Step, _Names]:
+    def _checked(self, raw: Any, line: int) -> Step:
         path = self._scenario.path
         if not isinstance(raw, dict):
             raise ScenarioError("each step must be a table of fields", path, line or None)
-        names = self._names.copy()
-        step = _check_step(self.count, raw, path, lambda field=None: line or None, self._scenario.config, names)
-        return step, names
+        self._names.begin()
+        return _check_step(self.count, raw, path, lambda field=None: line or None, self._scenario.config, self._names)
 
 
-def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: _Names) -> Step:
+def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: Names) -> Step:
     op = raw.get("op")
     if op is None:
         raise ScenarioError(f"step {i + 1} has no op", name, line_of(), "op")
@@ -373,7 +358,7 @@ def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: _Nam
     for key, value in fields.items():
         _check_field(spec.field(key), key, value, name, line_of(key))
     error = raw.get("expect_error")
-    _track_names(spec, fields, names, error is not None, name, line_of)  # a match may expect its own name
+    names.track(spec, fields, error is not None, name, line_of)  # a match may expect its own name
     expect = raw.get("expect", {})
     if not isinstance(expect, dict):
         raise ScenarioError("expect must be a table of field = value", name, line_of("expect"), "expect")
@@ -434,7 +419,7 @@ def _check_tokens(value: list, name: str, line: Optional[int], key: str) -> None
             raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {what})", name, line, key)
 
 
-def _check_expect(spec, results: tuple, key: str, value, name: str, line: Optional[int], names: _Names) -> None:
+def _check_expect(spec, results: tuple, key: str, value, name: str, line: Optional[int], names: Names) -> None:
     op, owner = spec.name, ops.owner(key)
     if owner is not None and owner not in names.components and key in results and not spec.reports_all_results:
         raise ScenarioError(f"{key} is only reported with the {owner} component", name, line, f"expect.{key}")
@@ -512,47 +497,6 @@ def _check_needs(spec, fields: dict, config: dict, name: str, line_of) -> None:
                                 name, line_of(), "op")
         if need not in (ops.HOST, ops.STORAGE) and need not in comps:
             raise ScenarioError(f"op {spec.name!r} as written needs the {need} component", name, line_of(), "op")
-
-
-def _track_names(spec, fields: dict, names: _Names, expects_error: bool, name: str, line_of) -> None:
-    """Static name checks; a step expecting an error may reference a stale name on
-    purpose (to show the cache's own error), so those skip the checks. A name is
-    defined once while it is live: re-using a held lock's name would orphan its lock.
-    A match name may be defined again only by a step that is not expected to fail."""
-    here = f"at line {line_of()}" if line_of() else "by a live op"  # a live op has no line
-    for field in spec.fields:
-        value, space = fields.get(field.name), field.uses or field.defines
-        if value is None or space is None or expects_error and field.defines != "matches":
-            continue
-        live = names.live[space]
-        if field.uses:
-            if space in _ENDED and field.ends and value in names.ended[space] and value not in live:
-                raise ScenarioError(_ENDED[space].format(shown(value)), name, line_of(field.name), field.name)
-            if value not in live:
-                raise ScenarioError(f"{_UNKNOWN[space]} {shown(value)}", name, line_of(field.name), field.name)
-            if field.ends:
-                del live[value]
-                names.ended[space].add(value)
-        else:
-            _define(live, value, here, name, line_of(field.name), field.name, _TAKEN[space])
-            names.ended[space].discard(value)
-
-
-_ENDED = {"locks": "lock {} was already unlocked"}  # a second unlock is named as such
-_UNKNOWN = {"matches": "unknown match name", "locks": "unknown lock name", "requests": "unknown or finished request"}
-_TAKEN = {
-    "matches": "match name {} is already taken (named {}); give each match its own name",
-    "locks": "lock name {} is still held (locked {}); unlock it first or pick another name",
-    "requests": "request {} is already running (started {}); finish it first",
-}
-
-
-def _define(table: dict[str, str], value: str, here: str, name: str, line: Optional[int], field: str, message: str) -> None:
-    """Record where a live name was defined; a second definition names both lines."""
-    first = table.get(value)
-    if first is not None:
-        raise ScenarioError(message.format(shown(value), first), name, line, field)
-    table[value] = here
 
 
 class _TomlLines:
