@@ -38,5 +38,30 @@ def one_config(index: int, ops: int, seed: int) -> dict:
                                                     f"{result.episode}: {finding.message}"}
 
 
+def jobs_report(ops: int, seed: int = 0, rounds: int = 2, emit=print) -> list[dict]:
+    """How a campaign scales with worker processes: the same ``ops`` steps (one seed per
+    core, episodes of 2,000) on one job and on every core, alternating ``rounds`` times in
+    the same minutes (these machines drift), best of each, for the cheapest and the
+    dearest config."""
+    from ..model.fuzzing.campaign import default_jobs, plan, run_campaign
+    from ..model.fuzzing.fuzz import SCALE_CONFIGS
+
+    cores = default_jobs()
+    rows = []
+    for config in (SCALE_CONFIGS[0], SCALE_CONFIGS[8]):
+        tasks = plan([config], range(seed, seed + cores), max(1, ops // cores))
+        best: dict[int, float] = {}
+        for _ in range(rounds):
+            for jobs in sorted({1, cores}):
+                campaign = run_campaign(tasks, jobs, shrink=False)
+                best[jobs] = max(best.get(jobs, 0.0), campaign.ops_per_second)
+        row = {"config": config.label(), "ops": sum(t.steps for t in tasks), "cores": cores,
+               "ops_per_second": {str(j): round(v) for j, v in best.items()},
+               "speedup": round(best[cores] / best[1], 2)}
+        rows.append(row)
+        emit(row)
+    return rows
+
+
 if __name__ == "__main__":
     print(json.dumps(one_config(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))))

@@ -44,7 +44,11 @@ def add_parser(command) -> None:
     bench.add_argument("--fuzz", action="store_true",
                        help="fuzz the unfaulted cache at scale instead: --ops per scale config (default 1,000,000: "
                             "hours), every step checked; ops/s and any failure per config")
-    bench.add_argument("--ops", type=int, default=1_000_000, metavar="N", help="with --fuzz: ops per config")
+    bench.add_argument("--fuzz-jobs", action="store_true",
+                       help="measure how urc fuzz --jobs scales instead: the same campaign (--ops, default 40,000) "
+                            "on one job and on every core, alternating, for Full and Full+SWA+Mamba")
+    bench.add_argument("--ops", type=int, metavar="N",
+                       help="with --fuzz: ops per config (default 1,000,000); with --fuzz-jobs: ops per campaign")
     bench.add_argument("--write-trace", metavar="OUT.jsonl",
                        help="write the workload (--requests, --seed, --components) as a schema-1 trace and stop; "
                             "- writes to stdout")
@@ -54,7 +58,7 @@ def add_parser(command) -> None:
 
 def run(args) -> int:
     check_against_use(args, {"--timeline": args.timeline, "--tui": args.tui, "--svg": args.svg, "--plot": args.plot,
-                             "--fuzz": args.fuzz,
+                             "--fuzz": args.fuzz, "--fuzz-jobs": args.fuzz_jobs,
                              "--write-trace": bool(args.write_trace), "--device": args.device != "cpu",
                              "--tree-sizes": args.tree_sizes != "1000,100000"})
     if args.requests <= 0:
@@ -82,12 +86,21 @@ def run(args) -> int:
         return EXIT_OK
     if args.force:
         raise ScenarioError("--force only applies with --write-trace")
+    if args.ops is not None and (args.ops <= 0 or not (args.fuzz or args.fuzz_jobs)):
+        raise ScenarioError("--ops must be a positive int" if args.ops <= 0 else "--ops applies to --fuzz and --fuzz-jobs")
+    if args.fuzz_jobs:
+        from ..bench.fuzz import jobs_report
+
+        rows = jobs_report(args.ops or 40_000, args.seed,
+                           emit=lambda row: None if args.json else print(_jobs_line(row), flush=True))
+        if args.json:
+            print(json.dumps(rows, indent=1))
+        return EXIT_OK
     if args.fuzz:
         from ..bench.fuzz import fuzz_report
 
-        if args.ops <= 0:
-            raise ScenarioError("--ops must be a positive int")
-        rows = fuzz_report(args.ops, args.seed, emit=lambda row: None if args.json else print(_fuzz_line(row), flush=True))
+        rows = fuzz_report(args.ops or 1_000_000, args.seed,
+                           emit=lambda row: None if args.json else print(_fuzz_line(row), flush=True))
         if args.json:
             print(json.dumps(rows, indent=1))
         return EXIT_OK if all(r.get("finding") is None and "error" not in r for r in rows) else EXIT_CHECK_FAILED
@@ -147,6 +160,11 @@ def _fuzz_line(row: dict) -> str:
         return f"{row['config']:22s} error: {row['error']}"
     found = row["finding"] or "no failure"
     return f"{row['config']:22s} {row['ops']:>9,} ops  {row['ops_per_second']:>6,} ops/s  {found}"
+
+
+def _jobs_line(row: dict) -> str:
+    rates = ", ".join(f"{jobs} job{'s' if jobs != '1' else ''} {rate:,} ops/s" for jobs, rate in row["ops_per_second"].items())
+    return f"{row['config']:22s} {row['ops']:>9,} ops  {rates}  ({row['speedup']}x on {row['cores']} cores)"
 
 
 def _timeline_text(report: dict) -> str:

@@ -8,6 +8,7 @@ how many steps passed (exit 0).
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 
@@ -39,8 +40,13 @@ def add_parser(command) -> None:
                       help="run the episodes through every option set the fuzzer knows for these components "
                            "(eviction policies, EAGLE, the Mamba and SWA options), one set per episode")
     fuzz.add_argument("--seed", type=int, default=0, metavar="S", help="the seed: a run is the same for a seed")
-    fuzz.add_argument("--steps", type=int, default=10_000, metavar="N", help="steps to run (default 10,000; in "
-                      "episodes of 2,000 on a fresh cache)")
+    fuzz.add_argument("--seeds", type=int, default=1, metavar="K",
+                      help="fuzz K seeds, S to S+K-1, each for --steps (default 1)")
+    fuzz.add_argument("--steps", type=int, default=10_000, metavar="N", help="steps to run per seed (default "
+                      "10,000; in episodes of 2,000 on a fresh cache)")
+    fuzz.add_argument("--jobs", type=int, metavar="N",
+                      help="worker processes the episodes run on (default: the cores); the findings do not "
+                           "depend on it: each episode's steps come from its seed and number alone")
     fuzz.add_argument("--time-budget", type=float, metavar="SEC", help="stop after this many seconds")
     fuzz.add_argument("--fault", action="append", default=[], metavar="NAME",
                       help="turn on a fault from the catalogue (repeatable; see --list-faults)")
@@ -65,7 +71,7 @@ def run(args) -> int:
 
     if args.list_faults:
         return _list_faults()
-    for name in ("steps", "page_size", "sliding_window", "kv_size", "swa_kv_size", "mamba_size"):
+    for name in ("steps", "seeds", "jobs", "page_size", "sliding_window", "kv_size", "swa_kv_size", "mamba_size"):
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise ScenarioError(f"--{name.replace('_', '-')} must be a positive int (got {value})")
@@ -137,7 +143,7 @@ def _where(path: str) -> tuple[str, str]:
 
 
 def _fuzz_once(config, args) -> int:
-    from ..model.scenarios.outputs import check_output, open_output
+    from ..model.scenarios.outputs import check_output
 
     label = "+".join(config.faults) or "unfaulted"
     output = args.output or f"fuzz-{label}-seed{args.seed}.toml"
@@ -146,53 +152,98 @@ def _fuzz_once(config, args) -> int:
         check_output(args.trace, (), args.force, "--trace")
         if _where(args.trace) == _where(output):
             raise ScenarioError(f"--trace {args.trace}: the same file as -o; give each its own name")
-    from ..model.fuzzing.fuzz import fuzz, repro_scenario, shrink_result
+    from ..model.fuzzing.campaign import default_jobs, plan, run_campaign
     from ..model.fuzzing.options import option_sets_for
-    from ..model.scenarios.writer import scenario_jsonl, scenario_toml
+    from ..model.timeline.fmt import plural
     from ..render.report import progress
+    from .common import EXIT_INTERRUPTED
 
     sets = option_sets_for(config.components) if args.sweep_options else None
-    with progress(args.steps, f"fuzz {config.label()}", minimum=2000) as advance:
-        result = fuzz(config, args.seed, args.steps, args.time_budget, lambda n: advance(), full_checks=args.full_checks,
-                      option_sets=sets)
-    rate = f"{result.ops_per_second:,.0f} ops/s"
-    if result.finding is None:
+    seeds = range(args.seed, args.seed + args.seeds)
+    tasks = plan([config], seeds, args.steps, option_sets=sets, full_checks=args.full_checks)
+    jobs = args.jobs or default_jobs()
+    with progress(args.steps * args.seeds, f"fuzz {config.label()}", minimum=2000) as advance:
+        campaign = run_campaign(tasks, jobs, args.time_budget, advance, args.shrink_budget)
+    rate = f"{campaign.ops_per_second:,.0f} ops/s, {plural(campaign.jobs, 'job')}"
+    which = f"seed {args.seed}" if args.seeds == 1 else f"seeds {args.seed}-{seeds[-1]}"
+    stopped = "STOPPED (interrupted): " if campaign.interrupted else ""
+    if not campaign.findings:
         swept = f", {len(sets)} option sets in turn" if sets else ""
-        _say_or_json(args, {"config": config.label(), "seed": args.seed, "steps": result.steps_run,
-                            "ops_per_second": round(result.ops_per_second), "finding": None,
-                            "option_sets": len(sets) if sets else 0},
-                     f"no failure in {result.steps_run:,} steps ({config.label()}{swept}, seed {args.seed}; {rate})")
-        return 0
-    finding = result.finding
-    if args.trace:
+        _say_or_json(args, {"config": config.label(), "seed": args.seed, "seeds": args.seeds,
+                            "steps": campaign.steps_run, "ops_per_second": round(campaign.ops_per_second),
+                            "jobs": campaign.jobs, "finding": None, "option_sets": len(sets) if sets else 0,
+                            "interrupted": campaign.interrupted},
+                     f"{stopped}no failure in {campaign.steps_run:,} steps ({config.label()}{swept}, {which}; {rate})")
+        return EXIT_INTERRUPTED if campaign.interrupted else 0
+    if campaign.interrupted:  # found, but not shrunk: say what was found, write nothing
+        first = campaign.findings[0]
+        print(f"{stopped}{first.finding.check} at step {first.finding.step} of seed {first.seed}'s episode "
+              f"{first.episode}; rerun without interrupting to shrink it")
+        return EXIT_INTERRUPTED
+    names = [output]  # the first: the output checked up front; the others: fresh names
+    for k, result in enumerate(campaign.findings[1:], 1):
+        names.append(_fresh_name(f"fuzz-{label}-seed{result.seed}.toml" if not args.output else output, names))
+    summaries = [_write_finding(result, name, args, trace=k == 0)
+                 for k, (result, name) in enumerate(zip(campaign.findings, names))]
+    texts = [summary.pop("text") for summary in summaries]
+    for summary in summaries:
+        summary.update(steps=campaign.steps_run, ops_per_second=round(campaign.ops_per_second), jobs=campaign.jobs)
+    if args.json:
+        print(json.dumps({**summaries[0], "more_findings": summaries[1:]} if len(summaries) > 1 else summaries[0],
+                         indent=1))
+    else:
+        print("\n".join(texts))
+        print(f"  {campaign.steps_run:,} steps ({which}; {rate}); {plural(len(summaries), 'distinct failure')}")
+    return 1
+
+
+def _fresh_name(name: str, taken: list[str]) -> str:
+    """``name`` if no file has it and this run has not used it, else NAME-2, NAME-3, …,
+    the first free one: a campaign's further failures never overwrite a file."""
+    import os
+
+    stem, ext = os.path.splitext(name)
+    candidate, n = name, 1
+    while candidate in taken or os.path.exists(candidate):
+        n += 1
+        candidate = f"{stem}-{n}{ext}"
+    return candidate
+
+
+def _write_finding(result, output: str, args, trace: bool) -> dict:
+    """Write one shrunk finding (and, for the first, the unshrunk run with --trace);
+    its summary, with the words ``text`` says it in."""
+    from ..model.fuzzing.fuzz import repro_scenario
+    from ..model.scenarios.outputs import open_output
+    from ..model.scenarios.writer import scenario_jsonl, scenario_toml
+
+    finding, config = result.finding, result.config  # with --sweep-options: the episode's options
+    label = "+".join(config.faults) or "unfaulted"
+    if trace and args.trace:
         from ..model.scenarios.scenario import scenario_from_records
 
-        header = {"schema": 1, "scenario": {"name": f"fuzz-{label}-seed{args.seed}-run", "source": "urc fuzz"},
-                  "config": result.config.scenario_config()}
+        header = {"schema": 1, "scenario": {"name": f"fuzz-{label}-seed{result.seed}-run", "source": "urc fuzz"},
+                  "config": config.scenario_config()}
         with open_output(args.trace, (), args.force, "--trace") as stream:
             stream.write(scenario_jsonl(scenario_from_records(header, result.run_steps)))
-    shrink_result(result, args.shrink_budget)
-    scenario = repro_scenario(result)
     with open_output(output, (), args.force, "-o") as stream:
-        stream.write(scenario_toml(scenario))
+        stream.write(scenario_toml(repro_scenario(result)))
     fired = result.first_fired
-    config = result.config  # with --sweep-options: the episode's options
-    summary = {
-        "config": config.label(), "seed": args.seed, "episode": result.episode, "steps": result.steps_run,
-        "ops_per_second": round(result.ops_per_second), "check": finding.check, "message": finding.message,
-        "flagged_step": finding.step, "first_faulty_step": fired, "shrunk_steps": len(result.shrunk),
-        "shrink_runs": result.shrink_runs, "output": output, "trace": args.trace,
-    }
     where = f"step {finding.step} of episode {result.episode}" + (f" (the fault first acted at step {fired})"
                                                                   if fired is not None else "")
-    _say_or_json(args, summary, "\n".join([
-        f"FAIL {config.label()}, seed {args.seed}: {finding.check} at {where}",
-        f"  {finding.message}",
-        f"  shrunk to {len(result.shrunk)} steps ({result.shrink_runs} runs); wrote {output}"
-        + (f" and the failing run to {args.trace}" if args.trace else ""),
-        f"  replay: urc run {output}   (with faults = [] it passes)",
-    ]))
-    return 1
+    wrote = f"wrote {output}" + (f" and the failing run to {args.trace}" if trace and args.trace else "")
+    return {
+        "config": config.label(), "seed": result.seed, "episode": result.episode, "check": finding.check,
+        "message": finding.message, "flagged_step": finding.step, "first_faulty_step": fired,
+        "shrunk_steps": len(result.shrunk), "shrink_runs": result.shrink_runs, "output": output,
+        "trace": args.trace if trace else None,
+        "text": "\n".join([
+            f"FAIL {config.label()}, seed {result.seed}: {finding.check} at {where}",
+            f"  {finding.message}",
+            f"  shrunk to {len(result.shrunk)} steps ({result.shrink_runs} runs); {wrote}",
+            f"  replay: urc run {output}   (with faults = [] it passes)",
+        ]),
+    }
 
 
 def _detection_table(args) -> int:
@@ -200,8 +251,10 @@ def _detection_table(args) -> int:
 
     from cache.faults import catalogue
 
-    from ..model.fuzzing.fuzz import detect, repro_scenario
+    from ..model.fuzzing.campaign import default_jobs, map_in_workers
+    from ..model.fuzzing.fuzz import detect_fault, repro_scenario
     from ..model.scenarios.outputs import check_output, open_output
+    from ..model.timeline.fmt import plural
     from ..model.scenarios.writer import scenario_toml
 
     folder = Path(args.output) if args.output else None
@@ -219,11 +272,11 @@ def _detection_table(args) -> int:
         for name in [f"{f.name}.toml" for f in faults] + ["detections.json"]:
             check_output(str(folder / name), (), args.force, "-o")
     rows = []
-    for fault in faults:
-        if sys.stderr.isatty():
-            print(f"fuzzing {fault.name} …", file=sys.stderr, flush=True)
-        detection = detect(fault.name, fault.components, shrink_budget=args.shrink_budget, sessions=fault.sessions,
-                           options=fault.options, storage=fault.storage)
+    jobs = args.jobs or default_jobs()
+    if sys.stderr.isatty():
+        print(f"fuzzing {len(faults)} faults on {plural(min(jobs, len(faults)), 'job')} …", file=sys.stderr, flush=True)
+    detections = map_in_workers(functools.partial(detect_fault, shrink_budget=args.shrink_budget), faults, jobs)
+    for fault, detection in zip(faults, detections):
         rows.append(detection.row())
         if folder is not None and detection.flagged:
             with open_output(str(folder / f"{fault.name}.toml"), (), args.force, "-o") as stream:

@@ -66,10 +66,10 @@ def problems(record: StepRecord) -> list[str]:
 
 @contextlib.contextmanager
 def progress(total: int, label: str, stream: Optional[TextIO] = None, minimum: int = 200):
-    """A progress bar on stderr for long runs, only on a terminal; yields ``advance()``."""
+    """A progress bar on stderr for long runs, only on a terminal; yields ``advance(n=1)``."""
     stream = stream or sys.stderr
     if total < minimum or not stream.isatty():
-        yield lambda: None
+        yield lambda n=1: None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -77,7 +77,7 @@ def progress(total: int, label: str, stream: Optional[TextIO] = None, minimum: i
                    console=Console(file=stream), transient=True)
     with bar:
         task = bar.add_task(label, total=total)
-        yield lambda: bar.advance(task)
+        yield lambda n=1: bar.advance(task, n)
 
 
 def print_run_report(timeline: Timeline, console: Console, interrupted: bool = False) -> None:

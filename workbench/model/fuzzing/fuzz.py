@@ -251,34 +251,62 @@ def fuzz(config: FuzzConfig, seed: int, steps: int, time_budget: Optional[float]
     the result carries the config of the episode it ended in."""
     start = time.monotonic()
     result = FuzzResult(config, seed, 0, 0.0)
-    episode = -1
+    episode = 0
     while result.steps_run < steps and result.finding is None:
+        budget = None if time_budget is None else time_budget - (time.monotonic() - start)
+        if budget is not None and budget <= 0:
+            break
+        done = result.steps_run
+        last = run_episode(episode_config(config, option_sets, episode), seed, episode,
+                           min(episode_steps, steps - done), budget,
+                           None if on_step is None else (lambda n: on_step(done + n)), checks, full_checks)
+        last.steps_run += done
+        result = last
         episode += 1
-        if option_sets:
-            result.config = config.with_options(dict(option_sets[episode % len(option_sets)].options))
-        run = LockstepRun(result.config, checks=checks, full_checks=full_checks)
-        generator = OpGenerator(result.config, episode_seed(seed, episode))
-        result.episode, result.first_fired, result.sanity_caught = episode, None, False
-        for _ in range(min(episode_steps, steps - result.steps_run)):
-            record = run.step(generator.next_step())
-            result.steps_run += 1
-            if record.faults_fired and result.first_fired is None:
-                result.first_fired = record.index
-            result.sanity_caught = result.sanity_caught or sanity_check_would_catch(record)
-            if on_step is not None:
-                on_step(result.steps_run)
-            found = findings(record)
-            if found:
-                result.finding = found[0]
-                break
-            if time_budget is not None and time.monotonic() - start > time_budget:
-                steps = result.steps_run
-                break
-        if result.finding is None and checks and run.records:  # the episode's end: the whole tree
-            swept = run.runner.sweep()
-            if swept:
-                result.finding = Finding("invariant", swept[0].name, len(run.records), swept[0].message)
-        result.run_steps, result.raw_steps = run.steps, run.raw_steps
+        if time_budget is not None and time.monotonic() - start > time_budget:
+            break
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def episode_config(config: FuzzConfig, option_sets: Optional[list], episode: int) -> FuzzConfig:
+    """With ``option_sets``, episode i runs with row i mod n's options."""
+    if not option_sets:
+        return config
+    return config.with_options(dict(option_sets[episode % len(option_sets)].options))
+
+
+@checked_loop()
+def run_episode(config: FuzzConfig, seed: int, episode: int, steps: int, time_budget: Optional[float] = None,
+                on_step: Optional[Callable[[int], None]] = None, checks: bool = True,
+                full_checks: bool = False) -> FuzzResult:
+    """One episode: ``steps`` generated steps on a fresh cache (the generator seeded by
+    ``episode_seed(seed, episode)``, so an episode is the same wherever it runs),
+    stopping at the first failed check or when ``time_budget`` runs out; the whole
+    tree swept at its end."""
+    start = time.monotonic()
+    result = FuzzResult(config, seed, 0, 0.0, episode)
+    run = LockstepRun(config, checks=checks, full_checks=full_checks)
+    generator = OpGenerator(config, episode_seed(seed, episode))
+    for _ in range(steps):
+        record = run.step(generator.next_step())
+        result.steps_run += 1
+        if record.faults_fired and result.first_fired is None:
+            result.first_fired = record.index
+        result.sanity_caught = result.sanity_caught or sanity_check_would_catch(record)
+        if on_step is not None:
+            on_step(result.steps_run)
+        found = findings(record)
+        if found:
+            result.finding = found[0]
+            break
+        if time_budget is not None and time.monotonic() - start > time_budget:
+            break
+    if result.finding is None and checks and run.records:  # the episode's end: the whole tree
+        swept = run.runner.sweep()
+        if swept:
+            result.finding = Finding("invariant", swept[0].name, len(run.records), swept[0].message)
+    result.run_steps, result.raw_steps = run.steps, run.raw_steps
     result.seconds = time.monotonic() - start
     return result
 
@@ -431,6 +459,13 @@ class Detection:
             "shrunk_steps": len(r.shrunk) if r.shrunk is not None else None,
             "sanity_check_catches": r.sanity_caught, "runs": self.tried,
         }
+
+
+def detect_fault(fault, shrink_budget: Optional[float] = 60.0) -> Detection:
+    """``detect`` for a catalogue entry (``cache.faults.catalogue()``): its components,
+    sessions, model options and storage tier."""
+    return detect(fault.name, fault.components, shrink_budget=shrink_budget, sessions=fault.sessions,
+                  options=fault.options, storage=fault.storage)
 
 
 DETECT_EPISODE = 300  # short episodes: a fault found early in a fresh cache shrinks fast

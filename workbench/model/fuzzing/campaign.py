@@ -1,0 +1,230 @@
+"""Fuzz campaigns across cores: a run's episodes, for every config and seed asked for,
+as independent tasks on worker processes; findings merged by signature, each shrunk once.
+
+An episode is a fresh cache and a generator seeded by (seed, episode), so it gives the
+same steps wherever it runs: a campaign's findings do not depend on how many jobs ran
+it, and the first finding in plan order is the one a single process would have stopped
+at. Workers are forked (torch already imported), run one torch thread each
+(``checked_loop``), and report their steps through a queue, so the driver shows one
+progress bar for the whole campaign.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import math
+import multiprocessing
+import os
+import queue
+import time
+from collections.abc import Callable, Iterable
+from typing import Optional
+
+from .config import FuzzConfig
+from .fuzz import EPISODE_STEPS, FuzzResult, episode_config, run_episode, shrink_result
+
+REPORT_EVERY = 256  # steps between a worker's progress reports (a queue put costs the worker ~50 µs)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeTask:
+    """One episode of one config and seed: the unit a worker runs."""
+
+    config: FuzzConfig  # the episode's own (an option sweep's row applied)
+    seed: int
+    episode: int
+    steps: int
+    full_checks: bool = False
+
+
+def plan(configs: Iterable[FuzzConfig], seeds: Iterable[int], steps: int, episode_steps: int = EPISODE_STEPS,
+         option_sets: Optional[list] = None, full_checks: bool = False) -> list[EpisodeTask]:
+    """``steps`` per config and seed, cut into episodes as ``fuzz()`` cuts them."""
+    tasks = []
+    for config in configs:
+        for seed in seeds:
+            for episode in range(math.ceil(steps / episode_steps)):
+                size = min(episode_steps, steps - episode * episode_steps)
+                tasks.append(EpisodeTask(episode_config(config, option_sets, episode), seed, episode, size, full_checks))
+    return tasks
+
+
+def signature(result: FuzzResult) -> tuple:
+    """Two findings are one when the same check fails on the same components with the
+    same faults on (whatever the page size, seed or step)."""
+    finding = result.finding
+    return (result.config.faults, result.config.components, finding.kind, finding.name)
+
+
+@dataclasses.dataclass
+class CampaignResult:
+    jobs: int
+    tasks: int  # planned
+    results: list[FuzzResult]  # the tasks that ran, in plan order
+    seconds: float  # fuzzing, not shrinking
+    findings: list[FuzzResult] = dataclasses.field(default_factory=list)  # one per signature, first in plan order
+    interrupted: bool = False
+
+    @property
+    def steps_run(self) -> int:
+        return sum(r.steps_run for r in self.results)
+
+    @property
+    def ops_per_second(self) -> float:
+        return self.steps_run / self.seconds if self.seconds else 0.0
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def run_campaign(tasks: list[EpisodeTask], jobs: int, time_budget: Optional[float] = None,
+                 on_steps: Optional[Callable[[int], None]] = None, shrink_budget: Optional[float] = 60.0,
+                 shrink: bool = True) -> CampaignResult:
+    """Run every task (``jobs`` processes; 1: here, one after another), merge the
+    findings by signature and shrink each once (in parallel too). ``time_budget``: no
+    episode runs past it. Ctrl-C stops the campaign and keeps what finished."""
+    start = time.monotonic()
+    deadline = None if time_budget is None else time.time() + time_budget
+    jobs = max(1, min(jobs, len(tasks)))
+    report = on_steps or (lambda n: None)
+    results: dict[int, FuzzResult] = {}
+    interrupted = False
+    pool = _pool(jobs) if jobs > 1 else None
+    try:
+        try:
+            if pool is None:
+                for k, task in enumerate(tasks):
+                    results[k] = _run_task(task, deadline, report)
+            else:
+                results.update(_run_parallel(pool, tasks, deadline, report))
+        except _Interrupted as stop:
+            results.update(stop.results)
+            interrupted = True
+        except KeyboardInterrupt:
+            interrupted = True
+        done = [results[k] for k in sorted(results)]
+        seconds = time.monotonic() - start  # the fuzzing's, without the shrinking
+        findings = merge(done)
+        if shrink and findings and not interrupted:
+            findings = _shrink_all(pool, findings, shrink_budget)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=not interrupted, cancel_futures=True)
+    return CampaignResult(jobs, len(tasks), done, seconds, findings, interrupted)
+
+
+def merge(results: list[FuzzResult]) -> list[FuzzResult]:
+    """The first result (in plan order) of each failure signature."""
+    first: dict[tuple, FuzzResult] = {}
+    for result in results:
+        if result.finding is not None:
+            first.setdefault(signature(result), result)
+    return list(first.values())
+
+
+def map_in_workers(fn: Callable, items: list, jobs: int) -> list:
+    """``[fn(item) for item in items]`` on ``jobs`` worker processes (1: here), in order:
+    for work coarser than an episode (a fault's whole detection)."""
+    jobs = max(1, min(jobs, len(items)))
+    if jobs == 1:
+        return [fn(item) for item in items]
+    pool = _pool(jobs)
+    try:
+        return list(pool.map(fn, items))
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+# ---- the processes -------------------------------------------------------------------------------
+
+_progress: Optional[multiprocessing.Queue] = None  # in a worker: where its steps are reported
+
+
+def _pool(jobs: int) -> concurrent.futures.ProcessPoolExecutor:
+    # fork where there is one: a worker starts in milliseconds with torch already imported (a
+    # spawned one takes seconds to import it). Each runs torch on one thread (checked_loop), as
+    # PyTorch's own forked DataLoader workers do.
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    progress = context.Queue()
+    pool = concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker,
+                                                  initargs=(progress,))
+    pool.progress = progress  # type: ignore[attr-defined]
+    return pool
+
+
+def _start_worker(progress: multiprocessing.Queue) -> None:
+    global _progress
+    _progress = progress
+
+
+def _worker_task(task: EpisodeTask, deadline: Optional[float]) -> FuzzResult:
+    return _run_task(task, deadline, _progress.put if _progress is not None else (lambda n: None))
+
+
+def _run_task(task: EpisodeTask, deadline: Optional[float], report: Callable[[int], None]) -> FuzzResult:
+    """One episode; its steps reported every ``REPORT_EVERY`` and at its end."""
+    budget = None if deadline is None else deadline - time.time()
+    if budget is not None and budget <= 0:
+        return FuzzResult(task.config, task.seed, 0, 0.0, task.episode)
+    reported = 0
+
+    def on_step(n: int) -> None:
+        nonlocal reported
+        if n - reported >= REPORT_EVERY:
+            report(n - reported)
+            reported = n
+
+    result = run_episode(task.config, task.seed, task.episode, task.steps, budget, on_step,
+                         full_checks=task.full_checks)
+    if result.steps_run > reported:
+        report(result.steps_run - reported)
+    if result.finding is None:  # its steps are needed only to shrink or write a finding: not kept (or sent)
+        result.run_steps, result.raw_steps = [], []
+    return result
+
+
+def _run_parallel(pool, tasks: list[EpisodeTask], deadline: Optional[float],
+                  report: Callable[[int], None]) -> dict[int, FuzzResult]:
+    futures = {pool.submit(_worker_task, task, deadline): k for k, task in enumerate(tasks)}
+    results: dict[int, FuzzResult] = {}
+    pending = set(futures)
+    try:
+        while pending:
+            finished, pending = concurrent.futures.wait(pending, timeout=0.2,
+                                                        return_when=concurrent.futures.FIRST_COMPLETED)
+            _drain(pool.progress, report)
+            for future in finished:
+                results[futures[future]] = future.result()  # a worker's crash is the campaign's
+        _drain(pool.progress, report)
+    except KeyboardInterrupt:
+        for future, k in futures.items():  # keep what finished
+            if future.done() and not future.cancelled() and future.exception() is None:
+                results[k] = future.result()
+        raise _Interrupted(results) from None
+    return results
+
+
+class _Interrupted(KeyboardInterrupt):
+    def __init__(self, results: dict[int, FuzzResult]) -> None:
+        super().__init__()
+        self.results = results
+
+
+def _drain(progress: multiprocessing.Queue, report: Callable[[int], None]) -> None:
+    while True:
+        try:
+            report(progress.get_nowait())
+        except queue.Empty:
+            return
+
+
+def _shrink_all(pool, findings: list[FuzzResult], budget: Optional[float]) -> list[FuzzResult]:
+    if pool is None:
+        return [shrink_result(result, budget) for result in findings]
+    return list(pool.map(shrink_result, findings, [budget] * len(findings)))
