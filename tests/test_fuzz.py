@@ -148,7 +148,7 @@ def test_list_faults_prints_one_fault_per_line_name_first(capsys):
     (["--steps", "0"], "--steps must be a positive int"),
     (["--page-size", "-4"], "--page-size must be a positive int"),
     (["--fault", "nosuch"], "unknown fault 'nosuch'"),
-    (["--fault", "swa-recovery-stale-mapping"], "needs the swa component"),
+    (["--config", "full", "--fault", "swa-recovery-stale-mapping"], "needs the swa component"),
     (["--faults", "all", "--trace", "x.jsonl"], "leave out --fault and --trace"),
     (["--faults", "all", "-o", "nosuchdir"], "-o names an existing directory"),
     (["--config", "full,swa", "--page-size", "3", "--kv-size", "10"], "multiple of page_size"),

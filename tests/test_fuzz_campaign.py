@@ -75,8 +75,8 @@ def test_no_episode_starts_past_the_time_budget():
 def test_each_distinct_failure_is_shrunk_once_and_written_without_overwriting(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("fuzz-lock-skips-matched-node-seed1.toml").write_text("mine\n")  # a user's file where seed 1's would go
-    rc, out, err = urc(capsys, "fuzz", "--fault", FAULT, "--seeds", "2", "--steps", "200", "--jobs", "2",
-                       "--shrink-budget", "20")
+    rc, out, err = urc(capsys, "fuzz", "--config", "full", "--fault", FAULT, "--seeds", "2", "--steps", "200",
+                       "--jobs", "2", "--shrink-budget", "20")
     assert rc == 1, err
     fails = [line for line in out.splitlines() if line.startswith("FAIL ")]
     assert len(fails) == 2 and "2 distinct failures" in out and "2 jobs" in out
@@ -92,3 +92,49 @@ def test_each_distinct_failure_is_shrunk_once_and_written_without_overwriting(ca
 def test_a_count_below_one_is_bad_input(capsys, flag):
     rc, _, err = urc(capsys, "fuzz", flag, "0")
     assert rc == 2 and f"{flag} must be a positive int (got 0)" in err
+
+
+# ---- configs swept when none is given ------------------------------------------------------------
+
+
+def test_the_sweep_covers_every_scale_config_and_its_tight_and_roomy_pools():
+    from workbench.cli.fuzz import _check_config
+    from workbench.model.fuzzing.fuzz import SCALE_CONFIGS
+    from workbench.model.fuzzing.sweep import sweep_configs
+
+    swept = sweep_configs()
+    labels = [c.label() for c in swept]
+    assert swept[: len(SCALE_CONFIGS)] == list(SCALE_CONFIGS) and len(set(labels)) == len(labels)
+    twins = swept[len(SCALE_CONFIGS):]
+    assert len(twins) == 2 * sum(1 for c in SCALE_CONFIGS if not c.hicache)
+    assert {c.page_size for c in twins} == {1, 4, 16} and any(c.kv_size >= 256 * c.page_size for c in twins)
+    for config in swept:
+        _check_config(config)  # every one admits the fuzzer's prompts
+
+
+def test_a_fault_is_swept_over_the_configs_its_detection_searches():
+    from workbench.model.fuzzing.sweep import sweep_configs
+
+    swept = sweep_configs(("mamba-evict-locked-leaf",))
+    assert swept and all(c.faults == ("mamba-evict-locked-leaf",) and "mamba" in c.components for c in swept)
+    assert any(c.components == ("full", "swa", "mamba") for c in swept)  # where the detection table found it
+
+
+def test_with_no_config_given_urc_fuzz_finds_a_fault_on_the_config_that_exposes_it(capsys, tmp_path, monkeypatch):
+    """swa-run-not-reset-at-tombstone needs SWA: `urc fuzz --fault F` alone sweeps the SWA configs."""
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = urc(capsys, "fuzz", "--fault", "swa-run-not-reset-at-tombstone", "--seed", "1", "--steps", "1200",
+                       "--shrink-budget", "3")
+    assert rc == 1, err
+    assert out.startswith("FAIL Full+SWA p1 w4, seed 1: fingerprint match.swa_window") and "configs swept" in out
+
+
+def test_with_no_config_given_an_unfaulted_run_sweeps_every_config(capsys):
+    import json
+
+    from workbench.model.fuzzing.sweep import sweep_configs
+
+    rc, out, err = urc(capsys, "fuzz", "--steps", "40", "--json")
+    report = json.loads(out)
+    assert rc == 0, err
+    assert report["configs"] == [c.label() for c in sweep_configs()] and report["steps"] == 40 * len(report["configs"])

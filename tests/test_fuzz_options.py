@@ -58,7 +58,7 @@ def test_urc_fuzz_refuses_an_option_the_cache_refuses_in_one_line(capsys):
 def test_urc_fuzz_sweeps_the_option_sets_and_reports_clean_runs(capsys):
     import json
 
-    rc, out, err = urc(capsys, "fuzz", "--sweep-options", "--steps", "60", "--json")
+    rc, out, err = urc(capsys, "fuzz", "--config", "full", "--sweep-options", "--steps", "60", "--json")
     report = json.loads(out)
     assert rc == 0 and report["finding"] is None and report["option_sets"] == len(option_sets_for(("full",)))
 

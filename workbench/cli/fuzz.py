@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from typing import Optional
 
 from ..model.scenarios.scenario import ScenarioError
 
@@ -23,10 +24,11 @@ def add_parser(command) -> None:
                    "check invariants, fingerprints and - with faults on - a fault-free twin's results after every "
                    "step; shrink the first failure to a minimal scenario that fails `urc run` the same way and "
                    "passes with faults = [].")
-    fuzz.add_argument("--config", default="full", choices=COMPONENT_SETS, metavar="COMPONENTS",
-                      help="the cache's components: " + " | ".join(COMPONENT_SETS) + " (default full)")
-    fuzz.add_argument("--page-size", type=int, default=1, metavar="N", help="page size (default 1)")
-    fuzz.add_argument("--sliding-window", type=int, default=4, metavar="N", help="SWA window (default 4)")
+    fuzz.add_argument("--config", choices=COMPONENT_SETS, metavar="COMPONENTS",
+                      help="the cache's components: " + " | ".join(COMPONENT_SETS) + " (default full; with no "
+                           "config option at all, the configs are swept: see the README)")
+    fuzz.add_argument("--page-size", type=int, metavar="N", help="page size (default 1)")
+    fuzz.add_argument("--sliding-window", type=int, metavar="N", help="SWA window (default 4)")
     fuzz.add_argument("--kv-size", type=int, metavar="N", help="Full pool tokens (default 48 pages)")
     fuzz.add_argument("--swa-kv-size", type=int, metavar="N", help="SWA pool tokens (default 3/4 of --kv-size)")
     fuzz.add_argument("--mamba-size", type=int, metavar="N", help="Mamba state slots (default 4)")
@@ -42,8 +44,9 @@ def add_parser(command) -> None:
     fuzz.add_argument("--seed", type=int, default=0, metavar="S", help="the seed: a run is the same for a seed")
     fuzz.add_argument("--seeds", type=int, default=1, metavar="K",
                       help="fuzz K seeds, S to S+K-1, each for --steps (default 1)")
-    fuzz.add_argument("--steps", type=int, default=10_000, metavar="N", help="steps to run per seed (default "
-                      "10,000; in episodes of 2,000 on a fresh cache)")
+    fuzz.add_argument("--steps", type=int, metavar="N", help="steps to run per config and seed (default 10,000 "
+                      "on one config, in episodes of 2,000 on a fresh cache; swept: 2,000, or 3,000 in episodes of "
+                      "300 with a fault)")
     fuzz.add_argument("--jobs", type=int, metavar="N",
                       help="worker processes the episodes run on (default: the cores); the findings do not "
                            "depend on it: each episode's steps come from its seed and number alone")
@@ -85,11 +88,34 @@ def run(args) -> int:
         if args.faults == "new" and not args.output:
             raise ScenarioError("--faults new adds rows to a detection run: give its directory with -o")
         return _detection_table(args)
-    config = FuzzConfig(tuple(args.config.split(",")), args.page_size, args.sliding_window, args.kv_size,
-                        args.swa_kv_size, args.mamba_size, tuple(args.fault), args.hicache)
-    config = config.with_options(parse_options(args.option))
-    _check_config(config)
-    return _fuzz_once(config, args)
+    options = parse_options(args.option)
+    if all(getattr(args, flag) is None for flag in CONFIG_FLAGS):  # no config given: sweep them
+        _check_fault_names(args.fault)
+        from ..model.fuzzing.sweep import FAULT_EPISODE, sweep_configs
+
+        configs = [c.with_options(options) for c in sweep_configs(tuple(args.fault))]
+        episode = FAULT_EPISODE if args.fault else None
+        steps = args.steps or (10 * FAULT_EPISODE if args.fault else 2_000)
+    else:
+        configs = [FuzzConfig(tuple((args.config or "full").split(",")), args.page_size or 1, args.sliding_window or 4,
+                              args.kv_size, args.swa_kv_size, args.mamba_size, tuple(args.fault),
+                              args.hicache).with_options(options)]
+        episode, steps = None, args.steps or 10_000
+    for config in configs:
+        _check_config(config)
+    return _fuzz_once(configs, args, steps, episode)
+
+
+CONFIG_FLAGS = ("config", "page_size", "sliding_window", "kv_size", "swa_kv_size", "mamba_size", "hicache")
+
+
+def _check_fault_names(names: list[str]) -> None:
+    from cache.faults import catalogue
+
+    known = catalogue()
+    for name in names:
+        if name not in known:
+            raise ScenarioError(f"unknown fault {name!r}; see urc fuzz --list-faults")
 
 
 def parse_options(given: list[str]) -> dict:
@@ -142,9 +168,11 @@ def _where(path: str) -> tuple[str, str]:
     return os.path.realpath(os.path.dirname(path) or "."), os.path.basename(path)
 
 
-def _fuzz_once(config, args) -> int:
+def _fuzz_once(configs: list, args, steps: int, episode_steps: Optional[int]) -> int:
+    """One config (or a sweep of them) as a campaign; the first finding written to -o."""
     from ..model.scenarios.outputs import check_output
 
+    config = configs[0]
     label = "+".join(config.faults) or "unfaulted"
     output = args.output or f"fuzz-{label}-seed{args.seed}.toml"
     check_output(output, (), args.force, "-o")  # the outputs, before torch loads
@@ -153,32 +181,36 @@ def _fuzz_once(config, args) -> int:
         if _where(args.trace) == _where(output):
             raise ScenarioError(f"--trace {args.trace}: the same file as -o; give each its own name")
     from ..model.fuzzing.campaign import default_jobs, plan, run_campaign
+    from ..model.fuzzing.fuzz import EPISODE_STEPS
     from ..model.fuzzing.options import option_sets_for
     from ..model.timeline.fmt import plural
     from ..render.report import progress
     from .common import EXIT_INTERRUPTED
 
-    sets = option_sets_for(config.components) if args.sweep_options else None
     seeds = range(args.seed, args.seed + args.seeds)
-    tasks = plan([config], seeds, args.steps, option_sets=sets, full_checks=args.full_checks)
+    tasks, sets = [], None
+    for c in configs:
+        sets = option_sets_for(c.components) if args.sweep_options else None
+        tasks += plan([c], seeds, steps, episode_steps or EPISODE_STEPS, option_sets=sets, full_checks=args.full_checks)
     jobs = args.jobs or default_jobs()
-    with progress(args.steps * args.seeds, f"fuzz {config.label()}", minimum=2000) as advance:
+    what = config.label() if len(configs) == 1 else f"{len(configs)} configs swept"
+    with progress(sum(t.steps for t in tasks), f"fuzz {what}", minimum=2000) as advance:
         campaign = run_campaign(tasks, jobs, args.time_budget, advance, args.shrink_budget)
     rate = f"{campaign.ops_per_second:,.0f} ops/s, {plural(campaign.jobs, 'job')}"
     which = f"seed {args.seed}" if args.seeds == 1 else f"seeds {args.seed}-{seeds[-1]}"
     stopped = "STOPPED (interrupted): " if campaign.interrupted else ""
     if not campaign.findings:
         swept = f", {len(sets)} option sets in turn" if sets else ""
-        _say_or_json(args, {"config": config.label(), "seed": args.seed, "seeds": args.seeds,
-                            "steps": campaign.steps_run, "ops_per_second": round(campaign.ops_per_second),
-                            "jobs": campaign.jobs, "finding": None, "option_sets": len(sets) if sets else 0,
-                            "interrupted": campaign.interrupted},
-                     f"{stopped}no failure in {campaign.steps_run:,} steps ({config.label()}{swept}, {which}; {rate})")
+        _say_or_json(args, {"config": what, "configs": [c.label() for c in configs], "seed": args.seed,
+                            "seeds": args.seeds, "steps": campaign.steps_run,
+                            "ops_per_second": round(campaign.ops_per_second), "jobs": campaign.jobs, "finding": None,
+                            "option_sets": len(sets) if sets else 0, "interrupted": campaign.interrupted},
+                     f"{stopped}no failure in {campaign.steps_run:,} steps ({what}{swept}, {which}; {rate})")
         return EXIT_INTERRUPTED if campaign.interrupted else 0
     if campaign.interrupted:  # found, but not shrunk: say what was found, write nothing
         first = campaign.findings[0]
         print(f"{stopped}{first.finding.check} at step {first.finding.step} of seed {first.seed}'s episode "
-              f"{first.episode}; rerun without interrupting to shrink it")
+              f"{first.episode} ({first.config.label()}); rerun without interrupting to shrink it")
         return EXIT_INTERRUPTED
     names = [output]  # the first: the output checked up front; the others: fresh names
     for k, result in enumerate(campaign.findings[1:], 1):
@@ -193,7 +225,7 @@ def _fuzz_once(config, args) -> int:
                          indent=1))
     else:
         print("\n".join(texts))
-        print(f"  {campaign.steps_run:,} steps ({which}; {rate}); {plural(len(summaries), 'distinct failure')}")
+        print(f"  {campaign.steps_run:,} steps ({what}, {which}; {rate}); {plural(len(summaries), 'distinct failure')}")
     return 1
 
 

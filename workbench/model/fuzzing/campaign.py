@@ -163,8 +163,17 @@ def _start_worker(progress: multiprocessing.Queue) -> None:
     _progress = progress
 
 
-def _worker_task(task: EpisodeTask, deadline: Optional[float]) -> FuzzResult:
-    return _run_task(task, deadline, _progress.put if _progress is not None else (lambda n: None))
+def _worker_task(k: int, task: EpisodeTask, deadline: Optional[float]) -> FuzzResult:
+    """Task ``k`` in a worker: its steps so far reported as ``(k, steps)``."""
+    done = 0
+
+    def report(n: int) -> None:
+        nonlocal done
+        done += n
+        if _progress is not None:
+            _progress.put((k, done))
+
+    return _run_task(task, deadline, report)
 
 
 def _run_task(task: EpisodeTask, deadline: Optional[float], report: Callable[[int], None]) -> FuzzResult:
@@ -191,17 +200,20 @@ def _run_task(task: EpisodeTask, deadline: Optional[float], report: Callable[[in
 
 def _run_parallel(pool, tasks: list[EpisodeTask], deadline: Optional[float],
                   report: Callable[[int], None]) -> dict[int, FuzzResult]:
-    futures = {pool.submit(_worker_task, task, deadline): k for k, task in enumerate(tasks)}
+    futures = {pool.submit(_worker_task, k, task, deadline): k for k, task in enumerate(tasks)}
     results: dict[int, FuzzResult] = {}
+    shown = [0] * len(tasks)  # steps reported per task; a finished task's are its result's
     pending = set(futures)
     try:
         while pending:
             finished, pending = concurrent.futures.wait(pending, timeout=0.2,
                                                         return_when=concurrent.futures.FIRST_COMPLETED)
-            _drain(pool.progress, report)
+            _drain(pool.progress, shown, results, report)
             for future in finished:
-                results[futures[future]] = future.result()  # a worker's crash is the campaign's
-        _drain(pool.progress, report)
+                k = futures[future]
+                results[k] = future.result()  # a worker's crash is the campaign's
+                report(results[k].steps_run - shown[k])  # its last reports may still be on their way
+                shown[k] = results[k].steps_run
     except KeyboardInterrupt:
         for future, k in futures.items():  # keep what finished
             if future.done() and not future.cancelled() and future.exception() is None:
@@ -216,12 +228,16 @@ class _Interrupted(KeyboardInterrupt):
         self.results = results
 
 
-def _drain(progress: multiprocessing.Queue, report: Callable[[int], None]) -> None:
+def _drain(progress: multiprocessing.Queue, shown: list[int], finished: dict, report: Callable[[int], None]) -> None:
+    """Report what the workers said they ran since; a finished task's late words are moot."""
     while True:
         try:
-            report(progress.get_nowait())
+            k, steps = progress.get_nowait()
         except queue.Empty:
             return
+        if k not in finished and steps > shown[k]:
+            report(steps - shown[k])
+            shown[k] = steps
 
 
 def _shrink_all(pool, findings: list[FuzzResult], budget: Optional[float]) -> list[FuzzResult]:

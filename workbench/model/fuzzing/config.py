@@ -73,7 +73,11 @@ class FuzzConfig:
         sessions += f" storage {self.storage}" if self.storage else ""
         sessions += " delayed" if self.delayed else ""
         options = "".join(f" {name}={shown_value(value)}" for name, value in self.options)
-        return f"{comps} p{self.page_size}{window}{host}{sessions}{options}"
+        pools = ""
+        if self.kv_size:  # a swept pool size (sweep.py's twins): said, so two twins read apart
+            pools = f" kv{self.kv_size}" + (f" swa_kv{self.swa_kv_size}" if self.swa_kv_size else "")
+            pools += f" mamba{self.mamba_size}" if self.mamba_size else ""
+        return f"{comps} p{self.page_size}{window}{pools}{host}{sessions}{options}"
 
 
 def frozen(value: Any) -> Any:
