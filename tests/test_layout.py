@@ -19,7 +19,7 @@ ROOMS = {
     "timeline": ["session", "runner", "kv_router", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
                  "shown_tree", "shown_sessions", "step_view", "request_diff", "metric_rows", "series"],  # running a scenario, the states it leaves, moving through them
     "debugging": ["why", "why_request", "why_session", "why_prefetch", "breakpoints", "regression_test"],
-    "fuzzing": ["config", "fuzz", "options", "shrink"],
+    "fuzzing": ["config", "fuzz", "options", "shrink", "campaign", "sweep"],
 }
 MODEL = [f"{room}.{module}" for room, modules in ROOMS.items() for module in modules]
 # the workbench's rooms by role; its root holds only its entry points
