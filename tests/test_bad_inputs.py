@@ -68,6 +68,8 @@ CASES = [
          r"--trace \./out\.toml: the same file as -o"),
     Case("fuzz-output-exists", ("fuzz", "-o", "smoke.toml"), 2, r"-o smoke\.toml: file exists \(use --force"),
     Case("keys-without-a-trace", ("bench", "--keys", "list"), 2, r"--keys applies to --trace and --against"),
+    Case("ops-without-fuzz", ("bench", "--ops", "500"), 2, r"--ops applies to --fuzz and --fuzz-jobs"),
+    Case("ops-zero", ("bench", "--fuzz-jobs", "--ops", "0"), 2, r"--ops must be a positive int"),
     Case("write-trace-with-trace", ("bench", "--trace", "base.jsonl", "--write-trace", "new.jsonl"), 2,
          r"--write-trace writes the seeded workload .*leave out --trace"),
     # options and config values, checked before anything runs

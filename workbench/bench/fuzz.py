@@ -42,26 +42,51 @@ def jobs_report(ops: int, seed: int = 0, rounds: int = 2, emit=print) -> list[di
     """How a campaign scales with worker processes: the same ``ops`` steps (one seed per
     core, episodes of 2,000) on one job and on every core, alternating ``rounds`` times in
     the same minutes (these machines drift), best of each, for the cheapest and the
-    dearest config."""
+    dearest config. Beside it, the machine's own ceiling: as many separate interpreters
+    fuzzing at once for 10 s against one alone (shared caches, a VM's cores)."""
     from ..model.fuzzing.campaign import default_jobs, plan, run_campaign
     from ..model.fuzzing.fuzz import SCALE_CONFIGS
 
     cores = default_jobs()
     rows = []
-    for config in (SCALE_CONFIGS[0], SCALE_CONFIGS[8]):
+    for index in (0, 8):
+        config = SCALE_CONFIGS[index]
         tasks = plan([config], range(seed, seed + cores), max(1, ops // cores))
         best: dict[int, float] = {}
+        ceiling = 0.0
         for _ in range(rounds):
             for jobs in sorted({1, cores}):
                 campaign = run_campaign(tasks, jobs, shrink=False)
                 best[jobs] = max(best.get(jobs, 0.0), campaign.ops_per_second)
+            ceiling = max(ceiling, _separate(index, seed, cores) / _separate(index, seed, 1))
         row = {"config": config.label(), "ops": sum(t.steps for t in tasks), "cores": cores,
                "ops_per_second": {str(j): round(v) for j, v in best.items()},
-               "speedup": round(best[cores] / best[1], 2)}
+               "speedup": round(best[cores] / best[1], 2), "separate_processes_speedup": round(ceiling, 2)}
         rows.append(row)
         emit(row)
     return rows
 
 
+CEILING_SECONDS = 10.0
+
+
+def _separate(index: int, seed: int, processes: int) -> float:
+    """Steps per second of ``processes`` separate interpreters fuzzing at once."""
+    command = [sys.executable, "-m", "workbench.bench.fuzz", "--for", str(CEILING_SECONDS), str(index), str(seed)]
+    procs = [subprocess.Popen(command[:-1] + [str(seed + k)], stdout=subprocess.PIPE, text=True)
+             for k in range(processes)]
+    return sum(int(p.communicate()[0]) for p in procs) / CEILING_SECONDS
+
+
+def steps_for(index: int, seed: int, seconds: float) -> int:
+    """Steps one fuzz of scale config ``index`` runs in ``seconds`` (after start-up)."""
+    from ..model.fuzzing.fuzz import SCALE_CONFIGS, fuzz
+
+    return fuzz(SCALE_CONFIGS[index], seed, 10**9, time_budget=seconds).steps_run
+
+
 if __name__ == "__main__":
-    print(json.dumps(one_config(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))))
+    if sys.argv[1] == "--for":  # the ceiling's separate interpreters
+        print(steps_for(int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[2])))
+    else:
+        print(json.dumps(one_config(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))))

@@ -46,7 +46,8 @@ def add_parser(command) -> None:
                             "hours), every step checked; ops/s and any failure per config")
     bench.add_argument("--fuzz-jobs", action="store_true",
                        help="measure how urc fuzz --jobs scales instead: the same campaign (--ops, default 40,000) "
-                            "on one job and on every core, alternating, for Full and Full+SWA+Mamba")
+                            "on one job and on every core, alternating, for Full and Full+SWA+Mamba, beside as many "
+                            "separate interpreters at once (the machine's own ceiling)")
     bench.add_argument("--ops", type=int, metavar="N",
                        help="with --fuzz: ops per config (default 1,000,000); with --fuzz-jobs: ops per campaign")
     bench.add_argument("--write-trace", metavar="OUT.jsonl",
@@ -164,7 +165,8 @@ def _fuzz_line(row: dict) -> str:
 
 def _jobs_line(row: dict) -> str:
     rates = ", ".join(f"{jobs} job{'s' if jobs != '1' else ''} {rate:,} ops/s" for jobs, rate in row["ops_per_second"].items())
-    return f"{row['config']:22s} {row['ops']:>9,} ops  {rates}  ({row['speedup']}x on {row['cores']} cores)"
+    return (f"{row['config']:22s} {row['ops']:>9,} ops  {rates}  ({row['speedup']}x on {row['cores']} cores; "
+            f"separate processes: {row['separate_processes_speedup']}x)")
 
 
 def _timeline_text(report: dict) -> str:
