@@ -138,3 +138,14 @@ def test_with_no_config_given_an_unfaulted_run_sweeps_every_config(capsys):
     report = json.loads(out)
     assert rc == 0, err
     assert report["configs"] == [c.label() for c in sweep_configs()] and report["steps"] == 40 * len(report["configs"])
+
+
+def test_first_stops_at_the_first_failure_the_same_way_on_any_number_of_jobs():
+    tasks = plan([FuzzConfig(("full",), 4), FAULTED, FuzzConfig(("full",), 1)], [0, 1], 400, episode_steps=200)
+    one = run_campaign(tasks, 1, shrink=False, first=True)
+    two = run_campaign(tasks, 2, shrink=False, first=True)
+    assert [outcome(r) for r in one.results] == [outcome(r) for r in two.results]
+    assert len(one.findings) == len(two.findings) == 1 and signature(one.findings[0]) == signature(two.findings[0])
+    failing = next(k for k, r in enumerate(one.results) if r.finding is not None)
+    assert failing == len(one.results) - 1 < len(tasks) - 1  # nothing after the first failure is kept
+    assert one.results[failing].config.faults == (FAULT,) and one.steps_run == two.steps_run

@@ -50,6 +50,9 @@ def add_parser(command) -> None:
     fuzz.add_argument("--jobs", type=int, metavar="N",
                       help="worker processes the episodes run on (default: the cores); the findings do not "
                            "depend on it: each episode's steps come from its seed and number alone")
+    fuzz.add_argument("--first", action="store_true",
+                      help="stop at the first failure (in the order the episodes are planned: config, seed, episode); "
+                           "the episodes after it are skipped, and the result is still the same on any --jobs")
     fuzz.add_argument("--time-budget", type=float, metavar="SEC", help="stop after this many seconds")
     fuzz.add_argument("--fault", action="append", default=[], metavar="NAME",
                       help="turn on a fault from the catalogue (repeatable; see --list-faults)")
@@ -195,7 +198,7 @@ def _fuzz_once(configs: list, args, steps: int, episode_steps: Optional[int]) ->
     jobs = args.jobs or default_jobs()
     what = config.label() if len(configs) == 1 else f"{len(configs)} configs swept"
     with progress(sum(t.steps for t in tasks), f"fuzz {what}", minimum=2000) as advance:
-        campaign = run_campaign(tasks, jobs, args.time_budget, advance, args.shrink_budget)
+        campaign = run_campaign(tasks, jobs, args.time_budget, advance, args.shrink_budget, first=args.first)
     rate = f"{campaign.ops_per_second:,.0f} ops/s, {plural(campaign.jobs, 'job')}"
     which = f"seed {args.seed}" if args.seeds == 1 else f"seeds {args.seed}-{seeds[-1]}"
     stopped = "STOPPED (interrupted): " if campaign.interrupted else ""

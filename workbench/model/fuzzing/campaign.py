@@ -85,10 +85,12 @@ def default_jobs() -> int:
 
 def run_campaign(tasks: list[EpisodeTask], jobs: int, time_budget: Optional[float] = None,
                  on_steps: Optional[Callable[[int], None]] = None, shrink_budget: Optional[float] = 60.0,
-                 shrink: bool = True) -> CampaignResult:
+                 shrink: bool = True, first: bool = False) -> CampaignResult:
     """Run every task (``jobs`` processes; 1: here, one after another), merge the
     findings by signature and shrink each once (in parallel too). ``time_budget``: no
-    episode runs past it. Ctrl-C stops the campaign and keeps what finished."""
+    episode runs past it. ``first``: stop at the first failure in plan order (the tasks
+    after it are skipped, or their results dropped), so the run is the same on any
+    number of jobs. Ctrl-C stops the campaign and keeps what finished."""
     start = time.monotonic()
     deadline = None if time_budget is None else time.time() + time_budget
     jobs = max(1, min(jobs, len(tasks)))
@@ -101,8 +103,10 @@ def run_campaign(tasks: list[EpisodeTask], jobs: int, time_budget: Optional[floa
             if pool is None:
                 for k, task in enumerate(tasks):
                     results[k] = _run_task(task, deadline, report)
+                    if first and results[k].finding is not None:
+                        break
             else:
-                results.update(_run_parallel(pool, tasks, deadline, report))
+                results.update(_run_parallel(pool, tasks, deadline, report, first))
         except _Interrupted as stop:
             results.update(stop.results)
             interrupted = True
@@ -110,7 +114,7 @@ def run_campaign(tasks: list[EpisodeTask], jobs: int, time_budget: Optional[floa
             interrupted = True
         done = [results[k] for k in sorted(results)]
         seconds = time.monotonic() - start  # the fuzzing's, without the shrinking
-        findings = merge(done)
+        findings = merge(done)[:1] if first else merge(done)
         if shrink and findings and not interrupted:
             findings = _shrink_all(pool, findings, shrink_budget)
     finally:
@@ -198,11 +202,15 @@ def _run_task(task: EpisodeTask, deadline: Optional[float], report: Callable[[in
     return result
 
 
-def _run_parallel(pool, tasks: list[EpisodeTask], deadline: Optional[float],
-                  report: Callable[[int], None]) -> dict[int, FuzzResult]:
+def _run_parallel(pool, tasks: list[EpisodeTask], deadline: Optional[float], report: Callable[[int], None],
+                  first: bool = False) -> dict[int, FuzzResult]:
+    """Every task's result by its index. ``first``: once task k fails, the tasks after
+    it that have not started are cancelled, and any result after the earliest failure
+    is dropped (every task before it still runs to its end)."""
     futures = {pool.submit(_worker_task, k, task, deadline): k for k, task in enumerate(tasks)}
     results: dict[int, FuzzResult] = {}
     shown = [0] * len(tasks)  # steps reported per task; a finished task's are its result's
+    cutoff = len(tasks)  # with ``first``: the earliest failing task so far
     pending = set(futures)
     try:
         while pending:
@@ -211,9 +219,18 @@ def _run_parallel(pool, tasks: list[EpisodeTask], deadline: Optional[float],
             _drain(pool.progress, shown, results, report)
             for future in finished:
                 k = futures[future]
+                if future.cancelled():
+                    continue
                 results[k] = future.result()  # a worker's crash is the campaign's
                 report(results[k].steps_run - shown[k])  # its last reports may still be on their way
                 shown[k] = results[k].steps_run
+                if first and results[k].finding is not None and k < cutoff:
+                    cutoff = k
+                    for later, j in futures.items():
+                        if j > k:
+                            later.cancel()  # only those not started: a running episode ends on its own
+        for k in [k for k in results if k > cutoff]:  # ran before the failure was known: not this run's
+            del results[k]
     except KeyboardInterrupt:
         for future, k in futures.items():  # keep what finished
             if future.done() and not future.cancelled() and future.exception() is None:
