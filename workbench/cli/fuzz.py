@@ -113,12 +113,14 @@ CONFIG_FLAGS = ("config", "page_size", "sliding_window", "kv_size", "swa_kv_size
 
 
 def _check_fault_names(names: list[str]) -> None:
-    from cache.faults import catalogue
+    """Unknown faults are bad input before a sweep (each swept config carries what they need)."""
+    from cache.components import COMPONENT_REGISTRY  # names only: no torch
+    from cache.faults import check_fault_names
 
-    known = catalogue()
-    for name in names:
-        if name not in known:
-            raise ScenarioError(f"unknown fault {name!r}; see urc fuzz --list-faults")
+    try:
+        check_fault_names(names, COMPONENT_REGISTRY)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
 
 
 def parse_options(given: list[str]) -> dict:
