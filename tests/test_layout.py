@@ -15,9 +15,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ROOMS = {
     "ops": ["spec", "keys", "locks", "evict", "requests", "host", "retraction", "sessions", "streaming", "storage"],  # every op, declared once
     "scenarios": ["scenario", "names", "errors", "inputs", "fields", "session_fields", "writer", "live", "workload",
-                  "outputs"],  # scenario files in and out
+                  "outputs", "stream"],  # scenario files in and out
     "timeline": ["session", "runner", "kv_router", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
-                 "shown_tree", "shown_sessions", "step_view", "request_diff", "metric_rows", "series"],  # running a scenario, the states it leaves, moving through them
+                 "shown_tree", "shown_sessions", "step_view", "request_diff", "metric_rows", "series",
+                 "stored", "store_run"],  # running a scenario, the states it leaves, moving through them
     "debugging": ["why", "why_request", "why_session", "why_prefetch", "breakpoints", "regression_test"],
     "fuzzing": ["config", "fuzz", "options", "shrink", "campaign", "sweep"],
 }

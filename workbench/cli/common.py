@@ -68,6 +68,19 @@ def load_all(files: list[str]):
     return scenarios
 
 
+def load_chapters(files: list[str]):
+    """``load_all``, but a ``.urcdb`` file is opened as a stored run (``urc run --store``):
+    already checked, read from disk as it is viewed."""
+    from ..model.timeline.stored import is_store, open_store
+
+    stored = {n: open_store(path) for n, path in enumerate(files) if is_store(path)}
+    for timeline in stored.values():
+        for notice in timeline.scenario.notices:
+            say(f"note: {notice}")
+    loaded = iter(load_all([path for n, path in enumerate(files) if n not in stored]))
+    return [stored[n] if n in stored else next(loaded) for n in range(len(files))]
+
+
 def step_in_range(option: str, step: int, scenario) -> int:
     total = len(scenario.steps)
     if not 0 <= step <= total:
@@ -81,7 +94,7 @@ def walk(scenarios, console) -> int:
     from ..model.timeline.runner import run_scenario
     from ..render.report import walk as walk_timeline
 
-    timelines = [run_scenario(s) for s in scenarios]
+    timelines = [s if hasattr(s, "store") else run_scenario(s) for s in scenarios]  # a stored run is ready
     for timeline in timelines:
         walk_timeline(timeline, console)
     return EXIT_OK if all(t.passed for t in timelines) else EXIT_CHECK_FAILED

@@ -24,8 +24,12 @@ def add_parser(command) -> None:
                      help="turn SGLang's KV events on and write them, one JSON line per event with its step and op, "
                           "checking after every step that a router replaying them sees what the cache holds "
                           "(one FILE only)")
+    run.add_argument("--store", metavar="RUN.urcdb",
+                     help="keep the checked timeline in a file (SQLite), written as the steps run: a JSONL trace is "
+                          "streamed, so memory stays flat whatever its length; open it again with urc tui RUN.urcdb "
+                          "(one FILE only)")
     run.add_argument("--force", action="store_true",
-                     help="let --record or --kv-events overwrite an existing file (never an input)")
+                     help="let --record, --kv-events or --store overwrite an existing file (never an input)")
     run.add_argument("--full-checks", action="store_true",
                      help="run the full invariant sweep after every step (default: what the step touched, "
                           "and the whole tree every 256 steps and at the end)")
@@ -39,7 +43,7 @@ def add_parser(command) -> None:
 
 def run(args) -> int:
     check_against_use(args, {"--record": bool(args.record), "--kv-events": bool(args.kv_events), "--states": args.states, "--until": bool(args.until),
-                             "--full-checks": args.full_checks, "--force": args.force})
+                             "--full-checks": args.full_checks, "--force": args.force, "--store": bool(args.store)})
     if args.against:
         from .against import run_against
 
@@ -50,10 +54,16 @@ def run(args) -> int:
         raise ScenarioError("--states only applies with --json")
     if args.kv_events and len(args.files) != 1:
         raise ScenarioError("--kv-events takes exactly one scenario file")
-    if args.force and not (args.record or args.kv_events):
-        raise ScenarioError("--force only applies with --record or --kv-events")
-    if args.record and args.kv_events and os.path.abspath(args.record) == os.path.abspath(args.kv_events):
-        raise ScenarioError("--record and --kv-events name the same file")
+    if args.force and not (args.record or args.kv_events or args.store):
+        raise ScenarioError("--force only applies with --record, --kv-events or --store")
+    outputs = [(flag, path) for flag, path in (("--record", args.record), ("--kv-events", args.kv_events),
+                                                ("--store", args.store)) if path]
+    for n, (flag, path) in enumerate(outputs):
+        for other, other_path in outputs[n + 1:]:
+            if os.path.abspath(path) == os.path.abspath(other_path):
+                raise ScenarioError(f"{flag} and {other} name the same file")
+    if args.store:
+        return _run_stored(args)
     if args.until and args.json:
         raise ScenarioError("--until prints the step it stops at as text: leave out --json")
     scenarios = load_all(args.files)
@@ -136,3 +146,64 @@ def _run_one(scenario, args, console, record, conditions=None, kv_events=None) -
     else:
         print_run_report(timeline, console)
     return timeline.passed
+
+
+def _run_stored(args) -> int:
+    """``--store``: stream the file's steps through the runner into a store file."""
+    from ..model.scenarios.outputs import check_output, open_output
+    from ..model.timeline.stored import SUFFIX
+    from ..model.timeline.store_run import remove_store, run_to_store
+    from ..render.report import make_console, print_run_report, progress
+
+    if len(args.files) != 1:
+        raise ScenarioError("--store takes exactly one scenario file")
+    for flag, on in (("--json", args.json), ("--states", args.states), ("--until", bool(args.until))):
+        if on:
+            raise ScenarioError(f"--store keeps every step in the file: leave out {flag}")
+    if not args.store.endswith(SUFFIX):
+        raise ScenarioError(f"--store writes a {SUFFIX} file (got {args.store})")
+    source = args.files[0]
+    if source == "-":
+        raise ScenarioError("--store reads a file (its steps are streamed): save standard input to a file first")
+    check_output(args.store, args.files, args.force, "--store")
+    for flag, path in (("--record", args.record), ("--kv-events", args.kv_events)):
+        if path:
+            check_output(path, args.files, args.force, flag)
+    console = make_console(sys.stdout)
+    with contextlib.ExitStack() as outputs:
+        record = kv_events = None
+        if args.record:
+            record = outputs.enter_context(open_output(args.record, args.files, args.force, "--record", live=True))
+        if args.kv_events:
+            kv_events = outputs.enter_context(open_output(args.kv_events, args.files, args.force, "--kv-events"))
+        remove_store(args.store)  # check_output allowed it: absent, or --force
+        bar = outputs.enter_context(progress(_count_steps(source), source))
+        try:
+            timeline = run_to_store(source, args.store, args.full_checks, record, kv_events, on_step=bar)
+        except KeyboardInterrupt:
+            console.print(f"interrupted: {args.store} keeps the steps checked so far", markup=False, highlight=False)
+            raise
+    try:
+        for notice in timeline.scenario.notices:
+            console.print(f"note: {notice}", markup=False, highlight=False)
+        print_run_report(timeline, console)
+        size = os.path.getsize(args.store)
+        console.print(f"stored {len(timeline):,} steps in {args.store} ({size / 1e6:,.1f} MB): "
+                      f"urc tui {args.store}", markup=False, highlight=False)
+        return EXIT_OK if timeline.passed else EXIT_CHECK_FAILED
+    finally:
+        timeline.close()
+
+
+def _count_steps(path: str) -> int:
+    """Step lines in a trace, counted fast (for the progress bar only); 0 when unknown."""
+    if not path.endswith(".jsonl"):
+        return 0
+    lines = 0
+    try:
+        with open(path, "rb") as stream:
+            while chunk := stream.read(1 << 22):
+                lines += chunk.count(b"\n")
+    except OSError:
+        return 0
+    return max(0, lines - 1)

@@ -7,7 +7,7 @@ import sys
 
 from ..model.scenarios.scenario import STDIN, ScenarioError
 from .against import add_against_options, check_against_use
-from .common import EXIT_OK, FILE_HELP, load_all, say, walk
+from .common import EXIT_OK, FILE_HELP, load_chapters, say, walk
 
 TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml", "tour_hicache.toml",
         "tour_hicache_hybrid.toml", "tour_sessions.toml", "tour_storage.toml")
@@ -48,8 +48,11 @@ def run(args) -> int:
     else:
         tour = Path(__file__).resolve().parent.parent.parent / "scenarios"
         files = args.files or [str(tour / name) for name in TOUR]
-        scenarios = load_all(files)
+        scenarios = load_chapters(files)
+    stored = [s for s in scenarios if hasattr(s, "store")]
     diverged = {}
+    if args.against and stored:
+        raise ScenarioError("--against runs the scenario beside SGLang: give the trace, not its store", stored[0].path)
     if args.against:
         from .against import divergences
 
@@ -58,6 +61,13 @@ def run(args) -> int:
         from ..render.report import make_console
 
         console = make_console()
+        if stored:  # a stored run can be millions of steps: its report, not a walk-through
+            from ..render.report import print_run_report
+
+            for timeline in stored:
+                print_run_report(timeline, console)
+            console.print("(stdout is not a terminal: run `urc tui` in a terminal to step through a stored run)")
+            return EXIT_OK if all(t.passed for t in stored) else 1
         code = walk(scenarios, console)
         console.print("(stdout is not a terminal: this is the walk-through; run `urc tui` in a terminal for the workbench)")
         return code

@@ -83,7 +83,7 @@ def progress(total: int, label: str, stream: Optional[TextIO] = None, minimum: i
 def print_run_report(timeline: Timeline, console: Console, interrupted: bool = False) -> None:
     scenario = timeline.scenario
     steps = plural(len(timeline), "step")
-    failing = [r for r in timeline.records if not r.passed]
+    failing = timeline.failing()
     if interrupted:
         console.print(Text.assemble(("STOPPED", "bold yellow"), f" {scenario.path} — {scenario.name} (interrupted: "
                                     f"{steps} of {len(scenario.steps):,} checked, {len(failing):,} failed)"))

@@ -163,7 +163,7 @@ class WorkbenchApp(App[None]):
         self.cursor.switch(index)
         self.selected_session = None
         chapter = self.cursor.chapter
-        self.query_one(StepList).reset()
+        self.query_one(StepList).reset(chapter.timeline.records if chapter.read_only else None)
         self._shown_steps = 0
         if chapter.loaded:
             self.steps_loaded()
@@ -199,7 +199,7 @@ class WorkbenchApp(App[None]):
         """Add the steps checked since the list was last extended."""
         records = self.cursor.timeline.records
         with self.cursor.lock:
-            new = records[self._shown_steps:len(records)]
+            new = [] if self.cursor.chapter.read_only else records[self._shown_steps:len(records)]
         if new:
             self.query_one(StepList).extend(new)
             self._shown_steps += len(new)

@@ -280,6 +280,11 @@ def search(timeline: Timeline, conditions: Sequence[Condition], start: int, forw
         return None
     end = len(timeline) if limit is None else min(limit, len(timeline))
     indices = range(start + 1, end + 1) if forward else range(min(start, end + 1) - 1, 0, -1)
+    failing = getattr(timeline.store, "failing_indexes", None)
+    if failing is not None and all(c.failed or c.violation is not None for c in conditions):
+        # a stored run indexes its failing steps: only they can hold these (the defaults)
+        listed = [i for i in failing() if i in indices]
+        indices = listed if forward else listed[::-1]
     for index in indices:
         hit = any_holds(timeline, conditions, index)
         if hit is not None:

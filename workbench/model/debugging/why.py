@@ -79,6 +79,9 @@ _INDEXES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # timeline.st
 def node_steps(timeline: Timeline) -> StepsTouching:
     """The timeline's node -> steps index: built in one pass on first use, kept with
     the timeline, and extended (not rebuilt) when steps were added since."""
+    stored = getattr(timeline.store, "steps_naming", None)
+    if stored is not None:  # a stored run keeps the index in its file
+        return stored
     index = _INDEXES.get(timeline.store)
     if index is None:
         index = _INDEXES[timeline.store] = _NodeSteps()

@@ -10,9 +10,9 @@ from .spec import NAME, Field, FuzzRule, OpSpec, declare
 
 # ---- lock ---------------------------------------------------------------------------------------
 def run_lock(session, f: dict) -> None:
-    match = session.match_named(f["match"])
-    receipt = session.cache.inc_lock_ref(match.node)
-    session.hold_lock(f["as"], match.node, receipt)
+    node = session.match_named(f["match"])
+    receipt = session.cache.inc_lock_ref(node)
+    session.hold_lock(f["as"], node, receipt)
 
 
 def sglang_lock(side, f: dict) -> None:

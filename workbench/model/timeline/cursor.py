@@ -20,13 +20,14 @@ from .runner import Runner, settle
 from ..scenarios.scenario import Scenario, ScenarioError, StepAppender
 from .states import TimelineState
 from .step_view import StepView
+from .stored import DiskTimeline, StoredRun
 from .timeline import StepRecord, Timeline
 from ..debugging.why import node_steps
 
 
 @dataclasses.dataclass
 class Chapter:
-    runner: Runner
+    runner: Runner | StoredRun
     loaded: bool = False
     appender: Optional[StepAppender] = None  # checks steps added at the end, made on first use
     unsaved_ops: int = 0  # live ops run since the chapter was last saved (a followed trace's steps are not)
@@ -39,6 +40,11 @@ class Chapter:
     def timeline(self) -> Timeline:
         return self.runner.timeline
 
+    @property
+    def read_only(self) -> bool:
+        """A stored run: its steps come from a file, and no live op can be added."""
+        return isinstance(self.runner, StoredRun)
+
 
 DEFAULT_BREAKPOINTS = ("violation", "failed")
 
@@ -46,10 +52,13 @@ DEFAULT_BREAKPOINTS = ("violation", "failed")
 class TimelineCursor:
     """A position (chapter, step) plus the reads a viewer needs at that position."""
 
-    def __init__(self, scenarios: list[Scenario]) -> None:
+    def __init__(self, scenarios: list[Scenario | DiskTimeline]) -> None:
+        """One chapter per scenario (run as it is read) or stored run (``urc run
+        --store``: already checked, read from its file, read-only)."""
         if not scenarios:
             raise ValueError("a cursor needs at least one scenario")
-        self.chapters = [Chapter(Runner(s)) for s in scenarios]
+        self.chapters = [Chapter(StoredRun(s), loaded=True) if isinstance(s, DiskTimeline) else Chapter(Runner(s))
+                         for s in scenarios]
         self.chapter_index = 0
         self.step = 0
         self.lock = threading.RLock()
@@ -92,6 +101,8 @@ class TimelineCursor:
         (a followed trace's new lines). Steps before a refused one are kept and run;
         then the refusal is raised. The chapter must have finished loading."""
         chapter = self.chapter
+        if chapter.read_only:
+            raise chapter.runner.refuse()
         if not chapter.loaded:
             raise ScenarioError("wait for the chapter to finish loading", chapter.scenario.path)
         with self.lock:
@@ -115,6 +126,8 @@ class TimelineCursor:
     def names(self) -> dict[str, list[str]]:
         """Live names the current chapter's next step may use (for completion)."""
         chapter = self.chapter
+        if chapter.read_only:
+            return {}
         if chapter.appender is None:
             chapter.appender = StepAppender(chapter.scenario)
         return chapter.appender.names

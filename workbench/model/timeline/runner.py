@@ -130,6 +130,11 @@ class Runner:
     def step(self) -> StepRecord:
         step = self.scenario.steps[self._next]
         self._next += 1
+        return self.run_step(step, last=self.done)
+
+    def run_step(self, step: Step, last: bool = False) -> StepRecord:
+        """Run and check one step (``step()`` takes the scenario's next; a streamed trace
+        hands them in itself, ``last`` on its final one, which gets the full sweep)."""
         cache, store = self.cache, self.timeline.store
         result, error = None, None
         hits = dict(cache.fault_hits) if cache.fault_hits else None
@@ -143,7 +148,7 @@ class Runner:
         if globals_.lru_relabels != store.globals[-1].lru_relabels:
             touched |= set(cache.tree.nodes) | set(store.current)  # every label in a list moved
         delta = changed_records(cache, store, touched)
-        full = self.full_checks or step.index % self.sweep_every == 0 or (self.sweep_at_end and self.done)
+        full = self.full_checks or step.index % self.sweep_every == 0 or (self.sweep_at_end and last)
         violations: list[Violation] = []
         if self.checks:
             # a step whose events only took or dropped locks or moved LRU places (a lock, an

@@ -42,7 +42,8 @@ class Session:
 
     def __init__(self, cache: UnifiedRadixCache) -> None:
         self.cache = cache
-        self.matches: dict[str, MatchHandle] = {}
+        self.matches: dict[str, int] = {}  # name -> node id: the key and the MatchResult (its slots
+        # tensor) stay with ``last_match`` only, so a trace of a million named matches holds ints
         self.locks: dict[str, LockHandle] = {}
         self.released: dict[str, LockHandle] = {}  # kept so a second unlock reaches the cache
         self.reqs: dict[str, Req] = {}
@@ -64,16 +65,16 @@ class Session:
     # ---- names ---------------------------------------------------------------------------
     def name_match(self, name: Optional[str], node: int, prefix_len: int, key: RadixKey,
                    result: Optional[MatchResult]) -> MatchHandle:
-        handle = MatchHandle(node, prefix_len, key, result)
         if name is not None:
-            self.matches[name] = handle
-        return handle
+            self.matches[name] = node
+        return MatchHandle(node, prefix_len, key, result)
 
-    def match_named(self, name: str) -> MatchHandle:
-        match = self.matches.get(name)
-        if match is None:
+    def match_named(self, name: str) -> int:
+        """The node a named match ended at."""
+        node = self.matches.get(name)
+        if node is None:
             raise RunError(f"unknown match name {name!r}")
-        return match
+        return node
 
     def hold_lock(self, name: str, node: int, receipt: IncLockRefResult) -> None:
         self.locks[name] = LockHandle(node, receipt)
@@ -96,5 +97,4 @@ class Session:
 
     # ---- state read-back -------------------------------------------------------------
     def node_of(self, match_name: str) -> Optional[int]:
-        handle = self.matches.get(match_name)
-        return None if handle is None else handle.node
+        return self.matches.get(match_name)

@@ -59,6 +59,9 @@ def has_sessions(scenario) -> bool:
     step opens, closes or reaps one, runs a streaming turn or names one in a prefill."""
     if scenario.config.get("session_radix_cache"):
         return True
+    summary = getattr(scenario.steps, "summary", None)  # a stored run knows without reading every step
+    if summary is not None:
+        return bool(set(summary["ops"]) & SESSION_OPS) or summary["names_session"]
     return any(step.op in SESSION_OPS or step.fields.get("session") is not None for step in scenario.steps)
 
 

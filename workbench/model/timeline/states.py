@@ -108,18 +108,21 @@ class StateStore:
         elif before is not None:  # one step back
             state = before.derive(self.befores[index + 1], self.deltas[index + 1], self.globals[index])
         else:
-            if index == len(self):
-                records = dict(self.current)
-            else:
-                start = self._keyframe_steps[bisect.bisect_right(self._keyframe_steps, index) - 1]
-                records = dict(self.keyframes[start])
-                for i in range(start + 1, index + 1):
-                    _apply(records, self.deltas[i])
+            records = dict(self.current) if index == len(self) else self._rebuild(index)
             state = TimelineState(self.shape, records, self.globals[index])
         if len(self._cache) >= 4:
             self._cache.pop(next(iter(self._cache)))
         self._cache[index] = state
         return state
+
+
+    def _rebuild(self, index: int) -> Records:
+        """The records after step ``index``: the nearest keyframe, then the deltas since."""
+        start = self._keyframe_steps[bisect.bisect_right(self._keyframe_steps, index) - 1]
+        records = dict(self.keyframes[start])
+        for i in range(start + 1, index + 1):
+            _apply(records, self.deltas[i])
+        return records
 
 
 def _apply(records: Records, delta: Delta) -> None:

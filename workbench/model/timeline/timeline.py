@@ -87,6 +87,10 @@ class Timeline:
     def first_failure(self) -> Optional[StepRecord]:
         return next((r for r in self.records if not r.passed), None)
 
+    def failing(self) -> list[StepRecord]:
+        """The steps that failed, in order (a stored timeline answers from its index)."""
+        return [r for r in self.records if not r.passed]
+
     @property
     def initial(self) -> TimelineState:
         return self.store.state(0)

@@ -3,6 +3,8 @@ from; the current step highlighted. Grows while a trace loads."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.text import Text
 from textual import events
 from textual.widgets import OptionList
@@ -13,6 +15,10 @@ from ...model.timeline.step_view import StepView
 from ...model.timeline.timeline import StepRecord
 from ..messages import StepChosen
 from .panel import Panel
+
+def _start() -> Option:
+    return Option(Text("    0   the start (empty cache)", style="dim"), id="s0")
+
 
 LINE_WIDTH = 34  # one line per step: the 40-column panel less its border, padding and scrollbar
 
@@ -28,19 +34,53 @@ def step_line(record: StepRecord) -> Text:
     return text
 
 
-class StepList(Panel, OptionList):
-    _measured_width: int | None = None  # the content width at the last resize
+WINDOW = 400  # a stored run's steps listed at once, around the current one
 
-    def reset(self) -> None:
+
+class StepList(Panel, OptionList):
+    """Every step, or for a stored run (millions of steps, read from disk) a window of
+    ``WINDOW`` around the current step, moved when the cursor leaves it."""
+
+    _measured_width: int | None = None  # the content width at the last resize
+    _stored: Sequence[StepRecord] | None = None  # a stored run's records, listed a window at a time
+    _window = (0, 0)  # steps first..last listed (stored run)
+
+    def reset(self, stored: Sequence[StepRecord] | None = None) -> None:
         self.clear_options()
-        self.add_option(Option(Text("    0   the start (empty cache)", style="dim"), id="s0"))
+        self._stored, self._window = stored, (0, -1)
+        if stored is None:
+            self.add_option(_start())
 
     def extend(self, records: list[StepRecord]) -> None:
         self.add_options(Option(step_line(r), id=f"s{r.index}") for r in records)
 
     def show(self, view: StepView) -> None:
-        if view.step < self.option_count:
+        if self._stored is not None:
+            self._list_around(view.step)
+            first = self._window[0]
+            self.highlighted = view.step - first + (first > 0)
+        elif view.step < self.option_count:
             self.highlighted = view.step
+
+    def _list_around(self, step: int) -> None:
+        first, last = self._window
+        total = len(self._stored)
+        clear_above = step >= first + WINDOW // 8 or first == 0
+        clear_below = step <= last - WINDOW // 8 or last == total
+        if first <= step <= last and clear_above and clear_below:
+            return
+        first = max(0, min(step - WINDOW // 2, total - WINDOW))
+        last = min(total, first + WINDOW)
+        self.clear_options()
+        if first:
+            self.add_option(Option(Text(f"      … steps 0–{first - 1:,} above (g: go to a step)", style="dim"),
+                                   disabled=True))
+        else:
+            self.add_option(_start())
+        self.extend(self._stored[max(0, first - 1) if first else 0:last])
+        if last < total:
+            self.add_option(Option(Text(f"      … {total - last:,} more steps", style="dim"), disabled=True))
+        self._window = (first, last)
 
     def _on_resize(self, event: events.Resize) -> None:
         """OptionList re-measures every option after any resize (~20 ms at 10,000 steps,

@@ -1,0 +1,593 @@
+"""A timeline on disk: ``urc run TRACE --store RUN.urcdb``, opened again by ``urc tui``.
+
+The in-memory timeline keeps every step, so its size grows with the run. This one
+streams each step's delta, the records it replaced, its totals and its record into one
+SQLite file as the steps are checked, in a transaction every ``BATCH_STEPS`` steps, so
+memory holds the live tree and one batch whatever the length, and a crash loses at
+most the batch being written (the file stays readable: SQLite's journal).
+
+A state is rebuilt from the nearest keyframe and the deltas after it, as in memory
+(``states.StateStore``); keyframes are written when replaying would read more records
+than a whole tree holds (or every ``KEYFRAME_MAX_STEPS``), so a jump anywhere costs
+about two trees' worth of records. A node's key is stored once per node (table
+``keys``), not in every record that mentions the node. Everything else is pickled and
+compressed per step; the file is ours to read back, never untrusted input (opening one
+refuses a file whose format it does not know).
+
+``DiskTimeline`` is a ``Timeline``: the cursor, diff, why, breakpoints and charts read it
+through the same ``records`` and ``store`` sequences, a step at a time.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import dataclasses
+import io
+import json
+import os
+import pickle
+import sqlite3
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from types import MappingProxyType
+from typing import Any, Callable, Optional
+
+from cache.snapshot import GlobalRecord, NodeRecord
+
+from ..scenarios.scenario import Scenario, ScenarioError
+from .states import Records, StateShape, StateStore
+from .timeline import StepRecord, Timeline
+
+FORMAT = 1
+SUFFIX = ".urcdb"
+BATCH_STEPS = 256  # steps per transaction: what a crash can lose
+KEYFRAME_MAX_STEPS = 1024
+CACHED_ROWS = 512  # decoded rows kept per column (a viewer steps around one place)
+
+_TABLES = """
+CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE keys (id INTEGER PRIMARY KEY, key BLOB NOT NULL);
+CREATE TABLE steps (idx INTEGER PRIMARY KEY, passed INTEGER NOT NULL, delta BLOB NOT NULL, before BLOB NOT NULL,
+                    globals BLOB NOT NULL, record BLOB NOT NULL);
+CREATE TABLE keyframes (idx INTEGER PRIMARY KEY, records BLOB NOT NULL);
+CREATE TABLE touches (node INTEGER NOT NULL, idx INTEGER NOT NULL, PRIMARY KEY (node, idx)) WITHOUT ROWID;
+"""
+COLUMNS = ("delta", "before", "globals", "record")
+_KEY = NodeRecord._fields.index("key")
+
+
+def _proxy(mapping: dict) -> MappingProxyType:
+    return MappingProxyType(mapping)
+
+
+_DISPATCH = copyreg.dispatch_table.copy()
+_DISPATCH[MappingProxyType] = lambda m: (_proxy, (dict(m),))  # snapshots wrap their mappings read-only
+
+
+def _encode(obj: Any, compress: bool = True) -> bytes:
+    """Pickled, and compressed unless told not to (a step's record is mostly token ids,
+    which do not compress: a third of the run's time went to trying)."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, 5)
+    pickler.dispatch_table = _DISPATCH
+    pickler.dump(obj)
+    return zlib.compress(out.getvalue(), 1) if compress else out.getvalue()
+
+
+def _decode(blob: bytes) -> Any:
+    return pickle.loads(blob if blob[:1] == b"\x80" else zlib.decompress(blob))  # a pickle starts with PROTO
+
+
+class StoreError(ScenarioError):
+    """A store that cannot be opened or written (one line: the file and why)."""
+
+
+# ---- the file ----------------------------------------------------------------------------------------
+
+
+class StoreFile:
+    """The SQLite file and its encodings: node records travel with a key id in place
+    of their key bytes, each key written once (``key_id``)."""
+
+    def __init__(self, connection: sqlite3.Connection, path: str) -> None:
+        self.db = connection
+        self.path = path
+        self.lock = threading.RLock()  # a viewer's worker thread and the UI read through one connection
+        self._key_ids: dict[bytes, int] = {}  # writer: key bytes -> id, for keys the live tree still uses
+        self._keys: OrderedDict[int, bytes] = OrderedDict()  # reader: id -> key bytes, most recent last
+        self._next_key = 1
+
+    @classmethod
+    def create(cls, path: str) -> StoreFile:
+        db = _connect(path)
+        db.executescript(_TABLES)
+        return cls(db, path)
+
+    @classmethod
+    def open(cls, path: str) -> StoreFile:
+        if not os.path.isfile(path):
+            raise StoreError("no such store", path)
+        db = _connect(path)
+        try:
+            found = db.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+        except sqlite3.DatabaseError:
+            found = None
+        if found is None or _decode(found[0]) != FORMAT:
+            db.close()
+            raise StoreError(f"not a timeline store (format {FORMAT}): write one with urc run TRACE --store", path)
+        store = cls(db, path)
+        store._next_key = (db.execute("SELECT max(id) FROM keys").fetchone()[0] or 0) + 1
+        return store
+
+    # ---- meta --------------------------------------------------------------------------------
+    def put_meta(self, name: str, value: Any) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, _encode(value)))
+
+    def meta(self, name: str, default: Any = None) -> Any:
+        with self.lock:
+            row = self.db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        return default if row is None else _decode(row[0])
+
+    # ---- records and their keys ------------------------------------------------------------------
+    def key_id(self, key: bytes) -> int:
+        found = self._key_ids.get(key)
+        if found is None:
+            found = self._key_ids[key] = self._next_key
+            self._next_key += 1
+            self.db.execute("INSERT INTO keys VALUES (?, ?)", (found, key))
+        return found
+
+    def forget_keys(self, live: Records) -> None:
+        """Keep ids only for the keys ``live`` uses (a later record of a deleted node's
+        key, should one come, just stores it again)."""
+        keep = {r.key for r in live.values()}
+        self._key_ids = {k: i for k, i in self._key_ids.items() if k in keep}
+
+    def pack(self, records: dict) -> list:
+        """``{id: record or None}`` as plain tuples with a key id in place of the key."""
+        out = []
+        for node_id, record in records.items():
+            if record is None:
+                out.append((node_id, None))
+            else:
+                fields = list(record)
+                fields[_KEY] = self.key_id(record.key)
+                out.append((node_id, tuple(fields)))
+        return out
+
+    def unpack(self, packed: list) -> dict:
+        keys = self._keys_for({fields[_KEY] for _, fields in packed if fields is not None})
+        out: dict = {}
+        for node_id, fields in packed:
+            if fields is None:
+                out[node_id] = None
+            else:
+                fields = list(fields)
+                fields[_KEY] = keys[fields[_KEY]]
+                out[node_id] = NodeRecord._make(fields)
+        return out
+
+    def _keys_for(self, ids: set[int]) -> dict[int, bytes]:
+        found = {i: self._keys[i] for i in ids if i in self._keys}
+        missing = [i for i in ids if i not in found]
+        for start in range(0, len(missing), 500):
+            chunk = missing[start:start + 500]
+            with self.lock:
+                rows = self.db.execute(f"SELECT id, key FROM keys WHERE id IN ({','.join('?' * len(chunk))})",
+                                       chunk).fetchall()
+            for key_id, key in rows:
+                found[key_id] = self._keys[key_id] = bytes(key)
+        while len(self._keys) > 8 * CACHED_ROWS:
+            self._keys.popitem(last=False)
+        return found
+
+    def rows(self, column: str, first: int, last: int) -> list[tuple[int, bytes]]:
+        """(index, blob) for steps first..last of one column."""
+        with self.lock:
+            return self.db.execute(f"SELECT idx, {column} FROM steps WHERE idx BETWEEN ? AND ? ORDER BY idx",
+                                   (first, last)).fetchall()
+
+    def steps(self) -> int:
+        with self.lock:
+            return self.db.execute("SELECT coalesce(max(idx), 0) FROM steps").fetchone()[0]
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    try:
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode = WAL")  # a reader sees the last committed batch while a run writes
+        db.execute("PRAGMA synchronous = NORMAL")  # a crash keeps every committed batch; power loss may cost the last
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open: {exc}", path) from None
+    return db
+
+
+# ---- per-step columns -------------------------------------------------------------------------------
+
+
+class StoredColumn(Sequence):
+    """One per-step column (``deltas``, ``befores``, ``globals``, the records) read
+    like the in-memory lists: ``[i]``, ``[-1]``, slices, ``len``, iteration. Index 0 is
+    the start; steps not yet written come from the writer's batch."""
+
+    def __init__(self, store: DiskStateStore, column: str, decode: Callable[[bytes], Any], start: Any) -> None:
+        self.store = store
+        self.column = column
+        self.decode = decode
+        self.start = start
+        self._cache: OrderedDict[int, Any] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.store) + 1
+
+    def __getitem__(self, index):
+        n = len(self)
+        if isinstance(index, slice):
+            first, stop, stride = index.indices(n)
+            if stride != 1:
+                return [self[i] for i in range(first, stop, stride)]
+            return list(self.between(first, stop - 1))
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(index)
+        return next(self.between(index, index))
+
+    def __iter__(self) -> Iterator:
+        return self.between(0, len(self) - 1)
+
+    def between(self, first: int, last: int, chunk: int = 256) -> Iterator:
+        """Steps first..last, read from the file in chunks."""
+        index = first
+        while index <= last:
+            if index == 0:
+                yield self.start
+                index += 1
+                continue
+            pending = self.store.pending.get(index)
+            if pending is not None:
+                yield pending[self.column]
+                index += 1
+                continue
+            cached = self._cache.get(index)
+            if cached is not None:
+                self._cache.move_to_end(index)
+                yield cached
+                index += 1
+                continue
+            top = min(last, index + chunk - 1)
+            rows = self.store.file.rows(self.column, index, top)
+            if not rows:
+                raise IndexError(index)
+            for i, blob in rows:
+                value = self.decode(blob)
+                self._cache[i] = value
+                if len(self._cache) > CACHED_ROWS:
+                    self._cache.popitem(last=False)
+                yield value
+            index = rows[-1][0] + 1
+
+
+class StoredKeyframes:
+    """``keyframes[i]`` of the in-memory store, read from the file."""
+
+    def __init__(self, store: DiskStateStore) -> None:
+        self.store = store
+
+    def __getitem__(self, index: int) -> Records:
+        kept, records = self.at_or_before(index)
+        if kept != index:
+            raise KeyError(index)
+        return records
+
+    def at_or_before(self, index: int) -> tuple[int, Records]:
+        store = self.store
+        for kept, records in reversed(store.pending_keyframes):
+            if kept <= index:
+                return kept, dict(records)
+        with store.file.lock:
+            row = store.file.db.execute("SELECT idx, records FROM keyframes WHERE idx <= ? ORDER BY idx DESC LIMIT 1",
+                                        (index,)).fetchone()
+        return row[0], store.file.unpack(_decode(row[1]))
+
+
+# ---- the store ---------------------------------------------------------------------------------------
+
+
+class DiskStateStore(StateStore):
+    """``StateStore`` with its per-step lists in the file: the same reads (``state``,
+    ``deltas``, ``befores``, ``globals``, ``keyframes``, ``current``), the same ``append``."""
+
+    def __init__(self, file: StoreFile, shape: StateShape, initial_globals: GlobalRecord, current: Records,
+                 length: int) -> None:
+        self.file = file
+        self.shape = shape
+        self.keyframe_every = KEYFRAME_MAX_STEPS
+        self.current = current
+        self._length = length
+        self.pending: dict[int, dict[str, Any]] = {}  # steps not yet written: column -> value
+        self.pending_keyframes: list[tuple[int, Records]] = []
+        self._since_keyframe = 0  # records a rebuild would replay since the last keyframe
+        self._steps_since = 0
+        self._cache = {}
+        records = lambda blob: file.unpack(_decode(blob))  # noqa: E731
+        self.deltas = StoredColumn(self, "delta", records, {})
+        self.befores = StoredColumn(self, "before", records, {})
+        self.globals = StoredColumn(self, "globals", _decode, initial_globals)
+        self.records = StoredColumn(self, "record", self._record, None)  # [0] is nothing: steps are 1-based
+        self.keyframes = StoredKeyframes(self)
+        self.summary: dict[str, Any] = {"ops": [], "names_session": False}  # what a viewer asks of every step
+
+    def __len__(self) -> int:
+        return self._length
+
+    def append(self, delta: dict, globals_: GlobalRecord) -> None:
+        current = self.current
+        before = {node_id: current.get(node_id) for node_id in delta}
+        for node_id, record in delta.items():
+            if record is None:
+                current.pop(node_id, None)
+            else:
+                current[node_id] = record
+        self._length += 1
+        self.pending[self._length] = {"delta": delta, "before": before, "globals": globals_}
+        self._since_keyframe += len(delta) + 1
+        self._steps_since += 1
+        if self._since_keyframe > 2 * len(current) + 64 or self._steps_since >= KEYFRAME_MAX_STEPS:
+            self.keyframe()
+
+    def keyframe(self) -> None:
+        if not self.pending_keyframes or self.pending_keyframes[-1][0] != self._length:
+            self.pending_keyframes.append((self._length, dict(self.current)))
+        self._since_keyframe = self._steps_since = 0
+
+    def add_record(self, record: StepRecord) -> None:
+        self.pending[record.index]["record"] = record
+        step = record.step
+        if step.op not in self.summary["ops"]:
+            self.summary["ops"].append(step.op)
+        if not self.summary["names_session"] and step.fields.get("session") is not None:
+            self.summary["names_session"] = True
+        if len(self.pending) >= BATCH_STEPS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the finished steps and keyframes in one transaction."""
+        file = self.file
+        done = [i for i, row in self.pending.items() if "record" in row]
+        with file.lock:
+            file.db.execute("BEGIN")
+            try:
+                file.db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?)", (
+                    (i, row["record"].passed, _encode(file.pack(row["delta"])), _encode(file.pack(row["before"])),
+                     _encode(row["globals"]), _encode(_record_fields(row["record"]), compress=False))
+                    for i in done for row in (self.pending[i],)))
+                file.db.executemany("INSERT OR IGNORE INTO touches VALUES (?, ?)", (
+                    (node, i) for i in done for node in {e.node for e in self.pending[i]["record"].events}
+                    if node is not None))
+                kept = [(i, records) for i, records in self.pending_keyframes if i <= (done[-1] if done else 0)]
+                file.db.executemany("INSERT OR REPLACE INTO keyframes VALUES (?, ?)",
+                                    ((i, _encode(file.pack(records))) for i, records in kept))
+                file.put_meta("summary", self.summary)
+                file.db.execute("COMMIT")
+            except BaseException:
+                file.db.execute("ROLLBACK")
+                raise
+        for i in done:
+            del self.pending[i]
+        self.pending_keyframes = self.pending_keyframes[len(kept):]
+        if len(file._key_ids) > 4 * len(self.current) + 1024:
+            file.forget_keys(self.current)
+
+    def _rebuild(self, index: int) -> Records:
+        kept, records = self.keyframes.at_or_before(index)
+        for delta in self.deltas.between(kept + 1, index):
+            for node_id, record in delta.items():
+                if record is None:
+                    records.pop(node_id, None)
+                else:
+                    records[node_id] = record
+        return records
+
+    def _record(self, blob: bytes) -> StepRecord:
+        fields = dict(zip(_RECORD_FIELDS, _decode(blob)))
+        return StepRecord(store=self, **fields)
+
+    def steps_naming(self, node_id: int) -> list[int]:
+        """Steps whose events name the node (``why``'s index, kept in the file)."""
+        with self.file.lock:
+            rows = self.file.db.execute("SELECT idx FROM touches WHERE node = ? ORDER BY idx", (node_id,)).fetchall()
+        pending = [i for i, row in sorted(self.pending.items())
+                   if "record" in row and any(e.node == node_id for e in row["record"].events)]
+        return [i for (i,) in rows] + pending
+
+    def failing_indexes(self) -> list[int]:
+        with self.file.lock:
+            rows = self.file.db.execute("SELECT idx FROM steps WHERE passed = 0 ORDER BY idx").fetchall()
+        written = [i for (i,) in rows]
+        return written + [i for i, row in sorted(self.pending.items()) if "record" in row and not row["record"].passed]
+
+
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord) if f.name != "store")
+
+
+def _record_fields(record: StepRecord) -> tuple:
+    return tuple(getattr(record, name) for name in _RECORD_FIELDS)
+
+
+class StoredRecords(Sequence):
+    """``timeline.records`` on disk: ``records[i]`` is step ``i + 1``."""
+
+    def __init__(self, store: DiskStateStore) -> None:
+        self.store = store
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __getitem__(self, index):
+        n = len(self)
+        if isinstance(index, slice):
+            first, stop, stride = index.indices(n)
+            if stride != 1:
+                return [self[i] for i in range(first, stop, stride)]
+            return list(self.store.records.between(first + 1, stop))
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(index)
+        return self.store.records[index + 1]
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        return self.store.records.between(1, len(self))
+
+    def append(self, record: StepRecord) -> None:
+        self.store.add_record(record)
+
+
+class StoredSteps(Sequence):
+    """A stored run's ``scenario.steps``: each step read back with its record."""
+
+    def __init__(self, records: StoredRecords) -> None:
+        self.records = records
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The ops the run used and whether a step names a session (kept as it ran)."""
+        return self.records.store.summary
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(r.step for r in self.records[index])
+        return self.records[index].step
+
+    def __iter__(self):
+        return (r.step for r in self.records)
+
+
+class DiskTimeline(Timeline):
+    """A timeline whose steps live in a store file (see the module's docstring)."""
+
+    def __init__(self, scenario: Scenario, store: DiskStateStore, complete: bool = True) -> None:
+        records = StoredRecords(store)
+        scenario = dataclasses.replace(scenario, steps=StoredSteps(records))
+        super().__init__(scenario, store, records)
+        self.complete = complete  # False: the run that wrote it was interrupted (or is still writing)
+
+    @property
+    def path(self) -> str:
+        return self.store.file.path
+
+    @property
+    def passed(self) -> bool:
+        return not self.store.failing_indexes()
+
+    @property
+    def first_failure(self) -> Optional[StepRecord]:
+        failing = self.store.failing_indexes()
+        return self.records[failing[0] - 1] if failing else None
+
+    def failing(self) -> list[StepRecord]:
+        return [self.records[i - 1] for i in self.store.failing_indexes()]
+
+    def finish(self, complete: bool, notices: Sequence[str] = ()) -> None:
+        """Write what is pending and the last state as a keyframe; mark the run
+        complete (or interrupted), so reopening says which."""
+        store = self.store
+        for index in sorted((i for i, row in store.pending.items() if "record" not in row), reverse=True):
+            for node_id, record in store.pending.pop(index)["before"].items():  # a step cut short is undone
+                if record is None:
+                    store.current.pop(node_id, None)
+                else:
+                    store.current[node_id] = record
+        store._length = max(store.pending, default=store.file.steps())
+        store.pending_keyframes = [k for k in store.pending_keyframes if k[0] <= store._length]
+        store.keyframe()
+        store.flush()
+        file = store.file
+        with file.lock:
+            file.put_meta("steps", len(store))
+            file.put_meta("complete", complete)
+            file.put_meta("notices", list(notices))
+            file.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.complete = complete
+
+    def close(self) -> None:
+        with self.store.file.lock:
+            self.store.file.db.close()
+
+
+class StoredRun:
+    """What the cursor holds in place of a runner for a stored chapter: already run,
+    and read-only (a live op would need the cache it ran on)."""
+
+    done = True
+    read_only = True
+
+    def __init__(self, timeline: DiskTimeline) -> None:
+        self.timeline = timeline
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.timeline.scenario
+
+    def refuse(self) -> ScenarioError:
+        return ScenarioError("a stored run is read-only: to try ops on it, run the trace itself (urc tui TRACE)",
+                             self.timeline.path)
+
+
+# ---- making and opening ------------------------------------------------------------------------------
+
+
+def create_store(path: str, runner) -> DiskTimeline:
+    """Send a fresh runner's timeline to a new store file at ``path`` (the caller has
+    checked it may be written): from now on its steps stream to the file."""
+    old = runner.timeline
+    if len(old):
+        raise ValueError("a store starts with the run: this runner has already run steps")
+    file = StoreFile.create(path)
+    scenario = old.scenario
+    with file.lock:
+        file.db.execute("BEGIN")
+        file.put_meta("format", FORMAT)
+        file.put_meta("header", scenario.header())
+        file.put_meta("path", scenario.path)
+        file.put_meta("shape", dataclasses.replace(old.store.shape, child_keys={}, order_keys={}))
+        file.put_meta("initial_globals", old.store.globals[0])
+        file.put_meta("complete", False)
+        file.db.execute("INSERT INTO keyframes VALUES (0, ?)", (_encode(file.pack(old.store.current)),))  # the start
+        file.db.execute("COMMIT")
+    store = DiskStateStore(file, old.store.shape, old.store.globals[0], dict(old.store.current), 0)
+    timeline = DiskTimeline(scenario, store, complete=False)
+    timeline.listeners = old.listeners
+    runner.timeline = timeline
+    return timeline
+
+
+def open_store(path: str) -> DiskTimeline:
+    """A store written by ``urc run --store``, read-only; what a crash left is opened
+    as far as it was committed."""
+    from ..scenarios.scenario import _build
+
+    file = StoreFile.open(path)
+    header = file.meta("header")
+    source = file.meta("path", path)
+    scenario = _build(header["scenario"], header["config"], [], source, lambda *_: None, lambda *_: None)
+    length = file.steps()
+    store = DiskStateStore(file, file.meta("shape"), file.meta("initial_globals"), {}, length)
+    store.current = store._rebuild(length)
+    store.summary = file.meta("summary", store.summary)
+    complete = bool(file.meta("complete", False)) and file.meta("steps", -1) == length
+    notices = list(file.meta("notices", []))
+    if not complete:
+        notices.append(f"{path}: the run that wrote this store stopped early; its first {length:,} steps are here")
+    timeline = DiskTimeline(dataclasses.replace(scenario, notices=tuple(notices)), store, complete)
+    return timeline
+
+
+def is_store(path: str) -> bool:
+    return str(path).endswith(SUFFIX)
