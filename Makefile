@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 TORCH   := torch==2.13.0
 
-.PHONY: run test bench setup clean graphviz bridge-test bridge-setup
+.PHONY: run test bench setup clean graphviz bridge-test bridge-setup ray-test
 
 LOG     := $(VENV)/setup.log
 
@@ -65,8 +65,20 @@ bridge-setup: $(SGL_STAMP)
 
 # URC_REQUIRE_SGLANG: a bridge test file that would skip (SGLang not importable) fails instead
 bridge-test: $(SGL_STAMP)
-	@URC_REQUIRE_SGLANG=1 $(SGL_BIN)/python -m pytest -p no:cacheprovider tests/test_bridge_sglang.py tests/test_op_registry.py \
+	@URC_REQUIRE_SGLANG=1 $(SGL_BIN)/python -m pytest -p no:cacheprovider tests/test_bridge_sglang.py tests/test_op_registry.py tests/test_fuzz_against_sglang.py \
 		tests/test_bridge_storage.py tests/test_bridge_prefetch.py tests/test_storage_backends.py
+
+# urc fuzz --ray on a small local Ray instance (the optional [ray] extra, added to .venv).
+# URC_REQUIRE_RAY: the Ray tests fail instead of skipping when Ray cannot be imported.
+RAY_STAMP := $(VENV)/.ray-installed
+
+$(RAY_STAMP): $(STAMP)
+	@echo "adding Ray to $(VENV) (log: $(LOG))" >&2
+	@$(BIN)/pip install -q -e '.[dev,ray]' >>$(LOG) 2>&1 || { cat $(LOG); exit 1; }
+	@touch $(RAY_STAMP)
+
+ray-test: $(RAY_STAMP)
+	@URC_REQUIRE_RAY=1 $(BIN)/python -m pytest -p no:cacheprovider tests/test_fuzz_ray.py
 
 clean:
 	rm -rf $(VENV) $(SGL_VENV) .pytest_cache .hypothesis

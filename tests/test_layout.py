@@ -20,7 +20,7 @@ ROOMS = {
                  "shown_tree", "shown_sessions", "step_view", "request_diff", "metric_rows", "series",
                  "stored", "store_run"],  # running a scenario, the states it leaves, moving through them
     "debugging": ["why", "why_request", "why_session", "why_prefetch", "breakpoints", "regression_test"],
-    "fuzzing": ["config", "fuzz", "options", "shrink", "campaign", "sweep"],
+    "fuzzing": ["config", "fuzz", "options", "shrink", "campaign", "sweep", "ray_pool"],
 }
 MODEL = [f"{room}.{module}" for room, modules in ROOMS.items() for module in modules]
 # the workbench's rooms by role; its root holds only its entry points

@@ -50,6 +50,15 @@ def add_parser(command) -> None:
     fuzz.add_argument("--jobs", type=int, metavar="N",
                       help="worker processes the episodes run on (default: the cores); the findings do not "
                            "depend on it: each episode's steps come from its seed and number alone")
+    fuzz.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                      help="run the episodes as Ray tasks instead: on the cluster at ADDRESS (ray://host:10001, or "
+                           "auto), or with no address on a local Ray instance over this machine's cores; results and "
+                           "shrunk reproductions come back here (needs: pip install 'unified-cache-workbench[ray]')")
+    fuzz.add_argument("--against", choices=("sglang",),
+                      help="differential fuzzing: run every generated episode on SGLang 0.5.23's cache too, in "
+                           "lockstep (results every step, states every 8), and shrink any divergence — or an assert "
+                           "SGLang raises on a valid sequence — to a scenario `urc run FILE --against sglang` "
+                           "replays (unfaulted configs; needs the [sglang] extra: make bridge-setup)")
     fuzz.add_argument("--first", action="store_true",
                       help="stop at the first failure (in the order the episodes are planned: config, seed, episode); "
                            "the episodes after it are skipped, and the result is still the same on any --jobs")
@@ -81,10 +90,15 @@ def run(args) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise ScenarioError(f"--{name.replace('_', '-')} must be a positive int (got {value})")
+    if args.ray is not None and args.jobs is not None:
+        raise ScenarioError("--ray runs on the cluster's CPUs: leave out --jobs")
     for name in ("time_budget", "shrink_budget"):
         value = getattr(args, name)
         if value is not None and not 0 < value:  # also refuses nan
             raise ScenarioError(f"--{name.replace('_', '-')} must be a positive number of seconds (got {value})")
+    if args.against and (args.fault or args.faults):
+        raise ScenarioError("--against sglang compares the fixed caches: SGLang's side runs no fault (leave out "
+                            "--fault/--faults)")
     if args.faults:
         if args.fault or args.trace:
             raise ScenarioError(f"--faults {args.faults} runs the catalogue: leave out --fault and --trace")
@@ -106,7 +120,27 @@ def run(args) -> int:
         episode, steps = None, args.steps or 10_000
     for config in configs:
         _check_config(config)
+    if args.against:
+        configs = _bridged(configs)
     return _fuzz_once(configs, args, steps, episode)
+
+
+def _bridged(configs: list) -> list:
+    """The configs SGLang's side can run (its components, its storage rules); none is
+    bad input, said before fuzzing."""
+    from ..bridge.sglang_env import BridgeError, check_version
+    from ..bridge.sglang_side import COMPONENTS
+    from ..bridge.sglang_storage import unbridged_storage_field
+
+    try:
+        check_version(False)
+    except BridgeError as exc:
+        raise ScenarioError(f"--against sglang: {exc}") from None
+    kept = [c for c in configs if set(c.components) <= set(COMPONENTS)
+            and not unbridged_storage_field(c.scenario_config())]
+    if not kept:
+        raise ScenarioError(f"--against sglang: SGLang has no cache for {configs[0].label()}")
+    return kept
 
 
 CONFIG_FLAGS = ("config", "page_size", "sliding_window", "kv_size", "swa_kv_size", "mamba_size", "hicache")
@@ -200,17 +234,20 @@ def _fuzz_once(configs: list, args, steps: int, episode_steps: Optional[int]) ->
     jobs = args.jobs or default_jobs()
     what = config.label() if len(configs) == 1 else f"{len(configs)} configs swept"
     with progress(sum(t.steps for t in tasks), f"fuzz {what}", minimum=2000) as advance:
-        campaign = run_campaign(tasks, jobs, args.time_budget, advance, args.shrink_budget, first=args.first)
+        campaign = run_campaign(tasks, jobs, args.time_budget, advance, args.shrink_budget, first=args.first,
+                                ray=args.ray, **_differential(args))
     rate = f"{campaign.ops_per_second:,.0f} ops/s, {plural(campaign.jobs, 'job')}"
     which = f"seed {args.seed}" if args.seeds == 1 else f"seeds {args.seed}-{seeds[-1]}"
     stopped = "STOPPED (interrupted): " if campaign.interrupted else ""
     if not campaign.findings:
         swept = f", {len(sets)} option sets in turn" if sets else ""
+        nothing = "no divergence from SGLang 0.5.23" if args.against else "no failure"
         _say_or_json(args, {"config": what, "configs": [c.label() for c in configs], "seed": args.seed,
                             "seeds": args.seeds, "steps": campaign.steps_run,
                             "ops_per_second": round(campaign.ops_per_second), "jobs": campaign.jobs, "finding": None,
-                            "option_sets": len(sets) if sets else 0, "interrupted": campaign.interrupted},
-                     f"{stopped}no failure in {campaign.steps_run:,} steps ({what}{swept}, {which}; {rate})")
+                            "option_sets": len(sets) if sets else 0, "interrupted": campaign.interrupted,
+                            "against": args.against},
+                     f"{stopped}{nothing} in {campaign.steps_run:,} steps ({what}{swept}, {which}; {rate})")
         return EXIT_INTERRUPTED if campaign.interrupted else 0
     if campaign.interrupted:  # found, but not shrunk: say what was found, write nothing
         first = campaign.findings[0]
@@ -232,6 +269,15 @@ def _fuzz_once(configs: list, args, steps: int, episode_steps: Optional[int]) ->
         print("\n".join(texts))
         print(f"  {campaign.steps_run:,} steps ({what}, {which}; {rate}); {plural(len(summaries), 'distinct failure')}")
     return 1
+
+
+def _differential(args) -> dict:
+    """With --against sglang: the campaign's episode and shrinker that run SGLang too."""
+    if not args.against:
+        return {}
+    from ..bridge.differential_fuzz import differential_episode, shrink_divergence
+
+    return {"episode": differential_episode, "shrinker": shrink_divergence}
 
 
 def _fresh_name(name: str, taken: list[str]) -> str:
@@ -263,8 +309,15 @@ def _write_finding(result, output: str, args, trace: bool) -> dict:
                   "config": config.scenario_config()}
         with open_output(args.trace, (), args.force, "--trace") as stream:
             stream.write(scenario_jsonl(scenario_from_records(header, result.run_steps)))
+    diverged = finding.kind == "divergence"  # urc fuzz --against sglang
+    if diverged:
+        from ..bridge.differential_fuzz import divergence_scenario
+
+        scenario = divergence_scenario(result, f"fuzz-against-sglang-seed{result.seed}")
+    else:
+        scenario = repro_scenario(result)
     with open_output(output, (), args.force, "-o") as stream:
-        stream.write(scenario_toml(repro_scenario(result)))
+        stream.write(scenario_toml(scenario))
     fired = result.first_fired
     where = f"step {finding.step} of episode {result.episode}" + (f" (the fault first acted at step {fired})"
                                                                   if fired is not None else "")
@@ -278,6 +331,7 @@ def _write_finding(result, output: str, args, trace: bool) -> dict:
             f"FAIL {config.label()}, seed {result.seed}: {finding.check} at {where}",
             f"  {finding.message}",
             f"  shrunk to {len(result.shrunk)} steps ({result.shrink_runs} runs); {wrote}",
+            f"  replay: urc run {output} --against sglang" if diverged else
             f"  replay: urc run {output}   (with faults = [] it passes)",
         ]),
     }
@@ -312,7 +366,8 @@ def _detection_table(args) -> int:
     jobs = args.jobs or default_jobs()
     if sys.stderr.isatty():
         print(f"fuzzing {len(faults)} faults on {plural(min(jobs, len(faults)), 'job')} …", file=sys.stderr, flush=True)
-    detections = map_in_workers(functools.partial(detect_fault, shrink_budget=args.shrink_budget), faults, jobs)
+    detections = map_in_workers(functools.partial(detect_fault, shrink_budget=args.shrink_budget), faults, jobs,
+                                ray=args.ray)
     for fault, detection in zip(faults, detections):
         rows.append(detection.row())
         if folder is not None and detection.flagged:

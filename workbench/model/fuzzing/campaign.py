@@ -85,28 +85,40 @@ def default_jobs() -> int:
 
 def run_campaign(tasks: list[EpisodeTask], jobs: int, time_budget: Optional[float] = None,
                  on_steps: Optional[Callable[[int], None]] = None, shrink_budget: Optional[float] = 60.0,
-                 shrink: bool = True, first: bool = False) -> CampaignResult:
+                 shrink: bool = True, first: bool = False, ray: Optional[str] = None,
+                 episode: Callable[..., FuzzResult] = run_episode,
+                 shrinker: Callable[[FuzzResult, Optional[float]], FuzzResult] = shrink_result) -> CampaignResult:
     """Run every task (``jobs`` processes; 1: here, one after another), merge the
     findings by signature and shrink each once (in parallel too). ``time_budget``: no
     episode runs past it. ``first``: stop at the first failure in plan order (the tasks
     after it are skipped, or their results dropped), so the run is the same on any
-    number of jobs. Ctrl-C stops the campaign and keeps what finished."""
+    number of jobs. Ctrl-C stops the campaign and keeps what finished. ``ray``: the
+    tasks run on a Ray cluster at that address (``ray_pool.LOCAL``: a local one)
+    instead, on as many workers as it has CPUs. ``episode`` and ``shrinker`` (module-level
+    functions, so a worker can be sent them) replace ``run_episode`` and
+    ``shrink_result``: the differential campaign against SGLang runs its own."""
     start = time.monotonic()
     deadline = None if time_budget is None else time.time() + time_budget
-    jobs = max(1, min(jobs, len(tasks)))
     report = on_steps or (lambda n: None)
     results: dict[int, FuzzResult] = {}
     interrupted = False
-    pool = _pool(jobs) if jobs > 1 else None
+    if ray is not None:
+        from .ray_pool import RayPool
+
+        pool = RayPool(ray)
+        jobs = pool.workers
+    else:
+        jobs = max(1, min(jobs, len(tasks)))
+        pool = _pool(jobs) if jobs > 1 else None
     try:
         try:
             if pool is None:
                 for k, task in enumerate(tasks):
-                    results[k] = _run_task(task, deadline, report)
+                    results[k] = _run_task(task, deadline, report, episode)
                     if first and results[k].finding is not None:
                         break
             else:
-                results.update(_run_parallel(pool, tasks, deadline, report, first))
+                results.update(_run_parallel(pool, tasks, deadline, report, first, episode))
         except _Interrupted as stop:
             results.update(stop.results)
             interrupted = True
@@ -116,7 +128,7 @@ def run_campaign(tasks: list[EpisodeTask], jobs: int, time_budget: Optional[floa
         seconds = time.monotonic() - start  # the fuzzing's, without the shrinking
         findings = merge(done)[:1] if first else merge(done)
         if shrink and findings and not interrupted:
-            findings = _shrink_all(pool, findings, shrink_budget)
+            findings = _shrink_all(pool, findings, shrink_budget, shrinker)
     finally:
         if pool is not None:
             pool.shutdown(wait=not interrupted, cancel_futures=True)
@@ -132,9 +144,17 @@ def merge(results: list[FuzzResult]) -> list[FuzzResult]:
     return list(first.values())
 
 
-def map_in_workers(fn: Callable, items: list, jobs: int) -> list:
-    """``[fn(item) for item in items]`` on ``jobs`` worker processes (1: here), in order:
-    for work coarser than an episode (a fault's whole detection)."""
+def map_in_workers(fn: Callable, items: list, jobs: int, ray: Optional[str] = None) -> list:
+    """``[fn(item) for item in items]`` on ``jobs`` worker processes (1: here) or on
+    Ray, in order: for work coarser than an episode (a fault's whole detection)."""
+    if ray is not None:
+        from .ray_pool import RayPool
+
+        pool = RayPool(ray)
+        try:
+            return pool.map(fn, items)
+        finally:
+            pool.shutdown(cancel_futures=True)
     jobs = max(1, min(jobs, len(items)))
     if jobs == 1:
         return [fn(item) for item in items]
@@ -167,7 +187,7 @@ def _start_worker(progress: multiprocessing.Queue) -> None:
     _progress = progress
 
 
-def _worker_task(k: int, task: EpisodeTask, deadline: Optional[float]) -> FuzzResult:
+def _worker_task(k: int, task: EpisodeTask, deadline: Optional[float], episode: Callable = run_episode) -> FuzzResult:
     """Task ``k`` in a worker: its steps so far reported as ``(k, steps)``."""
     done = 0
 
@@ -177,10 +197,11 @@ def _worker_task(k: int, task: EpisodeTask, deadline: Optional[float]) -> FuzzRe
         if _progress is not None:
             _progress.put((k, done))
 
-    return _run_task(task, deadline, report)
+    return _run_task(task, deadline, report, episode)
 
 
-def _run_task(task: EpisodeTask, deadline: Optional[float], report: Callable[[int], None]) -> FuzzResult:
+def _run_task(task: EpisodeTask, deadline: Optional[float], report: Callable[[int], None],
+              episode: Callable = run_episode) -> FuzzResult:
     """One episode; its steps reported every ``REPORT_EVERY`` and at its end."""
     budget = None if deadline is None else deadline - time.time()
     if budget is not None and budget <= 0:
@@ -193,8 +214,8 @@ def _run_task(task: EpisodeTask, deadline: Optional[float], report: Callable[[in
             report(n - reported)
             reported = n
 
-    result = run_episode(task.config, task.seed, task.episode, task.steps, budget, on_step,
-                         full_checks=task.full_checks)
+    result = episode(task.config, task.seed, task.episode, task.steps, budget, on_step,
+                     full_checks=task.full_checks)
     if result.steps_run > reported:
         report(result.steps_run - reported)
     if result.finding is None:  # its steps are needed only to shrink or write a finding: not kept (or sent)
@@ -203,11 +224,11 @@ def _run_task(task: EpisodeTask, deadline: Optional[float], report: Callable[[in
 
 
 def _run_parallel(pool, tasks: list[EpisodeTask], deadline: Optional[float], report: Callable[[int], None],
-                  first: bool = False) -> dict[int, FuzzResult]:
+                  first: bool = False, episode: Callable = run_episode) -> dict[int, FuzzResult]:
     """Every task's result by its index. ``first``: once task k fails, the tasks after
     it that have not started are cancelled, and any result after the earliest failure
     is dropped (every task before it still runs to its end)."""
-    futures = {pool.submit(_worker_task, k, task, deadline): k for k, task in enumerate(tasks)}
+    futures = {pool.submit(_worker_task, k, task, deadline, episode): k for k, task in enumerate(tasks)}
     results: dict[int, FuzzResult] = {}
     shown = [0] * len(tasks)  # steps reported per task; a finished task's are its result's
     cutoff = len(tasks)  # with ``first``: the earliest failing task so far
@@ -219,7 +240,7 @@ def _run_parallel(pool, tasks: list[EpisodeTask], deadline: Optional[float], rep
             _drain(pool.progress, shown, results, report)
             for future in finished:
                 k = futures[future]
-                if future.cancelled():
+                if future.cancelled() or k > cutoff:  # (a cancelled Ray task ends with an error instead)
                     continue
                 results[k] = future.result()  # a worker's crash is the campaign's
                 report(results[k].steps_run - shown[k])  # its last reports may still be on their way
@@ -257,7 +278,7 @@ def _drain(progress: multiprocessing.Queue, shown: list[int], finished: dict, re
             shown[k] = steps
 
 
-def _shrink_all(pool, findings: list[FuzzResult], budget: Optional[float]) -> list[FuzzResult]:
+def _shrink_all(pool, findings: list[FuzzResult], budget: Optional[float], shrinker: Callable) -> list[FuzzResult]:
     if pool is None:
-        return [shrink_result(result, budget) for result in findings]
-    return list(pool.map(shrink_result, findings, [budget] * len(findings)))
+        return [shrinker(result, budget) for result in findings]
+    return list(pool.map(shrinker, findings, [budget] * len(findings)))
