@@ -5,7 +5,6 @@ crash or a bad line keeps what finished; the CLI and the TUI open it."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from workbench.model.scenarios.workload import write_trace
 from workbench.model.timeline import stored
 from workbench.model.timeline.cursor import TimelineCursor
 from workbench.model.timeline.runner import run_scenario
+from workbench.model.timeline.series import RunSeries
 from workbench.model.timeline.store_run import run_to_store
 from workbench.model.timeline.stored import StoreError, open_store
 
@@ -107,6 +107,21 @@ def test_failures_and_breakpoints_come_from_the_stores_index(tmp_path, small_bat
     assert search(disk, ops, 3) == search(memory, ops, 3) == (4, ops[0])
 
 
+def test_the_charts_read_the_rows_a_stored_run_kept(tmp_path, small_batches):
+    """The series (``urc plot``, the charts screen) come from the rows the run wrote,
+    equal to those a pass over the in-memory timeline counts, markers included."""
+    for path in (failing_trace(tmp_path), trace(tmp_path, 40, ("full", "swa", "mamba"), "hybrid.jsonl")):
+        target = tmp_path / f"{path.stem}.urcdb"
+        run_to_store(str(path), str(target)).close()
+        defaults = parse_conditions(["violation", "failed"])
+        disk, memory = RunSeries(open_store(str(target)), defaults), RunSeries(run_scenario(path), defaults)
+        assert disk.steps == memory.steps and list(disk.info) == list(memory.info)
+        for name in memory.info:
+            assert disk.values(name).tobytes() == memory.values(name).tobytes(), name
+        assert list(disk.failing_steps) == list(memory.failing_steps)
+        assert list(disk.breakpoint_steps) == list(memory.breakpoint_steps)
+
+
 def test_a_bad_line_stops_the_run_and_the_store_keeps_the_steps_before_it(tmp_path):
     path = trace(tmp_path, 10)
     lines = path.read_text().splitlines()
@@ -179,9 +194,16 @@ def test_cli_writes_a_store_and_never_overwrites_one_without_force(tmp_path):
     assert wrong.returncode == 2 and "writes a .urcdb file" in wrong.stderr
     shown = cli("tui", "run.urcdb", cwd=tmp_path)  # not a terminal: the run's report
     assert shown.returncode == 1 and "FAIL" in shown.stdout and "step 5" in shown.stdout
+    plotted = cli("plot", "run.urcdb", "-o", "run.svg", cwd=tmp_path)
+    assert plotted.returncode == 0, plotted.stderr
+    assert "wrote run.svg (10 steps; 2 failing, the first at step 5)" in plotted.stderr + plotted.stdout
+    assert (tmp_path / "run.svg").read_text().startswith("<?xml")
 
 
 def test_opening_something_that_is_not_a_store_is_one_clear_line(tmp_path):
+    from workbench.cli.common import STORE_SUFFIX
+
+    assert STORE_SUFFIX == stored.SUFFIX
     (tmp_path / "junk.urcdb").write_text("not a database")
     for path in ("junk.urcdb", "missing.urcdb"):
         done = cli("tui", path, cwd=tmp_path)

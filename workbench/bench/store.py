@@ -1,7 +1,8 @@
 """``urc bench --store``: a long trace checked into a store file, then opened again.
 
 Each part runs in its own interpreter, as a user would run it, so the peak resident
-memory is the run's own (``wait4``'s rusage of that child) and reopening starts cold:
+memory is the run's own (its ``VmHWM``: a forked child's rusage would carry the parent's
+high-water mark, and building the workload takes GBs) and reopening starts cold:
 the run is ``urc run TRACE --store``; the reopening opens the store, shows its last
 step and jumps to random steps, timing what a viewer pays per jump (the state, the
 step's diff and the view the panels render).
@@ -23,22 +24,23 @@ JUMPS = 40
 
 def store_report(steps: int, components: tuple[str, ...], seed: int = 0,
                  emit: Callable[[str], None] = lambda line: None) -> dict:
-    from ..model.scenarios.workload import write_trace
-
     requests = max(1, steps // 4)  # the workload's request is four steps: match, lock, insert, unlock
     with tempfile.TemporaryDirectory(prefix="urc-bench-store-") as folder:
         trace, store = os.path.join(folder, "trace.jsonl"), os.path.join(folder, "run.urcdb")
-        with open(trace, "w") as stream:
-            written = write_trace(stream, requests, seed, components)
+        # the workload is built whole in memory (GBs for a million steps): in its own process,
+        # so this one stays small
+        subprocess.run([sys.executable, "-m", "workbench", "bench", "--write-trace", trace, "--requests",
+                        str(requests), "--seed", str(seed), "--components", ",".join(components)],
+                       check=True, capture_output=True)
+        written = sum(1 for _ in open(trace, "rb")) - 1
         emit(f"wrote {written:,} steps ({os.path.getsize(trace) / 1e6:,.0f} MB); checking them into a store")
         started = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-m", "workbench", "run", trace, "--store", store],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(child.pid, 0)
+        child = subprocess.run([sys.executable, "-m", "workbench.bench.store", "--run", trace, store],
+                               capture_output=True, text=True)
         seconds = time.perf_counter() - started
-        if os.waitstatus_to_exitcode(status) not in (0, 1):
-            raise RuntimeError(f"urc run --store failed: {child.stderr.read().decode(errors='replace').strip()}")
-        child.stderr.close()
+        if child.returncode != 0:
+            raise RuntimeError(f"urc run --store failed: {child.stderr.strip()}")
+        peak = json.loads(child.stdout.strip().splitlines()[-1])["peak_rss_mb"]
         emit(f"checked in {seconds:,.1f} s; reopening")
         opened = subprocess.run([sys.executable, "-m", "workbench.bench.store", store, str(seed)],
                                 capture_output=True, text=True, check=True)
@@ -49,23 +51,27 @@ def store_report(steps: int, components: tuple[str, ...], seed: int = 0,
             "trace_mb": round(os.path.getsize(trace) / 1e6),
             "run_seconds": round(seconds, 1),
             "ms_per_step": round(seconds * 1e3 / written, 3),
-            "peak_rss_mb": round(usage.ru_maxrss / 1024),
+            "peak_rss_mb": peak,
             "store_mb": round(os.path.getsize(store) / 1e6),
             **reopen,
         }
 
 
 def reopen_figures(path: str, seed: int) -> dict:
-    """Open a store cold, show its last step, then jump around it."""
+    """Open a store cold, show its last step, then jump around it. The reopening
+    includes importing the model (torch among it: most of the time)."""
     started = time.perf_counter()
     from ..model.timeline.cursor import TimelineCursor
     from ..model.timeline.stored import open_store
 
+    imported = time.perf_counter()
     timeline = open_store(path)
     cursor = TimelineCursor([timeline])
     cursor.last()
-    cursor.view()
+    cursor.view().state.nodes  # the last step's tree, as the tree panel reads it
+    cursor.diff()
     opened = time.perf_counter() - started
+    own = time.perf_counter() - imported
     rng = random.Random(seed)
     jumps = []
     for _ in range(JUMPS):
@@ -76,9 +82,28 @@ def reopen_figures(path: str, seed: int) -> dict:
         cursor.diff()
         jumps.append(time.perf_counter() - began)
     jumps.sort()
-    return {"reopen_seconds": round(opened, 2), "jumps": JUMPS,
+    return {"reopen_seconds": round(opened, 2), "reopen_without_imports_ms": round(own * 1e3, 1), "jumps": JUMPS,
             "jump_ms_median": round(jumps[len(jumps) // 2] * 1e3, 1), "jump_ms_max": round(jumps[-1] * 1e3, 1)}
 
 
+def run_and_peak(trace: str, store: str) -> dict:
+    """``urc run TRACE --store STORE`` here, and this process's peak resident memory
+    (``VmHWM``: its own, not a parent's high-water mark that a fork would carry)."""
+    from contextlib import redirect_stdout
+
+    from ..cli import main
+
+    with open(os.devnull, "w") as quiet, redirect_stdout(quiet):
+        code = main(["run", trace, "--store", store])
+    if code not in (0, 1):
+        raise SystemExit(f"urc run --store exited {code}")
+    with open("/proc/self/status") as status:
+        peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    return {"exit": code, "peak_rss_mb": round(peak_kb / 1024)}
+
+
 if __name__ == "__main__":
-    print(json.dumps(reopen_figures(sys.argv[1], int(sys.argv[2]))))
+    if sys.argv[1] == "--run":
+        print(json.dumps(run_and_peak(sys.argv[2], sys.argv[3])))
+    else:
+        print(json.dumps(reopen_figures(sys.argv[1], int(sys.argv[2]))))

@@ -21,6 +21,8 @@ exit codes:
   130  interrupted (Ctrl-C)"""
 
 FILE_HELP = "a .toml scenario or .jsonl trace; - reads one from standard input"
+STORE_SUFFIX = ".urcdb"  # model.timeline.stored.SUFFIX, known here without importing the model
+STORED_HELP = FILE_HELP + "; or a .urcdb store (urc run --store), read without running"
 
 
 def version() -> str:
@@ -71,14 +73,27 @@ def load_all(files: list[str]):
 def load_chapters(files: list[str]):
     """``load_all``, but a ``.urcdb`` file is opened as a stored run (``urc run --store``):
     already checked, read from disk as it is viewed."""
-    from ..model.timeline.stored import is_store, open_store
+    stored = {}
+    if any(str(path).endswith(STORE_SUFFIX) for path in files):  # (else no torch yet: bad files are said first)
+        from ..model.timeline.stored import open_store
 
-    stored = {n: open_store(path) for n, path in enumerate(files) if is_store(path)}
+        stored = {n: open_store(path) for n, path in enumerate(files) if str(path).endswith(STORE_SUFFIX)}
     for timeline in stored.values():
         for notice in timeline.scenario.notices:
             say(f"note: {notice}")
     loaded = iter(load_all([path for n, path in enumerate(files) if n not in stored]))
     return [stored[n] if n in stored else next(loaded) for n in range(len(files))]
+
+
+def load_one(path: str):
+    """One file as (scenario, timeline-maker): a store's timeline is read from it, a
+    scenario's is run (only when asked for: a bad option is said first)."""
+    opened = load_chapters([path])[0]
+    if hasattr(opened, "store"):
+        return opened.scenario, lambda: opened
+    from ..model.timeline.runner import run_scenario
+
+    return opened, lambda: run_scenario(opened)
 
 
 def step_in_range(option: str, step: int, scenario) -> int:

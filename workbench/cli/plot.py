@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..model.scenarios.scenario import STDIN, ScenarioError
-from .common import EXIT_OK, FILE_HELP, load_all, say, step_in_range
+from .common import EXIT_OK, STORED_HELP, load_chapters, say, step_in_range
 
 FORMATS = ("svg", "png", "pdf")
 
@@ -16,7 +16,7 @@ def add_parser(command) -> None:
                    "protected / held slots, the hit rate and the tree's counts, with the failing steps in red. "
                    "Long runs are cut to about 1,200 points per series (each point a bucket's lowest and highest "
                    "value), so a one-step spike still shows.")
-    plot.add_argument("file", metavar="FILE", help=FILE_HELP)
+    plot.add_argument("file", metavar="FILE", help=STORED_HELP)
     plot.add_argument("-o", "--output", metavar="OUT",
                       help="where to write: .svg, .png or .pdf (default: FILE's name with -plot.svg, here); "
                            "- writes SVG to stdout")
@@ -42,7 +42,9 @@ def run(args) -> int:
         raise ScenarioError("--window must be 0 or more")
     if args.window and not args.changes:
         raise ScenarioError("--window only applies with --changes")
-    scenario = load_all([args.file])[0]
+    opened = load_chapters([args.file])[0]  # a .urcdb store: its steps already checked, its rows kept
+    stored = hasattr(opened, "store")
+    scenario = opened.scenario if stored else opened
     changes = [_change_option(text, scenario) for text in args.changes]
     conditions = _conditions(args.mark, scenario)
     stem = "stdin" if args.file == STDIN else os.path.splitext(os.path.basename(args.file))[0]
@@ -61,8 +63,8 @@ def run(args) -> int:
     from ..model.timeline.series import RunSeries
     from ..render.report import progress
 
-    runner = Runner(scenario)
-    series = RunSeries(runner.timeline, conditions)  # names are known before a step runs
+    runner = None if stored else Runner(scenario)
+    series = RunSeries(opened if stored else runner.timeline, conditions)  # names are known before a step runs
     try:
         names = series.select(args.series) if args.series else None
     except KeyError as exc:
@@ -70,8 +72,8 @@ def run(args) -> int:
     for name, _ in changes:
         if name not in series.info:
             raise ScenarioError(f"--changes: no series {name!r}; known: {', '.join(series.info)}")
-    with progress(len(scenario.steps), scenario.path) as advance, checked_loop():
-        while not runner.done:
+    with progress(0 if stored else len(scenario.steps), scenario.path) as advance, checked_loop():
+        while runner is not None and not runner.done:
             runner.step()
             advance()
     series.refresh()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from ..model.scenarios.scenario import ScenarioError
-from .common import EXIT_OK, FILE_HELP, load_all, step_in_range, walk
+from .common import EXIT_OK, STORED_HELP, load_chapters, step_in_range, walk
 
 
 def add_parser(command) -> None:
     show = command("show", "print the tree after a step of a scenario",
                    "Print the step's op, result, events and the tree after it; --walk prints every step.")
-    show.add_argument("files", nargs="+", metavar="FILE", help=FILE_HELP + "; several only with --walk")
+    show.add_argument("files", nargs="+", metavar="FILE", help=STORED_HELP + "; several only with --walk")
     show.add_argument("--step", type=int, default=None, metavar="N",
                       help="the step to show (default: the last; 0: the empty start)")
     show.add_argument("--walk", action="store_true", help="print every step of every FILE in turn: the guided tour")
@@ -20,7 +20,7 @@ def run(args) -> int:
         raise ScenarioError("several files only with --walk")
     if args.walk and args.step is not None:
         raise ScenarioError("--step and --walk do not go together")
-    scenarios = load_all(args.files)
+    scenarios = load_chapters(args.files)  # a .urcdb store is read, not run
     from ..model.timeline.runner import run_scenario
     from ..render.report import make_console, step_view
     from ..render.tree_view import render_state
@@ -28,9 +28,11 @@ def run(args) -> int:
     console = make_console()
     if args.walk:
         return walk(scenarios, console)
-    scenario = scenarios[0]
+    opened = scenarios[0]
+    stored = hasattr(opened, "store")
+    scenario = opened.scenario if stored else opened
     n = step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
-    timeline = run_scenario(scenario)
+    timeline = opened if stored else run_scenario(scenario)
     from cache.config_reference import config_line
     from rich.text import Text
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 
 from ..model.scenarios.scenario import STDIN, ScenarioError
-from .common import EXIT_OK, FILE_HELP, load_all, say, step_in_range
+from .common import EXIT_OK, STORED_HELP, load_one, say, step_in_range
 
 
 def add_parser(command) -> None:
     svg = command("svg", "draw the tree after a step as SVG (or DOT)",
                   "Draw the state after step N as an SVG picture (Graphviz dot), or its DOT text; with --diff M the "
                   "changes since step M are highlighted and evicted nodes drawn as ghosts.")
-    svg.add_argument("file", metavar="FILE", help=FILE_HELP)
+    svg.add_argument("file", metavar="FILE", help=STORED_HELP)
     svg.add_argument("--step", type=int, default=None, metavar="N", help="the state after step N (default: the last)")
     svg.add_argument("--diff", type=int, default=None, metavar="M", help="highlight what changed since step M")
     svg.add_argument("-o", "--output", metavar="OUT",
@@ -27,7 +27,7 @@ def add_parser(command) -> None:
 def run(args) -> int:
     if args.max_nodes < 1:
         raise ScenarioError("--max-nodes must be at least 1")
-    scenario = load_all([args.file])[0]
+    scenario, timeline_of = load_one(args.file)  # a .urcdb store is read, not run
     step = step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
     if args.diff is not None:
         step_in_range("--diff", args.diff, scenario)
@@ -36,11 +36,10 @@ def run(args) -> int:
     from ..model.scenarios.outputs import check_output, open_output
 
     check_output(output, [args.file], args.force, "-o")
-    from ..model.timeline.runner import run_scenario
     from ..render.dot import render_svg
     from ..render.picture import picture
 
-    timeline = run_scenario(scenario)
+    timeline = timeline_of()
     dot = picture(timeline, step, args.diff, args.max_nodes)
     if args.dot:
         text = dot.source

@@ -7,7 +7,7 @@ import sys
 
 from ..model.scenarios.scenario import STDIN, ScenarioError
 from .against import add_against_options, check_against_use
-from .common import EXIT_OK, FILE_HELP, load_chapters, say, walk
+from .common import EXIT_OK, STORED_HELP, load_chapters, say, walk
 
 TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml", "tour_hicache.toml",
         "tour_hicache_hybrid.toml", "tour_sessions.toml", "tour_storage.toml")
@@ -17,7 +17,7 @@ def add_parser(command) -> None:
     tui = command("tui", "open the workbench: step through scenarios and watch the cache change",
                   "Open the Textual workbench on the given scenarios or traces (each a chapter), or on the bundled tour. "
                   "When stdout is not a terminal it prints the walk-through instead.")
-    tui.add_argument("files", nargs="*", metavar="FILE", help=FILE_HELP + "; none: the bundled tour")
+    tui.add_argument("files", nargs="*", metavar="FILE", help=STORED_HELP + "; none: the bundled tour")
     tui.add_argument("--keymap", metavar="KEYMAP.toml",
                      help="rebind keys: binding_id = \"key\" per line (ids are listed in the help screen, f1)")
     tui.add_argument("--follow", metavar="TRACE.jsonl",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..model.scenarios.scenario import ScenarioError
-from .common import EXIT_OK, FILE_HELP, load_all, step_in_range
+from .common import EXIT_OK, STORED_HELP, load_one, step_in_range
 
 
 def add_parser(command) -> None:
@@ -15,7 +15,7 @@ def add_parser(command) -> None:
                   "or why its data is still there; with --prefetch, what each stage of a prefetch from storage "
                   "found and why it ended as it did; without any of them, why the step's match stopped where it did "
                   "(each component's verdict).")
-    why.add_argument("file", metavar="FILE", help=FILE_HELP)
+    why.add_argument("file", metavar="FILE", help=STORED_HELP)
     why.add_argument("--step", type=int, default=None, metavar="N", help="the state after step N (default: the last)")
     why.add_argument("--node", type=int, default=None, metavar="ID", help="the node to explain (see urc show)")
     why.add_argument("--request", default=None, metavar="RID", help="the request to explain (its name in the file)")
@@ -28,9 +28,8 @@ def add_parser(command) -> None:
 
 
 def run(args) -> int:
-    scenario = load_all([args.file])[0]
+    scenario, timeline_of = load_one(args.file)  # a .urcdb store is read, not run
     step = step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
-    from ..model.timeline.runner import run_scenario
     from ..model.debugging.why import why_match, why_node
     from ..model.debugging.why_request import why_request
 
@@ -38,7 +37,7 @@ def run(args) -> int:
         raise ScenarioError("--about needs --request", scenario.path)
     if sum(x is not None for x in (args.request, args.node, args.session, args.prefetch)) > 1:
         raise ScenarioError("ask about one of a node, a request, a session or a prefetch", scenario.path)
-    timeline = run_scenario(scenario)
+    timeline = timeline_of()
     try:
         if args.prefetch is not None:
             from ..model.debugging.why_prefetch import why_prefetch

@@ -462,10 +462,13 @@ class Detection:
 
 
 def detect_fault(fault, shrink_budget: Optional[float] = 60.0) -> Detection:
-    """``detect`` for a catalogue entry (``cache.faults.catalogue()``): its components,
-    sessions, model options and storage tier."""
-    return detect(fault.name, fault.components, shrink_budget=shrink_budget, sessions=fault.sessions,
-                  options=fault.options, storage=fault.storage)
+    """``detect`` for a catalogue entry (``cache.faults.catalogue()``) over the configs
+    ``urc fuzz --fault F`` sweeps: those its components, sessions, model options and
+    storage tier need, then their tight- and roomy-pool twins."""
+    from .sweep import sweep_configs
+
+    return detect(fault.name, fault.components, shrink_budget=shrink_budget,
+                  configs=[dataclasses.replace(c, faults=()) for c in sweep_configs((fault.name,))])
 
 
 DETECT_EPISODE = 300  # short episodes: a fault found early in a fresh cache shrinks fast

@@ -66,19 +66,60 @@ class Points(NamedTuple):
     high: np.ndarray
 
 
+class RowMaker:
+    """One step's row of numbers — the pools' counters, the hit fields, the tree counts,
+    the running requests — from its totals and what it changed: the counts over the
+    tree are kept up to date by each step's delta (and the records it replaced), never
+    recounted. Shared by ``RunSeries`` and a store that keeps the rows as it writes."""
+
+    def __init__(self, shape, initial: dict, initial_globals) -> None:
+        self.pools: tuple[str, ...] = tuple(initial_globals.pools)
+        self.tombstone_components: tuple[str, ...] = shape.components[1:]
+        self._root = shape.root_id
+        self._tree = [0] * (2 + len(self.tombstone_components))
+        for record in initial.values():
+            self._add(record, 1)
+
+    def row(self, globals_, delta: Optional[dict] = None, before: Optional[dict] = None) -> tuple[int, ...]:
+        for node_id, new in (delta or {}).items():
+            self._add(before.get(node_id), -1)
+            self._add(new, 1)
+        row: list[int] = []
+        for name in self.pools:
+            pool = globals_.pools.get(name)
+            row.extend((pool.total, pool.available, pool.evictable, pool.protected, pool.held)
+                       if pool is not None else (0, 0, 0, 0, 0))
+        metrics = globals_.metrics
+        row.extend(metrics.get(f, 0) for f in HIT_FIELDS)
+        row.extend(self._tree)
+        row.append(len(globals_.requests))
+        return tuple(row)
+
+    def _add(self, record: Optional[NodeRecord], sign: int) -> None:
+        if record is None or record.id == self._root:
+            return
+        counts = self._tree
+        counts[0] += sign
+        if record.evictable_leaf:
+            counts[1] += sign
+        for i, component in enumerate(record.components[1:], start=2):
+            if component.value_len is None:
+                counts[i] += sign
+
+
 class RunSeries:
-    """Every series of one timeline, kept up to date by ``refresh()``."""
+    """Every series of one timeline, kept up to date by ``refresh()``. A stored run
+    (``urc run --store``) kept its rows as it ran: they are read from its file whole."""
 
     def __init__(self, timeline: Timeline, breakpoints: Sequence = ()) -> None:
         self.timeline = timeline
         self.breakpoints = tuple(breakpoints)  # model.debugging.breakpoints.Condition
         store = timeline.store
-        self.pools: tuple[str, ...] = tuple(store.globals[0].pools)
-        self.tombstone_components: tuple[str, ...] = store.shape.components[1:]
+        self._maker = RowMaker(store.shape, store.keyframes[0], store.globals[0])
+        self.pools: tuple[str, ...] = self._maker.pools
+        self.tombstone_components: tuple[str, ...] = self._maker.tombstone_components
         self.host = any(name.endswith("_host") for name in self.pools)
-        self._root = store.shape.root_id
         self._rows: list[tuple[int, ...]] = []  # per step: the pools' counters, the hit fields, the tree counts
-        self._tree = self._count(store.keyframes[0].values())
         self._failing: list[int] = []
         self._breaks: list[int] = []
         self._matrix: Optional[np.ndarray] = None
@@ -91,6 +132,12 @@ class RunSeries:
             self.info[name] = SeriesInfo(name, HITS, name.replace("_", " "))
         for name in ("nodes", "evictable_leaves", *(f"{c}_tombstones" for c in self.tombstone_components), "requests"):
             self.info[name] = SeriesInfo(name, TREE, name.replace("_", " "))
+        stored = getattr(store, "series_matrix", None)
+        if stored is not None:  # one read of the rows the run kept, and its indexes for the markers
+            self._matrix = stored()
+            self._rows = [()] * len(self._matrix)  # counted, never read: the matrix holds them
+            self._failing = store.failing_indexes()
+            self._breaks = self._all_hits()
         self.refresh()
 
     # ---- reading the timeline ------------------------------------------------------------------
@@ -100,26 +147,17 @@ class RunSeries:
         start, end = len(self._rows), len(timeline.records) + 1
         if start >= end:
             return 0
-        pools = self.pools
         for index in range(start, end):
             g = store.globals[index]
             if index:
-                self._apply(store.deltas[index], store.befores[index])
                 record = timeline.records[index - 1]
                 if not record.passed:
                     self._failing.append(index)
                 if self.breakpoints and self._breakpoint_holds(index):
                     self._breaks.append(index)
-            row: list[int] = []
-            for name in pools:
-                pool = g.pools.get(name)
-                row.extend((pool.total, pool.available, pool.evictable, pool.protected, pool.held)
-                           if pool is not None else (0, 0, 0, 0, 0))
-            metrics = g.metrics
-            row.extend(metrics.get(f, 0) for f in HIT_FIELDS)
-            row.extend(self._tree)
-            row.append(len(g.requests))
-            self._rows.append(tuple(row))
+                self._rows.append(self._maker.row(g, store.deltas[index], store.befores[index]))
+            else:
+                self._rows.append(self._maker.row(g))
         self._matrix = None
         self._values.clear()
         return end - start
@@ -128,33 +166,22 @@ class RunSeries:
         """Mark where ``conditions`` hold instead (a viewer's breakpoints changed): only
         the markers are read again."""
         self.breakpoints = tuple(conditions)
-        self._breaks = [i for i in range(1, self.steps + 1) if self._breakpoint_holds(i)] if self.breakpoints else []
+        self._breaks = self._all_hits()
+
+    def _all_hits(self) -> list[int]:
+        """Every step where a breakpoint holds, found by ``search`` (which a stored run
+        answers from its index of failing steps for the default conditions)."""
+        from ..debugging.breakpoints import search
+
+        hits, at = [], 0
+        while self.breakpoints and (hit := search(self.timeline, self.breakpoints, at)) is not None:
+            hits.append(at := hit[0])
+        return hits
 
     def _breakpoint_holds(self, index: int) -> bool:
         from ..debugging.breakpoints import any_holds
 
         return any_holds(self.timeline, self.breakpoints, index) is not None
-
-    def _count(self, records) -> list[int]:
-        counts = [0] * (2 + len(self.tombstone_components))
-        for record in records:
-            self._add(counts, record, 1)
-        return counts
-
-    def _add(self, counts: list[int], record: Optional[NodeRecord], sign: int) -> None:
-        if record is None or record.id == self._root:
-            return
-        counts[0] += sign
-        if record.evictable_leaf:
-            counts[1] += sign
-        for i, component in enumerate(record.components[1:], start=2):
-            if component.value_len is None:
-                counts[i] += sign
-
-    def _apply(self, delta, before) -> None:
-        for node_id, new in delta.items():
-            self._add(self._tree, before.get(node_id), -1)
-            self._add(self._tree, new, 1)
 
     # ---- the series ------------------------------------------------------------------------------
     @property

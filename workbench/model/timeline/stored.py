@@ -23,7 +23,6 @@ from __future__ import annotations
 import copyreg
 import dataclasses
 import io
-import json
 import os
 import pickle
 import sqlite3
@@ -34,13 +33,16 @@ from collections.abc import Iterator, Sequence
 from types import MappingProxyType
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from cache.snapshot import GlobalRecord, NodeRecord
 
 from ..scenarios.scenario import Scenario, ScenarioError
+from .series import RowMaker
 from .states import Records, StateShape, StateStore
 from .timeline import StepRecord, Timeline
 
-FORMAT = 1
+FORMAT = 2  # 2: the charts' rows (table series)
 SUFFIX = ".urcdb"
 BATCH_STEPS = 256  # steps per transaction: what a crash can lose
 KEYFRAME_MAX_STEPS = 1024
@@ -53,6 +55,7 @@ CREATE TABLE steps (idx INTEGER PRIMARY KEY, passed INTEGER NOT NULL, delta BLOB
                     globals BLOB NOT NULL, record BLOB NOT NULL);
 CREATE TABLE keyframes (idx INTEGER PRIMARY KEY, records BLOB NOT NULL);
 CREATE TABLE touches (node INTEGER NOT NULL, idx INTEGER NOT NULL, PRIMARY KEY (node, idx)) WITHOUT ROWID;
+CREATE TABLE series (first INTEGER PRIMARY KEY, rows BLOB NOT NULL);
 """
 COLUMNS = ("delta", "before", "globals", "record")
 _KEY = NodeRecord._fields.index("key")
@@ -116,7 +119,7 @@ class StoreFile:
             found = None
         if found is None or _decode(found[0]) != FORMAT:
             db.close()
-            raise StoreError(f"not a timeline store (format {FORMAT}): write one with urc run TRACE --store", path)
+            raise StoreError(f"not a timeline store this urc reads (format {FORMAT}): write it with urc run TRACE --store", path)
         store = cls(db, path)
         store._next_key = (db.execute("SELECT max(id) FROM keys").fetchone()[0] or 0) + 1
         return store
@@ -319,6 +322,7 @@ class DiskStateStore(StateStore):
         self.records = StoredColumn(self, "record", self._record, None)  # [0] is nothing: steps are 1-based
         self.keyframes = StoredKeyframes(self)
         self.summary: dict[str, Any] = {"ops": [], "names_session": False}  # what a viewer asks of every step
+        self.rows: Optional[RowMaker] = None  # the writer's: each step's row of the charts' numbers
 
     def __len__(self) -> int:
         return self._length
@@ -344,7 +348,9 @@ class DiskStateStore(StateStore):
         self._since_keyframe = self._steps_since = 0
 
     def add_record(self, record: StepRecord) -> None:
-        self.pending[record.index]["record"] = record
+        row = self.pending[record.index]
+        row["record"] = record
+        row["series"] = self.rows.row(row["globals"], row["delta"], row["before"])
         step = record.step
         if step.op not in self.summary["ops"]:
             self.summary["ops"].append(step.op)
@@ -370,6 +376,9 @@ class DiskStateStore(StateStore):
                 kept = [(i, records) for i, records in self.pending_keyframes if i <= (done[-1] if done else 0)]
                 file.db.executemany("INSERT OR REPLACE INTO keyframes VALUES (?, ?)",
                                     ((i, _encode(file.pack(records))) for i, records in kept))
+                if done:
+                    file.db.execute("INSERT INTO series VALUES (?, ?)", (done[0], _rows_blob(
+                        [self.pending[i]["series"] for i in done])))
                 file.put_meta("summary", self.summary)
                 file.db.execute("COMMIT")
             except BaseException:
@@ -395,6 +404,18 @@ class DiskStateStore(StateStore):
         fields = dict(zip(_RECORD_FIELDS, _decode(blob)))
         return StepRecord(store=self, **fields)
 
+    def series_matrix(self) -> np.ndarray:
+        """Every step's row of the charts' numbers (``series.RowMaker``), kept as the run
+        wrote them: one read, not a pass over the steps."""
+        with self.file.lock:
+            blobs = self.file.db.execute("SELECT rows FROM series ORDER BY first").fetchall()
+        width = self.file.meta("series_width")
+        written = [np.frombuffer(zlib.decompress(b), dtype=np.int64).reshape(-1, width) for (b,) in blobs]
+        pending = [row["series"] for _, row in sorted(self.pending.items()) if "series" in row]
+        if pending:
+            written.append(np.array(pending, dtype=np.int64).reshape(-1, width))
+        return np.concatenate(written)
+
     def steps_naming(self, node_id: int) -> list[int]:
         """Steps whose events name the node (``why``'s index, kept in the file)."""
         with self.file.lock:
@@ -408,6 +429,10 @@ class DiskStateStore(StateStore):
             rows = self.file.db.execute("SELECT idx FROM steps WHERE passed = 0 ORDER BY idx").fetchall()
         written = [i for (i,) in rows]
         return written + [i for i, row in sorted(self.pending.items()) if "record" in row and not row["record"].passed]
+
+
+def _rows_blob(rows: list[tuple[int, ...]]) -> bytes:
+    return zlib.compress(np.array(rows, dtype=np.int64).tobytes(), 1)
 
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord) if f.name != "store")
@@ -560,8 +585,13 @@ def create_store(path: str, runner) -> DiskTimeline:
         file.put_meta("initial_globals", old.store.globals[0])
         file.put_meta("complete", False)
         file.db.execute("INSERT INTO keyframes VALUES (0, ?)", (_encode(file.pack(old.store.current)),))  # the start
+        rows = RowMaker(old.store.shape, old.store.current, old.store.globals[0])
+        start = rows.row(old.store.globals[0])
+        file.put_meta("series_width", len(start))
+        file.db.execute("INSERT INTO series VALUES (0, ?)", (_rows_blob([start]),))
         file.db.execute("COMMIT")
     store = DiskStateStore(file, old.store.shape, old.store.globals[0], dict(old.store.current), 0)
+    store.rows = rows
     timeline = DiskTimeline(scenario, store, complete=False)
     timeline.listeners = old.listeners
     runner.timeline = timeline
