@@ -128,12 +128,12 @@ def run(args) -> int:
 def _bridged(configs: list) -> list:
     """The configs SGLang's side can run (its components, its storage rules); none is
     bad input, said before fuzzing."""
-    from ..bridge.sglang_env import BridgeError, check_version
+    from ..bridge.sglang_env import BridgeError, sglang_api
     from ..bridge.sglang_side import COMPONENTS
     from ..bridge.sglang_storage import unbridged_storage_field
 
     try:
-        check_version(False)
+        sglang_api(False)  # imported here, once (~14 s): forked workers inherit it
     except BridgeError as exc:
         raise ScenarioError(f"--against sglang: {exc}") from None
     kept = [c for c in configs if set(c.components) <= set(COMPONENTS)

@@ -94,17 +94,23 @@ def run(args) -> int:
             sys.stdout.write(",\n")
         conditions = args.conditions[n] if args.until else None
         with contextlib.ExitStack() as outputs:
-            from ..model.scenarios.outputs import open_output
-
-            record = kv_events = None
-            if args.record:
-                record = outputs.enter_context(open_output(args.record, args.files, args.force, "--record", live=True))
-            if args.kv_events:
-                kv_events = outputs.enter_context(open_output(args.kv_events, args.files, args.force, "--kv-events"))
+            record, kv_events = _open_outputs(outputs, args)
             passed &= _run_one(scenario, args, console, record, conditions, kv_events)
     if args.json:
         sys.stdout.write("\n]\n")
     return EXIT_OK if passed else EXIT_CHECK_FAILED
+
+
+def _open_outputs(outputs: contextlib.ExitStack, args):
+    """The --record and --kv-events streams (None where not asked for), closed with ``outputs``."""
+    from ..model.scenarios.outputs import open_output
+
+    record = kv_events = None
+    if args.record:
+        record = outputs.enter_context(open_output(args.record, args.files, args.force, "--record", live=True))
+    if args.kv_events:
+        kv_events = outputs.enter_context(open_output(args.kv_events, args.files, args.force, "--kv-events"))
+    return record, kv_events
 
 
 def _run_one(scenario, args, console, record, conditions=None, kv_events=None) -> bool:
@@ -150,7 +156,7 @@ def _run_one(scenario, args, console, record, conditions=None, kv_events=None) -
 
 def _run_stored(args) -> int:
     """``--store``: stream the file's steps through the runner into a store file."""
-    from ..model.scenarios.outputs import check_output, open_output
+    from ..model.scenarios.outputs import check_output
     from ..model.timeline.stored import SUFFIX
     from ..model.timeline.store_run import remove_store, run_to_store
     from ..render.report import make_console, print_run_report, progress
@@ -171,11 +177,7 @@ def _run_stored(args) -> int:
             check_output(path, args.files, args.force, flag)
     console = make_console(sys.stdout)
     with contextlib.ExitStack() as outputs:
-        record = kv_events = None
-        if args.record:
-            record = outputs.enter_context(open_output(args.record, args.files, args.force, "--record", live=True))
-        if args.kv_events:
-            kv_events = outputs.enter_context(open_output(args.kv_events, args.files, args.force, "--kv-events"))
+        record, kv_events = _open_outputs(outputs, args)
         remove_store(args.store)  # check_output allowed it: absent, or --force
         bar = outputs.enter_context(progress(_count_steps(source), source))
         try:

@@ -226,17 +226,7 @@ class StoredColumn(Sequence):
         return len(self.store) + 1
 
     def __getitem__(self, index):
-        n = len(self)
-        if isinstance(index, slice):
-            first, stop, stride = index.indices(n)
-            if stride != 1:
-                return [self[i] for i in range(first, stop, stride)]
-            return list(self.between(first, stop - 1))
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
-            raise IndexError(index)
-        return next(self.between(index, index))
+        return _item(index, len(self), self.between)
 
     def __iter__(self) -> Iterator:
         return self.between(0, len(self) - 1)
@@ -271,6 +261,21 @@ class StoredColumn(Sequence):
                     self._cache.popitem(last=False)
                 yield value
             index = rows[-1][0] + 1
+
+
+def _item(index, n: int, between: Callable[[int, int], Iterator]):
+    """``seq[index]`` (an int, negative too, or a slice) of a sequence of ``n`` items
+    that ``between(first, last)`` reads in order."""
+    if isinstance(index, slice):
+        first, stop, stride = index.indices(n)
+        if stride != 1:
+            return [_item(i, n, between) for i in range(first, stop, stride)]
+        return list(between(first, stop - 1)) if stop > first else []
+    if index < 0:
+        index += n
+    if not 0 <= index < n:
+        raise IndexError(index)
+    return next(between(index, index))
 
 
 class StoredKeyframes:
@@ -452,17 +457,7 @@ class StoredRecords(Sequence):
         return len(self.store)
 
     def __getitem__(self, index):
-        n = len(self)
-        if isinstance(index, slice):
-            first, stop, stride = index.indices(n)
-            if stride != 1:
-                return [self[i] for i in range(first, stop, stride)]
-            return list(self.store.records.between(first + 1, stop))
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
-            raise IndexError(index)
-        return self.store.records[index + 1]
+        return _item(index, len(self), lambda first, last: self.store.records.between(first + 1, last + 1))
 
     def __iter__(self) -> Iterator[StepRecord]:
         return self.store.records.between(1, len(self))
