@@ -72,3 +72,14 @@ def test_cli_fuzz_against_sglang(tmp_path):
     refused = subprocess.run([sys.executable, "-m", "workbench", "fuzz", "--against", "sglang", "--fault",
                               "lock-skips-matched-node"], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert refused.returncode == 2 and "SGLang's side runs no fault" in refused.stderr
+
+
+def test_the_divergence_the_campaign_found_is_still_there():
+    """Found by ``urc fuzz --against sglang`` (README: "Differential fuzzing of SGLang"):
+    a load_back of a key already on the device, with every Mamba slot taken, runs on
+    ours and asserts on SGLang 0.5.23. Kept as a known divergence: when either side
+    changes, this fails and the README's list must be brought up to date."""
+    report = run_against(load_scenario(ROOT / "tests/divergences/load_back_mamba_assert.toml"))
+    d = report.divergence
+    assert d is not None and (d.step, d.op, d.difference.field) == (5, "load_back", "refused")
+    assert "Not enough space for mamba cache" in str(d.difference.theirs) and d.difference.ours == "ran"
