@@ -77,7 +77,9 @@ def test_cli_fuzz_against_sglang(tmp_path):
 def test_the_divergence_the_campaign_found_is_still_there():
     """Found by ``urc fuzz --against sglang`` (README: "Differential fuzzing of SGLang"):
     a load_back of a key already on the device, with every Mamba slot taken, runs on
-    ours and asserts on SGLang 0.5.23. Kept as a known divergence: when either side
+    ours and asserts on SGLang 0.5.23 — in the request row the bridge's SGLang side of
+    load_back allocates (a Mamba slot, with no eviction first), so the bridge's
+    modelling of the op, not either cache. Kept as a known divergence: when either side
     changes, this fails and the README's list must be brought up to date."""
     report = run_against(load_scenario(ROOT / "tests/divergences/load_back_mamba_assert.toml"))
     d = report.divergence
