@@ -16,6 +16,7 @@ against SGLang runs unfaulted configs: what it hunts is where the two caches dif
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Optional
 
@@ -93,8 +94,6 @@ def divergence_scenario(result: FuzzResult, name: str) -> Scenario:
     description = (f"urc fuzz --against sglang, seed {result.seed}, episode {result.episode}: step "
                    f"{finding.step} of the run diverged from SGLang 0.5.23 on {finding.name} ({finding.message}); "
                    "replay it with urc run FILE --against sglang")
-    import dataclasses
-
     return dataclasses.replace(scenario, description=description, meta={**scenario.meta, "description": description})
 
 

@@ -180,11 +180,7 @@ def _load_jsonl(text: str, name: str) -> Scenario:
         if not raw.strip() or raw.lstrip().startswith("#"):  # blank, or a comment (a recorder's note)
             continue
         try:
-            records.append((lineno, loads_unique(raw)))
-        except DuplicateKeyError as exc:
-            raise ScenarioError(f"key {shown(exc.key)} is given twice in one object", name, lineno, exc.key) from None
-        except RecursionError:
-            raise ScenarioError("a value is nested too deeply", name, lineno) from None
+            records.append((lineno, parse_line(raw, name, lineno)))
         except json.JSONDecodeError as exc:
             last = all(not r.strip() for r in raw_lines[lineno:])
             if last and not text.endswith("\n") and lineno > 1:
@@ -194,12 +190,7 @@ def _load_jsonl(text: str, name: str) -> Scenario:
     if not records:
         raise ScenarioError("empty file: line 1 must be the header {\"schema\": 1, \"scenario\": …, \"config\": …}", name, 1)
     head_line, head = records[0]
-    if not isinstance(head, dict) or "config" not in head:
-        raise ScenarioError("line 1 must be the header {\"schema\": 1, \"scenario\": …, \"config\": …}", name, head_line)
-    unknown = set(head) - {"schema", "scenario", "config"}
-    if unknown:
-        raise ScenarioError(f"unknown header key {shown(sorted(unknown)[0])}", name, head_line)
-    _check_schema(head.get("schema"), name, head_line)
+    check_header(head, name, head_line)
     step_lines = [ln for ln, _ in records[1:]]
     steps = [rec for _, rec in records[1:]]
     for ln, rec in records[1:]:
@@ -211,6 +202,28 @@ def _load_jsonl(text: str, name: str) -> Scenario:
         lambda i, field=None: step_lines[i],
     )
     return dataclasses.replace(scenario, notices=tuple(notices) + scenario.notices)
+
+
+def parse_line(raw: str | bytes, name: str, lineno: int) -> Any:
+    """One JSONL line as JSON; a repeated key or deep nesting is a ScenarioError at
+    ``name:lineno``, malformed JSON stays ``json.JSONDecodeError`` (the caller decides
+    whether it is a truncated last line)."""
+    try:
+        return loads_unique(raw)
+    except DuplicateKeyError as exc:
+        raise ScenarioError(f"key {shown(exc.key)} is given twice in one object", name, lineno, exc.key) from None
+    except RecursionError:
+        raise ScenarioError("a value is nested too deeply", name, lineno) from None
+
+
+def check_header(head: Any, name: str, head_line: int) -> None:
+    """A JSONL trace's header line: an object with a config, known keys, schema 1."""
+    if not isinstance(head, dict) or "config" not in head:
+        raise ScenarioError("line 1 must be the header {\"schema\": 1, \"scenario\": …, \"config\": …}", name, head_line)
+    unknown = set(head) - {"schema", "scenario", "config"}
+    if unknown:
+        raise ScenarioError(f"unknown header key {shown(sorted(unknown)[0])}", name, head_line)
+    _check_schema(head.get("schema"), name, head_line)
 
 
 def _check_schema(value, name: str, line: Optional[int]) -> None:

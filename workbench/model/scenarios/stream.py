@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
-from .errors import ScenarioError, shown
-from .inputs import DuplicateKeyError, loads_unique, open_regular
+from .errors import ScenarioError
+from .inputs import open_regular
 from .names import Names
-from .scenario import Scenario, Step, _build, _check_schema, _check_step
+from .scenario import Scenario, Step, _build, _check_step, check_header, parse_line
 
 
 @dataclasses.dataclass
@@ -67,12 +67,7 @@ class TraceStream:
             if not text or text.startswith(b"#"):
                 continue
             try:
-                return lineno, loads_unique(raw)
-            except DuplicateKeyError as exc:
-                raise ScenarioError(f"key {shown(exc.key)} is given twice in one object", self.scenario.path, lineno,
-                                    exc.key) from None
-            except RecursionError:
-                raise ScenarioError("a value is nested too deeply", self.scenario.path, lineno) from None
+                return lineno, parse_line(raw, self.scenario.path, lineno)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 if not raw.endswith(b"\n") and lineno > 1:  # the file's last line, with no newline
                     self.notices.append(f"{self.scenario.path}:{lineno}: dropped a truncated last line "
@@ -93,22 +88,18 @@ def open_trace(path: str | Path) -> TraceStream:
     lines = enumerate(stream, 1)
     placeholder = Scenario(name, "", "", "", {}, (), {})
     reader = TraceStream(placeholder, lines, None, stream)
-    head = reader._next_record()
-    if head is None:
+    try:
+        head = reader._next_record()
+        if head is None:
+            raise ScenarioError("empty file: line 1 must be the header {\"schema\": 1, \"scenario\": …, "
+                                "\"config\": …}", name, 1)
+        head_line, header = head
+        check_header(header, name, head_line)
+        scenario = _build(header.get("scenario"), header.get("config"), [], name,
+                          lambda section, field=None: head_line, lambda i, field=None: head_line)
+        reader.scenario = dataclasses.replace(scenario, notices=())
+        reader._first = reader._next_record()
+    except BaseException:  # a bad header (or first step line): the file is not left open
         reader.close()
-        raise ScenarioError("empty file: line 1 must be the header {\"schema\": 1, \"scenario\": …, \"config\": …}",
-                            name, 1)
-    head_line, header = head
-    if not isinstance(header, dict) or "config" not in header:
-        reader.close()
-        raise ScenarioError("line 1 must be the header {\"schema\": 1, \"scenario\": …, \"config\": …}", name, head_line)
-    unknown = set(header) - {"schema", "scenario", "config"}
-    if unknown:
-        reader.close()
-        raise ScenarioError(f"unknown header key {shown(sorted(unknown)[0])}", name, head_line)
-    _check_schema(header.get("schema"), name, head_line)
-    scenario = _build(header.get("scenario"), header.get("config"), [], name, lambda section, field=None: head_line,
-                      lambda i, field=None: head_line)
-    reader.scenario = dataclasses.replace(scenario, notices=())
-    reader._first = reader._next_record()
+        raise
     return reader

@@ -81,11 +81,7 @@ class StateStore:
     def append(self, delta: Delta, globals_: GlobalRecord) -> None:
         current = self.current
         self.befores.append({node_id: current.get(node_id) for node_id in delta})
-        for node_id, record in delta.items():
-            if record is None:
-                current.pop(node_id, None)
-            else:
-                current[node_id] = record
+        apply_delta(current, delta)
         self.deltas.append(delta)
         self.globals.append(globals_)
         self._since_keyframe += len(delta) + 1
@@ -121,11 +117,12 @@ class StateStore:
         start = self._keyframe_steps[bisect.bisect_right(self._keyframe_steps, index) - 1]
         records = dict(self.keyframes[start])
         for i in range(start + 1, index + 1):
-            _apply(records, self.deltas[i])
+            apply_delta(records, self.deltas[i])
         return records
 
 
-def _apply(records: Records, delta: Delta) -> None:
+def apply_delta(records: Records, delta: Delta) -> None:
+    """Apply a step's delta (a record, or None for a node that left) to ``records``."""
     for node_id, record in delta.items():
         if record is None:
             records.pop(node_id, None)
@@ -225,7 +222,7 @@ class TimelineState:
         for, are patched from this state's if it has built them by then (a jump reads
         the step, then the one before for the diff), else built."""
         records = dict(self.records)
-        _apply(records, delta)
+        apply_delta(records, delta)
         state = TimelineState(self.shape, records, globals_)
         state._neighbour = (weakref.ref(self), delta, undo)
         return state

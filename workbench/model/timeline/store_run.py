@@ -9,11 +9,13 @@ early.
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import os
 from collections.abc import Callable, Iterator
 from typing import Optional, TextIO
 
-from ..scenarios.scenario import Scenario, ScenarioError, Step, load_scenario
+from ..scenarios.scenario import Scenario, Step, load_scenario
 from .runner import KEEP_EVERY, Runner, checked_loop
 from .stored import DiskTimeline, create_store
 
@@ -30,12 +32,9 @@ def remove_store(path: str) -> None:
 
 
 def run_to_store(source: str, store_path: str, full_checks: bool = False, record: Optional[TextIO] = None,
-                 kv_events: Optional[TextIO] = None, on_step: StepListener = lambda: None,
-                 on_start: Callable[[Scenario], None] = lambda s: None) -> DiskTimeline:
+                 kv_events: Optional[TextIO] = None, on_step: StepListener = lambda: None) -> DiskTimeline:
     """Check every step of ``source`` into a new store at ``store_path``; returns the
     store's timeline (open: the caller reports from it, then closes it)."""
-    import gc
-
     stream = None
     if source.endswith(".jsonl"):
         from ..scenarios.stream import open_trace
@@ -45,8 +44,7 @@ def run_to_store(source: str, store_path: str, full_checks: bool = False, record
     else:
         scenario = load_scenario(source)
         steps = _with_last(scenario.steps)
-        scenario = _without_steps(scenario)
-    on_start(scenario)
+        scenario = dataclasses.replace(scenario, steps=())
     runner = Runner(scenario, record=record, full_checks=full_checks, kv_events=kv_events)
     timeline = create_store(store_path, runner)
     complete = False
@@ -72,16 +70,5 @@ def _with_last(steps) -> Iterator[tuple[Step, bool]]:
         yield step, i == len(steps) - 1
 
 
-def _without_steps(scenario: Scenario) -> Scenario:
-    import dataclasses
-
-    return dataclasses.replace(scenario, steps=())
-
-
 def _noticed(scenario: Scenario, notices) -> Scenario:
-    import dataclasses
-
     return dataclasses.replace(scenario, notices=tuple(scenario.notices) + tuple(notices)) if notices else scenario
-
-
-__all__ = ["run_to_store", "remove_store", "ScenarioError"]

@@ -20,192 +20,25 @@ through the same ``records`` and ``store`` sequences, a step at a time.
 
 from __future__ import annotations
 
-import copyreg
 import dataclasses
-import io
-import os
-import pickle
-import sqlite3
-import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from types import MappingProxyType
 from typing import Any, Callable, Optional
 
 import numpy as np
 
-from cache.snapshot import GlobalRecord, NodeRecord
+from cache.snapshot import GlobalRecord
 
 from ..scenarios.scenario import Scenario, ScenarioError
 from .series import RowMaker
-from .states import Records, StateShape, StateStore
+from .states import Records, StateShape, StateStore, apply_delta
+from .store_file import CACHED_ROWS, FORMAT, StoreError, StoreFile, decode, encode  # noqa: F401  (StoreError: re-exported)
 from .timeline import StepRecord, Timeline
 
-FORMAT = 2  # 2: the charts' rows (table series)
 SUFFIX = ".urcdb"
 BATCH_STEPS = 256  # steps per transaction: what a crash can lose
 KEYFRAME_MAX_STEPS = 1024
-CACHED_ROWS = 512  # decoded rows kept per column (a viewer steps around one place)
-
-_TABLES = """
-CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
-CREATE TABLE keys (id INTEGER PRIMARY KEY, key BLOB NOT NULL);
-CREATE TABLE steps (idx INTEGER PRIMARY KEY, passed INTEGER NOT NULL, delta BLOB NOT NULL, before BLOB NOT NULL,
-                    globals BLOB NOT NULL, record BLOB NOT NULL);
-CREATE TABLE keyframes (idx INTEGER PRIMARY KEY, records BLOB NOT NULL);
-CREATE TABLE touches (node INTEGER NOT NULL, idx INTEGER NOT NULL, PRIMARY KEY (node, idx)) WITHOUT ROWID;
-CREATE TABLE series (first INTEGER PRIMARY KEY, rows BLOB NOT NULL);
-"""
-COLUMNS = ("delta", "before", "globals", "record")
-_KEY = NodeRecord._fields.index("key")
-
-
-def _proxy(mapping: dict) -> MappingProxyType:
-    return MappingProxyType(mapping)
-
-
-_DISPATCH = copyreg.dispatch_table.copy()
-_DISPATCH[MappingProxyType] = lambda m: (_proxy, (dict(m),))  # snapshots wrap their mappings read-only
-
-
-def _encode(obj: Any, compress: bool = True) -> bytes:
-    """Pickled, and compressed unless told not to (a step's record is mostly token ids,
-    which do not compress: a third of the run's time went to trying)."""
-    out = io.BytesIO()
-    pickler = pickle.Pickler(out, 5)
-    pickler.dispatch_table = _DISPATCH
-    pickler.dump(obj)
-    return zlib.compress(out.getvalue(), 1) if compress else out.getvalue()
-
-
-def _decode(blob: bytes) -> Any:
-    return pickle.loads(blob if blob[:1] == b"\x80" else zlib.decompress(blob))  # a pickle starts with PROTO
-
-
-class StoreError(ScenarioError):
-    """A store that cannot be opened or written (one line: the file and why)."""
-
-
-# ---- the file ----------------------------------------------------------------------------------------
-
-
-class StoreFile:
-    """The SQLite file and its encodings: node records travel with a key id in place
-    of their key bytes, each key written once (``key_id``)."""
-
-    def __init__(self, connection: sqlite3.Connection, path: str) -> None:
-        self.db = connection
-        self.path = path
-        self.lock = threading.RLock()  # a viewer's worker thread and the UI read through one connection
-        self._key_ids: dict[bytes, int] = {}  # writer: key bytes -> id, for keys the live tree still uses
-        self._keys: OrderedDict[int, bytes] = OrderedDict()  # reader: id -> key bytes, most recent last
-        self._next_key = 1
-
-    @classmethod
-    def create(cls, path: str) -> StoreFile:
-        db = _connect(path)
-        db.executescript(_TABLES)
-        return cls(db, path)
-
-    @classmethod
-    def open(cls, path: str) -> StoreFile:
-        if not os.path.isfile(path):
-            raise StoreError("no such store", path)
-        db = _connect(path)
-        try:
-            found = db.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
-        except sqlite3.DatabaseError:
-            found = None
-        if found is None or _decode(found[0]) != FORMAT:
-            db.close()
-            raise StoreError(f"not a timeline store this urc reads (format {FORMAT}): write it with urc run TRACE --store", path)
-        store = cls(db, path)
-        store._next_key = (db.execute("SELECT max(id) FROM keys").fetchone()[0] or 0) + 1
-        return store
-
-    # ---- meta --------------------------------------------------------------------------------
-    def put_meta(self, name: str, value: Any) -> None:
-        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, _encode(value)))
-
-    def meta(self, name: str, default: Any = None) -> Any:
-        with self.lock:
-            row = self.db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
-        return default if row is None else _decode(row[0])
-
-    # ---- records and their keys ------------------------------------------------------------------
-    def key_id(self, key: bytes) -> int:
-        found = self._key_ids.get(key)
-        if found is None:
-            found = self._key_ids[key] = self._next_key
-            self._next_key += 1
-            self.db.execute("INSERT INTO keys VALUES (?, ?)", (found, key))
-        return found
-
-    def forget_keys(self, live: Records) -> None:
-        """Keep ids only for the keys ``live`` uses (a later record of a deleted node's
-        key, should one come, just stores it again)."""
-        keep = {r.key for r in live.values()}
-        self._key_ids = {k: i for k, i in self._key_ids.items() if k in keep}
-
-    def pack(self, records: dict) -> list:
-        """``{id: record or None}`` as plain tuples with a key id in place of the key."""
-        out = []
-        for node_id, record in records.items():
-            if record is None:
-                out.append((node_id, None))
-            else:
-                fields = list(record)
-                fields[_KEY] = self.key_id(record.key)
-                out.append((node_id, tuple(fields)))
-        return out
-
-    def unpack(self, packed: list) -> dict:
-        keys = self._keys_for({fields[_KEY] for _, fields in packed if fields is not None})
-        out: dict = {}
-        for node_id, fields in packed:
-            if fields is None:
-                out[node_id] = None
-            else:
-                fields = list(fields)
-                fields[_KEY] = keys[fields[_KEY]]
-                out[node_id] = NodeRecord._make(fields)
-        return out
-
-    def _keys_for(self, ids: set[int]) -> dict[int, bytes]:
-        found = {i: self._keys[i] for i in ids if i in self._keys}
-        missing = [i for i in ids if i not in found]
-        for start in range(0, len(missing), 500):
-            chunk = missing[start:start + 500]
-            with self.lock:
-                rows = self.db.execute(f"SELECT id, key FROM keys WHERE id IN ({','.join('?' * len(chunk))})",
-                                       chunk).fetchall()
-            for key_id, key in rows:
-                found[key_id] = self._keys[key_id] = bytes(key)
-        while len(self._keys) > 8 * CACHED_ROWS:
-            self._keys.popitem(last=False)
-        return found
-
-    def rows(self, column: str, first: int, last: int) -> list[tuple[int, bytes]]:
-        """(index, blob) for steps first..last of one column."""
-        with self.lock:
-            return self.db.execute(f"SELECT idx, {column} FROM steps WHERE idx BETWEEN ? AND ? ORDER BY idx",
-                                   (first, last)).fetchall()
-
-    def steps(self) -> int:
-        with self.lock:
-            return self.db.execute("SELECT coalesce(max(idx), 0) FROM steps").fetchone()[0]
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    try:
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode = WAL")  # a reader sees the last committed batch while a run writes
-        db.execute("PRAGMA synchronous = NORMAL")  # a crash keeps every committed batch; power loss may cost the last
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot open: {exc}", path) from None
-    return db
-
 
 # ---- per-step columns -------------------------------------------------------------------------------
 
@@ -298,7 +131,7 @@ class StoredKeyframes:
         with store.file.lock:
             row = store.file.db.execute("SELECT idx, records FROM keyframes WHERE idx <= ? ORDER BY idx DESC LIMIT 1",
                                         (index,)).fetchone()
-        return row[0], store.file.unpack(_decode(row[1]))
+        return row[0], store.file.unpack(decode(row[1]))
 
 
 # ---- the store ---------------------------------------------------------------------------------------
@@ -320,10 +153,10 @@ class DiskStateStore(StateStore):
         self._since_keyframe = 0  # records a rebuild would replay since the last keyframe
         self._steps_since = 0
         self._cache = {}
-        records = lambda blob: file.unpack(_decode(blob))  # noqa: E731
+        records = lambda blob: file.unpack(decode(blob))  # noqa: E731
         self.deltas = StoredColumn(self, "delta", records, {})
         self.befores = StoredColumn(self, "before", records, {})
-        self.globals = StoredColumn(self, "globals", _decode, initial_globals)
+        self.globals = StoredColumn(self, "globals", decode, initial_globals)
         self.records = StoredColumn(self, "record", self._record, None)  # [0] is nothing: steps are 1-based
         self.keyframes = StoredKeyframes(self)
         self.summary: dict[str, Any] = {"ops": [], "names_session": False}  # what a viewer asks of every step
@@ -335,11 +168,7 @@ class DiskStateStore(StateStore):
     def append(self, delta: dict, globals_: GlobalRecord) -> None:
         current = self.current
         before = {node_id: current.get(node_id) for node_id in delta}
-        for node_id, record in delta.items():
-            if record is None:
-                current.pop(node_id, None)
-            else:
-                current[node_id] = record
+        apply_delta(current, delta)
         self._length += 1
         self.pending[self._length] = {"delta": delta, "before": before, "globals": globals_}
         self._since_keyframe += len(delta) + 1
@@ -372,15 +201,15 @@ class DiskStateStore(StateStore):
             file.db.execute("BEGIN")
             try:
                 file.db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?)", (
-                    (i, row["record"].passed, _encode(file.pack(row["delta"])), _encode(file.pack(row["before"])),
-                     _encode(row["globals"]), _encode(_record_fields(row["record"]), compress=False))
+                    (i, row["record"].passed, encode(file.pack(row["delta"])), encode(file.pack(row["before"])),
+                     encode(row["globals"]), encode(_record_fields(row["record"]), compress=False))
                     for i in done for row in (self.pending[i],)))
                 file.db.executemany("INSERT OR IGNORE INTO touches VALUES (?, ?)", (
                     (node, i) for i in done for node in {e.node for e in self.pending[i]["record"].events}
                     if node is not None))
                 kept = [(i, records) for i, records in self.pending_keyframes if i <= (done[-1] if done else 0)]
                 file.db.executemany("INSERT OR REPLACE INTO keyframes VALUES (?, ?)",
-                                    ((i, _encode(file.pack(records))) for i, records in kept))
+                                    ((i, encode(file.pack(records))) for i, records in kept))
                 if done:
                     file.db.execute("INSERT INTO series VALUES (?, ?)", (done[0], _rows_blob(
                         [self.pending[i]["series"] for i in done])))
@@ -398,15 +227,11 @@ class DiskStateStore(StateStore):
     def _rebuild(self, index: int) -> Records:
         kept, records = self.keyframes.at_or_before(index)
         for delta in self.deltas.between(kept + 1, index):
-            for node_id, record in delta.items():
-                if record is None:
-                    records.pop(node_id, None)
-                else:
-                    records[node_id] = record
+            apply_delta(records, delta)
         return records
 
     def _record(self, blob: bytes) -> StepRecord:
-        fields = dict(zip(_RECORD_FIELDS, _decode(blob)))
+        fields = dict(zip(_RECORD_FIELDS, decode(blob)))
         return StepRecord(store=self, **fields)
 
     def series_matrix(self) -> np.ndarray:
@@ -519,11 +344,7 @@ class DiskTimeline(Timeline):
         complete (or interrupted), so reopening says which."""
         store = self.store
         for index in sorted((i for i, row in store.pending.items() if "record" not in row), reverse=True):
-            for node_id, record in store.pending.pop(index)["before"].items():  # a step cut short is undone
-                if record is None:
-                    store.current.pop(node_id, None)
-                else:
-                    store.current[node_id] = record
+            apply_delta(store.current, store.pending.pop(index)["before"])  # a step cut short is undone
         store._length = max(store.pending, default=store.file.steps())
         store.pending_keyframes = [k for k in store.pending_keyframes if k[0] <= store._length]
         store.keyframe()
@@ -579,7 +400,7 @@ def create_store(path: str, runner) -> DiskTimeline:
         file.put_meta("shape", dataclasses.replace(old.store.shape, child_keys={}, order_keys={}))
         file.put_meta("initial_globals", old.store.globals[0])
         file.put_meta("complete", False)
-        file.db.execute("INSERT INTO keyframes VALUES (0, ?)", (_encode(file.pack(old.store.current)),))  # the start
+        file.db.execute("INSERT INTO keyframes VALUES (0, ?)", (encode(file.pack(old.store.current)),))  # the start
         rows = RowMaker(old.store.shape, old.store.current, old.store.globals[0])
         start = rows.row(old.store.globals[0])
         file.put_meta("series_width", len(start))
@@ -612,7 +433,3 @@ def open_store(path: str) -> DiskTimeline:
         notices.append(f"{path}: the run that wrote this store stopped early; its first {length:,} steps are here")
     timeline = DiskTimeline(dataclasses.replace(scenario, notices=tuple(notices)), store, complete)
     return timeline
-
-
-def is_store(path: str) -> bool:
-    return str(path).endswith(SUFFIX)
