@@ -14,7 +14,8 @@ _EXPORTS = {
     "UnifiedRadixCache": "controller",
     "CacheError": "errors",
     **dict.fromkeys(("Cause", "Event", "EventBus", "EventKind", "EventLog"), "events"),
-    **dict.fromkeys(("Violation", "check_invariants", "verify_match"), "invariants"),
+    **dict.fromkeys(("check_invariants", "verify_match"), "invariants"),
+    "Violation": "violation",
     "RadixKey": "keys",
     **dict.fromkeys(
         ("DecLockRefParams", "EvictParams", "EvictResult", "IncLockRefResult", "InsertParams", "InsertResult",

@@ -16,7 +16,6 @@ the sweep returns, so both modes always name a problem the same way.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import operator
 from collections.abc import Iterable
@@ -26,19 +25,11 @@ import torch
 
 from .keys import RadixKey, child_key, token_array
 from .tree_core_locks import fresh_groups, one_fresh_grouping
+from .violation import Violation
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
     from .params import MatchResult
-
-
-@dataclasses.dataclass(frozen=True)
-class Violation:
-    name: str  # stable identifier, e.g. "counter.evictable"
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.name}: {self.message}"
 
 
 def check_invariants(cache: UnifiedRadixCache, touched: Optional[Iterable[int]] = None,

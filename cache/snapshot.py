@@ -14,8 +14,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from .keys import TOKEN_BYTES, namespace_parts
-from .pools.numpy_views import distinct
-from .request import own_slots
 
 if TYPE_CHECKING:
     from .controller import UnifiedRadixCache
@@ -463,6 +461,9 @@ def request_views(cache: UnifiedRadixCache) -> tuple[RequestView, ...]:
 
 def pool_views(cache: UnifiedRadixCache) -> dict[str, PoolView]:
     """Per pool: total, available, evictable, protected and held by running requests."""
+    from .pools.numpy_views import distinct  # torch: only a live cache gets here, never a stored run's reader
+    from .request import own_slots
+
     pool = cache.kv_pool
     held = own_slots(cache.kv_holders())  # on the host: numpy views on the CPU
     views = {

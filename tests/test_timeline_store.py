@@ -254,3 +254,74 @@ def test_the_workbench_steps_through_a_stored_run(tmp_path):
             assert app.cursor.step == 899 and len(app.cursor.timeline) == 1200
 
     asyncio.run(drive())
+
+
+READ_WITHOUT_TORCH = r'''
+import asyncio, sys, traceback
+
+class Watch:  # notes who imports torch, and lets the import go on (a caught ImportError would hide it)
+    seen = []
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torch" and not self.seen:
+            self.seen.append("\n".join(f"{f.filename}:{f.lineno}" for f in traceback.extract_stack()
+                                        if "importlib" not in f.filename))
+        return None
+
+sys.meta_path.insert(0, Watch())
+from workbench.cli import main
+from workbench.model.debugging.breakpoints import parse_conditions, search
+from workbench.model.debugging.why import node_steps, why_node
+from workbench.model.timeline.cursor import TimelineCursor
+from workbench.model.timeline.series import RunSeries
+from workbench.model.timeline.stored import open_store
+from workbench.tui.app import WorkbenchApp
+
+path = sys.argv[1]
+timeline = open_store(path)
+cursor = TimelineCursor([timeline])
+for step in (len(timeline), 1, len(timeline) // 2):
+    cursor.go(step)
+    cursor.view().state.nodes, cursor.diff()
+node = max(cursor.state.records)
+why_node(timeline, len(timeline) // 2, node, node_steps(timeline))
+search(timeline, parse_conditions(["full_available<100", "event=evict", "node=3"]), 0)
+RunSeries(timeline).values("full_available")
+
+async def drive():
+    async with WorkbenchApp([open_store(path)]).run_test(size=(160, 50)) as pilot:
+        for key in ("n", ">", "d", "escape", "y", "escape", "l", "escape", "c"):
+            await pilot.press(key)
+            await pilot.pause()
+
+asyncio.run(drive())
+for args in (["show", path], ["why", path, "--step", "5"], ["diff", path, "--from", "1", "--to", "4"]):
+    assert main(args) == 0, args
+print("torch imported by:\n" + Watch.seen[0] if Watch.seen else "no torch")
+'''
+
+
+def test_reading_a_stored_run_never_imports_torch(tmp_path):
+    """Reopening is the store's read and the model's imports: torch alone takes ~2 s to
+    import, so a stored run's readers (cursor, why, breakpoints, charts, the workbench
+    and the CLI) must not import it. Run in a fresh interpreter, as a user opens one."""
+    path = trace(tmp_path, 60, components=("full", "swa", "mamba"))
+    run_to_store(str(path), str(tmp_path / "run.urcdb")).close()
+    done = subprocess.run([sys.executable, "-c", READ_WITHOUT_TORCH, str(tmp_path / "run.urcdb")], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "no torch", done.stdout[-3000:]
+
+
+def test_the_store_bench_runs_a_trace_and_reopens_it_twice():
+    from workbench.bench.store import store_report
+
+    said = []
+    report = store_report(200, ("full",), emit=said.append)
+    assert report["steps"] == 200 and report["jumps"] == 40 and report["peak_rss_mb"] > 0
+    assert said[0].startswith("wrote 200 steps")
+    for first, again in (("reopen_seconds", "reopen_again_seconds"),
+                         ("reopen_process_seconds", "reopen_again_process_seconds")):
+        assert report[first] > 0 and report[again] > 0
+    # the whole process holds the in-process part: interpreter start, imports, opening
+    assert report["reopen_process_seconds"] >= report["reopen_seconds"]
+    assert report["jump_ms_median"] <= report["jump_ms_max"]

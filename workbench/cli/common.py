@@ -85,15 +85,29 @@ def load_chapters(files: list[str]):
     return [stored[n] if n in stored else next(loaded) for n in range(len(files))]
 
 
+def is_stored_run(chapter) -> bool:
+    """A chapter ``load_chapters`` opened from a store (``urc run --store``): already
+    checked, read from its file; anything else is a scenario still to run."""
+    from ..model.scenarios.scenario import Scenario
+
+    return not isinstance(chapter, Scenario)
+
+
 def load_one(path: str):
     """One file as (scenario, timeline-maker): a store's timeline is read from it, a
     scenario's is run (only when asked for: a bad option is said first)."""
     opened = load_chapters([path])[0]
-    if hasattr(opened, "store"):
+    if is_stored_run(opened):
         return opened.scenario, lambda: opened
     from ..model.timeline.runner import run_scenario
 
     return opened, lambda: run_scenario(opened)
+
+
+def _run(scenario):
+    from ..model.timeline.runner import run_scenario  # the cache and torch: only to run a scenario
+
+    return run_scenario(scenario)
 
 
 def step_in_range(option: str, step: int, scenario) -> int:
@@ -106,10 +120,9 @@ def step_in_range(option: str, step: int, scenario) -> int:
 def walk(scenarios, console) -> int:
     """Print every step of every scenario (the tour's walk-through: urc show --walk, and
     urc tui when stdout is not a terminal)."""
-    from ..model.timeline.runner import run_scenario
     from ..render.report import walk as walk_timeline
 
-    timelines = [s if hasattr(s, "store") else run_scenario(s) for s in scenarios]  # a stored run is ready
+    timelines = [s if is_stored_run(s) else _run(s) for s in scenarios]  # a stored run is ready
     for timeline in timelines:
         walk_timeline(timeline, console)
     return EXIT_OK if all(t.passed for t in timelines) else EXIT_CHECK_FAILED

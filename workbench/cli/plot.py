@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from ..model.scenarios.scenario import STDIN, ScenarioError
-from .common import EXIT_OK, STORED_HELP, load_chapters, say, step_in_range
+from .common import EXIT_OK, STORED_HELP, is_stored_run, load_chapters, say, step_in_range
 
 FORMATS = ("svg", "png", "pdf")
 
@@ -43,7 +44,7 @@ def run(args) -> int:
     if args.window and not args.changes:
         raise ScenarioError("--window only applies with --changes")
     opened = load_chapters([args.file])[0]  # a .urcdb store: its steps already checked, its rows kept
-    stored = hasattr(opened, "store")
+    stored = is_stored_run(opened)
     scenario = opened.scenario if stored else opened
     changes = [_change_option(text, scenario) for text in args.changes]
     conditions = _conditions(args.mark, scenario)
@@ -59,11 +60,15 @@ def run(args) -> int:
         from ..render.plot import ChangeMark, draw_run, figure_bytes
     except ImportError as exc:
         raise ScenarioError(f"urc plot needs matplotlib ({exc}): pip install matplotlib") from None
-    from ..model.timeline.runner import Runner, checked_loop
     from ..model.timeline.series import RunSeries
     from ..render.report import progress
 
-    runner = None if stored else Runner(scenario)
+    if stored:
+        runner, checked_loop = None, contextlib.nullcontext
+    else:
+        from ..model.timeline.runner import Runner, checked_loop
+
+        runner = Runner(scenario)
     series = RunSeries(opened if stored else runner.timeline, conditions)  # names are known before a step runs
     try:
         names = series.select(args.series) if args.series else None

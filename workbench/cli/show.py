@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..model.scenarios.scenario import ScenarioError
-from .common import EXIT_OK, STORED_HELP, load_chapters, step_in_range, walk
+from .common import EXIT_OK, STORED_HELP, is_stored_run, load_chapters, step_in_range, walk
 
 
 def add_parser(command) -> None:
@@ -21,7 +21,6 @@ def run(args) -> int:
     if args.walk and args.step is not None:
         raise ScenarioError("--step and --walk do not go together")
     scenarios = load_chapters(args.files)  # a .urcdb store is read, not run
-    from ..model.timeline.runner import run_scenario
     from ..render.report import make_console, step_view
     from ..render.tree_view import render_state
 
@@ -29,10 +28,15 @@ def run(args) -> int:
     if args.walk:
         return walk(scenarios, console)
     opened = scenarios[0]
-    stored = hasattr(opened, "store")
+    stored = is_stored_run(opened)
     scenario = opened.scenario if stored else opened
     n = step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
-    timeline = opened if stored else run_scenario(scenario)
+    if stored:
+        timeline = opened
+    else:
+        from ..model.timeline.runner import run_scenario
+
+        timeline = run_scenario(scenario)
     from cache.config_reference import config_line
     from rich.text import Text
 

@@ -7,7 +7,7 @@ import sys
 
 from ..model.scenarios.scenario import STDIN, ScenarioError
 from .against import add_against_options, check_against_use
-from .common import EXIT_OK, STORED_HELP, load_chapters, say, walk
+from .common import EXIT_OK, STORED_HELP, is_stored_run, load_chapters, say, walk
 
 TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml", "tour_hicache.toml",
         "tour_hicache_hybrid.toml", "tour_sessions.toml", "tour_storage.toml")
@@ -49,7 +49,7 @@ def run(args) -> int:
         tour = Path(__file__).resolve().parent.parent.parent / "scenarios"
         files = args.files or [str(tour / name) for name in TOUR]
         scenarios = load_chapters(files)
-    stored = [s for s in scenarios if hasattr(s, "store")]
+    stored = [s for s in scenarios if is_stored_run(s)]
     diverged = {}
     if args.against and stored:
         raise ScenarioError("--against runs the scenario beside SGLang: give the trace, not its store", stored[0].path)

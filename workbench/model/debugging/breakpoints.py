@@ -45,6 +45,7 @@ from cache.events import Cause, Event, EventKind
 from ..ops import canonical
 from ..scenarios.errors import shown
 from ..scenarios.fields import HOST_NODE_FIELDS, host_state_field
+from ..timeline.state_fields import globals_field, state_field
 from ..timeline.timeline import StepRecord, Timeline
 
 COMPARISONS: dict[str, Callable[[int, int], bool]] = {
@@ -256,8 +257,6 @@ def _node_changed(timeline: Timeline, c: Condition, index: int) -> bool:
 def _field_value(timeline: Timeline, index: int, field: str) -> int:
     """A pool counter from the step's totals (O(1)); a count over the tree (``nodes``,
     tombstones, leaves, host nodes) from the state after the step."""
-    from ..timeline.runner import globals_field, state_field
-
     counted = globals_field(timeline.store.globals[index], field)
     return counted if counted is not None else state_field(timeline.state_after(index), field)
 

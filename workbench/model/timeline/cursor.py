@@ -12,17 +12,19 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..debugging.breakpoints import Condition, parse_condition, search
 from .diff import StateDiff
-from .runner import Runner, settle
 from ..scenarios.scenario import Scenario, ScenarioError, StepAppender
 from .states import TimelineState
 from .step_view import StepView
 from .stored import DiskTimeline, StoredRun
 from .timeline import StepRecord, Timeline
 from ..debugging.why import node_steps
+
+if TYPE_CHECKING:
+    from .runner import Runner
 
 
 @dataclasses.dataclass
@@ -46,6 +48,16 @@ class Chapter:
         return isinstance(self.runner, StoredRun)
 
 
+def _chapter(source: Scenario | DiskTimeline) -> Chapter:
+    """A stored run reads its file; a scenario runs, so only a scenario imports the
+    cache (and torch with it): opening a stored run stays quick."""
+    if isinstance(source, DiskTimeline):
+        return Chapter(StoredRun(source), loaded=True)
+    from .runner import Runner
+
+    return Chapter(Runner(source))
+
+
 DEFAULT_BREAKPOINTS = ("violation", "failed")
 
 
@@ -57,8 +69,7 @@ class TimelineCursor:
         --store``: already checked, read from its file, read-only)."""
         if not scenarios:
             raise ValueError("a cursor needs at least one scenario")
-        self.chapters = [Chapter(StoredRun(s), loaded=True) if isinstance(s, DiskTimeline) else Chapter(Runner(s))
-                         for s in scenarios]
+        self.chapters = [_chapter(source) for source in scenarios]
         self.chapter_index = 0
         self.step = 0
         self.lock = threading.RLock()
@@ -77,6 +88,8 @@ class TimelineCursor:
                 progress(len(target.timeline), total)
         target.loaded = target.runner.done
         if target.loaded:
+            from .runner import settle
+
             settle(target.timeline)
 
     def append(self, raw: dict, line: int = 0) -> StepRecord:

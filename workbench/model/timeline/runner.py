@@ -18,13 +18,13 @@ from cache.snapshot import GlobalRecord, global_record, node_record
 from cache.kv_events import event_dict
 
 from .. import ops
-from ..scenarios.fields import STORAGE_STATE_FIELDS
 from ..scenarios.session_fields import is_session_field, observe_session_field
 from ..scenarios.scenario import NAMED_FIELDS, Scenario, ScenarioError, Step, cache_config
 from .session import Session
 from .states import StateShape, StateStore, TimelineState, all_records
 from .fmt import kv_event_text
 from .kv_router import RouterView
+from .state_fields import state_field  # (exported regression tests import it from here)
 from .timeline import Failure, StepRecord, Timeline
 
 
@@ -301,51 +301,6 @@ def drift(cache: UnifiedRadixCache, store: StateStore) -> list[Violation]:
 def _same_globals(a: GlobalRecord, b: GlobalRecord) -> bool:
     return (a.pools == b.pools and a.requests == b.requests and a.sessions == b.sessions
             and a.streaming_sessions == b.streaming_sessions and a.storage == b.storage and a.metrics == b.metrics)
-
-
-_TREE_COUNTS = ("nodes", "evictable_leaves", "host_nodes", "in_flight_nodes")
-
-
-def globals_field(globals_: GlobalRecord, key: str) -> Optional[int]:
-    """A state field a step's totals hold alone (a pool or host pool counter, the
-    running requests), or None for one read off the tree (nodes, tombstones, LRU
-    orders): breakpoints read the former without building the step's state."""
-    if key in _TREE_COUNTS or key.endswith(("_lru", "_tombstones")):
-        return None
-    if key == "requests":
-        return len(globals_.requests)
-    if key in globals_.metrics:  # full_evicted_total, device_hit_tokens, ... (cache/metrics.py)
-        return globals_.metrics[key]
-    if key in STORAGE_STATE_FIELDS:  # the storage tier's counts
-        storage = globals_.storage
-        return 0 if storage is None else len(storage.keys if key == "stored_pages" else storage.in_flight)
-    if "_host_" in key:  # full_host_available, mamba_host_evictable, ...
-        name, _, counter = key.partition("_host_")
-        pool = globals_.pools.get(f"{name}_host")
-    else:
-        name, _, counter = key.partition("_")
-        pool = globals_.pools.get(name)
-    return getattr(pool, counter) if pool is not None else 0
-
-
-def state_field(state: TimelineState, key: str):
-    counted = globals_field(state.globals, key)
-    if counted is not None:
-        return counted
-    if key.endswith("_lru"):
-        return list(state.lru.get(key.removesuffix("_lru"), ()))
-    if key == "nodes":
-        return len(state.records) - 1
-    if key == "evictable_leaves":
-        return len(state.evictable_leaves)
-    if key == "host_nodes":
-        return sum(1 for r in state.records.values() if r is not None and r.parent is not None
-                   and r.components[0].value_len is None and r.components[0].host_len is not None)
-    if key == "in_flight_nodes":
-        return sum(1 for r in state.records.values() if r is not None and r.parent is not None
-                   and any(k == "transfer" for k, _ in r.components[0].extras))
-    component = key.removesuffix("_tombstones")
-    return state.tombstones(component) if component in state.components else 0
 
 
 def same_state(a, b) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from cache.events import Event
-from cache.invariants import Violation
+from cache.violation import Violation
 
 from .fmt import value_text
 from ..scenarios.scenario import Scenario, Step
