@@ -74,14 +74,12 @@ def test_cli_fuzz_against_sglang(tmp_path):
     assert refused.returncode == 2 and "SGLang's side runs no fault" in refused.stderr
 
 
-def test_the_divergence_the_campaign_found_is_still_there():
+def test_the_divergence_the_campaign_found_now_agrees():
     """Found by ``urc fuzz --against sglang`` (README: "Differential fuzzing of SGLang"):
-    a load_back of a key already on the device, with every Mamba slot taken, runs on
-    ours and asserts on SGLang 0.5.23 — in the request row the bridge's SGLang side of
-    load_back allocates (a Mamba slot, with no eviction first), so the bridge's
-    modelling of the op, not either cache. Kept as a known divergence: when either side
-    changes, this fails and the README's list must be brought up to date."""
-    report = run_against(load_scenario(ROOT / "tests/divergences/load_back_mamba_assert.toml"))
-    d = report.divergence
-    assert d is not None and (d.step, d.op, d.difference.field) == (5, "load_back", "refused")
-    assert "Not enough space for mamba cache" in str(d.difference.theirs) and d.difference.ours == "ran"
+    a load_back of a key already on the device, with every Mamba slot taken, ran on
+    ours and asserted on SGLang 0.5.23 in the request row the bridge's SGLang side
+    allocated to carry the load. The carrier now takes no row, as admission loads back
+    before the row exists, and both sides agree, at page 1 and with the extra buffer."""
+    for name in ("load-back-key-only-mamba", "load-back-key-only-mamba-extra-buffer"):
+        report = run_against(load_scenario(ROOT / "scenarios" / "against" / f"{name}.toml"))
+        assert report.agrees and (report.run, report.states_compared) == (8, 8), (name, report.divergence)

@@ -54,45 +54,43 @@ class MambaHostMixin(HostPart):
         cd = best.data[self.index]
         return [best] if cd.value is None and cd.host_value is not None else []
 
-    # A key-only load takes the node's state slot and, first, a request's own slots
-    # (its running state, and with the extra buffer its two ping-pong slots: the
-    # request row v0.5.23's load is made for), handed back once the load is done. An
-    # admitting request has its running slot from prepare_load_back: only the
-    # node's slot is taken then.
-    def _request_slots(self, req) -> int:
-        return self.slots_for_request() if req is None else 0
-
+    # A load takes one slot per node whose state it brings back. The request's own slot
+    # is taken before, in prepare_load_back, as v0.5.23 takes it.
     def load_shortfall(self, nodes: list[TreeNode], req=None) -> int:
-        return len(nodes) + self._request_slots(req) - self.pool.available_size()
+        return len(nodes) - self.pool.available_size()
 
     def alloc_for_load(self, nodes: list[TreeNode], req=None) -> torch.Tensor:
-        return self.pool.alloc(len(nodes) + self._request_slots(req))
+        return self.pool.alloc(len(nodes))
 
     def free_load(self, slots: torch.Tensor) -> None:
         self.pool.free(slots)
 
     def commit_load(self, nodes: list[TreeNode], slots: torch.Tensor, req=None) -> list[torch.Tensor]:
         """Device values for ``nodes`` from the slots a load filled."""
-        if slots.shape[0] > len(nodes):
-            self.pool.free(slots[len(nodes) :])  # the key-only load's request slots
         return [slots[k : k + 1] for k in range(len(nodes))]
 
     def prepare_load_back(self, best: TreeNode, req):
         """v0.5.23: a request holding no state slot, loading a state that is on the
         host only, gets its slot now (evicting a state when the pool is full); the
-        load copies the state into it as well. Returns that slot (None: none taken)."""
+        load copies the state into it as well. A key-only load (``load_back`` with no
+        request) stands for a request admitted and then dropped: its slot is taken
+        the same way and handed back once the load is done. Returns that slot (None:
+        none taken)."""
         cd = best.data[self.index]
-        if req is None or req.mamba_pool_idx is not None or not (cd.value is None and cd.host_value is not None):
+        if (req is not None and req.mamba_pool_idx is not None) or not (cd.value is None and cd.host_value is not None):
             return None
-        req.mamba_pool_idx = self.alloc_slot()  # v0.5.23 asserts where ours refuses (PoolExhaustedError)
-        return req.mamba_pool_idx
+        slot = self.alloc_slot()  # v0.5.23 asserts where ours refuses (StateSlotsAssertError)
+        if req is not None:
+            req.mamba_pool_idx = slot
+        return slot
 
     def finalize_load_back(self, req, prep, success: bool) -> None:
         """A load called off: the slot prepared for it goes back, its copy never ran
-        (sgl-project/sglang#30986)."""
-        if not success and prep is not None:
+        (sgl-project/sglang#30986). A key-only load's slot goes back either way."""
+        if prep is not None and (req is None or not success):
             self.pool.free(prep)
-            req.mamba_pool_idx = None
+            if req is not None:
+                req.mamba_pool_idx = None
 
     def after_load(self, nodes: list[TreeNode], req) -> None:
         """The request's own copy of the loaded state (v0.5.23's second Mamba transfer)."""

@@ -148,9 +148,12 @@ class HostTier:
         return out
 
     def op_load_back(self, f: dict) -> dict:
-        """What the scheduler does for a request whose prefix is partly on the host:
-        match with the request, ``init_load_back`` (SGLang evicts for the slots and
-        locks what it loads), start the load; the request row is then given back."""
+        """What the scheduler does for a request whose prefix is partly on the host,
+        admitted and then dropped: match with the request, ``init_load_back`` (SGLang
+        evicts for the slots, gives a request loading a host-only Mamba state its own
+        state slot, and locks what it loads), start the load; then give back what the
+        request was given. No request row: admission loads back before the row is
+        allocated (a row would take a Mamba slot without evicting for it)."""
         from array import array
 
         from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams
@@ -158,8 +161,6 @@ class HostTier:
         side, sg, cache = self.side, self.side.sg, self.cache
         req = sg.Req(rid=side.next_rid(), origin_input_text="", origin_input_ids=array("q", f["key"]),
                      sampling_params=sg.SamplingParams(temperature=0, max_new_tokens=1))
-        if side.r2t.alloc([req]) is None:
-            raise BridgeError("no free req_to_token row for a load_back")
         try:
             m = cache.match_prefix(sg.MatchPrefixParams(key=side.key(f["key"], f.get("extra_key"), f.get("cache_salt")), req=req))
             req.prefix_len, req.last_node = m.device_prefix_len, m.last_device_node
@@ -171,7 +172,7 @@ class HostTier:
                 req=req))
             cache.ready_to_load_host_cache()
         finally:
-            self._give_back(req)
+            side.abandon(req)  # the state slot prepare_load_back gave it, if any
         return {"loaded": int(loaded), "host_hit_length": int(m.host_hit_length)}
 
     def admit_load_back(self, req, f: dict) -> int:
@@ -191,11 +192,6 @@ class HostTier:
         req.prefix_len += loaded
         req.kv.cache_protected_len = req.prefix_len
         return int(loaded)
-
-    def _give_back(self, req) -> None:
-        if getattr(req.kv, "mamba_pool_idx", None) is not None:  # its running slot and, page > 1, its ping-pong slots
-            self.side.r2t.free_mamba_cache(req)
-        self.side.r2t.free(req)
 
     # ---- state -----------------------------------------------------------------------
     def node_host_lens(self, node) -> dict[str, Optional[int]]:
