@@ -4,9 +4,9 @@ Each part runs in its own interpreter, as a user would run it, so the peak resid
 memory is the run's own (its ``VmHWM``: a forked child's rusage would carry the parent's
 high-water mark, and building the workload takes GBs) and reopening starts cold:
 the run is ``urc run TRACE --store``; the reopening (twice: the second finds the
-interpreter's and torch's files cached) opens the store, shows its last step and jumps
-to random steps, timing what a viewer pays per jump (the state, the
-step's diff and the view the panels render).
+interpreter's files cached) opens the store, shows its last step and jumps to random
+steps, timing what a viewer pays per jump (the state, the step's diff and the view the
+panels render); last, the workbench's first screen on the store, as ``urc tui`` opens it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def store_report(steps: int, components: tuple[str, ...], seed: int = 0,
         emit(f"checked in {seconds:,.1f} s; reopening")
         reopens = [_reopen(store, seed) for _ in range(2)]
         reopen = {**reopens[0], "reopen_again_seconds": reopens[1]["reopen_seconds"],  # the files cached by then
-                  "reopen_again_process_seconds": reopens[1]["reopen_process_seconds"]}
+                  "reopen_again_process_seconds": reopens[1]["reopen_process_seconds"],
+                  "workbench_first_paint_seconds": _first_paint(store)}
         return {
             "steps": written,
             "components": "+".join(components),
@@ -69,6 +70,28 @@ def _reopen(store: str, seed: int) -> dict:
     figures = json.loads(child.stdout)
     figures["reopen_process_seconds"] = round(wall - figures.pop("jumps_seconds"), 2)
     return figures
+
+
+def _first_paint(store: str) -> float:
+    """``urc tui RUN.urcdb`` as a user waits for it: a fresh interpreter, from its start
+    to the workbench's first screen on the store's first step (Textual's Pilot on a
+    headless 160x50 screen), imports included."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "workbench.bench.store", "--tui", store], capture_output=True, check=True)
+    return round(time.perf_counter() - started, 2)
+
+
+async def _paint_once(path: str) -> None:
+    from ..model.timeline.stored import open_store
+    from ..tui.app import WorkbenchApp
+    from ..tui.widgets.step_list import StepList
+
+    app = WorkbenchApp([open_store(path)])
+    async with app.run_test(size=(160, 50)) as pilot:
+        while app.query_one(StepList).option_count < 2:
+            await pilot.pause(0.005)
+        await pilot.pause()
+        app.exit()
 
 
 def reopen_figures(path: str, seed: int) -> dict:
@@ -120,5 +143,9 @@ def run_and_peak(trace: str, store: str) -> dict:
 if __name__ == "__main__":
     if sys.argv[1] == "--run":
         print(json.dumps(run_and_peak(sys.argv[2], sys.argv[3])))
+    elif sys.argv[1] == "--tui":
+        import asyncio
+
+        asyncio.run(_paint_once(sys.argv[2]))
     else:
         print(json.dumps(reopen_figures(sys.argv[1], int(sys.argv[2]))))
