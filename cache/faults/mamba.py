@@ -197,12 +197,13 @@ def _install_load_back_slot_kept(cache) -> None:
     (mem_quota, no room, or the controller's load failing) nothing took the slot
     back: the request kept it and ran its prefill from whatever the slot held, its
     copy never having run. Fires each time a called-off load leaves the slot on the
-    request."""
+    request (a key-only load has none to leave it on: the request it stands for is
+    dropped, giving back what it holds)."""
     mamba = cache.by_name["mamba"]
     correct_finalize = mamba.finalize_load_back
 
     def finalize_load_back(self, req, prep, success: bool) -> None:
-        if not success and prep is not None:
+        if not success and prep is not None and req is not None:
             fired(cache, LOAD_BACK_SLOT_KEPT)  # upstream: the slot stays on req.mamba_pool_idx
             return
         correct_finalize(req, prep, success)

@@ -120,6 +120,7 @@ class RunSeries:
         self.tombstone_components: tuple[str, ...] = self._maker.tombstone_components
         self.host = any(name.endswith("_host") for name in self.pools)
         self._rows: list[tuple[int, ...]] = []  # per step: the pools' counters, the hit fields, the tree counts
+        self._read = 0  # steps read so far, the empty start included (a stored run's: its matrix's rows)
         self._failing: list[int] = []
         self._breaks: list[int] = []
         self._matrix: Optional[np.ndarray] = None
@@ -135,7 +136,7 @@ class RunSeries:
         stored = getattr(store, "series_matrix", None)
         if stored is not None:  # one read of the rows the run kept, and its indexes for the markers
             self._matrix = stored()
-            self._rows = [()] * len(self._matrix)  # counted, never read: the matrix holds them
+            self._read = len(self._matrix)
             self._failing = store.failing_indexes()
             self._breaks = self._all_hits()
         self.refresh()
@@ -144,7 +145,7 @@ class RunSeries:
     def refresh(self) -> int:
         """Read the steps the timeline gained since the last read; how many."""
         timeline, store = self.timeline, self.timeline.store
-        start, end = len(self._rows), len(timeline.records) + 1
+        start, end = self._read, len(timeline.records) + 1
         if start >= end:
             return 0
         for index in range(start, end):
@@ -158,6 +159,7 @@ class RunSeries:
                 self._rows.append(self._maker.row(g, store.deltas[index], store.befores[index]))
             else:
                 self._rows.append(self._maker.row(g))
+        self._read = end
         self._matrix = None
         self._values.clear()
         return end - start
@@ -187,7 +189,7 @@ class RunSeries:
     @property
     def steps(self) -> int:
         """Steps read (the series have one more value: the empty start)."""
-        return len(self._rows) - 1
+        return self._read - 1
 
     def names(self, group: Optional[str] = None) -> list[str]:
         return [n for n, i in self.info.items() if group is None or i.group == group]
