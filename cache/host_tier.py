@@ -324,14 +324,12 @@ class HostTier:
                 return LoadBackResult(0, hit, match.last_device_node)
             try:
                 slots, taken = self._alloc_for_load(kv_tokens, aux, req)
-            except PoolExhaustedError as exc:
+            except PoolExhaustedError:
                 pool = self.cache.kv_pool
                 short = pool.pages_for(kv_tokens) * self.cache.page_size - pool.available_size()
-                if self._kv_pool(exc.pool) and short > 0:  # v0.5.23 evicts what it can for the Full KV first
+                if short > 0:  # v0.5.23 evicts what it can for the Full KV first, whichever pool falls short
                     self.cache.evict_for_alloc(EvictParams(num_tokens=short))
                 unlock()
-                if req is None and not self._kv_pool(exc.pool):  # v0.5.23 asserts on a Mamba slot
-                    raise
                 return LoadBackResult(0, hit, match.last_device_node)  # v0.5.23: False (the request recomputes)
             except BaseException:
                 unlock()
@@ -375,11 +373,6 @@ class HostTier:
                 self.aux[component.name].load(component.device_store, node.data[component.index].host_value, value)
                 tree.set_component_value(node.id, component.name, value)
             component.after_load(nodes, req)
-
-    def _kv_pool(self, name) -> bool:
-        """Full's pool or a paged (KV) one: v0.5.23's load_back returns False when the
-        device cannot take the load there, after eviction."""
-        return name == "full" or any(c.name == name and c.host_paged for c in self.cache.tree.host_components)
 
     def _alloc_for_load(self, kv_tokens: int, aux, req=None) -> tuple:
         """Device slots for a load: Full KV only for its tokens (no SWA peers: SWA

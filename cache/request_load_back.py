@@ -56,12 +56,15 @@ class RequestLoadBack:
             raise
 
     def _admit_at(self, req: Req, anchor: int, prefix: torch.Tensor, swa_branching_seqlen, chunk=None) -> None:
-        """Lock the prefix ending on ``anchor``, take the request's own slots and its
-        KV for the rest of the prompt, and write it (SGLang: lock, then alloc_for_extend)."""
+        """Lock the prefix ending on ``anchor``, check the KV for the rest of the prompt
+        fits, take the request's own slots and that KV, and write it (the scheduler's
+        order: lock, budget the KV, then alloc_for_extend: the row's states, the KV). A
+        prompt that cannot fit is refused before a state is evicted for it."""
         hooks, prefix_len = self.hooks, int(prefix.shape[0])
         lock = fresh = None
         try:
             lock = self.tree.inc_lock_ref(anchor)
+            self.check_capacity(self._first_chunk(req, prefix_len, chunk))
             for component in hooks.reserve_request:
                 component.reserve_request(req)
             fresh = self.alloc_kv(self._first_chunk(req, prefix_len, chunk))
