@@ -86,3 +86,21 @@ def test_the_divergences_the_campaigns_found_now_agree():
         scenario = load_scenario(path)
         report = run_against(scenario)
         assert report.agrees and report.run == len(scenario.steps), (path.name, report.divergence)
+
+
+KNOWN = {  # tests/divergences/: found by urc fuzz --against sglang with a write-back host tier
+    "write-back-swa-host-pool-after-insert.toml": (22, "insert", "host_pools.full.available"),
+    "write-back-swa-evict-host-count.toml": (16, "evict_host", "result.full_host_evicted"),
+    "write-back-full-node-kept-after-load-back.toml": (37, "req_prefill", "nodes"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN))
+def test_the_known_divergences_are_still_there(name):
+    """A write-back host tier (Full, Full+SWA) still parts from SGLang 0.5.23 in which
+    host copies and nodes it keeps and reclaims (README: "Differential fuzzing of SGLang", the
+    divergences left). Kept so that when either side changes, this fails and the
+    README's list is brought up to date (a fixed one moves to scenarios/against/)."""
+    report = run_against(load_scenario(ROOT / "tests" / "divergences" / name))
+    d = report.divergence
+    assert d is not None and (d.step, d.op, d.difference.field) == KNOWN[name], d
