@@ -64,10 +64,10 @@ class RequestLoadBack:
         lock = fresh = None
         try:
             lock = self.tree.inc_lock_ref(anchor)
-            self.check_capacity(self._first_chunk(req, prefix_len, chunk))
+            self.check_capacity(need := self._first_chunk(req, prefix_len, chunk))
             for component in hooks.reserve_request:
                 component.reserve_request(req)
-            fresh = self.alloc_kv(self._first_chunk(req, prefix_len, chunk))
+            fresh = self.alloc_kv(need)
             self.write_kv(fresh, req.origin_input_ids[: prefix_len + fresh.shape[0]], prefix_len)
             req.kv_indices = torch.cat([prefix, fresh]) if prefix_len else fresh
             for component in hooks.admit_request:

@@ -120,7 +120,8 @@ def reopen_figures(path: str, seed: int) -> dict:
         jumps.append(time.perf_counter() - began)
     jumping = sum(jumps)
     jumps.sort()
-    return {"reopen_seconds": round(opened, 2), "jumps_seconds": jumping, "reopen_without_imports_ms": round(own * 1e3, 1), "jumps": JUMPS,
+    return {"reopen_seconds": round(opened, 2), "jumps_seconds": jumping,
+            "reopen_without_imports_ms": round(own * 1e3, 1), "jumps": JUMPS,
             "jump_ms_median": round(jumps[len(jumps) // 2] * 1e3, 1), "jump_ms_max": round(jumps[-1] * 1e3, 1)}
 
 

@@ -93,21 +93,26 @@ def is_stored_run(chapter) -> bool:
     return not isinstance(chapter, Scenario)
 
 
+def scenario_of(chapter):
+    """A chapter's scenario: a stored run's is in its file, a scenario is its own."""
+    return chapter.scenario if is_stored_run(chapter) else chapter
+
+
+def timeline_of(chapter):
+    """A chapter's timeline: a stored run's is read from its file; a scenario is run
+    (only then the cache, and torch, are imported)."""
+    if is_stored_run(chapter):
+        return chapter
+    from ..model.timeline.runner import run_scenario
+
+    return run_scenario(chapter)
+
+
 def load_one(path: str):
     """One file as (scenario, timeline-maker): a store's timeline is read from it, a
     scenario's is run (only when asked for: a bad option is said first)."""
     opened = load_chapters([path])[0]
-    if is_stored_run(opened):
-        return opened.scenario, lambda: opened
-    from ..model.timeline.runner import run_scenario
-
-    return opened, lambda: run_scenario(opened)
-
-
-def _run(scenario):
-    from ..model.timeline.runner import run_scenario  # the cache and torch: only to run a scenario
-
-    return run_scenario(scenario)
+    return scenario_of(opened), lambda: timeline_of(opened)
 
 
 def step_in_range(option: str, step: int, scenario) -> int:
@@ -122,7 +127,7 @@ def walk(scenarios, console) -> int:
     urc tui when stdout is not a terminal)."""
     from ..render.report import walk as walk_timeline
 
-    timelines = [s if is_stored_run(s) else _run(s) for s in scenarios]  # a stored run is ready
+    timelines = [timeline_of(s) for s in scenarios]
     for timeline in timelines:
         walk_timeline(timeline, console)
     return EXIT_OK if all(t.passed for t in timelines) else EXIT_CHECK_FAILED

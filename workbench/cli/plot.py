@@ -6,7 +6,7 @@ import contextlib
 import os
 
 from ..model.scenarios.scenario import STDIN, ScenarioError
-from .common import EXIT_OK, STORED_HELP, is_stored_run, load_chapters, say, step_in_range
+from .common import EXIT_OK, STORED_HELP, is_stored_run, load_chapters, say, scenario_of, step_in_range
 
 FORMATS = ("svg", "png", "pdf")
 
@@ -45,7 +45,7 @@ def run(args) -> int:
         raise ScenarioError("--window only applies with --changes")
     opened = load_chapters([args.file])[0]  # a .urcdb store: its steps already checked, its rows kept
     stored = is_stored_run(opened)
-    scenario = opened.scenario if stored else opened
+    scenario = scenario_of(opened)
     changes = [_change_option(text, scenario) for text in args.changes]
     conditions = _conditions(args.mark, scenario)
     stem = "stdin" if args.file == STDIN else os.path.splitext(os.path.basename(args.file))[0]

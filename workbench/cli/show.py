@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..model.scenarios.scenario import ScenarioError
-from .common import EXIT_OK, STORED_HELP, is_stored_run, load_chapters, step_in_range, walk
+from .common import EXIT_OK, STORED_HELP, load_chapters, scenario_of, step_in_range, timeline_of, walk
 
 
 def add_parser(command) -> None:
@@ -27,16 +27,9 @@ def run(args) -> int:
     console = make_console()
     if args.walk:
         return walk(scenarios, console)
-    opened = scenarios[0]
-    stored = is_stored_run(opened)
-    scenario = opened.scenario if stored else opened
+    scenario = scenario_of(scenarios[0])
     n = step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
-    if stored:
-        timeline = opened
-    else:
-        from ..model.timeline.runner import run_scenario
-
-        timeline = run_scenario(scenario)
+    timeline = timeline_of(scenarios[0])
     from cache.config_reference import config_line
     from rich.text import Text
 
