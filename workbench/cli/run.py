@@ -158,7 +158,7 @@ def _run_stored(args) -> int:
     """``--store``: stream the file's steps through the runner into a store file."""
     from ..model.scenarios.outputs import check_output
     from ..model.timeline.stored import SUFFIX
-    from ..model.timeline.store_run import remove_store, run_to_store
+    from ..model.timeline.store_run import run_to_store
     from ..render.report import make_console, print_run_report, progress
 
     if len(args.files) != 1:
@@ -178,12 +178,13 @@ def _run_stored(args) -> int:
     console = make_console(sys.stdout)
     with contextlib.ExitStack() as outputs:
         record, kv_events = _open_outputs(outputs, args)
-        remove_store(args.store)  # check_output allowed it: absent, or --force
+        replacing = os.path.lexists(args.store)  # check_output allowed it: --force
         bar = outputs.enter_context(progress(_count_steps(source), source))
         try:
             timeline = run_to_store(source, args.store, args.full_checks, record, kv_events, on_step=bar)
         except KeyboardInterrupt:
-            console.print(f"interrupted: {args.store} keeps the steps checked so far", markup=False, highlight=False)
+            console.print(f"interrupted: {args.store} " + ("left as it was (a store is replaced only by a run that "
+                          "finishes)" if replacing else "keeps the steps checked so far"), markup=False, highlight=False)
             raise
     try:
         for notice in timeline.scenario.notices:

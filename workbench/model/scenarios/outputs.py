@@ -118,13 +118,13 @@ def open_output(path: str, inputs: Iterable[str] = (), force: bool = False, opti
         except OSError:
             keep = False  # a disk that filled up: the old file stays as it was
         if keep:
-            os.chmod(temp, 0o666 & ~_umask())  # as a plain open would create it (mkstemp: 0600)
+            os.chmod(temp, 0o666 & ~current_umask())  # as a plain open would create it (mkstemp: 0600)
             os.replace(temp, target)  # replaces a name, never writes through what it named
         else:
             os.unlink(temp)
 
 
-def _umask() -> int:
+def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -1,30 +1,34 @@
-"""The store file (``urc run --store``): the SQLite connection and its encodings.
+"""The store file (``urc run --store``): the SQLite connection, its checks and its encodings.
 
 A node record travels with a key id in place of its key bytes, each key written once
-(table ``keys``); everything else is pickled with the snapshots' read-only mappings as
-plain dicts, and compressed where that pays. The timeline on top of it is ``stored.py``.
+(table ``keys``); every other value is written by ``store_codec`` (msgpack with declared
+types, never pickle). A store is untrusted input once it leaves the run that wrote it:
+it is opened read-only (no journal change, no WAL merge, nothing written beside it),
+its tables and SQLite's quick check are verified before anything is shown, and a value
+it cannot read is one line naming the store. The timeline on top of it is ``stored.py``.
 """
 
 from __future__ import annotations
 
-import copyreg
-import io
 import os
-import pickle
 import sqlite3
 import threading
-import zlib
 from collections import OrderedDict
-from types import MappingProxyType
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 from cache.snapshot import NodeRecord
 
 from ..scenarios.scenario import ScenarioError
 from .states import Records
+from .store_codec import MAX_INFLATED, BlobError, decode, decode_costed, encode, make_record  # noqa: F401  (encode: the writer's)
 
-FORMAT = 2  # 2: the charts' rows (table series)
+FORMAT = 3  # 3: msgpack with declared types (2 and before were pickles, no longer read)
 CACHED_ROWS = 512  # decoded rows kept per column (a viewer steps around one place)
+CHUNK_BYTES = 8 << 20  # a chunked read of rows stops past this many bytes
+KEY_CACHE_BYTES = 64 << 20  # the reader's cache of node keys
+QUICK_CHECK_MAX_BYTES = 1 << 30  # larger stores are checked value by value as they are read
 
 _TABLES = """
 CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -35,30 +39,12 @@ CREATE TABLE keyframes (idx INTEGER PRIMARY KEY, records BLOB NOT NULL);
 CREATE TABLE touches (node INTEGER NOT NULL, idx INTEGER NOT NULL, PRIMARY KEY (node, idx)) WITHOUT ROWID;
 CREATE TABLE series (first INTEGER PRIMARY KEY, rows BLOB NOT NULL);
 """
+_COLUMNS = {"meta": ["name", "value"], "keys": ["id", "key"],
+            "steps": ["idx", "passed", "delta", "before", "globals", "record"], "keyframes": ["idx", "records"],
+            "touches": ["node", "idx"], "series": ["first", "rows"]}
+_STEP_COLUMNS = frozenset(_COLUMNS["steps"][2:])
 
 _KEY = NodeRecord._fields.index("key")
-
-
-def _proxy(mapping: dict) -> MappingProxyType:
-    return MappingProxyType(mapping)
-
-
-_DISPATCH = copyreg.dispatch_table.copy()
-_DISPATCH[MappingProxyType] = lambda m: (_proxy, (dict(m),))  # snapshots wrap their mappings read-only
-
-
-def encode(obj: Any, compress: bool = True) -> bytes:
-    """Pickled, and compressed unless told not to (a step's record is mostly token ids,
-    which do not compress: a third of the run's time went to trying)."""
-    out = io.BytesIO()
-    pickler = pickle.Pickler(out, 5)
-    pickler.dispatch_table = _DISPATCH
-    pickler.dump(obj)
-    return zlib.compress(out.getvalue(), 1) if compress else out.getvalue()
-
-
-def decode(blob: bytes) -> Any:
-    return pickle.loads(blob if blob[:1] == b"\x80" else zlib.decompress(blob))  # a pickle starts with PROTO
 
 
 class StoreError(ScenarioError):
@@ -78,29 +64,44 @@ class StoreFile:
         self.lock = threading.RLock()  # a viewer's worker thread and the UI read through one connection
         self._key_ids: dict[bytes, int] = {}  # writer: key bytes -> id, for keys the live tree still uses
         self._keys: OrderedDict[int, bytes] = OrderedDict()  # reader: id -> key bytes, most recent last
+        self._key_bytes = 0
         self._next_key = 1
 
     @classmethod
     def create(cls, path: str) -> StoreFile:
-        db = _connect(path)
-        db.executescript(_TABLES)
+        try:
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode = WAL")  # fast batches; ``seal`` turns it back before the file is shown
+            db.execute("PRAGMA synchronous = NORMAL")  # a crash keeps every committed batch; power loss may cost the last
+            db.executescript(_TABLES)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write: {exc}", path) from None
         return cls(db, path)
+
+    def seal(self) -> None:
+        """The finished file alone, in rollback-journal mode: a reader needs no side file."""
+        with self.lock:
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self.db.execute("PRAGMA journal_mode = DELETE")
 
     @classmethod
     def open(cls, path: str) -> StoreFile:
+        """A store read-only, checked before anything is read from it; refused in one line."""
         if not os.path.isfile(path):
             raise StoreError("no such store", path)
-        db = _connect(path)
+        writing = os.path.exists(path + "-wal")  # a run still writing it, or one that died: read its WAL, never merge it
+        uri = f"file:{quote(os.path.abspath(path))}?mode=ro" + ("" if writing else "&immutable=1")
         try:
-            found = db.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
-        except sqlite3.DatabaseError:
-            found = None
-        if found is None or decode(found[0]) != FORMAT:
+            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA query_only = ON")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open: {exc}", path) from None
+        try:
+            _check(db, path)
+        except BaseException:
             db.close()
-            raise StoreError(f"not a timeline store this urc reads (format {FORMAT}): write it with urc run TRACE --store", path)
-        store = cls(db, path)
-        store._next_key = (db.execute("SELECT max(id) FROM keys").fetchone()[0] or 0) + 1
-        return store
+            raise
+        return cls(db, path)
 
     # ---- meta --------------------------------------------------------------------------------
     def put_meta(self, name: str, value: Any) -> None:
@@ -108,8 +109,29 @@ class StoreFile:
 
     def meta(self, name: str, default: Any = None) -> Any:
         with self.lock:
-            row = self.db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
-        return default if row is None else decode(row[0])
+            row = self.read("SELECT value FROM meta WHERE name = ?", (name,), f"meta {name}")
+        return default if not row else self.decode(row[0][0], f"meta {name}")
+
+    def decode(self, blob: Any, what: str) -> Any:
+        """A value of this store, or one line saying which one it could not read."""
+        return self.decode_costed(blob, what)[0]
+
+    def decode_costed(self, blob: Any, what: str) -> tuple[Any, int]:
+        """``decode`` and the value's estimated memory cost."""
+        if not isinstance(blob, bytes):
+            raise StoreError(f"damaged store: {what} is not a value this urc wrote", self.path)
+        try:
+            return decode_costed(blob)
+        except BlobError as exc:
+            raise StoreError(f"damaged store: {what}: {exc}", self.path) from None
+
+    def read(self, sql: str, args: tuple = (), what: str = "a table") -> list:
+        """Rows of a query; a damaged page is one line naming what was being read."""
+        with self.lock:
+            try:
+                return self.db.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreError(f"damaged store: cannot read {what} ({exc})", self.path) from None
 
     # ---- records and their keys ------------------------------------------------------------------
     def key_id(self, key: bytes) -> int:
@@ -139,47 +161,104 @@ class StoreFile:
         return out
 
     def unpack(self, packed: list) -> dict:
-        keys = self._keys_for({fields[_KEY] for _, fields in packed if fields is not None})
+        keys = self._keys_for({fields[_KEY] for _, fields in packed
+                               if fields is not None and len(fields) > _KEY and type(fields[_KEY]) is int})
         out: dict = {}
         for node_id, fields in packed:
             if fields is None:
                 out[node_id] = None
-            else:
-                fields = list(fields)
-                fields[_KEY] = keys[fields[_KEY]]
-                out[node_id] = NodeRecord._make(fields)
+                continue
+            if len(fields) != len(NodeRecord._fields) or type(fields[_KEY]) is not int or fields[_KEY] not in keys:
+                raise StoreError(f"damaged store: node {node_id}'s record is not as written", self.path)
+            fields = list(fields)
+            fields[_KEY] = keys[fields[_KEY]]
+            try:
+                out[node_id] = make_record(NodeRecord, fields)
+            except BlobError as exc:
+                raise StoreError(f"damaged store: node {node_id}: {exc}", self.path) from None
         return out
 
     def _keys_for(self, ids: set[int]) -> dict[int, bytes]:
         found = {i: self._keys[i] for i in ids if i in self._keys}
-        missing = [i for i in ids if i not in found]
+        missing = sorted(i for i in ids if i not in found)
         for start in range(0, len(missing), 500):
-            chunk = missing[start:start + 500]
-            with self.lock:
-                rows = self.db.execute(f"SELECT id, key FROM keys WHERE id IN ({','.join('?' * len(chunk))})",
-                                       chunk).fetchall()
-            for key_id, key in rows:
-                found[key_id] = self._keys[key_id] = bytes(key)
-        while len(self._keys) > 8 * CACHED_ROWS:
-            self._keys.popitem(last=False)
+            chunk = tuple(missing[start:start + 500])
+            marks = ",".join("?" * len(chunk))
+            sizes = self.read(f"SELECT id, length(key) FROM keys WHERE id IN ({marks})", chunk, "the keys")
+            for part in _parts(sizes, self.path, "key"):
+                rows = self.read(f"SELECT id, key FROM keys WHERE id IN ({','.join('?' * len(part))})", part,
+                                 "the keys")
+                for key_id, key in rows:
+                    if not isinstance(key, bytes):
+                        raise StoreError(f"damaged store: key {key_id} is not a key", self.path)
+                    found[key_id] = self._keys[key_id] = key
+                    self._key_bytes += len(key)
+        while len(self._keys) > 8 * CACHED_ROWS or (self._key_bytes > KEY_CACHE_BYTES and self._keys):
+            self._key_bytes -= len(self._keys.popitem(last=False)[1])
         return found
 
     def rows(self, column: str, first: int, last: int) -> list[tuple[int, bytes]]:
-        """(index, blob) for steps first..last of one column."""
-        with self.lock:
-            return self.db.execute(f"SELECT idx, {column} FROM steps WHERE idx BETWEEN ? AND ? ORDER BY idx",
-                                   (first, last)).fetchall()
+        """(index, blob) for steps first.. of one column, as many as fit ``CHUNK_BYTES``
+        (at least one): a damaged store's huge values are never read together."""
+        if column not in _STEP_COLUMNS:
+            raise ValueError(column)
+        sizes = self.read(f"SELECT idx, length({column}) FROM steps WHERE idx BETWEEN ? AND ? ORDER BY idx",
+                          (first, last), f"steps {first}-{last}")
+        if not sizes:
+            return []
+        part = next(_parts(sizes, self.path, f"{column} of step"))
+        return self.read(f"SELECT idx, {column} FROM steps WHERE idx BETWEEN ? AND ? ORDER BY idx",
+                         (part[0], part[-1]), f"steps {part[0]}-{part[-1]}")
 
     def steps(self) -> int:
-        with self.lock:
-            return self.db.execute("SELECT coalesce(max(idx), 0) FROM steps").fetchone()[0]
+        found = self.read("SELECT coalesce(max(idx), 0) FROM steps")[0][0]
+        if not isinstance(found, int) or found < 0:
+            raise StoreError("damaged store: its step numbers are not numbers", self.path)
+        return found
 
 
-def _connect(path: str) -> sqlite3.Connection:
+def _parts(sizes: list[tuple[Any, Any]], path: str, what: str) -> Iterator[tuple[int, ...]]:
+    """Ids from (id, byte length) rows in runs of at most ``CHUNK_BYTES`` (one value
+    alone may be larger, up to ``MAX_INFLATED``): no read takes a damaged store's
+    huge values together."""
+    part: list[int] = []
+    total = 0
+    for ident, size in sizes:
+        if not isinstance(size, int) or size > MAX_INFLATED:
+            raise StoreError(f"damaged store: the {what} {ident} is not a value this urc wrote", path)
+        if part and total + size > CHUNK_BYTES:
+            yield tuple(part)
+            part, total = [], 0
+        part.append(ident)
+        total += size
+    if part:
+        yield tuple(part)
+
+
+def _check(db: sqlite3.Connection, path: str) -> None:
+    """Refuse, in one line, a file that is not a store of this format or is damaged."""
     try:
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode = WAL")  # a reader sees the last committed batch while a run writes
-        db.execute("PRAGMA synchronous = NORMAL")  # a crash keeps every committed batch; power loss may cost the last
+        tables = {name: [c[1] for c in db.execute(f"PRAGMA table_info({name})")] for name in _COLUMNS}
     except sqlite3.Error as exc:
-        raise StoreError(f"cannot open: {exc}", path) from None
-    return db
+        raise StoreError(f"not a timeline store ({exc})", path) from None
+    if not tables["meta"]:
+        raise StoreError(f"not a timeline store this urc reads (format {FORMAT}): write it with urc run TRACE --store",
+                         path)
+    try:
+        row = db.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+        found = decode(row[0]) if row and isinstance(row[0], bytes) else None
+    except (sqlite3.Error, BlobError):
+        found = None
+    if found != FORMAT:
+        older = " (or one an older urc wrote, which this one no longer reads: run the trace again)" if row else ""
+        raise StoreError(f"not a timeline store this urc reads (format {FORMAT}){older}", path)
+    for name, columns in _COLUMNS.items():
+        if tables[name] != columns:
+            raise StoreError(f"damaged store: table {name} is missing or not as written", path)
+    if os.path.getsize(path) <= QUICK_CHECK_MAX_BYTES:
+        try:
+            verdict = [r[0] for r in db.execute("PRAGMA quick_check(5)")]
+        except sqlite3.Error as exc:
+            verdict = [str(exc)]
+        if verdict != ["ok"]:
+            raise StoreError(f"damaged store: SQLite's quick check says {'; '.join(map(str, verdict))[:200]}", path)

@@ -2,9 +2,12 @@
 
 A JSONL trace is streamed (``scenarios.stream``) and every checked step goes to the
 file as it runs, so neither the trace nor the timeline is ever whole in memory. A TOML
-scenario is small: it is loaded as usual and stored the same way. Interrupted (Ctrl-C,
-a bad line further on), the store keeps every step that finished and says it stopped
-early.
+scenario is small: it is loaded as usual and stored the same way.
+
+A new store is written in place: interrupted (Ctrl-C, a bad line further on, a crash),
+it keeps every step that finished and says it stopped early. A store that replaces an
+existing file (``--force``) is written beside it and takes its name only once the run
+has finished: one that stops early is dropped, and the old file stays as it was.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Optional, TextIO
 
+from ..scenarios.outputs import current_umask
 from ..scenarios.scenario import Scenario, Step, load_scenario
 from .runner import KEEP_EVERY, Runner, checked_loop
 from .stored import DiskTimeline, create_store
@@ -23,12 +28,20 @@ StepListener = Callable[[], None]
 
 
 def remove_store(path: str) -> None:
-    """An existing store the user chose to replace (--force), with SQLite's side files."""
+    """A store file this run wrote and drops, with SQLite's side files."""
     for suffix in ("", "-wal", "-shm", "-journal"):
         try:
             os.unlink(path + suffix)
         except FileNotFoundError:
             pass
+
+
+def _beside(target: str) -> str:
+    """A fresh file name beside ``target`` (never one that exists, nor a planted link)."""
+    folder, name = os.path.split(os.path.abspath(target))
+    fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
+    os.close(fd)
+    return temp
 
 
 def run_to_store(source: str, store_path: str, full_checks: bool = False, record: Optional[TextIO] = None,
@@ -46,7 +59,14 @@ def run_to_store(source: str, store_path: str, full_checks: bool = False, record
         steps = _with_last(scenario.steps)
         scenario = dataclasses.replace(scenario, steps=())
     runner = Runner(scenario, record=record, full_checks=full_checks, kv_events=kv_events)
-    timeline = create_store(store_path, runner)
+    replacing = os.path.lexists(store_path)  # the caller allowed it (--force): written beside, renamed when done
+    written = _beside(store_path) if replacing else store_path
+    try:
+        timeline = create_store(written, runner)
+    except BaseException:
+        if replacing:
+            remove_store(written)
+        raise
     complete = False
     try:
         with checked_loop():
@@ -58,11 +78,27 @@ def run_to_store(source: str, store_path: str, full_checks: bool = False, record
         complete = True
     finally:
         notices = stream.notices if stream is not None else []
-        timeline.finish(complete, notices)
-        timeline.scenario = _noticed(timeline.scenario, notices)
-        if stream is not None:
-            stream.close()
+        try:
+            timeline.finish(complete, notices)
+            timeline.scenario = _noticed(timeline.scenario, notices)
+        finally:
+            if stream is not None:
+                stream.close()
+            if replacing:
+                _settle(timeline, written, store_path, complete)
     return timeline
+
+
+def _settle(timeline: DiskTimeline, written: str, target: str, complete: bool) -> None:
+    """A replacement takes the target's name when the run finished; else it is dropped."""
+    if complete:
+        os.chmod(written, 0o666 & ~current_umask())  # as a plain create would leave it (mkstemp: 0600)
+        os.replace(written, target)
+        timeline.store.file.path = target
+    else:
+        timeline.close()
+        remove_store(written)
+
 
 
 def _with_last(steps) -> Iterator[tuple[Step, bool]]:

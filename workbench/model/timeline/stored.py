@@ -10,9 +10,10 @@ A state is rebuilt from the nearest keyframe and the deltas after it, as in memo
 (``states.StateStore``); keyframes are written when replaying would read more records
 than a whole tree holds (or every ``KEYFRAME_MAX_STEPS``), so a jump anywhere costs
 about two trees' worth of records. A node's key is stored once per node (table
-``keys``), not in every record that mentions the node. Everything else is pickled and
-compressed per step; the file is ours to read back, never untrusted input (opening one
-refuses a file whose format it does not know).
+``keys``), not in every record that mentions the node. Everything else is written by
+``store_codec`` and compressed per step. A store is untrusted input when it is opened:
+``store_file`` opens it read-only and checks it, every value is read within limits, and
+what the cache's decoded rows hold is bounded by ``CACHE_COST`` per column.
 
 ``DiskTimeline`` is a ``Timeline``: the cursor, diff, why, breakpoints and charts read it
 through the same ``records`` and ``store`` sequences, a step at a time.
@@ -21,7 +22,6 @@ through the same ``records`` and ``store`` sequences, a step at a time.
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any, Callable, Optional
@@ -33,12 +33,14 @@ from cache.snapshot import GlobalRecord
 from ..scenarios.scenario import Scenario, ScenarioError
 from .series import RowMaker
 from .states import Records, StateShape, StateStore, apply_delta
-from .store_file import CACHED_ROWS, FORMAT, StoreError, StoreFile, decode, encode  # noqa: F401  (StoreError: re-exported)
+from .store_file import CACHED_ROWS, FORMAT, StoreError, StoreFile, encode  # noqa: F401  (StoreError: re-exported)
+from .store_rows import packed_records, record_row, rows_blob, series_rows, step_record, summary_of, typed
 from .timeline import StepRecord, Timeline
 
 SUFFIX = ".urcdb"
 BATCH_STEPS = 256  # steps per transaction: what a crash can lose
 KEYFRAME_MAX_STEPS = 1024
+CACHE_COST = 48 << 20  # estimated bytes of decoded rows one column keeps (store_codec's estimate)
 
 # ---- per-step columns -------------------------------------------------------------------------------
 
@@ -48,12 +50,13 @@ class StoredColumn(Sequence):
     like the in-memory lists: ``[i]``, ``[-1]``, slices, ``len``, iteration. Index 0 is
     the start; steps not yet written come from the writer's batch."""
 
-    def __init__(self, store: DiskStateStore, column: str, decode: Callable[[bytes], Any], start: Any) -> None:
+    def __init__(self, store: DiskStateStore, column: str, convert: Callable[[Any], Any], start: Any) -> None:
         self.store = store
         self.column = column
-        self.decode = decode
+        self.convert = convert  # the decoded value as readers take it
         self.start = start
-        self._cache: OrderedDict[int, Any] = OrderedDict()
+        self._cache: OrderedDict[int, tuple[Any, int]] = OrderedDict()  # index -> (value, its cost)
+        self._cost = 0
 
     def __len__(self) -> int:
         return len(self.store) + 1
@@ -80,18 +83,21 @@ class StoredColumn(Sequence):
             cached = self._cache.get(index)
             if cached is not None:
                 self._cache.move_to_end(index)
-                yield cached
+                yield cached[0]
                 index += 1
                 continue
             top = min(last, index + chunk - 1)
-            rows = self.store.file.rows(self.column, index, top)
-            if not rows:
+            file = self.store.file
+            rows = file.rows(self.column, index, top)
+            if not rows or rows[0][0] != index:
                 raise IndexError(index)
             for i, blob in rows:
-                value = self.decode(blob)
-                self._cache[i] = value
-                if len(self._cache) > CACHED_ROWS:
-                    self._cache.popitem(last=False)
+                value, cost = file.decode_costed(blob, f"step {i}'s {self.column}")
+                value = self.convert(value)
+                self._cache[i] = (value, cost)
+                self._cost += cost
+                while len(self._cache) > CACHED_ROWS or (self._cost > CACHE_COST and len(self._cache) > 1):
+                    self._cost -= self._cache.popitem(last=False)[1][1]
                 yield value
             index = rows[-1][0] + 1
 
@@ -128,10 +134,13 @@ class StoredKeyframes:
         for kept, records in reversed(store.pending_keyframes):
             if kept <= index:
                 return kept, dict(records)
-        with store.file.lock:
-            row = store.file.db.execute("SELECT idx, records FROM keyframes WHERE idx <= ? ORDER BY idx DESC LIMIT 1",
-                                        (index,)).fetchone()
-        return row[0], store.file.unpack(decode(row[1]))
+        file = store.file
+        found = file.read("SELECT idx, records FROM keyframes WHERE idx <= ? ORDER BY idx DESC LIMIT 1", (index,),
+                          f"the keyframe before step {index}")
+        if not found or not isinstance(found[0][0], int):
+            raise StoreError(f"damaged store: no keyframe at or before step {index}", file.path)
+        kept, blob = found[0]
+        return kept, file.unpack(packed_records(file.decode(blob, f"the keyframe at step {kept}"), file.path))
 
 
 # ---- the store ---------------------------------------------------------------------------------------
@@ -153,10 +162,11 @@ class DiskStateStore(StateStore):
         self._since_keyframe = 0  # records a rebuild would replay since the last keyframe
         self._steps_since = 0
         self._cache = {}
-        records = lambda blob: file.unpack(decode(blob))  # noqa: E731
+        records = lambda value: file.unpack(packed_records(value, file.path))  # noqa: E731
         self.deltas = StoredColumn(self, "delta", records, {})
         self.befores = StoredColumn(self, "before", records, {})
-        self.globals = StoredColumn(self, "globals", decode, initial_globals)
+        self.globals = StoredColumn(self, "globals", lambda value: typed(value, GlobalRecord, "a step's totals",
+                                                                          file.path), initial_globals)
         self.records = StoredColumn(self, "record", self._record, None)  # [0] is nothing: steps are 1-based
         self.keyframes = StoredKeyframes(self)
         self.summary: dict[str, Any] = {"ops": [], "names_session": False}  # what a viewer asks of every step
@@ -202,7 +212,7 @@ class DiskStateStore(StateStore):
             try:
                 file.db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?)", (
                     (i, row["record"].passed, encode(file.pack(row["delta"])), encode(file.pack(row["before"])),
-                     encode(row["globals"]), encode(_record_fields(row["record"]), compress=False))
+                     encode(row["globals"]), encode(record_row(row["record"]), compress=False))
                     for i in done for row in (self.pending[i],)))
                 file.db.executemany("INSERT OR IGNORE INTO touches VALUES (?, ?)", (
                     (node, i) for i in done for node in {e.node for e in self.pending[i]["record"].events}
@@ -211,7 +221,7 @@ class DiskStateStore(StateStore):
                 file.db.executemany("INSERT OR REPLACE INTO keyframes VALUES (?, ?)",
                                     ((i, encode(file.pack(records))) for i, records in kept))
                 if done:
-                    file.db.execute("INSERT INTO series VALUES (?, ?)", (done[0], _rows_blob(
+                    file.db.execute("INSERT INTO series VALUES (?, ?)", (done[0], rows_blob(
                         [self.pending[i]["series"] for i in done])))
                 file.put_meta("summary", self.summary)
                 file.db.execute("COMMIT")
@@ -230,9 +240,8 @@ class DiskStateStore(StateStore):
             apply_delta(records, delta)
         return records
 
-    def _record(self, blob: bytes) -> StepRecord:
-        fields = dict(zip(_RECORD_FIELDS, decode(blob)))
-        return StepRecord(store=self, **fields)
+    def _record(self, value: Any) -> StepRecord:
+        return step_record(value, self, self.file.path)
 
     def series_matrix(self) -> np.ndarray:
         """Every step's row of the charts' numbers (``series.RowMaker``), kept as the run
@@ -240,7 +249,7 @@ class DiskStateStore(StateStore):
         with self.file.lock:
             blobs = self.file.db.execute("SELECT rows FROM series ORDER BY first").fetchall()
         width = self.file.meta("series_width")
-        written = [np.frombuffer(zlib.decompress(b), dtype=np.int64).reshape(-1, width) for (b,) in blobs]
+        written = [series_rows(b, width, self.file.path) for (b,) in blobs]
         pending = [row["series"] for _, row in sorted(self.pending.items()) if "series" in row]
         if pending:
             written.append(np.array(pending, dtype=np.int64).reshape(-1, width))
@@ -259,17 +268,6 @@ class DiskStateStore(StateStore):
             rows = self.file.db.execute("SELECT idx FROM steps WHERE passed = 0 ORDER BY idx").fetchall()
         written = [i for (i,) in rows]
         return written + [i for i, row in sorted(self.pending.items()) if "record" in row and not row["record"].passed]
-
-
-def _rows_blob(rows: list[tuple[int, ...]]) -> bytes:
-    return zlib.compress(np.array(rows, dtype=np.int64).tobytes(), 1)
-
-
-_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord) if f.name != "store")
-
-
-def _record_fields(record: StepRecord) -> tuple:
-    return tuple(getattr(record, name) for name in _RECORD_FIELDS)
 
 
 class StoredRecords(Sequence):
@@ -354,7 +352,7 @@ class DiskTimeline(Timeline):
             file.put_meta("steps", len(store))
             file.put_meta("complete", complete)
             file.put_meta("notices", list(notices))
-            file.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        file.seal()
         self.complete = complete
 
     def close(self) -> None:
@@ -404,7 +402,7 @@ def create_store(path: str, runner) -> DiskTimeline:
         rows = RowMaker(old.store.shape, old.store.current, old.store.globals[0])
         start = rows.row(old.store.globals[0])
         file.put_meta("series_width", len(start))
-        file.db.execute("INSERT INTO series VALUES (0, ?)", (_rows_blob([start]),))
+        file.db.execute("INSERT INTO series VALUES (0, ?)", (rows_blob([start]),))
         file.db.execute("COMMIT")
     store = DiskStateStore(file, old.store.shape, old.store.globals[0], dict(old.store.current), 0)
     store.rows = rows
@@ -420,16 +418,28 @@ def open_store(path: str) -> DiskTimeline:
     from ..scenarios.scenario import _build
 
     file = StoreFile.open(path)
-    header = file.meta("header")
-    source = file.meta("path", path)
-    scenario = _build(header["scenario"], header["config"], [], source, lambda *_: None, lambda *_: None)
-    length = file.steps()
-    store = DiskStateStore(file, file.meta("shape"), file.meta("initial_globals"), {}, length)
-    store.current = store._rebuild(length)
-    store.summary = file.meta("summary", store.summary)
-    complete = bool(file.meta("complete", False)) and file.meta("steps", -1) == length
-    notices = list(file.meta("notices", []))
+    try:
+        header = file.meta("header")
+        source = file.meta("path", path)
+        if not (isinstance(header, dict) and isinstance(header.get("scenario"), dict)
+                and isinstance(header.get("config"), dict) and isinstance(source, str)):
+            raise StoreError("damaged store: its scenario header is not as written", path)
+        scenario = _build(header["scenario"], header["config"], [], source, lambda *_: None, lambda *_: None)
+        length = file.steps()
+        shape = typed(file.meta("shape"), StateShape, "its shape", path)
+        initial = typed(file.meta("initial_globals"), GlobalRecord, "its start", path)
+        store = DiskStateStore(file, shape, initial, {}, length)
+        store.current = store._rebuild(length)
+        store.summary = summary_of(file.meta("summary", store.summary), path)
+        complete = file.meta("complete", False) is True and file.meta("steps", -1) == length
+        notices = file.meta("notices", [])
+        if not (isinstance(notices, list) and all(isinstance(n, str) for n in notices)):
+            raise StoreError("damaged store: its notices are not as written", path)
+    except BaseException:
+        file.db.close()
+        raise
     if not complete:
         notices.append(f"{path}: the run that wrote this store stopped early; its first {length:,} steps are here")
     timeline = DiskTimeline(dataclasses.replace(scenario, notices=tuple(notices)), store, complete)
     return timeline
+

@@ -1,0 +1,263 @@
+"""How every value in a store is written and read: msgpack with declared types, never pickle.
+
+A store travels (attached to a bug report) and is opened by someone else, so reading
+one must not run code, nor take more than a bounded amount of memory. Each value is
+msgpack; what msgpack lacks is an extension type: a tuple, a read-only mapping, an enum
+member, or a record (a named tuple or dataclass of the snapshot) under its declared name
+in ``RECORDS``. Reading builds only the declared types, fills them field by field
+without calling their code, checks each field against its annotation, and refuses a
+blob whose inflated bytes or decoded objects pass the limits below. Any refusal is a
+``BlobError``: the store's reader turns it into one line naming the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import sys
+import typing
+import zlib
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Optional, Union
+
+import msgpack
+
+from cache.events import Cause, Event, EventKind
+from cache.keys import Namespace
+from cache.snapshot import (ComponentRecord, GlobalRecord, NodeRecord, PoolView, RequestView, SessionsView,
+                            SessionView, SlotView, StorageView, StreamingSessionsView)
+from cache.violation import Violation
+
+from .states import StateShape
+from .timeline import Failure
+
+MAX_INFLATED = 32 << 20  # bytes one blob may hold once inflated
+MAX_DECODED = 128 << 20  # what one blob's objects may cost in memory, estimated as they are built:
+_BYTE_COST, _CONTAINER_COST, _ITEM_COST = 4, 72, 40  # per byte read, per list or dict, per item (slot and object)
+# A blob this small is read without counting (counting triples a read's time): one
+# msgpack byte makes at most one object of ``_WORST_BYTE_COST`` bytes, which bounds it.
+FAST_BODY = 256 << 10
+_WORST_BYTE_COST = 96
+
+_RAW, _ZLIB = b"m", b"z"  # a blob's first byte: plain msgpack, or zlib over it
+
+# Extension codes, part of the format: append only (a new order is a new FORMAT).
+_TUPLE, _MAPPING, _BIG_INT = 1, 2, 3
+_BIG_INT_DIGITS = 64  # an int past 64 bits (a sort key) travels as its digits
+ENUMS: tuple[type[enum.Enum], ...] = (EventKind, Cause)  # codes 8, 9, ...
+RECORDS: tuple[type, ...] = (  # codes 16, 17, ...
+    NodeRecord, ComponentRecord, GlobalRecord, PoolView, RequestView, SessionsView, SessionView, SlotView,
+    StorageView, StreamingSessionsView, Event, Namespace, Violation, StateShape, Failure)
+_FIRST_ENUM, _FIRST_RECORD = 8, 16
+_ENUM_CODES = {kind: _FIRST_ENUM + n for n, kind in enumerate(ENUMS)}
+_RECORD_CODES = {kind: _FIRST_RECORD + n for n, kind in enumerate(RECORDS)}
+_ENUM_MEMBERS = {_FIRST_ENUM + n: {m.value: m for m in kind} for n, kind in enumerate(ENUMS)}
+
+
+class BlobError(ValueError):
+    """A blob this codec will not read: damaged, too large, or of an undeclared type."""
+
+
+# ---- writing ---------------------------------------------------------------------------------------------
+
+
+class _Packers:
+    """One msgpack packer per nesting depth: an extension's payload is packed while its
+    parent's packer is mid-value, and a fresh packer for each would cost a third of a write."""
+
+    def __init__(self) -> None:
+        self.free: list[msgpack.Packer] = []
+
+    def pack(self, obj: Any) -> bytes:
+        packer = self.free.pop() if self.free else msgpack.Packer(default=_default, strict_types=True,
+                                                                  use_bin_type=True)
+        try:
+            return packer.pack(obj)
+        except BaseException:
+            packer.reset()
+            raise
+        finally:
+            self.free.append(packer)
+
+
+_PACKERS = _Packers()
+_pack = _PACKERS.pack
+
+
+def _default(obj: Any) -> msgpack.ExtType:
+    kind = type(obj)
+    if kind is tuple:
+        return msgpack.ExtType(_TUPLE, _pack(list(obj)))
+    code = _RECORD_CODES.get(kind)
+    if code is not None:
+        values = list(obj) if issubclass(kind, tuple) else [getattr(obj, f) for f in _fields(kind)]
+        return msgpack.ExtType(code, _pack(values))
+    if kind is MappingProxyType:
+        return msgpack.ExtType(_MAPPING, _pack(dict(obj)))
+    code = _ENUM_CODES.get(kind)
+    if code is not None:
+        return msgpack.ExtType(code, _pack(obj.value))
+    if kind is int:
+        return msgpack.ExtType(_BIG_INT, str(obj).encode("ascii"))
+    raise TypeError(f"a store cannot hold a {kind.__module__}.{kind.__qualname__}: declare it in store_codec.RECORDS")
+
+
+def encode(obj: Any, compress: bool = True) -> bytes:
+    """One value as a blob; compressed unless told not to (a step's record is mostly
+    token ids, which do not compress: trying cost a third of a run's time)."""
+    packed = _pack(obj)
+    return _ZLIB + zlib.compress(packed, 1) if compress else _RAW + packed
+
+
+# ---- reading ---------------------------------------------------------------------------------------------
+
+
+def decode(blob: bytes) -> Any:
+    """The value ``encode`` wrote, or ``BlobError``; never more than the limits."""
+    return decode_costed(blob)[0]
+
+
+def decode_costed(blob: bytes) -> tuple[Any, int]:
+    """``decode``, with what its objects are estimated to cost in memory (a reader's
+    cache of decoded values keeps within a budget of it)."""
+    blob = bytes(blob)
+    head, body = blob[:1], blob[1:]
+    if head == _ZLIB:
+        body = _inflate(body)
+    elif head != _RAW:
+        raise BlobError("not a value this store format writes")
+    if len(body) > MAX_INFLATED:
+        raise BlobError(f"a value of {len(body):,} bytes (at most {MAX_INFLATED:,})")
+    reader = _Reader(counted=len(body) > FAST_BODY)
+    reader.charge((_BYTE_COST if reader.counted else _WORST_BYTE_COST) * len(body))
+    try:
+        return reader.read(body), reader.spent
+    except BlobError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError, msgpack.UnpackException) as exc:
+        raise BlobError(f"damaged value ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def _inflate(body: bytes) -> bytes:
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, MAX_INFLATED + 1)
+    except zlib.error as exc:
+        raise BlobError(f"damaged compressed value ({exc})") from None
+    if len(out) > MAX_INFLATED or inflater.unconsumed_tail:
+        raise BlobError(f"a compressed value that inflates past {MAX_INFLATED:,} bytes")
+    if not inflater.eof:
+        raise BlobError("a compressed value cut short")
+    return out
+
+
+class _Reader:
+    """One blob's decoding, with what its objects cost so far (``spent``): counted
+    list by list and dict by dict, or (``counted`` False) charged at the worst once."""
+
+    def __init__(self, counted: bool) -> None:
+        self.spent = 0
+        self.counted = counted
+        hooks = dict(list_hook=self._list, object_hook=self._dict) if counted else {}
+        self.read = functools.partial(msgpack.unpackb, ext_hook=self._ext, strict_map_key=False, raw=False, **hooks)
+
+    def charge(self, cost: int) -> None:
+        self.spent += cost
+        if self.spent > MAX_DECODED:
+            raise BlobError(f"a value whose objects would take over {MAX_DECODED >> 20} MiB")
+
+    def _list(self, items: list) -> list:
+        self.charge(_CONTAINER_COST + _ITEM_COST * len(items))
+        return items
+
+    def _dict(self, items: dict) -> dict:
+        self.charge(_CONTAINER_COST + 2 * _ITEM_COST * len(items))
+        return items
+
+    def _ext(self, code: int, data: bytes) -> Any:
+        if code == _BIG_INT:
+            if 0 < len(data) <= _BIG_INT_DIGITS and data.lstrip(b"-").isdigit():
+                return int(data)
+            raise BlobError("a malformed number")
+        value = self.read(data)
+        kind = type(value)
+        if code == _TUPLE and kind is list:
+            return tuple(value)
+        if code >= _FIRST_RECORD and kind is list:
+            if code - _FIRST_RECORD < len(RECORDS):
+                return make_record(RECORDS[code - _FIRST_RECORD], value)
+        elif code == _MAPPING and kind is dict:
+            return MappingProxyType(value)
+        elif code in _ENUM_MEMBERS and kind is str and value in _ENUM_MEMBERS[code]:
+            return _ENUM_MEMBERS[code][value]
+        raise BlobError(f"a malformed extension value (code {code})")
+
+
+def make_record(kind: type, values: list) -> Any:
+    """A declared record from its field values, each checked against its annotation."""
+    fields = _fields(kind)
+    if len(values) != len(fields):
+        raise BlobError(f"a {kind.__name__} of {len(values)} fields (it has {len(fields)})")
+    for n, allowed in _checks(kind):
+        if not isinstance(values[n], allowed):
+            raise BlobError(f"a {kind.__name__} whose {fields[n]} is a {type(values[n]).__name__}")
+    if issubclass(kind, tuple):
+        return tuple.__new__(kind, values)
+    made = object.__new__(kind)  # filled as the writer had it: no __init__, no __post_init__
+    for field, value in zip(fields, values):
+        object.__setattr__(made, field, value)
+    return made
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_CHECKS: dict[type, list[tuple[int, tuple[type, ...]]]] = {}
+
+
+def _fields(kind: type) -> tuple[str, ...]:
+    found = _FIELDS.get(kind)
+    if found is None:
+        found = _FIELDS[kind] = kind._fields if issubclass(kind, tuple) else tuple(
+            f.name for f in dataclasses.fields(kind))
+    return found
+
+
+def _checks(kind: type) -> list[tuple[int, tuple[type, ...]]]:
+    """(field number, allowed runtime types) for each field whose annotation says
+    something checkable, read once per type."""
+    found = _CHECKS.get(kind)
+    if found is None:
+        namespace = {**vars(typing), **vars(sys.modules[kind.__module__])}
+        annotations = {}
+        for klass in reversed(kind.__mro__):
+            annotations.update(getattr(klass, "__annotations__", {}))
+        found = []
+        for n, field in enumerate(_fields(kind)):
+            allowed = _runtime_types(annotations.get(field), namespace)
+            if allowed:
+                found.append((n, allowed))
+        _CHECKS[kind] = found
+    return found
+
+
+def _runtime_types(annotation: Any, namespace: dict) -> Optional[tuple[type, ...]]:
+    if isinstance(annotation, str):
+        try:
+            annotation = eval(annotation, namespace)  # our own source's annotation, never a store's bytes
+        except Exception:
+            return None
+    if annotation is None or annotation is type(None):
+        return (type(None),)
+    origin = typing.get_origin(annotation)
+    if origin is Union or (origin is not None and origin.__name__ == "UnionType"):
+        parts = [_runtime_types(a, namespace) for a in typing.get_args(annotation)]
+        return None if any(p is None for p in parts) else tuple(t for p in parts for t in p)
+    base = origin or annotation
+    if base is float:
+        return (float, int)
+    if base in (Mapping, dict) or (isinstance(base, type) and issubclass(base, Mapping)):
+        return (dict, MappingProxyType)
+    if base in (int, str, bytes, bool, tuple, list) or base in RECORDS or base in ENUMS:
+        return (base,)
+    return None

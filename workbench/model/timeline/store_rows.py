@@ -1,0 +1,97 @@
+"""The rows of a store as they are written and read back: a step's record, a tree's
+records, the charts' rows, and the meta values a store is opened with.
+
+``store_codec`` builds only declared types; this module checks that each row has the
+shape its reader takes, so a damaged or crafted store is one line naming it rather
+than an error deep in a viewer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Any
+
+import numpy as np
+
+from ..scenarios.scenario import Step
+from .store_codec import MAX_INFLATED, BlobError, make_record
+from .store_file import StoreError
+from .timeline import StepRecord
+
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord) if f.name != "store")
+_STEP_FIELDS = tuple(f.name for f in dataclasses.fields(Step))
+_RAW = _STEP_FIELDS.index("raw")
+
+
+def record_row(record: StepRecord) -> tuple:
+    """A step's record as stored: its step as ``step_row``, then its other fields."""
+    return (step_row(record.step), *(getattr(record, name) for name in _RECORD_FIELDS[1:]))
+
+
+def step_record(value: Any, store, path: str) -> StepRecord:
+    if type(value) is not tuple or len(value) != len(_RECORD_FIELDS):
+        raise StoreError("damaged store: a step's record is not as written", path)
+    return StepRecord(store=store, step=step_of(value[0], path), **dict(zip(_RECORD_FIELDS[1:], value[1:])))
+
+
+def step_row(step: Step) -> tuple:
+    """A step's fields, its ``raw`` naming the values it shares with ``fields`` (a
+    prompt's tokens, written once rather than twice) instead of holding them again."""
+    fields = step.fields
+    shared = [name for name, value in step.raw.items() if fields.get(name) is value and value is not None]
+    raw = {name: (None if name in shared else value) for name, value in step.raw.items()}
+    return (*(getattr(step, name) for name in _STEP_FIELDS[:_RAW]), raw, shared)
+
+
+def step_of(row: Any, path: str) -> Step:
+    if (type(row) is not tuple or len(row) != len(_STEP_FIELDS) + 1 or type(row[_RAW]) is not dict
+            or type(row[3]) is not dict or type(row[-1]) is not list
+            or not all(type(name) is str and name in row[3] for name in row[-1])):
+        raise StoreError("damaged store: a step is not as written", path)
+    fields, raw = row[3], row[_RAW]
+    for name in row[-1]:
+        raw[name] = fields[name]
+    try:
+        return make_record(Step, list(row[:_RAW]) + [raw])
+    except BlobError as exc:
+        raise StoreError(f"damaged store: {exc}", path) from None
+
+
+def rows_blob(rows: list[tuple[int, ...]]) -> bytes:
+    return zlib.compress(np.array(rows, dtype=np.int64).tobytes(), 1)
+
+
+def series_rows(blob: Any, width: Any, path: str) -> np.ndarray:
+    """One batch of the charts' rows, inflated within the codec's limit."""
+    if not isinstance(blob, bytes) or type(width) is not int or width <= 0:
+        raise StoreError("damaged store: the charts' rows are not as written", path)
+    inflater = zlib.decompressobj()
+    try:
+        raw = inflater.decompress(blob, MAX_INFLATED + 1)
+    except zlib.error:
+        raw = b""
+    if not raw or inflater.unconsumed_tail or len(raw) > MAX_INFLATED or len(raw) % (8 * width):
+        raise StoreError("damaged store: the charts' rows are not as written", path)
+    return np.frombuffer(raw, dtype=np.int64).reshape(-1, width)
+
+
+def packed_records(value: Any, path: str) -> list:
+    """A delta, a before or a keyframe as ``StoreFile.pack`` wrote it: (node id, fields or None) pairs."""
+    if type(value) is not list or not all(type(p) is tuple and len(p) == 2 and type(p[0]) is int
+                                         and (p[1] is None or type(p[1]) is tuple) for p in value):
+        raise StoreError("damaged store: a tree's records are not as written", path)
+    return value
+
+
+def typed(value: Any, kind: type, what: str, path: str) -> Any:
+    if not isinstance(value, kind):
+        raise StoreError(f"damaged store: {what} is not as written", path)
+    return value
+
+
+def summary_of(value: Any, path: str) -> dict[str, Any]:
+    if not (isinstance(value, dict) and isinstance(value.get("ops"), list)
+            and all(isinstance(op, str) for op in value["ops"])):
+        raise StoreError("damaged store: its summary is not as written", path)
+    return value
