@@ -85,7 +85,16 @@ class CacheConfig:
         object.__setattr__(self, "extra", dict(self.extra))
         for key in self.extra:
             if not any(key.startswith(f"{c}_") for c in comps[1:]):
-                raise ValueError(f"unknown config field {key!r} (a component's own field is '<component>_<name>')")
+                from .config_reference import FIELD_NAMES, did_you_mean
+
+                if key in FIELD_NAMES:  # a field of a component not listed
+                    raise ValueError(f"{key} is a field of {key.partition('_')[0]!r}, which components "
+                                     f"{list(comps)} does not list")
+                raise ValueError(f"unknown config field {key!r}{did_you_mean(key)} (a component's own field is "
+                                 "'<component>_<name>')")
+        from .components.field_checks import check_given_fields
+
+        check_given_fields(comps, self.extra, self.page_size)  # SWA's and Mamba's values, before a cache is built
         object.__setattr__(self, "faults", tuple(self.faults))
         if self.faults:
             from .faults import check_fault_names

@@ -109,6 +109,22 @@ OPTIONS: tuple[ConfigOption, ...] = (
 )
 
 BY_NAME = {option.name: option for option in OPTIONS}
+# the top-level [config] fields (not hicache's own, which are a table's)
+FIELD_NAMES = tuple(option.name for option in OPTIONS if "." not in option.name)
+
+
+def did_you_mean(name: str, names=FIELD_NAMES) -> str:
+    """`` (did you mean 'x'?)`` naming the fields close to a misspelt one, or nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), list(names), n=2)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+
+
+def inert(name: str, components) -> bool:
+    """An option the cache ignores with these components (``is_eagle`` with Mamba, see
+    ``CacheConfig.bigram_keys``): the config line leaves it out, as the cache runs without it."""
+    return name == "is_eagle" and "mamba" in components
 
 
 def component_options() -> tuple[ConfigOption, ...]:
@@ -151,6 +167,8 @@ def config_line(config: Mapping[str, Any]) -> str:
     if config.get("sliding_window") is not None:
         parts.append(f"window {config['sliding_window']}")
     for option in OPTIONS:
+        if inert(option.name, config.get("components", ())):
+            continue
         if option.model_option and option.name in config and config[option.name] not in (option.default, None, (), []):
             value = config[option.name]
             if option.name == "hicache":

@@ -9,6 +9,7 @@ without a node being touched, so a persistent heap would hold stale keys.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -145,8 +146,9 @@ def _default_args(cls) -> dict[str, Any]:
 
 def make_policy(name: str, config: Optional[Mapping[str, Any]] = None) -> EvictionPolicy:
     """The policy named (case-insensitive), built with ``config`` as keyword arguments.
-    Unknown names and unknown or non-numeric arguments raise ValueError (SGLang raises
-    a TypeError for a bad argument, when the cache is built)."""
+    Unknown names and unknown, non-numeric, negative or non-finite arguments raise
+    ValueError (SGLang raises a TypeError for a bad argument, when the cache is built;
+    it takes -1 or NaN silently, which no hit count or token length means)."""
     if not isinstance(name, str):
         raise ValueError(f"eviction_policy must be a string (got {name!r})")
     factory = POLICIES.get(name.lower())
@@ -161,6 +163,8 @@ def make_policy(name: str, config: Optional[Mapping[str, Any]] = None) -> Evicti
             raise ValueError(f"eviction_policy_config: {name.lower()} does not take {arg!r} (it takes {takes})")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"eviction_policy_config.{arg} must be a number (got {value!r})")
+        if (isinstance(value, float) and not math.isfinite(value)) or value < 0:  # hits and tokens: counts
+            raise ValueError(f"eviction_policy_config.{arg} must be a finite number, 0 or more (got {value!r})")
     return factory(**config)
 
 

@@ -24,7 +24,8 @@ from ..params import EvictParams
 from ..pools.kv_buffer import prefix_hashes
 from ..pools.mamba_pool import MambaStatePool
 from .base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
-from .mamba_cap import NO_CAP, EvictExcessPathStates, check_cap, evict_excess_path_states
+from .field_checks import MAMBA_FIELDS, NO_CAP, mamba_field
+from .mamba_cap import EvictExcessPathStates, evict_excess_path_states
 from .mamba_host import MambaHostMixin
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
     prompt_split_ok = False  # a split leaves the upper part without a state
     # the model options (issue 28): the per-path cap (-1: off), the extra buffer (None:
     # on above page 1, as production decides), and SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK
-    config_fields = {"mamba_max_states_per_path": NO_CAP, "mamba_extra_buffer": None, "mamba_skip_decode_lock": False}
+    config_fields = MAMBA_FIELDS
 
     def __init__(self, cache, index: int) -> None:
         super().__init__(cache, index)
@@ -61,20 +62,8 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
         self.pool = MambaStatePool(cfg.mamba_size, cache.device)
 
     def check_config_value(self, field: str, value):
-        if field == "mamba_max_states_per_path":
-            return check_cap(value)
-        if field == "mamba_extra_buffer":
-            if value is None:
-                return self.page_size > 1
-            if not isinstance(value, bool):
-                raise ValueError(f"mamba_extra_buffer must be true or false (got {value!r})")
-            if not value and self.page_size > 1:  # v0.5.23's MambaComponent asserts page 1 without it
-                raise ValueError(f"mamba_extra_buffer false needs page_size 1 (got {self.page_size})")
-            return value
-        if field == "mamba_skip_decode_lock":
-            if not isinstance(value, bool):
-                raise ValueError(f"mamba_skip_decode_lock must be true or false (got {value!r})")
-            return value
+        if field in MAMBA_FIELDS:  # the rules CacheConfig checks a given value by
+            return mamba_field(field, value, self.cache.config.page_size)
         return super().check_config_value(field, value)
 
     def value_len(self, node: TreeNode) -> int:

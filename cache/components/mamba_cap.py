@@ -24,15 +24,6 @@ if TYPE_CHECKING:
     from ..tree_node import TreeNode
     from .mamba import MambaComponent
 
-NO_CAP = -1
-
-
-def check_cap(value) -> int:
-    """-1 (off) or a positive int, as v0.5.23's server-args check demands."""
-    if isinstance(value, bool) or not isinstance(value, int) or value == 0 or value < NO_CAP:
-        raise ValueError(f"mamba_max_states_per_path must be -1 (no cap) or a positive int (got {value!r})")
-    return value
-
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class EvictExcessPathStates(ComponentAction):

@@ -23,6 +23,7 @@ from ..pools.numpy_views import distinct, gather
 from ..request import own_slots
 from ..pools.swa_pool import SWAPool
 from .base import LRUEvictionMixin, TreeComponent
+from .field_checks import SWA_FIELDS, swa_field
 from .swa_host import SWAHostMixin
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
     session_coverage = "window"  # a session holds its last window plus a page (session_refs.py)
     # the model options (issue 28): a draft's wider read (the tree keeps max(window, draft)),
     # whether a SWA tombstone ends a match, SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS
-    config_fields = {"swa_draft_window": 0, "swa_gates_prefix_match": True, "swa_free_out_of_window": True}
+    config_fields = SWA_FIELDS
 
     def __init__(self, cache, index: int) -> None:
         super().__init__(cache, index)
@@ -57,14 +58,8 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         self.pool = SWAPool(cfg.swa_pool_size, cfg.kv_size, cfg.page_size, cache.device)
 
     def check_config_value(self, field: str, value):
-        if field == "swa_draft_window":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"swa_draft_window must be a non-negative int (got {value!r})")
-            return value
-        if field in ("swa_gates_prefix_match", "swa_free_out_of_window"):
-            if not isinstance(value, bool):
-                raise ValueError(f"{field} must be true or false (got {value!r})")
-            return value
+        if field in SWA_FIELDS:  # the rules CacheConfig checks a given value by
+            return swa_field(field, value, self.cache.config.page_size)
         return super().check_config_value(field, value)
 
     def ungated_tombstone(self, node: TreeNode) -> bool:

@@ -36,8 +36,9 @@ def add_parser(command) -> None:
                       metavar="POLICY", help="turn the host tier on with this write policy (write_through | "
                       "write_through_selective | write_back) and draw its ops too: load_back, evict_host, flush")
     fuzz.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
-                      help="a model option of the cache's [config] (repeatable; VALUE in TOML: "
-                           "eviction_policy=\"lfu\", mamba_max_states_per_path=2); see the README's config reference")
+                      help="a model option of the cache's [config] (repeatable; VALUE in TOML, a bare word as a "
+                           "string: eviction_policy=lfu, mamba_max_states_per_path=2); see the README's config "
+                           "reference")
     fuzz.add_argument("--sweep-options", action="store_true",
                       help="run the episodes through every option set the fuzzer knows for these components "
                            "(eviction policies, EAGLE, the Mamba and SWA options), one set per episode")
@@ -48,8 +49,9 @@ def add_parser(command) -> None:
                       "on one config, in episodes of 2,000 on a fresh cache; swept: 2,000, or 3,000 in episodes of "
                       "300 with a fault)")
     fuzz.add_argument("--jobs", type=int, metavar="N",
-                      help="worker processes the episodes run on (default: the cores); the findings do not "
-                           "depend on it: each episode's steps come from its seed and number alone")
+                      help="worker processes the episodes run on (default, and at most without --force: the usable "
+                           "cores); the findings do not depend on it: each episode's steps come from its seed and "
+                           "number alone")
     fuzz.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                       help="run the episodes as Ray tasks instead: on the cluster at ADDRESS (ray://host:10001, or "
                            "auto), or with no address on a local Ray instance over this machine's cores; results and "
@@ -74,7 +76,8 @@ def add_parser(command) -> None:
                            "all: a directory for one FAULT.toml per flagged fault and detections.json")
     fuzz.add_argument("--trace", metavar="OUT.jsonl",
                       help="also write the failing run, unshrunk, as a JSONL trace (urc tui --follow / urc tui)")
-    fuzz.add_argument("--force", action="store_true", help="overwrite existing output files")
+    fuzz.add_argument("--force", action="store_true",
+                      help="overwrite existing output files, and start more --jobs than there are usable cores")
     fuzz.add_argument("--shrink-budget", type=float, default=60.0, metavar="SEC",
                       help="seconds the shrinker may take (default 60)")
     fuzz.add_argument("--full-checks", action="store_true", help="the full invariant sweep after every step")
@@ -82,7 +85,7 @@ def add_parser(command) -> None:
 
 
 def run(args) -> int:
-    from ..model.fuzzing.config import FuzzConfig  # light: options are checked before torch loads
+    from ..model.fuzzing.config import FuzzConfig, default_jobs  # light: options are checked before torch loads
 
     if args.list_faults:
         return _list_faults()
@@ -92,6 +95,9 @@ def run(args) -> int:
             raise ScenarioError(f"--{name.replace('_', '-')} must be a positive int (got {value})")
     if args.ray is not None and args.jobs is not None:
         raise ScenarioError("--ray runs on the cluster's CPUs: leave out --jobs")
+    if args.jobs is not None and args.jobs > default_jobs() and not args.force:  # each job is a process
+        raise ScenarioError(f"--jobs {args.jobs} is more than the {default_jobs()} usable cores: give at most "
+                            f"{default_jobs()}, or add --force to start {args.jobs} processes anyway")
     for name in ("time_budget", "shrink_budget"):
         value = getattr(args, name)
         if value is not None and not 0 < value:  # also refuses nan
@@ -157,20 +163,41 @@ def _check_fault_names(names: list[str]) -> None:
         raise ScenarioError(str(exc)) from None
 
 
+_KINDS = {int: "an int", str: "a string", bool: "true or false", list: "a list", dict: "a table"}
+
+
 def parse_options(given: list[str]) -> dict:
-    """``NAME=VALUE`` pairs, each VALUE read as a TOML value (a bare word as a string)."""
+    """``NAME=VALUE`` pairs: NAME a field of the config reference, VALUE a TOML value of
+    the type a scenario's [config] takes (values are checked by ``CacheConfig``). A bare
+    word is a string: the shell drops the quotes of eviction_policy="lfu"."""
+    import re
     import tomllib
+
+    from cache.config_reference import FIELD_NAMES, did_you_mean
+
+    from ..model.scenarios.errors import shown
+    from ..model.scenarios.fields import CONFIG_FIELDS
 
     options = {}
     for item in given:
         name, sep, text = item.partition("=")
-        if not sep or not name.strip():
+        name = name.strip()
+        if not sep or not name:
             raise ScenarioError(f"--option {item!r}: give NAME=VALUE")
+        if name not in FIELD_NAMES:
+            raise ScenarioError(f"--option {shown(name)}: not a [config] field{did_you_mean(name)}; see the README's "
+                                "config reference")
         try:
             value = tomllib.loads(f"v = {text}")["v"]
         except tomllib.TOMLDecodeError:
-            value = text  # a bare word: lfu, priority
-        options[name.strip()] = value
+            if not re.fullmatch(r"[A-Za-z_][\w.-]*", text.strip()):
+                raise ScenarioError(f"--option {name}: {shown(text)} is not a TOML value (a number, true/false, "
+                                    "a quoted string, a [list] or an {inline table})") from None
+            value = text.strip()  # a bare word: lfu, priority
+        want = CONFIG_FIELDS.get(name)
+        if want is not None and (not isinstance(value, want) or (want is int and isinstance(value, bool))):
+            raise ScenarioError(f"--option {name}: must be {_KINDS.get(want, want.__name__)} (got {shown(value)})")
+        options[name] = value
     return options
 
 
@@ -189,8 +216,8 @@ def _check_config(config) -> None:
 
     cfg = config.scenario_config()
     try:
-        CacheConfig(**{**cfg, "components": tuple(cfg["components"]), "faults": tuple(cfg.get("faults", ()))})
-    except ValueError as exc:
+        CacheConfig.of(**{**cfg, "components": tuple(cfg["components"]), "faults": tuple(cfg.get("faults", ()))})
+    except (ValueError, TypeError) as exc:
         raise ScenarioError(f"config cannot be built: {exc}") from None
     longest = config.longest_prompt()
     pools = [("--kv-size", cfg["kv_size"])] + ([("--swa-kv-size", cfg["swa_kv_size"])] if "swa_kv_size" in cfg else [])

@@ -15,13 +15,12 @@ import concurrent.futures
 import dataclasses
 import math
 import multiprocessing
-import os
 import queue
 import time
 from collections.abc import Callable, Iterable
 from typing import Optional
 
-from .config import FuzzConfig
+from .config import FuzzConfig, default_jobs  # noqa: F401  (default_jobs: re-exported)
 from .fuzz import EPISODE_STEPS, FuzzResult, episode_config, run_episode, shrink_result
 
 REPORT_EVERY = 256  # steps between a worker's progress reports (a queue put costs the worker ~50 µs)
@@ -73,14 +72,6 @@ class CampaignResult:
     @property
     def ops_per_second(self) -> float:
         return self.steps_run / self.seconds if self.seconds else 0.0
-
-
-def default_jobs() -> int:
-    """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def run_campaign(tasks: list[EpisodeTask], jobs: int, time_budget: Optional[float] = None,

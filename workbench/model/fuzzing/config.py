@@ -4,7 +4,10 @@ import, so ``urc fuzz`` checks its options before torch is loaded."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Optional
+
+from cache.config_reference import inert
 
 
 # FuzzConfig.delayed: every hit query waits 2 flushes
@@ -72,12 +75,21 @@ class FuzzConfig:
         sessions = " sessions" if self.sessions else ""
         sessions += f" storage {self.storage}" if self.storage else ""
         sessions += " delayed" if self.delayed else ""
-        options = "".join(f" {name}={shown_value(value)}" for name, value in self.options)
+        options = "".join(f" {name}={shown_value(value)}" for name, value in self.options
+                          if not inert(name, self.components))  # named as the cache runs
         pools = ""
         if self.kv_size:  # a swept pool size (sweep.py's twins): said, so two twins read apart
             pools = f" kv{self.kv_size}" + (f" swa_kv{self.swa_kv_size}" if self.swa_kv_size else "")
             pools += f" mamba{self.mamba_size}" if self.mamba_size else ""
         return f"{comps} p{self.page_size}{window}{pools}{host}{sessions}{options}"
+
+
+def default_jobs() -> int:
+    """The cores this process may run on (``urc fuzz --jobs`` is capped at them)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def frozen(value: Any) -> Any:

@@ -265,7 +265,9 @@ def _check_config(config, name: str, section_line) -> dict[str, Any]:
         if want is None and component_field(key, listed) is not None:
             continue  # a component's own field: its component checks it when the cache is built
         if want is None:
-            raise ScenarioError(f"unknown [config] field {shown(key)}", name, line, key)
+            from cache.config_reference import did_you_mean
+
+            raise ScenarioError(f"unknown [config] field {shown(key)}{did_you_mean(key)}", name, line, key)
         if not isinstance(value, want) or (want is int and isinstance(value, bool)):
             raise ScenarioError(f"must be {_article(want)}", name, line, key)
     for required in ("components", "kv_size"):
