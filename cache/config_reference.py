@@ -69,7 +69,8 @@ OPTIONS: tuple[ConfigOption, ...] = (
     _opt("hicache.storage.backend", "memory", '`"memory"`', "`--hicache-storage-backend`",
          "where pages go: `memory` (a dict) or `file` (one crash-safe file per page, as SGLang's `file` backend)"),
     _opt("hicache.storage.path", None, "a private temporary directory", "`--file-storage-path`",
-         "the file backend's directory (it owns it: files that fail their check are removed)"),
+         "the file backend's directory, one it created and marked (it removes files there that fail their check); "
+         "in a scenario file it is ignored: `--storage-dir DIR` names it"),
     _opt("hicache.storage.budget", None, "none", "`max_size` in `--hicache-storage-backend-extra-config`",
          "a byte cap on stored pages, evicting least recently used ones to 90 % of it when full"),
     _opt("hicache.storage.prefetch_policy", "best_effort", '`"best_effort"`', "`--hicache-storage-prefetch-policy`",

@@ -378,6 +378,12 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
     def path_device_indices(self, node_id: int) -> torch.Tensor:
         return self.tree.path_device_indices(node_id)
 
+    def close(self) -> None:
+        """Remove the storage tier's private directory now (else it goes when the cache
+        is collected, or at exit); a named storage directory keeps its pages."""
+        if self.host is not None and self.host.storage is not None:
+            self.host.storage.close()
+
     def reset(self) -> None:
         """Empty tree, every pool free, no running request."""
         self.tree.reset()

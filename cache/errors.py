@@ -26,6 +26,11 @@ class LockError(CacheError):
     """Unlock without lock, a receipt released twice or on another node."""
 
 
+class StorageDirError(CacheError, ValueError):
+    """A directory the file storage backend may not use (not its own, a symlink, a
+    file, unwritable): refused with nothing created or removed."""
+
+
 class PoolError(CacheError):
     """Base class for allocator misuse."""
 

@@ -114,9 +114,10 @@ STORED_COMPONENTS = ("full", "swa", "mamba")  # what the storage tier keeps (sto
 class StorageConfig:
     """The storage tier (SGLang's ``--hicache-storage-backend``): after a host
     backup's ack each node's pages are written there by their hash (``backend``:
-    ``memory`` or ``file``; ``path``: the file backend's directory, a private
-    temporary one when not given; ``budget``: a byte cap with LRU eviction), and a
-    prefetch reads them back into host slots. ``prefetch_policy``: what the admission
+    ``memory`` or ``file``; ``path``: the file backend's directory, one it creates
+    and marks (storage/owned_dir.py), a private temporary one when not given (the
+    workbench replaces a scenario's: storage_place.py); ``budget``: a byte cap with
+    LRU eviction), and a prefetch reads them back into host slots. ``prefetch_policy``: what the admission
     poll does with a prefetch still in flight (SGLang's
     ``--hicache-storage-prefetch-policy``); ``prefetch_threshold``: the fewest tokens
     worth a prefetch (SGLang's default 256); ``prefetch_timeout_base`` and

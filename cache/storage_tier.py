@@ -22,14 +22,14 @@ pages already stored changes nothing but their recency.
 
 from __future__ import annotations
 
-import tempfile
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import torch
 
-from .errors import CacheError
+from .errors import StorageDirError
 from .events import Cause, EventKind
 from .storage import BATCH_PAGES, Rule, StorageInjector, make_backend
+from .storage.owned_dir import PrivateDir
 from .storage_prefetch import StoragePrefetch
 from .storage_staging import backup_parts, write_parts
 
@@ -43,18 +43,21 @@ STORE_MARK = "store"  # metadata key on Full's data: the ack ids of the stores i
 PUBLISH_MARK = "publish"  # metadata key on Full's data: the held backups that copied the node's SWA (not its KV)
 
 
-def make_storage_backend(config: StorageConfig) -> tuple[StorageBackend, Optional[tempfile.TemporaryDirectory]]:
+def make_storage_backend(config: StorageConfig) -> tuple[StorageBackend, Optional[PrivateDir]]:
     """The backend the config names, and the private directory a file backend without
-    a path gets (removed with the tier)."""
+    a path gets (removed with the tier). A directory it may not use, or cannot make,
+    is a StorageDirError (a ValueError: bad input, nothing changed)."""
     scratch = None
     path = config.path
-    if config.backend == "file" and path is None:
-        scratch = tempfile.TemporaryDirectory(prefix="urc-storage-")
-        path = scratch.name
     try:
+        if config.backend == "file" and path is None:
+            scratch = PrivateDir()
+            path = scratch.path
         backend = make_backend(config.backend, path, config.budget)
     except (OSError, ValueError) as exc:
-        raise CacheError(f"hicache storage: {exc}") from None
+        if scratch is not None:
+            scratch.remove()
+        raise StorageDirError(f"hicache storage: {exc}") from None
     if config.inject:  # a scenario's scripted failures and delays
         backend = StorageInjector(backend, [Rule.from_dict(dict(rule)) for rule in config.inject])
     return backend, scratch
@@ -85,6 +88,12 @@ class StorageTier:
         self.stored_tokens = 0  # tokens acknowledged as written (v0.5.23's backuped tokens)
         cache.tree.enable_page_hashes()  # storage keys are the nodes' page hashes
         self.prefetch = StoragePrefetch(self)  # reading pages back (storage_prefetch.py)
+
+    def close(self) -> None:
+        """Remove the private directory a file backend without a path got (a named one
+        stays: its pages are kept)."""
+        if self._scratch is not None:
+            self._scratch.remove()
 
     def reset(self) -> None:
         """The cache was reset: nothing in flight (the locks went with the nodes). The

@@ -21,6 +21,12 @@ def make(kind: str, tmp_path, **kwargs):
     return MemoryBackend(**kwargs) if kind == "memory" else FileBackend(str(tmp_path / "store"), **kwargs)
 
 
+@pytest.fixture
+def store_dir(tmp_path):
+    """The file backend's directory: absent, so the backend creates it with its marker."""
+    return tmp_path / "store"
+
+
 @pytest.fixture(params=["memory", "file"])
 def kind(request):
     return request.param
@@ -125,11 +131,11 @@ def test_a_page_exactly_the_budget_fits_alone(kind, tmp_path):
     assert store.stored_keys() == ["whole"]
 
 
-def test_budget_counts_payload_bytes_not_the_file_header(tmp_path):
+def test_budget_counts_payload_bytes_not_the_file_header(store_dir):
     """Three 64-byte pages fill a 192-byte budget exactly, although each file is bigger."""
-    store = FileBackend(str(tmp_path), budget=3 * PAGE)
+    store = FileBackend(str(store_dir), budget=3 * PAGE)
     assert store.set(["a", "b", "c"], [page(1), page(2), page(3)]) == [True] * 3
-    assert all(os.path.getsize(tmp_path / f"{k}.bin") > PAGE for k in "abc")
+    assert all(os.path.getsize(store_dir / f"{k}.bin") > PAGE for k in "abc")
     assert store.stats()["bytes"] == 3 * PAGE and store.stats()["evicted"] == 0
 
 
@@ -173,25 +179,25 @@ def test_bad_budget_or_ratio_is_refused_by_name(budget, ratio):
 # -- a restart of the file store ----------------------------------------------------
 
 
-def test_a_restart_keeps_the_store_and_orders_it_by_mtime(tmp_path):
-    first = FileBackend(str(tmp_path))
+def test_a_restart_keeps_the_store_and_orders_it_by_mtime(store_dir):
+    first = FileBackend(str(store_dir))
     first.set(["a", "b", "c"], [page(1), page(2), page(3)])
     for age, key in enumerate(["b", "c", "a"]):  # b oldest, then c, then a
-        os.utime(tmp_path / f"{key}.bin", ns=(1_000_000_000 * (age + 1),) * 2)
-    again = FileBackend(str(tmp_path), budget=3 * PAGE, eviction_ratio=1.0)
+        os.utime(store_dir / f"{key}.bin", ns=(1_000_000_000 * (age + 1),) * 2)
+    again = FileBackend(str(store_dir), budget=3 * PAGE, eviction_ratio=1.0)
     assert again.stored_keys() == ["a", "b", "c"] and again.get(["c"]) == [page(3)]
     assert again.lru.order() == ["b", "a", "c"]
     again.set(["d"], [page(4)])  # evicts the oldest mtime: b
     assert again.stored_keys() == ["a", "c", "d"]
 
 
-def test_a_restart_with_a_smaller_budget_evicts_to_the_watermark(tmp_path):
-    first = FileBackend(str(tmp_path))
+def test_a_restart_with_a_smaller_budget_evicts_to_the_watermark(store_dir):
+    first = FileBackend(str(store_dir))
     keys = [f"k{i}" for i in range(10)]
     first.set(keys, [page(i) for i in range(10)])
     for i, key in enumerate(keys):
-        os.utime(tmp_path / f"{key}.bin", ns=(1_000_000_000 * (i + 1),) * 2)
-    again = FileBackend(str(tmp_path), budget=5 * PAGE)  # over: down to int(320*0.9) = 288 bytes
+        os.utime(store_dir / f"{key}.bin", ns=(1_000_000_000 * (i + 1),) * 2)
+    again = FileBackend(str(store_dir), budget=5 * PAGE)  # over: down to int(320*0.9) = 288 bytes
     assert again.stored_keys() == keys[6:]
 
 
@@ -201,8 +207,8 @@ def test_a_restart_with_a_smaller_budget_evicts_to_the_watermark(tmp_path):
 def test_make_backend_builds_each_kind(tmp_path):
     memory = make_backend("memory", budget=100)
     assert isinstance(memory, MemoryBackend) and memory.lru.budget == 100
-    files = make_backend("file", str(tmp_path / "new" / "dir"), budget=200, eviction_ratio=0.5)
-    assert isinstance(files, FileBackend) and (tmp_path / "new" / "dir").is_dir()
+    files = make_backend("file", str(tmp_path / "new"), budget=200, eviction_ratio=0.5)
+    assert isinstance(files, FileBackend) and (tmp_path / "new" / ".urc-storage").is_file()
     assert files.lru.ratio == 0.5
 
 
@@ -225,9 +231,9 @@ def test_make_backend_refuses_bad_paths_and_options(tmp_path):
 
 
 @pytest.mark.parametrize("key", ["", ".hidden", "a/b", "..", "x" * 300])
-def test_the_file_backend_refuses_a_key_that_is_no_file_name(tmp_path, key):
+def test_the_file_backend_refuses_a_key_that_is_no_file_name(store_dir, key):
     with pytest.raises(ValueError, match="not a storage key"):
-        FileBackend(str(tmp_path)).set([key], [b"x"])
+        FileBackend(str(store_dir)).set([key], [b"x"])
 
 
 # -- the scripted injector ------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 
 from cache.storage import FileBackend
 from cache.storage.file import WRITE_POINTS, decode_page, encode_page
+from cache.storage.owned_dir import MARKER
 
 ROOT = Path(__file__).resolve().parent.parent
 SURVIVORS = {f"done{i}": bytes([i]) * 4096 for i in range(3)}
@@ -39,21 +40,27 @@ print("not killed")
 """
 
 
+@pytest.fixture
+def store_dir(tmp_path):
+    """The backend's directory: absent, so the first backend creates it with its marker."""
+    return tmp_path / "store"
+
+
 def run_killed_writer(path: Path, point: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", WRITER, str(path), point], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
 
 
 @pytest.mark.parametrize("point", WRITE_POINTS)
-def test_a_write_killed_at_any_point_never_serves_a_torn_page(tmp_path, point):
-    done = run_killed_writer(tmp_path, point)
+def test_a_write_killed_at_any_point_never_serves_a_torn_page(store_dir, point):
+    done = run_killed_writer(store_dir, point)
     assert done.returncode == -signal.SIGKILL, done.stderr
-    left = os.listdir(tmp_path)
+    left = os.listdir(store_dir)
     if point != "after_rename":
         assert any(name.endswith(".tmp") for name in left)  # the kill really left a partial write
 
-    fresh = FileBackend(str(tmp_path))
-    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+    fresh = FileBackend(str(store_dir))
+    assert not [name for name in os.listdir(store_dir) if name.endswith(".tmp")]
     assert fresh.get(list(SURVIVORS)) == list(SURVIVORS.values())
     assert fresh.get([KILLED_KEY])[0] in (None, KILLED_PAGE)
     if point == "after_rename":
@@ -61,23 +68,23 @@ def test_a_write_killed_at_any_point_never_serves_a_torn_page(tmp_path, point):
     else:
         assert fresh.stored_keys() == sorted(SURVIVORS)
         assert fresh.removed_temps == 1
-    for name in os.listdir(tmp_path):  # every file left verifies under its own name
+    for name in set(os.listdir(store_dir)) - {MARKER}:  # every file left verifies under its own name
         key = name[:-len(".bin")]
-        assert decode_page(key, (tmp_path / name).read_bytes()) is not None
+        assert decode_page(key, (store_dir / name).read_bytes()) is not None
 
 
-def test_without_a_kill_the_writer_completes(tmp_path):
+def test_without_a_kill_the_writer_completes(store_dir):
     """The control: the same writer with no matching point stores every page."""
-    done = run_killed_writer(tmp_path, "nowhere")
+    done = run_killed_writer(store_dir, "nowhere")
     assert done.returncode == 0 and "not killed" in done.stdout, done.stderr
-    assert FileBackend(str(tmp_path)).get([KILLED_KEY]) == [KILLED_PAGE]
+    assert FileBackend(str(store_dir)).get([KILLED_KEY]) == [KILLED_PAGE]
 
 
 @pytest.fixture
-def stored(tmp_path):
-    store = FileBackend(str(tmp_path), budget=1 << 20)
+def stored(store_dir):
+    store = FileBackend(str(store_dir), budget=1 << 20)
     store.set(["good", "bad"], [b"g" * 100, b"b" * 100])
-    return store, tmp_path / "bad.bin"
+    return store, store_dir / "bad.bin"
 
 
 def _damage_then_read(store, path, damage):
@@ -116,7 +123,7 @@ def test_the_startup_scan_removes_bad_files_and_keeps_good_ones(stored, damage):
     fresh = FileBackend(str(path.parent))
     assert fresh.stored_keys() == ["good"] and fresh.get(["good"]) == [b"g" * 100]
     assert (fresh.removed_bad, fresh.removed_temps) == (1, 1)
-    assert sorted(os.listdir(path.parent)) == ["good.bin", "notes.txt"]  # not ours: left alone
+    assert sorted(os.listdir(path.parent)) == [MARKER, "good.bin", "notes.txt"]  # not ours: left alone
 
 
 def test_a_crc_failure_the_scan_cannot_see_is_caught_by_the_read(stored):
@@ -131,27 +138,27 @@ def test_a_crc_failure_the_scan_cannot_see_is_caught_by_the_read(stored):
     assert fresh.get(["bad"]) == [None] and fresh.stored_keys() == ["good"]
 
 
-def test_a_failed_write_leaves_nothing_and_gives_its_bytes_back(tmp_path):
+def test_a_failed_write_leaves_nothing_and_gives_its_bytes_back(store_dir):
     def disk_full(point, key):
         if point == "before_rename":
             raise OSError(28, "No space left on device")
 
-    store = FileBackend(str(tmp_path), budget=1000, write_hook=disk_full)
+    store = FileBackend(str(store_dir), budget=1000, write_hook=disk_full)
     assert store.set(["a"], [b"x" * 10]) == [False]
-    assert os.listdir(tmp_path) == [] and store.stats()["bytes"] == 0 and store.lru.order() == []
+    assert os.listdir(store_dir) == [MARKER] and store.stats()["bytes"] == 0 and store.lru.order() == []
 
 
-def test_a_set_over_a_bad_untracked_file_writes_a_good_one(tmp_path):
-    store = FileBackend(str(tmp_path))
-    (tmp_path / "late.bin").write_bytes(b"garbage that arrived after the scan")
-    (tmp_path / "copied.bin").write_bytes(encode_page("copied", b"c" * 8))
+def test_a_set_over_a_bad_untracked_file_writes_a_good_one(store_dir):
+    store = FileBackend(str(store_dir))
+    (store_dir / "late.bin").write_bytes(b"garbage that arrived after the scan")
+    (store_dir / "copied.bin").write_bytes(encode_page("copied", b"c" * 8))
     assert store.set(["late", "copied"], [b"l" * 8, b"other"]) == [True, True]
     assert store.get(["late", "copied"]) == [b"l" * 8, b"c" * 8]  # a good file is kept, not rewritten
     assert store.stats()["bytes"] == 16
 
 
-def test_an_unreadable_page_is_a_miss_not_an_error(tmp_path):
-    store = FileBackend(str(tmp_path))
-    (tmp_path / "odd.bin").mkdir()
+def test_an_unreadable_page_is_a_miss_not_an_error(store_dir):
+    store = FileBackend(str(store_dir))
+    (store_dir / "odd.bin").mkdir()
     assert store.get(["odd"]) == [None]
     assert store.exists_prefix(["odd"]) == 0 and store.stored_keys() == []

@@ -15,7 +15,9 @@ safe, so no torn page is ever served:
   ``.bin`` files whose header or length is wrong; the crc is checked on each read.
 
 The directory belongs to the backend (as SGLang's, whose ``clear`` empties it): a ``.bin``
-that is not ours fails the header check and is removed.
+that is not ours fails the header check and is removed. So it must be one the backend
+created, with its marker (owned_dir.py): any other directory, a symlink in the path or a
+missing parent is refused (StorageDirError) before anything is read, written or removed.
 
 ``write_hook(point, key)`` is a test seam: it is called at each of ``WRITE_POINTS`` so a
 test can kill the process mid-write and check what a fresh backend serves.
@@ -32,6 +34,7 @@ from typing import Callable, Optional
 
 from .backend import check_batch
 from .budget import DEFAULT_EVICTION_RATIO, LruBudget
+from .owned_dir import check_owned, claim
 
 MAGIC = b"URCP"
 VERSION = 1
@@ -107,10 +110,7 @@ class FileBackend:
     def __init__(self, path: str, budget: Optional[int] = None,
                  eviction_ratio: float = DEFAULT_EVICTION_RATIO,
                  write_hook: Optional[Callable[[str, str], None]] = None) -> None:
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise ValueError(f"file storage path {path!r} exists and is not a directory")
-        os.makedirs(path, exist_ok=True)
-        self.path = path
+        self.path = claim(path)
         self.write_hook = write_hook
         self.lru = LruBudget(budget, eviction_ratio, drop=self._unlink)
         self.removed_temps = 0  # stray temp files removed by the startup scan
@@ -262,6 +262,7 @@ class FileBackend:
 
     def clear(self) -> None:
         """Remove our files (pages and temps); anything else in the directory stays."""
+        check_owned(self.path)
         for name in os.listdir(self.path):
             if name.endswith(SUFFIX) or _is_temp(name):
                 self._remove(os.path.join(self.path, name))

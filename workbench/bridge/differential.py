@@ -119,6 +119,16 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
     kv_events = config.pop("enable_kv_cache_events", False) or kv_events  # on after building, on both sides
     ours = Session(build_cache(dataclasses.replace(scenario, config=config), "cpu"))
     theirs = SGLangSide.for_scenario(scenario, core, allow_version)
+    try:
+        return _lockstep(scenario, config, report, ours, theirs, every, perturb, kv_events)
+    finally:  # the store directories go on every way out (an error, Ctrl-C)
+        theirs.close()
+        ours.cache.close()
+
+
+def _lockstep(scenario: Scenario, config: dict, report: DifferentialReport, ours: Session, theirs: SGLangSide,
+              every: int, perturb, kv_events: bool) -> DifferentialReport:
+    """``run_against``'s steps on both sides, once both are built."""
     if kv_events and not hasattr(theirs.core, "kv_events"):
         report.by_design.append(ByDesign("KV events not compared", "this SGLang tree core records none"))
         kv_events = False

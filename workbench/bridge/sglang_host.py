@@ -83,10 +83,18 @@ class HostTier:
 
     def __init__(self, side, server_args, params, config: dict) -> None:
         self.side = side
-        self.cache = cache = side.cache
+        self.cache = side.cache
         self.config = resolved(config)
         self.immediate = self.config.transfers == "immediate"
         self.storage = StorageSide.for_config(config)  # its storage tier (sglang_storage.py), or None
+        try:
+            self._build(server_args, params, config)
+        except BaseException:  # no side to close: its store directory goes now
+            self.close()
+            raise
+
+    def _build(self, server_args, params, config: dict) -> None:
+        cache = self.cache
         with _no_host_pinning(), self.storage.building() if self.storage else contextlib.nullcontext():
             cache.init_hicache(server_args, params)
         atexit.unregister(cache.shutdown)  # its controller threads end with the process
@@ -100,6 +108,10 @@ class HostTier:
         if self.storage is not None:
             self.storage.attach(cache, self.pools)
         self._check_sizes(config)
+
+    def close(self) -> None:
+        if self.storage is not None:
+            self.storage.close()
 
     def _check_sizes(self, config: dict) -> None:
         ours = {"full": self.config.host_kv_size, **self.config.host_sizes}

@@ -67,6 +67,11 @@ class SGLangSide:
         config = {k: v for k, v in scenario.config.items() if k not in ("faults", "device")}
         return cls(config, core, *request_sizes(scenario), allow_version)
 
+    def close(self) -> None:
+        """Remove what the side keeps on disk (its storage tier's directory)."""
+        if getattr(self, "host", None) is not None:
+            self.host.close()
+
     # ---- build -------------------------------------------------------------------
     def _build(self, config: dict, core: str, max_requests: int, max_context: int) -> None:
         sg, ps = self.sg, self.ps

@@ -33,6 +33,7 @@ import os
 import shutil
 import tempfile
 import threading
+import weakref
 from typing import Optional
 
 from .canonical import Difference
@@ -97,6 +98,8 @@ class StorageSide:
 
     def __init__(self, config: dict) -> None:
         self.dir = tempfile.mkdtemp(prefix="urc-bridge-storage-")
+        # removed by close(), or else when collected or at exit: never left behind
+        self._remove_dir = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
         self.config = config
         self.cache = None
         self.prefetch = None  # its prefetches (sglang_prefetch.py), once attached
@@ -142,7 +145,8 @@ class StorageSide:
         self.prefetch = PrefetchSide(cache, self.config)
 
     def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Remove the store directory (SGLangSide.close, on every way out of a bridge run)."""
+        self._remove_dir()
 
     # ---- the backup thread, run synchronously ---------------------------------------------
     def pump(self) -> int:

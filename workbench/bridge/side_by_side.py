@@ -41,6 +41,7 @@ def sglang_timed(scenario: Scenario, core: str, allow_version: bool = False) -> 
                 errors += 1
     finally:
         gc.unfreeze()
+        side.close()  # its store directory
     return {"errors": errors, "ops": {op: stats(calls) for op, calls in timer.samples.items() if calls}}
 
 

@@ -15,6 +15,7 @@ import argparse
 from typing import Optional
 
 from ..model.scenarios.scenario import ScenarioError
+from ..model.scenarios.storage_place import storage_scope
 from . import bench, demo, diff, fuzz, ops, plot, run, show, svg, tui, why
 from .common import (EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, Parser, say,
                      silence_stdout, version)
@@ -56,7 +57,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         return int(exc.code or 0)
     name = f"urc {args.command}"
     try:
-        return args.handler(args)
+        with storage_scope(getattr(args, "storage_dir", None)):  # a scenario's storage never outlives the command
+            return args.handler(args)
     except ScenarioError as exc:
         say(f"{name}: {exc}")
         return EXIT_BAD_INPUT

@@ -23,6 +23,9 @@ exit codes:
 FILE_HELP = "a .toml scenario or .jsonl trace; - reads one from standard input"
 STORE_SUFFIX = ".urcdb"  # model.timeline.stored.SUFFIX, known here without importing the model
 STORED_HELP = FILE_HELP + "; or a .urcdb store (urc run --store), read without running"
+STORAGE_DIR_HELP = ("keep a file storage tier's pages in DIR: a new directory (its parent must exist), or one "
+                    "an earlier run made (it holds urc's .urc-storage marker); default: a private temporary "
+                    "directory, removed afterwards (a storage path in the scenario file is ignored; one FILE only)")
 
 
 def version() -> str:
@@ -113,6 +116,12 @@ def load_one(path: str):
     scenario's is run (only when asked for: a bad option is said first)."""
     opened = load_chapters([path])[0]
     return scenario_of(opened), lambda: timeline_of(opened)
+
+
+def check_storage_dir_use(args, files: list) -> None:
+    """``--storage-dir`` keeps one scenario's pages: two caches must not share them."""
+    if getattr(args, "storage_dir", None) is not None and len(files) != 1:
+        raise ScenarioError("--storage-dir takes exactly one scenario file")
 
 
 def step_in_range(option: str, step: int, scenario) -> int:

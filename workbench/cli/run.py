@@ -9,7 +9,7 @@ import sys
 
 from ..model.scenarios.scenario import ScenarioError
 from .against import add_against_options, check_against_use
-from .common import EXIT_CHECK_FAILED, EXIT_OK, FILE_HELP, load_all
+from .common import EXIT_CHECK_FAILED, EXIT_OK, FILE_HELP, STORAGE_DIR_HELP, check_storage_dir_use, load_all
 
 
 def add_parser(command) -> None:
@@ -38,12 +38,14 @@ def add_parser(command) -> None:
                           "holds); repeat for any of several. COND is space-separated terms that must all hold, e.g. "
                           "'event=cascade component=swa', 'violation', 'failed', 'node=7', 'swa_available<4', "
                           "'op=req_prefill req=r3' (the full list: the TUI's breakpoint editor, b)")
+    run.add_argument("--storage-dir", metavar="DIR", help=STORAGE_DIR_HELP)
     add_against_options(run, run=True)
 
 
 def run(args) -> int:
     check_against_use(args, {"--record": bool(args.record), "--kv-events": bool(args.kv_events), "--states": args.states, "--until": bool(args.until),
                              "--full-checks": args.full_checks, "--force": args.force, "--store": bool(args.store)})
+    check_storage_dir_use(args, args.files)
     if args.against:
         from .against import run_against
 

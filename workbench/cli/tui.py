@@ -7,7 +7,8 @@ import sys
 
 from ..model.scenarios.scenario import STDIN, ScenarioError
 from .against import add_against_options, check_against_use
-from .common import EXIT_OK, STORED_HELP, is_stored_run, load_chapters, say, walk
+from .common import (EXIT_OK, STORAGE_DIR_HELP, STORED_HELP, check_storage_dir_use, is_stored_run, load_chapters,
+                     say, walk)
 
 TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml", "tour_hicache.toml",
         "tour_hicache_hybrid.toml", "tour_sessions.toml", "tour_storage.toml")
@@ -23,6 +24,7 @@ def add_parser(command) -> None:
     tui.add_argument("--follow", metavar="TRACE.jsonl",
                      help="tail a JSONL trace while it is written (urc run --record, a fuzzer, a live recorder): "
                           "its steps are added as they arrive; waits for the file and its header line")
+    tui.add_argument("--storage-dir", metavar="DIR", help=STORAGE_DIR_HELP)
     add_against_options(tui)
 
 
@@ -30,6 +32,7 @@ def run(args) -> int:
     from pathlib import Path
 
     check_against_use(args, {"--follow": bool(args.follow)})
+    check_storage_dir_use(args, [args.follow] if args.follow else args.files)
 
     keymap = None
     if args.keymap:

@@ -25,6 +25,7 @@ from ..ops import OPS  # noqa: F401  (re-exported: the registry's view, op name 
 from .errors import ScenarioError, elide, shown, shown_name  # noqa: F401  (re-exported: the error of bad input)
 from .names import GrowingSteps, Names
 from .session_fields import check_session_expect, is_session_field
+from .storage_place import ignored_path_notice, placed
 from .inputs import DuplicateKeyError, check_stdin, loads_unique, read_bounded, read_regular
 from .fields import (  # noqa: F401  (re-exported: the schema's tables)
     COMMON_FIELDS, STATE_FIELDS, ORDER_FIELDS, NAMED_FIELDS, CONFIG_FIELDS, SCENARIO_FIELDS, COMPONENT_COUNTERS,
@@ -87,7 +88,7 @@ def cache_config(scenario: Scenario, device: Optional[str] = None):
     if device is not None:
         cfg["device"] = device
     try:
-        built = CacheConfig.of(**cfg)
+        built = placed(CacheConfig.of(**cfg))  # never the file's own storage path (storage_place.py)
     except (ValueError, TypeError) as exc:
         raise ScenarioError(f"config cannot be built: {exc}", scenario.path, scenario.config_line) from None
     if "swa" in built.components and built.sliding_window > built.swa_pool_size:
@@ -248,6 +249,8 @@ def _build(meta, config, steps: list, name: str, section_line, step_line) -> Sce
     for i, raw in enumerate(steps):
         checked.append(_check_step(i, raw, name, lambda field=None, i=i: step_line(i, field), config, names))
     notices = () if checked else (f"{name}: the scenario has no steps",)
+    ignored = ignored_path_notice(config, name)
+    notices += (ignored,) if ignored else ()
     return Scenario(
         name, meta["name"], meta.get("description", ""), meta.get("source", ""), config, tuple(checked), dict(meta),
         section_line("config"), notices,
