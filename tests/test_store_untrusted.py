@@ -214,3 +214,30 @@ def test_an_older_pickled_store_is_refused_with_a_hint(store, capsys):
     assert code == 2 and "run the trace again" in err
     with pytest.raises(StoreError):
         open_store(str(store))
+
+
+def test_the_workbench_says_a_damaged_step_and_stays_where_it_was(store):
+    import asyncio
+
+    from workbench.tui.app import WorkbenchApp
+
+    with sqlite3.connect(store) as db:
+        db.execute("UPDATE steps SET delta = x'6d01' WHERE idx = 2")
+    db.close()
+
+    async def drive():
+        app = WorkbenchApp([open_store(str(store))])
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("home")
+            await pilot.pause()
+            app.cursor.go(0)
+            app.refresh_view()
+            await pilot.press("n")
+            assert app.cursor.step == 1
+            await pilot.press("n")  # step 2's delta is damaged
+            await pilot.pause()
+            assert app.cursor.step == 1 and app.is_running
+            said = [n.message for n in app._notifications]
+            assert any("damaged store" in text for text in said), said
+
+    asyncio.run(drive())

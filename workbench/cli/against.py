@@ -9,6 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..model.scenarios.errors import printable
 from ..model.scenarios.scenario import ScenarioError
 
 from .common import EXIT_CHECK_FAILED as EXIT_DIVERGED, EXIT_OK
@@ -56,9 +57,9 @@ def run_against(args, scenarios) -> int:
         report = differential(scenario, args.sglang_core or "python", args.allow_version, args.compare_every)
         reports.append(report)
         if not args.json:
-            print(summary_line(report), flush=True)
+            print(printable(summary_line(report)), flush=True)  # the file's path and its steps' fields
             for line in detail_lines(report):
-                print(line)
+                print(printable(line))
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=1))
     return EXIT_OK if all(r.agrees for r in reports) else EXIT_DIVERGED
@@ -72,7 +73,7 @@ def divergences(args, scenarios) -> dict[str, tuple[int, str]]:
     found = {}
     for scenario in scenarios:
         report = differential(scenario, args.sglang_core or "python", args.allow_version)
-        print(summary_line(report), file=sys.stderr)
+        print(printable(summary_line(report)), file=sys.stderr)
         if report.divergence is not None:
             d = report.divergence
             found[scenario.path] = (d.step, " ".join([summary_line(report).split(": ", 1)[1], *[
@@ -94,7 +95,7 @@ def bench_against(args, scenario) -> int:
         print(json.dumps(report, indent=1))
     else:
         held = "list" if args.keys == "list" else "array('q')"
-        print(f"{report['file']}: ours against SGLang {report['sglang']}, mean µs per call "
+        print(f"{printable(report['file'])}: ours against SGLang {report['sglang']}, mean µs per call "
               f"(ours: key from the step's {held} + the call, "
               f"SGLang's key wrapping array('q'); × = SGLang / ours, above 1 ours is faster)")
         for line in table_lines(report):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..model.scenarios.errors import printable
 from .common import EXIT_OK, STORED_HELP, load_one, step_in_range
 
 
@@ -29,6 +30,6 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(diff_json(diff), indent=1))
     else:
-        print(f"{scenario.path}: from step {start} to step {end}")
-        print("\n".join(diff_text(diff)) or "  (no change)")
+        print(f"{printable(scenario.path)}: from step {start} to step {end}")
+        print(printable("\n".join(diff_text(diff)), lines=True) or "  (no change)")
     return EXIT_OK

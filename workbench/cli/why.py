@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..model.scenarios.errors import printable
 from ..model.scenarios.scenario import ScenarioError
 from .common import EXIT_OK, STORED_HELP, load_one, step_in_range
 
@@ -53,5 +54,5 @@ def run(args) -> int:
             answer = why_match(timeline, step) if args.node is None else why_node(timeline, step, args.node)
     except ValueError as exc:
         raise ScenarioError(str(exc), scenario.path) from None
-    print(answer.text())
+    print(printable(answer.text(), lines=True))  # its sentences name the file's requests and sessions
     return EXIT_OK

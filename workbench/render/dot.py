@@ -6,7 +6,9 @@ are ``n<id>`` and every node carries CSS classes for what it is (``tombstone-swa
 ``locked``, ``evictable-leaf``, ``session-held``, ``session-frontier``) and what the step
 did to it (``changed-added`` …), plus a tooltip
 with the full details, so SVGs diff cleanly and can be post-processed. Output is
-deterministic: nodes in tree order, attributes sorted, no generated ids.
+deterministic: nodes in tree order, attributes sorted, no generated ids. A file's text
+(the scenario's name, ids, namespaces) is ``printable`` and escaped for DOT and XML, so
+the SVG stays valid XML whatever it holds.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Optional
 import graphviz
 import networkx as nx
 
+from ..model.scenarios.errors import printable
 from ..model.timeline.fmt import KEY_HEAD, KEY_SHOW_ALL, KEY_TAIL, plural, tokens_text
 from ..model.timeline.shown_tree import CHANGE_MEANING, CHANGE_ORDER
 from .tree_view import session_badge
@@ -37,9 +40,21 @@ LEGEND = [  # (label, fill, border, style): identical on every picture; every ch
 ]
 
 
+def _html(text: object) -> str:
+    """Text in an HTML-like label: printable, its markup characters escaped."""
+    return html.escape(printable(text))
+
+
+def _plain(text: str) -> str:
+    """Text in a plain attribute (the caption, a tooltip): printable, backslashes literal
+    (not DOT escapes), and no ``&`` that Graphviz would decode as an entity (``&#27;`` is
+    ESC, which XML forbids)."""
+    return graphviz.escape(printable(text, lines=True).replace("&", "&amp;"))
+
+
 def to_dot(graph: nx.DiGraph, caption: str, name: str = "state", requests: tuple = (), request_diff=None,
            sessions: tuple = ()) -> graphviz.Digraph:
-    dot = graphviz.Digraph(name=name, graph_attr={"rankdir": "TB", "labelloc": "t", "label": caption,
+    dot = graphviz.Digraph(name=name, graph_attr={"rankdir": "TB", "labelloc": "t", "label": _plain(caption),
                                                   "fontname": FONT, "nodesep": "0.25", "ranksep": "0.35"},
                            node_attr={"shape": "plain", "fontname": FONT, "fontsize": "10"},
                            edge_attr={"arrowsize": "0.6", "color": "#666666"})
@@ -64,7 +79,7 @@ def to_dot(graph: nx.DiGraph, caption: str, name: str = "state", requests: tuple
 def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, ...], is_root: bool) -> None:
     if is_root:  # always there, always locked once per component: just the anchor
         dot.node(name, label=f'<<TABLE BORDER="1" CELLBORDER="0" CELLPADDING="3"><TR><TD><B>root</B> '
-                             f'{html.escape(", ".join(components))}</TD></TR></TABLE>>',
+                             f'{_html(", ".join(components))}</TD></TR></TABLE>>',
                  id=name, tooltip="the root: an empty key, locked once per component", **{"class": "root"})
         return
     ghost = data["kind"] == "ghost"
@@ -73,14 +88,14 @@ def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, .
     border = "#9e9e9e" if ghost else "#c62828" if locked else "#2e7d32" if data["evictable_leaf"] else "black"
     members = data["members"]
     title = f"#{data['id']}" + (f" +{len(members) - 1}" if len(members) > 1 else "")
-    head = f" {data['tokens']}t {html.escape(_head(data))}"
+    head = f" {data['tokens']}t {_html(_head(data))}"
     if data["extra_key"] is not None:  # the namespace, as the tree panel shows it
-        head += f' <FONT COLOR="#8d6e00">ns={html.escape(str(data["extra_key"]))}</FONT>'
+        head += f' <FONT COLOR="#8d6e00">ns={_html(str(data["extra_key"]))}</FONT>'
     if data.get("cache_salt") is not None:
-        head += f' <FONT COLOR="#8d6e00">salt={html.escape(str(data["cache_salt"]))}</FONT>'
+        head += f' <FONT COLOR="#8d6e00">salt={_html(str(data["cache_salt"]))}</FONT>'
     if data.get("policy"):  # what the eviction policy reads of it, as the tree panel shows it
-        head += f' <FONT COLOR="#8d6e00">{html.escape(data["policy"])}</FONT>'
-    rows = [f'<TR><TD COLSPAN="4" ALIGN="LEFT"><B>{html.escape(title)}</B>{head}</TD></TR>']
+        head += f' <FONT COLOR="#8d6e00">{_html(data["policy"])}</FONT>'
+    rows = [f'<TR><TD COLSPAN="4" ALIGN="LEFT"><B>{_html(title)}</B>{head}</TD></TR>']
     for comp in components:
         facts = data["components"][comp]
         color = COMPONENT_COLOR.get(comp, "black")
@@ -92,7 +107,7 @@ def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, .
         elif host is not None:
             value += f' <FONT COLOR="{HOST_FILL}">+host</FONT>'
         if facts["session_ref"] or facts["session_ids"]:
-            value += f' <FONT COLOR="{SESSION_COLOR}">{html.escape(session_badge(facts["session_ref"], facts["session_ids"]))}</FONT>'
+            value += f' <FONT COLOR="{SESSION_COLOR}">{_html(session_badge(facts["session_ref"], facts["session_ids"]))}</FONT>'
         transfer = facts["extras"].get("transfer")
         if transfer is not None:
             value += f' <FONT COLOR="#8e24aa">{"⇡" if transfer == "backup" else "⇣"}{transfer}</FONT>'
@@ -109,7 +124,8 @@ def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, .
     width = "2" if locked else "1"
     label = (f'<<TABLE BORDER="{width}" CELLBORDER="0" CELLSPACING="0" CELLPADDING="2" BGCOLOR="{fill}" '
              f'COLOR="{border}"{style}>{"".join(rows)}</TABLE>>')
-    dot.node(name, label=label, id=name, tooltip=_tooltip(data, components), **{"class": _classes(data, locked)})
+    dot.node(name, label=label, id=name, tooltip=_plain(_tooltip(data, components)),
+             **{"class": _classes(data, locked)})
 
 
 def _head(data: dict) -> str:
@@ -189,7 +205,7 @@ def _legend(dot: graphviz.Digraph, components: tuple[str, ...], host: bool = Fal
                                                         "color": "#bdbdbd", "style": "rounded"}) as legend:
         rows = "".join(
             f'<TR><TD BGCOLOR="{fill}" BORDER="1" COLOR="{border}" STYLE="{"DASHED" if style == "dashed" else "SOLID"}">'
-            f"&nbsp;&nbsp;&nbsp;</TD><TD ALIGN=\"LEFT\">{html.escape(label)}</TD></TR>"
+            f"&nbsp;&nbsp;&nbsp;</TD><TD ALIGN=\"LEFT\">{_html(label)}</TD></TR>"
             for label, fill, border, style in LEGEND
         )
         rows += ('<TR><TD COLSPAN="2" ALIGN="LEFT">#id +k: k more nodes folded into a chain<BR ALIGN="LEFT"/>'
@@ -222,14 +238,14 @@ def _requests(dot: graphviz.Digraph, requests: tuple, diff) -> None:
     width = len(REQUEST_COLUMNS)
     for view in requests:
         cells = request_cells(view)
-        rows.append("<TR>" + "".join(f'<TD ALIGN="LEFT">{html.escape(cells[c])}</TD>' for c in REQUEST_COLUMNS) + "</TR>")
+        rows.append("<TR>" + "".join(f'<TD ALIGN="LEFT">{_html(cells[c])}</TD>' for c in REQUEST_COLUMNS) + "</TR>")
         change = diff.get(view.rid) if diff is not None else None
         if change is not None:
             rows.append(f'<TR><TD COLSPAN="{width}" ALIGN="LEFT" BGCOLOR="{CHANGE_FILL["lock_ref"]}">'
-                        f'{html.escape("▲ " + "; ".join(change.lines))}</TD></TR>')
+                        f'{_html("▲ " + "; ".join(change.lines))}</TD></TR>')
     for change in ended:
         rows.append(f'<TR><TD COLSPAN="{width}" ALIGN="LEFT"><FONT COLOR="#757575">'
-                    f'{html.escape(change.text())}</FONT></TD></TR>')
+                    f'{_html(change.text())}</FONT></TD></TR>')
     with dot.subgraph(name="cluster_requests", graph_attr={"label": "running requests", "fontname": FONT,
                                                           "fontsize": "10", "color": "#bdbdbd", "style": "rounded"}) as box:
         box.node("requests", label=f'<<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="2">{"".join(rows)}</TABLE>>',
@@ -246,7 +262,7 @@ def _sessions(dot: graphviz.Digraph, rows: tuple) -> None:
     body = [f"<TR>{head}</TR>"]
     for row in rows:
         cells = row.cells()
-        body.append("<TR>" + "".join(f'<TD ALIGN="LEFT">{html.escape(cells[c])}</TD>' for c in COLUMNS) + "</TR>")
+        body.append("<TR>" + "".join(f'<TD ALIGN="LEFT">{_html(cells[c])}</TD>' for c in COLUMNS) + "</TR>")
     with dot.subgraph(name="cluster_sessions", graph_attr={"label": "sessions", "fontname": FONT,
                                                           "fontsize": "10", "color": "#bdbdbd", "style": "rounded"}) as box:
         box.node("sessions", label=f'<<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="2">{"".join(body)}</TABLE>>',

@@ -84,18 +84,21 @@ def draw_run(series: RunSeries, names: Optional[Sequence[str]] = None, changes: 
         ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     if len(axes):
         axes[-1].set_xlabel("step")
-    figure.suptitle(title or run_title(series), fontsize=10, x=0.01, ha="left")
+    figure.suptitle(title or run_title(series), fontsize=10, x=0.01, ha="left", parse_math=False)  # a name's $ is text
     return figure
 
 
 def run_title(series: RunSeries) -> str:
     from cache.config_reference import config_line
 
+    from ..model.scenarios.errors import printable
+
     scenario = series.timeline.scenario
     failing = series.failing_steps
     verdict = ("every check passed" if not failing.size else
                f"{failing.size:,} failing step{'s' if failing.size != 1 else ''}, the first at step {failing[0]:,}")
-    return f"{scenario.name} — {series.steps:,} steps, {verdict}\n{config_line(scenario.config)}"
+    config = printable(config_line(scenario.config))
+    return f"{printable(scenario.name)} — {series.steps:,} steps, {verdict}\n{config}"
 
 
 def figure_bytes(figure: Figure, fmt: str = "svg") -> bytes:

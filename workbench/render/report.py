@@ -1,7 +1,9 @@
 """Reports for ``urc run``, ``urc show`` and the tour walk-through (rich).
 
 On a terminal: colour and panels. Piped or redirected: the same lines, plain and
-unwrapped, so ``grep`` finds ``PASS path — name`` whole.
+unwrapped, so ``grep`` finds ``PASS path — name`` whole. A file's text (names, paths,
+descriptions, ids) is shown ``printable`` and never as markup, so it cannot drive the
+terminal.
 """
 
 from __future__ import annotations
@@ -9,14 +11,17 @@ from __future__ import annotations
 import contextlib
 import shlex
 import sys
+from collections.abc import Iterable
 from typing import Optional, TextIO
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.panel import Panel
+from rich.segment import Segment
 from rich.text import Text
 
 from cache.config_reference import config_line
 
+from ..model.scenarios.errors import printable
 from ..model.timeline.fmt import event_text, fields_text, plural, result_text, value_text
 from ..model.scenarios.scenario import STDIN_NAME
 from ..model.timeline.timeline import StepRecord, Timeline
@@ -30,6 +35,12 @@ class _Console(Console):
     def on_broken_pipe(self) -> None:
         """rich exits 1 on a closed pipe; ``urc`` treats ``| head`` as a normal end."""
         raise BrokenPipeError
+
+    def render(self, renderable, options: Optional[ConsoleOptions] = None) -> Iterable[Segment]:
+        """Every segment's text ``printable``: file text a view did not escape is still
+        shown escaped, never run by the terminal (rich's own control segments pass)."""
+        for segment in super().render(renderable, options):
+            yield segment if segment.control else Segment(printable(segment.text, lines=True), segment.style)
 
 
 def make_console(stream: Optional[TextIO] = None) -> Console:
@@ -50,17 +61,17 @@ def reflow(text: str) -> str:
 
 def step_title(record: StepRecord, path: str) -> str:
     step = record.step
-    return f"step {step.index} ({path}:{step.line}) {step.op}({fields_text(step.fields)})"
+    return f"step {step.index} ({printable(path)}:{step.line}) {step.op}({fields_text(step.fields)})"
 
 
 def show_command(path: str, index: int) -> Optional[str]:
-    return None if path == STDIN_NAME else f"urc show {shlex.quote(path)} --step {index}"
+    return None if path == STDIN_NAME else printable(f"urc show {shlex.quote(path)} --step {index}")
 
 
 def problems(record: StepRecord) -> list[str]:
     """What went wrong in a step, one line each."""
     lines = [f"{f.field}: expected {value_text(f.expected)}, got {value_text(f.actual)}" for f in record.failures]
-    lines += [f"invariant {v.name}: {v.message}" for v in record.violations]
+    lines += [f"invariant {v.name}: {printable(v.message)}" for v in record.violations]
     return lines
 
 
@@ -73,10 +84,10 @@ def progress(total: int, label: str, stream: Optional[TextIO] = None, minimum: i
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   console=Console(file=stream), transient=True)
+    bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                   TimeRemainingColumn(), console=Console(file=stream), transient=True)
     with bar:
-        task = bar.add_task(label, total=total)
+        task = bar.add_task(printable(label), total=total)  # a file's path
         yield lambda n=1: bar.advance(task, n)
 
 
@@ -84,15 +95,16 @@ def print_run_report(timeline: Timeline, console: Console, interrupted: bool = F
     scenario = timeline.scenario
     steps = plural(len(timeline), "step")
     failing = timeline.failing()
+    path, name = printable(scenario.path), printable(scenario.name)
     if interrupted:
-        console.print(Text.assemble(("STOPPED", "bold yellow"), f" {scenario.path} — {scenario.name} (interrupted: "
+        console.print(Text.assemble(("STOPPED", "bold yellow"), f" {path} — {name} (interrupted: "
                                     f"{steps} of {len(scenario.steps):,} checked, {len(failing):,} failed)"))
     elif not failing:
-        console.print(Text.assemble(("PASS", "bold green"), f" {scenario.path} — {scenario.name} ({steps})"))
+        console.print(Text.assemble(("PASS", "bold green"), f" {path} — {name} ({steps})"))
         return
     else:
-        console.print(Text.assemble(("FAIL", "bold red"), f" {scenario.path} — {scenario.name} ({steps}, {len(failing):,} failed)"))
-    console.print(Text(f"  config: {config_line(scenario.config)}", style="dim"))
+        console.print(Text.assemble(("FAIL", "bold red"), f" {path} — {name} ({steps}, {len(failing):,} failed)"))
+    console.print(Text(f"  config: {printable(config_line(scenario.config))}", style="dim"))
     for n, record in enumerate(failing):
         command = show_command(scenario.path, record.index)
         if n < DETAILED_FAILURES:
@@ -103,21 +115,21 @@ def print_run_report(timeline: Timeline, console: Console, interrupted: bool = F
                 console.print(Text(f"    inspect: {command}", style="dim"))
         else:
             first = (problems(record) or ["failed"])[0]
-            where = f"step {record.index} ({scenario.path}:{record.step.line}) {record.step.op}"
+            where = f"step {record.index} ({path}:{record.step.line}) {record.step.op}"
             console.print(Text(f"  {where}: {first}" + (f"  [{command}]" if command else ""), style="red"))
 
 
 def walk(timeline: Timeline, console: Console, upto: int | None = None) -> None:
     """Print each step's description, op, result, events and tree (the tour)."""
     scenario = timeline.scenario
-    intro = Text(reflow(scenario.description or scenario.name))
-    config = config_line(scenario.config)
+    intro = Text(printable(reflow(scenario.description or scenario.name), lines=True))
+    config, name = printable(config_line(scenario.config)), printable(scenario.name)
     if is_plain(console):
-        console.print(Text(f"== {scenario.name} ({scenario.path})"))
+        console.print(Text(f"== {name} ({printable(scenario.path)})"))
         console.print(Text(f"config: {config}"))
         console.print(intro)
     else:
-        console.print(Panel(intro, title=scenario.name, subtitle=config, subtitle_align="left"))
+        console.print(Panel(intro, title=Text(name), subtitle=Text(config), subtitle_align="left"))
     for record in timeline.records[:upto]:
         console.print(step_view(record, scenario.path, plain=is_plain(console)))
 
@@ -149,9 +161,9 @@ def step_view(record: StepRecord, path: str, plain: bool = False) -> RenderableT
     """A step: its description, result or error, events, the tree after it and what failed."""
     parts: list[RenderableType] = []
     if record.step.description:
-        parts.append(Text(reflow(record.step.description), style="italic"))
+        parts.append(Text(printable(reflow(record.step.description), lines=True), style="italic"))
     if record.error:
-        parts.append(Text(f"error: {record.error}", style="yellow"))
+        parts.append(Text(f"error: {printable(record.error)}", style="yellow"))
     elif record.result:
         parts.append(Text("result: " + result_text(record.result), style="bold"))
     for event in record.events:

@@ -14,6 +14,7 @@ from rich.tree import Tree
 
 from cache.snapshot import CacheSnapshot, NodeView
 
+from ..model.scenarios.errors import printable
 from ..model.timeline.fmt import key_text, tokens_text
 from ..model.timeline.shown_tree import eviction_order_text, policy_badge
 
@@ -53,9 +54,9 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
     text.append(key_text(key, key_head, counted=False), style="white")  # counted once, just after
     text.append(f" {len(key)}t", style="dim")
     if extra_key is not None:
-        text.append(f" ns={extra_key}", style="yellow")
+        text.append(f" ns={printable(extra_key)}", style="yellow")
     if cache_salt is not None:
-        text.append(f" salt={cache_salt}", style="yellow")
+        text.append(f" salt={printable(cache_salt)}", style="yellow")
     for name, value_len, lock_ref, rank, extras, *more in components:
         style = COMPONENT_STYLE.get(name, "white")
         host_len = more[0] if more else None
@@ -83,7 +84,7 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
             elif k == "prefetching":  # the anchor of prefetches from storage in flight, host-locked by them
                 text.append(" ⇈prefetch" + (f"×{value}" if value != 1 else ""), style="bold magenta")
             else:
-                text.append(f" {k}={value}", style="yellow")
+                text.append(f" {k}={printable(value)}", style="yellow")
     if policy:
         text.append(f"  {policy}", style="yellow")
     if evictable_leaf:
@@ -93,7 +94,7 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
 
 def session_badge(session_ref: int, session_ids: tuple[str, ...]) -> str:
     """``§2`` (two sessions' coverage holds it), ``§1=s1`` (and it is s1's frontier)."""
-    return f"§{session_ref}" + (f"={','.join(session_ids)}" if session_ids else "")
+    return f"§{session_ref}" + (f"={printable(','.join(session_ids))}" if session_ids else "")
 
 
 def render_tree(snapshot: CacheSnapshot) -> Tree:
@@ -128,7 +129,7 @@ def render_pools(snapshot: CacheSnapshot) -> Text:
         text.append("   storage", style="bold magenta")
         text.append(f" {storage.backend}  pages {len(storage.keys)}  storing {len(storage.in_flight)}")
         if storage.prefetches:
-            text.append("  prefetching " + ", ".join(f"{rid} ({tokens}t, {stage})" for rid, _, tokens, stage
+            text.append("  prefetching " + ", ".join(f"{printable(rid)} ({tokens}t, {stage})" for rid, _, tokens, stage
                                                       in storage.prefetches))
     return text
 

@@ -203,7 +203,7 @@ class WorkbenchApp(App[None]):
         if new:
             self.query_one(StepList).extend(new)
             self._shown_steps += len(new)
-        self.query_one(StepPanel).border_title = self.cursor.view(follow=False).heading  # steps checked so far
+        self.query_one(StepPanel).head(self.cursor.view(follow=False).heading)  # steps checked so far
 
     # ---- rendering -----------------------------------------------------------------------------
     def _fit_pools(self, pools: int) -> None:
@@ -219,16 +219,22 @@ class WorkbenchApp(App[None]):
         height = self._bottom_rows + 3  # the table's header and the borders
         self.query_one("#bottom").styles.height = min(height, max(6, self.size.height // 4))
 
-    def refresh_view(self, follow: bool = True) -> None:
-        """One view of the step, shown by every panel."""
+    def refresh_view(self, follow: bool = True) -> bool:
+        """One view of the step, shown by every panel; False (and said) where a stored
+        run's step cannot be read (a damaged store): the panels keep the last view."""
         cursor = self.cursor
-        view = cursor.view(follow, self.selected, self.divergences.get(cursor.chapter.scenario.path))
+        try:
+            view = cursor.view(follow, self.selected, self.divergences.get(cursor.chapter.scenario.path))
+        except ScenarioError as exc:
+            self.notify(exc.brief, severity="error", markup=False)
+            return False
         view = self.view = view.choosing_session(self.selected_session)
         self.selected = view.selected
         self.sub_title = view.config_line  # the Header: which cache, which model options
         self._fit_pools(len(view.state.pools))
         for panel in self.panels:
             panel.show(view)
+        return True
 
     # ---- messages from the panels ------------------------------------------------------------
     @on(NodeChosen)
@@ -271,8 +277,8 @@ class WorkbenchApp(App[None]):
 
     def _move(self, step: int) -> None:
         before = self.cursor.step
-        if self.cursor.go(step) != before:
-            self.refresh_view()
+        if self.cursor.go(step) != before and not self.refresh_view():
+            self.cursor.go(before)  # a step that cannot be read: stay where the panels are
 
     def action_next(self) -> None:
         """Step forward."""
@@ -367,10 +373,10 @@ class WorkbenchApp(App[None]):
         if hit is None:
             where = "after" if forward else "before"
             conditions = " or ".join(c.text for c in self.cursor.active_breakpoints)
-            self.notify(f"no step {where} this one where {conditions} holds", severity="warning")
+            self.notify(f"no step {where} this one where {conditions} holds", severity="warning", markup=False)
             return
         self.refresh_view()
-        self.notify(f"step {hit[0]:,}: {hit[1].text}")
+        self.notify(f"step {hit[0]:,}: {one_line(hit[1].text)}", markup=False)
 
     def action_breakpoints(self) -> None:
         """Add and remove breakpoint conditions."""
@@ -382,7 +388,7 @@ class WorkbenchApp(App[None]):
             self.notify("select a node in the tree first", severity="warning")
             return
         condition = self.cursor.watch(self.selected)
-        self.notify(f"watching #{self.selected}: c / C stop where it changes ({condition.text})")
+        self.notify(f"watching #{self.selected}: c / C stop where it changes ({condition.text})", markup=False)
 
     def action_diff(self) -> None:
         """Compare two steps (the previous and the current to start with)."""
@@ -415,7 +421,7 @@ class WorkbenchApp(App[None]):
                 else:
                     answer = why_match(cursor.timeline, cursor.step)
         except ValueError as exc:
-            self.notify(str(exc), severity="warning", timeout=8)
+            self.notify(one_line(str(exc)), severity="warning", timeout=8, markup=False)  # it names a file's id
             return
         self.push_screen(WhyScreen(answer))
 
@@ -434,7 +440,7 @@ class WorkbenchApp(App[None]):
         try:
             record = self.cursor.append(parse_command(event.value))
         except ScenarioError as exc:
-            self.notify(exc.brief, title="not run", severity="error", timeout=10)
+            self.notify(exc.brief, title="not run", severity="error", timeout=10, markup=False)
             return
         event.input.value = ""
         self.steps_loaded()
@@ -529,7 +535,7 @@ class WorkbenchApp(App[None]):
                     text = make_text(path)
             except Exception as exc:  # no dot, a timeline a test cannot replay, a bad suffix …
                 said = getattr(exc, "brief", None) or (str(exc).splitlines() or [""])[0]
-                self.notify(f"not exported: {one_line(said)}", severity="error", timeout=10)
+                self.notify(f"not exported: {one_line(said)}", severity="error", timeout=10, markup=False)
                 return
             if self._write(path, lambda stream: stream.write(text)) and written is not None:
                 written()
@@ -546,12 +552,13 @@ class WorkbenchApp(App[None]):
             with open_output(path, inputs, option="", forcible=False) as stream:
                 write(stream)
         except ScenarioError as exc:
-            self.notify(exc.brief.strip(), title="not saved", severity="error", timeout=10)
+            self.notify(exc.brief.strip(), title="not saved", severity="error", timeout=10, markup=False)
             return False
         except OSError as exc:
-            self.notify(f"{one_line(path)}: {exc.strerror or exc}", title="not saved", severity="error", timeout=10)
+            self.notify(f"{one_line(path)}: {exc.strerror or exc}", title="not saved", severity="error", timeout=10,
+                        markup=False)
             return False
-        self.notify(f"wrote {one_line(path)}")
+        self.notify(f"wrote {one_line(path)}", markup=False)
         return True
 
     def poll_follower(self) -> None:
@@ -568,8 +575,8 @@ class WorkbenchApp(App[None]):
                 cursor.extend(new)
         except (FollowError, ScenarioError) as exc:
             self.follower = None
-            self.notify(f"{exc}; stopped following (the steps so far are kept)", title="follow", severity="error",
-                        timeout=15)
+            self.notify(f"{one_line(str(exc))}; stopped following (the steps so far are kept)", title="follow",
+                        severity="error", timeout=15, markup=False)
         self.steps_loaded()
         if at_end and cursor.available != cursor.step:
             cursor.last()

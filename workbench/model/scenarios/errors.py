@@ -1,19 +1,32 @@
 """The one error of bad input (``ScenarioError``: ``file:line: message (field 'x')``,
 exit code 2) and how a user's values appear in it: always on one line (control
 characters escaped), and elided with their length when long, so a 400-digit token or
-a file name holding a newline never floods or splits the message."""
+a file name holding a newline never floods or splits the message. ``printable`` is
+the one gate for any text a file brought (names, ids, paths, messages) on its way to
+a terminal, a widget or an SVG: nothing it holds can drive the screen."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
 SHOWN_CHARS = 40  # a value longer than this is cut, and its length said
-_CONTROL = {i: f"\\x{i:02x}" for i in (*range(0x20), 0x7f)} | {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+_BIDI = (*range(0x202a, 0x202f), *range(0x2066, 0x206a))  # overrides and isolates: they reorder what follows
+_CONTROL = ({i: f"\\x{i:02x}" for i in (*range(0x20), *range(0x7f, 0xa0))} | {i: f"\\u{i:04x}" for i in _BIDI}
+            | {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+_LINES = {i: shown for i, shown in _CONTROL.items() if i != ord("\n")}
+
+
+def printable(text: object, lines: bool = False) -> str:
+    """``text`` with every control character (C0 with NUL and ESC, DEL, C1) and bidi
+    override escaped visibly (``\\x1b``, ``\\u202e``), so a file's text cannot clear the
+    screen, set a title or reorder a line; ``lines`` keeps ``\\n`` for text shown on
+    several lines (a description)."""
+    return str(text).translate(_LINES if lines else _CONTROL)
 
 
 def one_line(text: str) -> str:
-    """``text`` with every control character escaped (``\\n``, ``\\x1b``)."""
-    return text.translate(_CONTROL)
+    """``text`` with every control character escaped (``\\n``, ``\\x1b``): ``printable``, on one line."""
+    return printable(text)
 
 
 def shown(value: Any, limit: int = SHOWN_CHARS) -> str:

@@ -1,13 +1,16 @@
 """Plain-text formatting shared by every view: no Python reprs reach a user.
 
 Long keys are elided with their length so that a 4,096-token key is one short item,
-booleans read as TOML writes them, and counts agree with their nouns.
+booleans read as TOML writes them, and counts agree with their nouns. A file's strings
+(request ids, namespaces, expected texts) come out ``printable``: escaped, never raw.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional
+
+from ..scenarios.errors import printable
 
 KEY_HEAD = 3  # tokens shown before the ellipsis
 KEY_TAIL = 2  # and after it
@@ -52,10 +55,10 @@ def value_text(value: Any) -> str:
     if isinstance(value, (list, tuple)) and all(type(v) is int for v in value):
         return tokens_text(value)
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k} = {value_text(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{printable(k)} = {value_text(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(value_text(v) for v in value) + "]"
-    return str(value)
+    return printable(value)
 
 
 def fields_text(fields: Mapping[str, Any]) -> str:
@@ -92,4 +95,4 @@ def event_text(event) -> str:
     amount = f", {plural(event.tokens, 'token')}" if event.tokens else ""
     why = event.cause.value + (f"; {event.detail}" if event.detail else "")
     op = f"{event.op} {event.request}" if event.request else event.op
-    return f"[op {event.seq} {op}] {what}{where}{amount} ({why})"
+    return printable(f"[op {event.seq} {op}] {what}{where}{amount} ({why})")

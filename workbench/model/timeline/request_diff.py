@@ -17,6 +17,7 @@ from typing import Optional
 from cache.events import Event, EventKind
 from cache.snapshot import RequestView
 
+from ..scenarios.errors import printable
 from .fmt import plural
 
 ADDED, ENDED, CHANGED = "added", "ended", "changed"
@@ -71,7 +72,7 @@ class RequestChange:
         return tuple(out)
 
     def text(self) -> str:
-        return f"{self.rid}: " + "; ".join(self.lines)
+        return f"{printable(self.rid)}: " + "; ".join(self.lines)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,8 +202,8 @@ def _value(value) -> str:
     if value is None:
         return "–"
     if isinstance(value, tuple):
-        return "(" + ", ".join(map(str, value)) + ")" if value else "()"
-    return str(value)
+        return "(" + ", ".join(map(printable, value)) + ")" if value else "()"
+    return printable(value)
 
 
 # ---- one request as cells, for every viewer ------------------------------------------------------
@@ -215,7 +216,7 @@ def request_cells(v: RequestView) -> dict[str, str]:
     if v.finished_len is not None:
         committed += f" (owns {_or_dash(v.owned_len)}, stop {v.finished_len})"
     return {
-        "req": v.rid,
+        "req": printable(v.rid),
         "prefix": f"{v.cache_protected_len:,}",
         "committed": committed,
         "inserted": f"{v.inserted_len:,}",

@@ -17,6 +17,8 @@ from typing import Optional
 
 from cache.keys import TOKEN_BYTES
 
+from ..scenarios.errors import printable
+
 SESSION_OPS = frozenset({"session_open", "session_release", "session_reap", "stream_turn"})
 
 
@@ -42,12 +44,12 @@ class SessionRow:
     def cells(self) -> dict[str, str]:
         """The row as short strings, one per column of ``COLUMNS``."""
         return {
-            "session": self.sid,
+            "session": printable(self.sid),
             "gen": "–" if self.generation is None else str(self.generation),
             "state": self.state,
             "frontier": "; ".join(f"{name} " + ",".join(f"#{n}" for n in ids) for name, ids in self.frontier) or "–",
             "holds": " ".join(f"{name}:{held}" for name, held in self.held) or "–",
-            "slot": self.slot or "–",
+            "slot": printable(self.slot or "–"),
         }
 
 

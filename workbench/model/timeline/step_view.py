@@ -17,6 +17,7 @@ from cache.config_reference import config_line
 from .diff import StateDiff
 from .request_diff import RequestDiff, step_request_diff
 from .shown_sessions import SessionRow, session_rows
+from ..scenarios.errors import printable
 from ..scenarios.scenario import Scenario
 from .shown_tree import ShownTree
 from .states import TimelineState
@@ -47,7 +48,7 @@ class StepView:
     @property
     def config_line(self) -> str:
         """The chapter's cache in one line: components, page, window, model options."""
-        return config_line(self.scenario.config)
+        return printable(config_line(self.scenario.config))
 
     @cached_property
     def diff(self) -> Optional[StateDiff]:
@@ -78,7 +79,7 @@ class StepView:
         """``tour — step 3/14, 9 checked  (chapter 1/3)``."""
         chapter = f"  (chapter {self.chapter_index + 1}/{self.chapters})" if self.chapters > 1 else ""
         loading = f", {self.available:,} checked" if self.available < self.total else ""
-        return f"{self.scenario.name} — step {self.step:,}/{self.total:,}{loading}{chapter}"
+        return f"{printable(self.scenario.name)} — step {self.step:,}/{self.total:,}{loading}{chapter}"
 
     def steps_touching(self, node_id: int) -> list[int]:
         return self.cursor.steps_touching(node_id)

@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, Label, Static
 
+from ...model.scenarios.errors import printable
 from ...model.timeline.cursor import TimelineCursor
 from ...model.timeline.diff import ChangeRow, StateDiff, change_rows, diff_text
 from ..widgets.badges import node_label
@@ -65,8 +66,8 @@ class DiffScreen(ModalScreen[None]):
         table.clear()
         rows = change_rows(diff)  # only what changed: an LRU-only step is its rank moves
         for i, row in enumerate(rows[:MAX_ROWS]):
-            table.add_row(f"#{row.node}", row.what, self._cell(diff, row, "before"), self._cell(diff, row, "after"),
-                          key=f"{row.node}:{i}")
+            table.add_row(f"#{row.node}", Text(row.what), self._cell(diff, row, "before"),
+                          self._cell(diff, row, "after"), key=f"{row.node}:{i}")
         nodes = len(diff.node_kinds)
         more = f" (the first {MAX_ROWS:,} of {len(rows):,} changes)" if len(rows) > MAX_ROWS else ""
         nodes_text = f"{nodes:,} node{'s' if nodes != 1 else ''} changed{more}"
@@ -76,18 +77,20 @@ class DiffScreen(ModalScreen[None]):
         self.query_one("#diff-globals", Static).update(self._globals(diff, before.components))
 
     @staticmethod
-    def _cell(diff: StateDiff, row: ChangeRow, side: str) -> Text | str:
-        """A node added or removed is drawn as the tree draws it; absent is a dim dash."""
+    def _cell(diff: StateDiff, row: ChangeRow, side: str) -> Text:
+        """A node added or removed is drawn as the tree draws it; absent is a dim dash;
+        the rest as plain text (a namespace or an id is never markup)."""
         text = getattr(row, side)
         if text is None:
             return Text("—", style="dim")
         if row.what in ("added", "removed"):
             record = (diff.records_after if side == "after" else diff.records_before)[row.node]
             return node_label(record, diff.components, {})
-        return text
+        return Text(printable(text))
 
     @staticmethod
     def _globals(diff: StateDiff, components) -> Text:
         """The lines that are not about one node: LRU moves to the front, pools, requests."""
         lines = [line for line in diff_text(diff) if not line.startswith("#")]
-        return Text("\n".join(lines) or "no pool or request changed", style="" if lines else "dim")
+        shown = printable("\n".join(lines), lines=True)
+        return Text(shown or "no pool or request changed", style="" if lines else "dim")

@@ -10,6 +10,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ...model.scenarios.errors import printable
+
 
 class WhyScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,y,q", "dismiss", "close")]
@@ -21,9 +23,9 @@ class WhyScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         answer = self.explanation
         text = Text()
-        text.append(answer.title + "\n\n", style="bold")
-        for line in answer.lines:
-            text.append(line + "\n")
+        text.append(printable(answer.title) + "\n\n", style="bold")
+        for line in answer.lines:  # its sentences name the file's requests and sessions
+            text.append(printable(line) + "\n")
         if answer.steps:
             text.append("\nsteps cited: " + ", ".join(map(str, answer.steps)) + "  (esc, then g to go to one)", style="dim")
         with VerticalScroll(id="why"):

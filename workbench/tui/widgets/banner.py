@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from ...model.scenarios.errors import printable
 from ...model.timeline.step_view import StepView
 from .panel import Panel
 
@@ -18,5 +19,5 @@ class Banner(Panel, Static):
             self.display = False
             return
         lines = [f"✗ {f}" for f in record.failures] + [f"✗ invariant {v.name}: {v.message}" for v in record.violations]
-        self.update(Text("\n".join(lines), style="bold white"))
+        self.update(Text("\n".join(map(printable, lines)), style="bold white"))  # names and ids from the file
         self.display = True

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from ...model.scenarios.errors import printable
 from ...model.timeline.step_view import StepView
 from .panel import Panel
 
@@ -19,5 +20,5 @@ class DivergenceBanner(Panel, Static):
             self.display = False
             return
         where = "this step" if step == at[0] else f"step {at[0]}"
-        self.update(Text(f"≠ SGLang diverges at {where}: {at[1]}", style="bold"))
+        self.update(Text(f"≠ SGLang diverges at {where}: {printable(at[1])}", style="bold"))
         self.display = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
@@ -41,7 +42,7 @@ class EventsPanel(Panel, OptionList):
             why = f"no {self.only} events" if self.only else "no events (the start, or an op that changed nothing)"
             self.add_option(Option(why, disabled=True))
             return
-        self.add_options(Option(event_text(e), id=f"e{i}") for i, e in enumerate(events))
+        self.add_options(Option(Text(event_text(e)), id=f"e{i}") for i, e in enumerate(events))  # Text: no markup
 
     @property
     def highlighted_event(self) -> int | None:

@@ -9,6 +9,7 @@ from textual.widgets import Static
 
 from cache.keys import unpack_tokens
 
+from ...model.scenarios.errors import printable
 from ...model.timeline.fmt import counted_key_text
 from ...model.timeline.step_view import StepView
 from ...render.tree_view import SESSION_STYLE
@@ -40,7 +41,7 @@ class Inspector(Panel, Static):
         # an EAGLE key counts pairs, the first beginning with the token before |
         text.append(f"key  {counted_key_text(unpack_tokens(record.key), record.key_head)}\n")
         if record.cache_salt is not None:
-            text.append(f"cache_salt {record.cache_salt}\n")
+            text.append(f"cache_salt {printable(record.cache_salt)}\n")
         if node_id in state:
             text.append(f"path {counted_key_text(state.path(node_id))}\n")
         text.append(f"last access {record.last_access_time:g}  hits {record.hit_count}  priority {record.priority}\n")
@@ -49,12 +50,12 @@ class Inspector(Panel, Static):
             if comp.host_len is not None:  # the host tier's copy
                 value = f"host-only, host copy {comp.host_len}" if comp.value_len is None else f"{value} +host {comp.host_len}"
             rank = state.rank(name, record) if node_id in state else None
-            extras = "".join(f"  {k}={v}" for k, v in comp.extras)
+            extras = "".join(f"  {k}={printable(v)}" for k, v in comp.extras)
             text.append(f"{name:6s}", style="bold")
             text.append(f" {value}  lock_ref {comp.lock_ref}" + (f"  LRU rank {rank}" if rank is not None else "")
                         + extras + "\n")
             if comp.session_ref or comp.session_ids:
-                frontier = f"  frontier of {', '.join(comp.session_ids)}" if comp.session_ids else ""
+                frontier = f"  frontier of {printable(', '.join(comp.session_ids))}" if comp.session_ids else ""
                 text.append(f"       session_ref {comp.session_ref}{frontier}\n", style=SESSION_STYLE)
             head, tail = comp.value_ends
             if head:

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from ...model.scenarios.errors import printable
 from ...model.timeline.request_diff import ENDED, RequestChange, request_cells
 from ...model.timeline.step_view import StepView
 from .badges import COMPONENT_STYLE
@@ -71,7 +72,7 @@ def _running(request, change: RequestChange | None) -> Text:
 
 def _ended(change: RequestChange) -> Text:
     text = Text()
-    text.append(f"{change.rid} ", style="bold dim")
+    text.append(f"{printable(change.rid)} ", style="bold dim")
     text.append("; ".join(change.lines), style="dim yellow")
     return text
 
@@ -81,5 +82,5 @@ def _shown(fields) -> list[tuple[str, str]]:
     for key, value in fields:
         if isinstance(value, tuple):
             value = ",".join(map(str, value)) or "–"
-        out.append((key, "–" if value is None else str(value)))
+        out.append((key, "–" if value is None else printable(value)))
     return out

@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from ...model.scenarios.errors import printable
 from ...model.timeline.shown_sessions import SessionRow, has_sessions
 from ...model.timeline.step_view import StepView
 from ...render.tree_view import SESSION_STYLE
@@ -62,7 +63,7 @@ def session_text(row: SessionRow, chosen: bool = False) -> Text:
     """``s1 gen 1  open`` then its frontier, holdings and slot."""
     cells = row.cells()
     text = Text()
-    text.append(f"{row.sid} ", style="bold reverse" if chosen else "bold")
+    text.append(f"{printable(row.sid)} ", style="bold reverse" if chosen else "bold")
     text.append(f"gen {cells['gen']}  ")
     text.append(row.state, style="dim" if "closed" in row.state else "bold magenta")
     for name, ids in row.frontier:
@@ -72,5 +73,5 @@ def session_text(row: SessionRow, chosen: bool = False) -> Text:
         covered = len(dict(row.coverage).get(name, ()))
         text.append(f"  holds {held} in {covered} node{'s' if covered != 1 else ''}", style="dim")
     if row.slot is not None:
-        text.append(f"\n  slot {row.slot}", style="yellow")
+        text.append(f"\n  slot {printable(row.slot)}", style="yellow")
     return text

@@ -6,29 +6,35 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from ...model.scenarios.errors import printable
 from ...model.timeline.step_view import StepView
 from ...model.timeline.fmt import fields_text, result_text
 from .panel import TextPanel
 
 
 class StepPanel(TextPanel):
+    def head(self, heading: str) -> None:
+        """Title the panel (not the header: it would relayout every step); a ``Text``, so
+        the scenario's name in it is never read as markup."""
+        self.border_title = Text(heading)
+
     def show(self, view: StepView) -> None:
         record = view.record
         scenario = view.scenario
-        self.border_title = view.heading  # not the header: it would relayout every step
+        self.head(view.heading)
         parts = []
         if record is None:
-            parts.append(Text(f"{scenario.name}: the start", style="bold"))
+            parts.append(Text(f"{printable(scenario.name)}: the start", style="bold"))
             if scenario.description:
-                parts.append(Text(" ".join(scenario.description.split()), style="italic"))
+                parts.append(Text(printable(" ".join(scenario.description.split())), style="italic"))
         else:
             step = record.step
-            where = f"{scenario.path}:{step.line}" if step.line else "typed live"
+            where = f"{printable(scenario.path)}:{step.line}" if step.line else "typed live"
             parts.append(Text(f"step {step.index} ({where})  {step.op}({fields_text(step.fields)})", style="bold"))
             if step.description:
-                parts.append(Text(" ".join(step.description.split()), style="italic"))
+                parts.append(Text(printable(" ".join(step.description.split())), style="italic"))
             if record.error:
-                parts.append(Text(f"error: {record.error}", style="yellow"))
+                parts.append(Text(f"error: {printable(record.error)}", style="yellow"))
             elif record.result:
                 parts.append(Text("result: " + result_text(record.result)))
             for line in record.kv_events:  # what a router was told (enable_kv_cache_events)
