@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ROOMS = {
     "ops": ["spec", "keys", "locks", "evict", "requests", "host", "retraction", "sessions", "streaming", "storage"],  # every op, declared once
     "scenarios": ["scenario", "names", "errors", "inputs", "fields", "session_fields", "writer", "live", "workload",
-                  "outputs", "stream"],  # scenario files in and out
+                  "outputs", "stream", "storage_place"],  # scenario files in and out
     "timeline": ["session", "runner", "kv_router", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
                  "shown_tree", "shown_sessions", "step_view", "request_diff", "metric_rows", "series", "state_fields",
                  "stored", "store_file", "store_codec", "store_rows", "store_run"],  # running a scenario, the states it leaves, moving through them
@@ -165,7 +165,7 @@ def test_the_cache_core_stays_within_its_line_budget():
     files = [p for p in (ROOT / "cache").rglob("*.py") if "faults" not in p.parts and not p.name.startswith("sidecar")]
     host = [p for p in files if "host" in p.stem]
     core = sum(code_lines(p) for p in files if p not in host)
-    assert 3000 < core <= 7783, core
+    assert 3000 < core <= 7905, core
     assert 200 < sum(code_lines(p) for p in host) <= 1423  # + issue 26: load-back for a request (load_back_at); + 34: the prefetch pump, its invariants; + 18: KV events; + 11: write-through's backup chain invariant (sglang#31902), the prefetch check in the per-step probe
 
 
