@@ -149,3 +149,22 @@ async def test_the_tui_shows_the_text_escaped(request, fixture):
         await pilot.pause()
         assert_escaped(_screen_text(app))
         assert app.is_running
+
+
+def test_fuzz_prints_kept_detection_rows_escaped(tmp_path, capsys):
+    """``urc fuzz --faults new`` prints rows kept from an earlier detections.json: a file."""
+    import json
+
+    from cache.faults import catalogue
+    from workbench.cli import main
+
+    rows = [{"fault": name, "flagged": True, "runs": 1, "first_faulty_step": 1, "config": "full\x1b[2J",
+             "seed": 0, "flagged_step": 1, "check": "x\x1b]0;pwned\x07", "shrunk_steps": 1,
+             "sanity_check_catches": False} for name in catalogue()]
+    (tmp_path / "detections.json").write_text(json.dumps(rows))
+    assert main(["fuzz", "--faults", "new", "-o", str(tmp_path), "--force", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\\x1b]0;pwned\\x07" in out
+    (tmp_path / "detections.json").write_text(json.dumps([{"fault": "f"}]))
+    assert main(["fuzz", "--faults", "new", "-o", str(tmp_path), "--force", "--jobs", "1"]) == 2
+    assert "no readable detections.json" in capsys.readouterr().err

@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Optional
 
+from ..model.scenarios.errors import printable
 from ..model.scenarios.scenario import ScenarioError
 
 COMPONENT_SETS = ("full", "full,swa", "full,mamba", "full,swa,mamba")
@@ -293,7 +294,7 @@ def _fuzz_once(configs: list, args, steps: int, episode_steps: Optional[int]) ->
         print(json.dumps({**summaries[0], "more_findings": summaries[1:]} if len(summaries) > 1 else summaries[0],
                          indent=1))
     else:
-        print("\n".join(texts))
+        print(printable("\n".join(texts), lines=True))
         print(f"  {campaign.steps_run:,} steps ({what}, {which}; {rate}); {plural(len(summaries), 'distinct failure')}")
     return 1
 
@@ -382,7 +383,8 @@ def _detection_table(args) -> int:
     kept: dict[str, dict] = {}
     if args.faults == "new":
         try:
-            kept = {row["fault"]: row for row in json.loads((folder / "detections.json").read_text(encoding="utf-8"))}
+            kept = {row["fault"]: row for row in json.loads((folder / "detections.json").read_text(encoding="utf-8"))
+                    if _detection_row(row)}
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise ScenarioError(f"-o {folder}: no readable detections.json to add to ({exc})") from None
         faults = [f for f in faults if f.name not in kept]
@@ -409,8 +411,20 @@ def _detection_table(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
-        print(detection_text(rows))
+        print(printable(detection_text(rows), lines=True))  # rows kept from an earlier detections.json
     return 0 if all(r["flagged"] for r in rows) else 1
+
+
+_ROW_FIELDS = ("fault", "flagged", "runs", "first_faulty_step")
+_FLAGGED_FIELDS = ("config", "seed", "flagged_step", "check", "shrunk_steps", "sanity_check_catches")
+
+
+def _detection_row(row) -> bool:
+    """A kept row as ``detection_text`` reads it (a hand-edited file fails here, in one line)."""
+    if not isinstance(row, dict) or any(name not in row for name in _ROW_FIELDS
+                                        + (_FLAGGED_FIELDS if row.get("flagged") else ())):
+        raise ValueError(f"a row without one of {', '.join(_ROW_FIELDS + _FLAGGED_FIELDS)}")
+    return True
 
 
 def detection_text(rows: list[dict]) -> str:
@@ -436,4 +450,4 @@ def detection_text(rows: list[dict]) -> str:
 
 
 def _say_or_json(args, data: dict, text: str) -> None:
-    print(json.dumps(data, indent=1) if args.json else text)
+    print(json.dumps(data, indent=1) if args.json else printable(text, lines=True))
