@@ -78,7 +78,7 @@ def test_the_codec_builds_only_declared_types():
         store_codec.encode(object())
     record = store_codec.RECORDS.index(store_codec.Violation) + 16
     wrong = msgpack.ExtType(record, msgpack.packb([1, "message"]))  # name must be a str
-    with pytest.raises(store_codec.BlobError, match="Violation whose name is a int"):
+    with pytest.raises(store_codec.BlobError, match="Violation whose name is not as declared"):
         store_codec.decode(b"m" + msgpack.packb(wrong))
 
 
@@ -98,13 +98,36 @@ def test_a_compressed_bomb_is_refused_within_bounded_memory(store, tmp_path):
     assert peak_mb < 200, f"peak {peak_mb} MB"
 
 
-def test_many_small_objects_are_refused_by_their_cost():
+def test_many_small_objects_are_refused_before_they_are_built():
+    """32 KB that would inflate to 32M ints (1.4 GB) is refused before one is made."""
+    import tracemalloc
+
+    count = store_codec.MAX_INFLATED - 5
+    blob = b"z" + zlib.compress(b"\xdd" + count.to_bytes(4, "big") + b"\xe0" * count, 9)
+    assert len(blob) < 64 << 10
+    tracemalloc.start()
+    try:
+        with pytest.raises(store_codec.BlobError, match="objects could take over"):
+            store_codec.decode(blob)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * store_codec.MAX_INFLATED  # the inflated bytes and their histogram, no objects
+
+
+def test_values_nested_past_the_limit_are_refused():
     import msgpack
 
-    body = msgpack.packb([[]] * (store_codec.MAX_INFLATED // 2))  # a list of empty lists: ~72x its bytes
-    assert len(body) > store_codec.FAST_BODY
-    with pytest.raises(store_codec.BlobError, match="objects would take over"):
-        store_codec.decode(b"m" + body)
+    value = msgpack.packb(1)
+    for _ in range(store_codec.MAX_NESTING + 1):
+        value = msgpack.packb(msgpack.ExtType(1, b"\x91" + value))  # a tuple holding the next
+    with pytest.raises(store_codec.BlobError, match="nested over"):
+        store_codec.decode(b"m" + value)
+    deep = msgpack.packb(1)
+    for _ in range(5000):  # 800 bytes of nesting once crashed the reader (the C stack)
+        deep = msgpack.packb(msgpack.ExtType(1, b"\x91" + deep))
+    with pytest.raises(store_codec.BlobError):
+        store_codec.decode(b"m" + deep)
 
 
 def test_reading_changes_no_file(store, tmp_path, capsys):
@@ -239,5 +262,105 @@ def test_the_workbench_says_a_damaged_step_and_stays_where_it_was(store):
             assert app.cursor.step == 1 and app.is_running
             said = [n.message for n in app._notifications]
             assert any("damaged store" in text for text in said), said
+
+    asyncio.run(drive())
+
+
+def test_a_view_in_place_of_a_table_is_refused(store, capsys):
+    with sqlite3.connect(store) as db:
+        db.execute("ALTER TABLE steps RENAME TO old_steps")
+        db.execute("CREATE VIEW steps AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+                   "SELECT i AS idx, 1 AS passed, x'' AS delta, x'' AS before, x'' AS globals, x'' AS record FROM n")
+    db.close()
+    code, err = show(store, capsys)  # the view never ends: reading it would hang
+    assert code == 2 and "table steps is missing or not as written" in err
+
+
+def test_a_run_left_unfinished_is_read_from_a_private_copy(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "run.urcdb"
+    run_to_store(SMOKE, str(path)).close()
+    with sqlite3.connect(path) as db:  # a later batch, left in the WAL as a killed run leaves it
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA wal_autocheckpoint = 0")
+        db.execute("UPDATE meta SET value = ? WHERE name = 'notices'", (store_codec.encode(["from the WAL"]),))
+        os.link(path.with_name("run.urcdb-wal"), tmp_path / "wal.keep")
+    os.replace(tmp_path / "wal.keep", path.with_name("run.urcdb-wal"))  # (closing the writer merged it)
+    (tmp_path / "run.urcdb-shm").unlink(missing_ok=True)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    before = snapshot_files(tmp_path)
+    reopened = open_store(str(path))
+    assert "from the WAL" in reopened.scenario.notices
+    assert any("read from a private copy" in n for n in reopened.scenario.notices)
+    reopened.close()
+    assert snapshot_files(tmp_path) == before  # no -shm, no merge: nothing beside it written
+    assert not list(scratch.iterdir())  # the copy is gone with the store
+
+
+def test_steps_numbered_past_the_file_or_with_a_gap_are_refused(store, capsys):
+    with sqlite3.connect(store) as db:
+        db.execute("INSERT INTO steps SELECT 9223372036854775807, passed, delta, before, globals, record "
+                   "FROM steps WHERE idx = 1")
+    db.close()
+    code, err = show(store, capsys)
+    assert code == 2 and "steps are not numbered as written" in err
+    with sqlite3.connect(store) as db:
+        db.execute("DELETE FROM steps WHERE idx = 9223372036854775807")
+        db.execute("DELETE FROM steps WHERE idx = 2")
+    db.close()
+    code = main(["show", str(store), "--walk"])
+    err = capsys.readouterr().err
+    assert code == 2 and "step 2 is missing" in err
+
+
+def test_a_record_whose_items_are_not_as_declared_is_refused():
+    import msgpack
+
+    pool = store_codec.RECORDS.index(store_codec.GlobalRecord) + 16
+    record = msgpack.ExtType(pool, msgpack.packb([1, {"full": 3}, msgpack.ExtType(1, msgpack.packb([])),
+                                                  msgpack.ExtType(1, msgpack.packb([])), None, None, None, {}]))
+    with pytest.raises(store_codec.BlobError, match="GlobalRecord whose pools is not as declared"):
+        store_codec.decode(b"m" + msgpack.packb(record))
+
+
+def test_the_charts_read_no_more_rows_than_the_steps(store, capsys):
+    with sqlite3.connect(store) as db:
+        width = store_codec.decode(db.execute("SELECT value FROM meta WHERE name = 'series_width'").fetchone()[0])
+        bomb = zlib.compress(bytes(8 * width * 100_000), 9)  # 100,000 rows for a run of a few steps
+        db.execute("UPDATE series SET rows = ? WHERE first = 0", (bomb,))
+    db.close()
+    code = main(["plot", str(store), "-o", "-"])
+    err = capsys.readouterr().err
+    assert code == 2 and "charts' rows" in err
+
+
+def test_a_value_no_reader_expects_is_said_as_damage(store, capsys):
+    """Right types, no sense (a shape naming an LRU list no component keeps): one line,
+    exit 2, and the workbench says it and stays open."""
+    import asyncio
+
+    from workbench.tui.app import WorkbenchApp
+
+    import dataclasses
+
+    with sqlite3.connect(store) as db:
+        shape = store_codec.decode(db.execute("SELECT value FROM meta WHERE name = 'shape'").fetchone()[0])
+        shape = dataclasses.replace(shape, lru_components=("zzz",))  # a list no component keeps
+        db.execute("UPDATE meta SET value = ? WHERE name = 'shape'", (store_codec.encode(shape),))
+    db.close()
+    code, err = show(store, capsys, "--step", "1")
+    assert code == 2 and "damaged store: a value is not as urc writes it" in err
+    assert "internal error" not in err and len(err.strip().splitlines()) == 1
+
+    async def drive():
+        app = WorkbenchApp([open_store(str(store))])
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("n")
+            await pilot.pause()
+            assert app.is_running
+            assert any("damaged store" in n.message for n in app._notifications)
 
     asyncio.run(drive())

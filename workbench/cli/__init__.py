@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 from typing import Optional
 
+from ..model.scenarios.errors import DATA_ERRORS
 from ..model.scenarios.scenario import ScenarioError
 from ..model.scenarios.storage_place import storage_scope
 from . import bench, demo, diff, fuzz, ops, plot, run, show, svg, tui, why
 from .common import (EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, Parser, say,
-                     silence_stdout, version)
+                     silence_stdout, stores_named, version)
 
 __all__ = ["EXIT_CODES", "SUBCOMMANDS", "build_parser", "main"]
 
@@ -72,5 +73,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if getattr(args, "debug", False):
             raise
         first = (str(exc).splitlines() or [""])[0][:300]
+        stores = stores_named(args)
+        if stores and isinstance(exc, DATA_ERRORS):  # a stored run's value not as urc writes it
+            say(f"{name}: {stores[0]}: damaged store: a value is not as urc writes it ({type(exc).__name__}: {first})")
+            return EXIT_BAD_INPUT
         say(f"{name}: internal error: {type(exc).__name__}: {first} (run again with --debug for the traceback)")
         return EXIT_INTERNAL

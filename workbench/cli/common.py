@@ -88,6 +88,12 @@ def load_chapters(files: list[str]):
     return [stored[n] if n in stored else next(loaded) for n in range(len(files))]
 
 
+def stores_named(args) -> list[str]:
+    """The stored runs (``.urcdb``) a command was given."""
+    named = getattr(args, "files", None) or [getattr(args, "file", None)]
+    return [str(path) for path in named if str(path).endswith(STORE_SUFFIX)]
+
+
 def is_stored_run(chapter) -> bool:
     """A chapter ``load_chapters`` opened from a store (``urc run --store``): already
     checked, read from its file; anything else is a scenario still to run."""

@@ -7,7 +7,7 @@ import sys
 
 from ..model.scenarios.scenario import STDIN, ScenarioError
 from .against import add_against_options, check_against_use
-from .common import (EXIT_OK, STORAGE_DIR_HELP, STORED_HELP, check_storage_dir_use, is_stored_run, load_chapters,
+from .common import (EXIT_INTERNAL, EXIT_OK, STORAGE_DIR_HELP, STORED_HELP, check_storage_dir_use, is_stored_run, load_chapters,
                      say, walk)
 
 TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml", "tour_hicache.toml",
@@ -76,8 +76,9 @@ def run(args) -> int:
         return code
     from ..tui.app import WorkbenchApp
 
-    WorkbenchApp(scenarios, keymap, follower=follower, divergences=diverged).run()
-    return EXIT_OK
+    app = WorkbenchApp(scenarios, keymap, follower=follower, divergences=diverged)
+    app.run()
+    return EXIT_OK if not app.return_code else EXIT_INTERNAL  # it ended on an error of its own
 
 
 def _start_following(path: str):

@@ -22,7 +22,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input, ProgressBar
 
 from ..model.timeline.cursor import TimelineCursor
-from ..model.scenarios.errors import one_line
+from ..model.scenarios.errors import DATA_ERRORS, one_line, printable
 from ..model.scenarios.scenario import Scenario, ScenarioError
 from ..model.timeline.step_view import StepView
 from .bindings import COMMANDS as COMMAND_TABLE
@@ -80,6 +80,10 @@ LAYOUT: tuple[Slot, ...] = (
     Slot("bottom", MetricsPanel, "metrics", "metrics"),
     Slot("bottom", LRUPanel, "lru", "LRU"),
 )
+
+
+def damage_text(error: Exception) -> str:
+    return printable(f"damaged store: a value is not as urc writes it ({type(error).__name__}: {error})")[:300]
 
 
 class WorkbenchApp(App[None]):
@@ -221,19 +225,21 @@ class WorkbenchApp(App[None]):
 
     def refresh_view(self, follow: bool = True) -> bool:
         """One view of the step, shown by every panel; False (and said) where a stored
-        run's step cannot be read (a damaged store): the panels keep the last view."""
+        run's step cannot be read or shown (a damaged store): the workbench stays open."""
         cursor = self.cursor
         try:
             view = cursor.view(follow, self.selected, self.divergences.get(cursor.chapter.scenario.path))
-        except ScenarioError as exc:
-            self.notify(exc.brief, severity="error", markup=False)
+            view = self.view = view.choosing_session(self.selected_session)
+            self.selected = view.selected
+            self.sub_title = view.config_line  # the Header: which cache, which model options
+            self._fit_pools(len(view.state.pools))
+            for panel in self.panels:
+                panel.show(view)
+        except (ScenarioError, *DATA_ERRORS) as exc:
+            if not isinstance(exc, ScenarioError) and not cursor.chapter.read_only:
+                raise  # urc's own error: a live run's values are the cache's, not a file's
+            self.notify(getattr(exc, "brief", None) or damage_text(exc), severity="error", markup=False)
             return False
-        view = self.view = view.choosing_session(self.selected_session)
-        self.selected = view.selected
-        self.sub_title = view.config_line  # the Header: which cache, which model options
-        self._fit_pools(len(view.state.pools))
-        for panel in self.panels:
-            panel.show(view)
         return True
 
     # ---- messages from the panels ------------------------------------------------------------

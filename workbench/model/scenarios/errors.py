@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+# What reading a value that is not as its reader expects raises: from a stored run, a
+# damaged (or crafted) file, said as such in one line rather than as urc's own error.
+DATA_ERRORS = (AttributeError, KeyError, IndexError, TypeError, ValueError, OverflowError, RecursionError)
 SHOWN_CHARS = 40  # a value longer than this is cut, and its length said
 _BIDI = (*range(0x202a, 0x202f), *range(0x2066, 0x206a))  # overrides and isolates: they reorder what follows
 _CONTROL = ({i: f"\\x{i:02x}" for i in (*range(0x20), *range(0x7f, 0xa0))} | {i: f"\\u{i:04x}" for i in _BIDI}

@@ -20,9 +20,10 @@ import typing
 import zlib
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import msgpack
+import numpy as np
 
 from cache.events import Cause, Event, EventKind
 from cache.keys import Namespace
@@ -34,13 +35,45 @@ from .states import StateShape
 from .timeline import Failure
 
 MAX_INFLATED = 32 << 20  # bytes one blob may hold once inflated
-MAX_DECODED = 128 << 20  # what one blob's objects may cost in memory, estimated as they are built:
-_BYTE_COST, _CONTAINER_COST, _ITEM_COST = 4, 72, 40  # per byte read, per list or dict, per item (slot and object)
-# A blob this small is read without counting (counting triples a read's time): one
-# msgpack byte makes at most one object of ``_WORST_BYTE_COST`` bytes, which bounds it.
-FAST_BODY = 256 << 10
-_WORST_BYTE_COST = 96
+MAX_DECODED = 160 << 20  # what one blob's objects may cost in memory, bounded before any is built
+MAX_NESTING = 24  # extension values inside extension values (each level is a C call: deep ones overflow its stack)
+_DICT_ENTRY_COST = 64  # what a dict holds per entry, beyond its key and value objects
 
+
+def _header_costs() -> np.ndarray:
+    """What the object a msgpack header byte starts can cost at most, in bytes of Python
+    memory (its slot in a container included): every byte of a body is taken as a
+    header, so ``costs[body].sum()`` bounds what decoding the body builds, whatever it
+    holds. Strings' and bytes' contents are counted once more, as the body's length."""
+    costs = np.full(256, 56, dtype=np.int64)  # ints past the small-int cache, int8 to uint64
+    costs[0x00:0x80] = 28  # positive fixint: a cached int, only its slot (and a dict entry's share)
+    costs[0x80:0x90] = costs[0xDE:0xE0] = 240  # maps (their entries are charged as they are built)
+    costs[0x90:0xA0] = costs[0xDC:0xDE] = 84  # arrays
+    costs[0xA0:0xC0] = costs[0xD9:0xDC] = 108  # strings
+    costs[[0xC0, 0xC2, 0xC3, 0xCC]] = 28  # nil, booleans, uint8: shared objects
+    costs[0xC4:0xC7] = 68  # bytes
+    costs[0xC7:0xCA] = costs[0xD4:0xD9] = 420  # extensions: a tuple, a mapping or a record
+    costs[[0xCA, 0xCB]] = 52  # floats
+    costs[0xE0:0x100] = 56  # negative fixint: not cached
+    return costs
+
+
+_HEADER_COSTS = _header_costs()
+_CHUNK = 1 << 20
+
+
+def _bound(body: bytes) -> tuple[int, bool]:
+    """What decoding ``body`` can cost at most, and whether its dicts' entries must be
+    charged as they are built: a small body at the costliest byte's price, a larger one
+    by its bytes (``_header_costs``), counted a chunk at a time (a few MB held)."""
+    worst = int(_HEADER_COSTS.max()) * len(body) + len(body)
+    if worst <= MAX_DECODED:  # small: within the limit whatever it holds (a dict entry too)
+        return worst, False
+    counts = np.zeros(256, dtype=np.int64)
+    raw = np.frombuffer(body, dtype=np.uint8)
+    for start in range(0, len(raw), _CHUNK):
+        counts += np.bincount(raw[start:start + _CHUNK], minlength=256)
+    return int(counts @ _HEADER_COSTS) + len(body), True
 _RAW, _ZLIB = b"m", b"z"  # a blob's first byte: plain msgpack, or zlib over it
 
 # Extension codes, part of the format: append only (a new order is a new FORMAT).
@@ -130,8 +163,9 @@ def decode_costed(blob: bytes) -> tuple[Any, int]:
         raise BlobError("not a value this store format writes")
     if len(body) > MAX_INFLATED:
         raise BlobError(f"a value of {len(body):,} bytes (at most {MAX_INFLATED:,})")
-    reader = _Reader(counted=len(body) > FAST_BODY)
-    reader.charge((_BYTE_COST if reader.counted else _WORST_BYTE_COST) * len(body))
+    bound, counted = _bound(body)
+    reader = _Reader(count_dicts=counted)
+    reader.charge(bound)
     try:
         return reader.read(body), reader.spent
     except BlobError:
@@ -154,26 +188,27 @@ def _inflate(body: bytes) -> bytes:
 
 
 class _Reader:
-    """One blob's decoding, with what its objects cost so far (``spent``): counted
-    list by list and dict by dict, or (``counted`` False) charged at the worst once."""
+    """One blob's decoding: its objects' cost bounded before it starts (``spent``), each
+    dict's entries charged as it is built, and extension values nested at most
+    ``MAX_NESTING`` deep."""
 
-    def __init__(self, counted: bool) -> None:
+    def __init__(self, count_dicts: bool) -> None:
         self.spent = 0
-        self.counted = counted
-        hooks = dict(list_hook=self._list, object_hook=self._dict) if counted else {}
-        self.read = functools.partial(msgpack.unpackb, ext_hook=self._ext, strict_map_key=False, raw=False, **hooks)
+        self.depth = 0
+        hooks = {"object_hook": self._dict} if count_dicts else {}
+        self._unpack = functools.partial(msgpack.unpackb, ext_hook=self._ext, strict_map_key=False, raw=False,
+                                         **hooks)
+
+    def read(self, data: bytes) -> Any:
+        return self._unpack(data)
 
     def charge(self, cost: int) -> None:
         self.spent += cost
         if self.spent > MAX_DECODED:
-            raise BlobError(f"a value whose objects would take over {MAX_DECODED >> 20} MiB")
-
-    def _list(self, items: list) -> list:
-        self.charge(_CONTAINER_COST + _ITEM_COST * len(items))
-        return items
+            raise BlobError(f"a value whose objects could take over {MAX_DECODED >> 20} MiB")
 
     def _dict(self, items: dict) -> dict:
-        self.charge(_CONTAINER_COST + 2 * _ITEM_COST * len(items))
+        self.charge(_DICT_ENTRY_COST * len(items))
         return items
 
     def _ext(self, code: int, data: bytes) -> Any:
@@ -181,7 +216,11 @@ class _Reader:
             if 0 < len(data) <= _BIG_INT_DIGITS and data.lstrip(b"-").isdigit():
                 return int(data)
             raise BlobError("a malformed number")
-        value = self.read(data)
+        if self.depth >= MAX_NESTING:
+            raise BlobError(f"values nested over {MAX_NESTING} deep")
+        self.depth += 1  # (an error ends the whole read: no need to step back on one)
+        value = self._unpack(data)
+        self.depth -= 1
         kind = type(value)
         if code == _TUPLE and kind is list:
             return tuple(value)
@@ -196,13 +235,14 @@ class _Reader:
 
 
 def make_record(kind: type, values: list) -> Any:
-    """A declared record from its field values, each checked against its annotation."""
+    """A declared record from its field values, each checked against its annotation
+    (a tuple's items and a mapping's values too, where it names their type)."""
     fields = _fields(kind)
     if len(values) != len(fields):
         raise BlobError(f"a {kind.__name__} of {len(values)} fields (it has {len(fields)})")
-    for n, allowed in _checks(kind):
-        if not isinstance(values[n], allowed):
-            raise BlobError(f"a {kind.__name__} whose {fields[n]} is a {type(values[n]).__name__}")
+    for n, check in _checks(kind):
+        if not check(values[n]):
+            raise BlobError(f"a {kind.__name__} whose {fields[n]} is not as declared ({type(values[n]).__name__})")
     if issubclass(kind, tuple):
         return tuple.__new__(kind, values)
     made = object.__new__(kind)  # filled as the writer had it: no __init__, no __post_init__
@@ -211,8 +251,9 @@ def make_record(kind: type, values: list) -> Any:
     return made
 
 
+Check = Callable[[Any], bool]
 _FIELDS: dict[type, tuple[str, ...]] = {}
-_CHECKS: dict[type, list[tuple[int, tuple[type, ...]]]] = {}
+_CHECKS: dict[type, list[tuple[int, Check]]] = {}
 
 
 def _fields(kind: type) -> tuple[str, ...]:
@@ -223,9 +264,9 @@ def _fields(kind: type) -> tuple[str, ...]:
     return found
 
 
-def _checks(kind: type) -> list[tuple[int, tuple[type, ...]]]:
-    """(field number, allowed runtime types) for each field whose annotation says
-    something checkable, read once per type."""
+def _checks(kind: type) -> list[tuple[int, Check]]:
+    """(field number, its check) for each field whose annotation says something
+    checkable, made once per type."""
     found = _CHECKS.get(kind)
     if found is None:
         namespace = {**vars(typing), **vars(sys.modules[kind.__module__])}
@@ -234,30 +275,43 @@ def _checks(kind: type) -> list[tuple[int, tuple[type, ...]]]:
             annotations.update(getattr(klass, "__annotations__", {}))
         found = []
         for n, field in enumerate(_fields(kind)):
-            allowed = _runtime_types(annotations.get(field), namespace)
-            if allowed:
-                found.append((n, allowed))
+            check = _check_for(annotations.get(field), namespace)
+            if check is not None:
+                found.append((n, check))
         _CHECKS[kind] = found
     return found
 
 
-def _runtime_types(annotation: Any, namespace: dict) -> Optional[tuple[type, ...]]:
+def _check_for(annotation: Any, namespace: dict) -> Optional[Check]:
+    """A test of a value against ``annotation``: its runtime type, and for
+    ``tuple[X, ...]`` and ``Mapping[K, V]`` each item's or value's; None where the
+    annotation says nothing checkable (``Any``, ``object``)."""
     if isinstance(annotation, str):
         try:
             annotation = eval(annotation, namespace)  # our own source's annotation, never a store's bytes
         except Exception:
             return None
     if annotation is None or annotation is type(None):
-        return (type(None),)
+        return lambda value: value is None
     origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
     if origin is Union or (origin is not None and origin.__name__ == "UnionType"):
-        parts = [_runtime_types(a, namespace) for a in typing.get_args(annotation)]
-        return None if any(p is None for p in parts) else tuple(t for p in parts for t in p)
+        parts = [_check_for(a, namespace) for a in args]
+        if any(p is None for p in parts):
+            return None
+        return lambda value: any(p(value) for p in parts)
     base = origin or annotation
     if base is float:
-        return (float, int)
+        return lambda value: isinstance(value, (float, int))
     if base in (Mapping, dict) or (isinstance(base, type) and issubclass(base, Mapping)):
-        return (dict, MappingProxyType)
+        inner = _check_for(args[1], namespace) if len(args) == 2 else None
+        if inner is None:
+            return lambda value: isinstance(value, (dict, MappingProxyType))
+        return lambda value: isinstance(value, (dict, MappingProxyType)) and all(map(inner, value.values()))
+    if base is tuple and len(args) == 2 and args[1] is Ellipsis:
+        inner = _check_for(args[0], namespace)
+        if inner is not None:
+            return lambda value: type(value) is tuple and all(map(inner, value))
     if base in (int, str, bytes, bool, tuple, list) or base in RECORDS or base in ENUMS:
-        return (base,)
+        return lambda value: isinstance(value, base)
     return None

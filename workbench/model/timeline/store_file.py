@@ -11,13 +11,17 @@ it cannot read is one line naming the store. The timeline on top of it is ``stor
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import stat
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Optional
 from urllib.parse import quote
 
+from cache.keys import TOKEN_BYTES
 from cache.snapshot import NodeRecord
 
 from ..scenarios.scenario import ScenarioError
@@ -45,6 +49,8 @@ _COLUMNS = {"meta": ["name", "value"], "keys": ["id", "key"],
 _STEP_COLUMNS = frozenset(_COLUMNS["steps"][2:])
 
 _KEY = NodeRecord._fields.index("key")
+_MIN_STEP_BYTES = 16  # a step's row on disk at the least: its number, a flag and four values
+_DB_ERRORS = (sqlite3.Error, UnicodeDecodeError, OverflowError)  # a damaged schema's text, an id past 64 bits
 
 
 class StoreError(ScenarioError):
@@ -66,6 +72,8 @@ class StoreFile:
         self._keys: OrderedDict[int, bytes] = OrderedDict()  # reader: id -> key bytes, most recent last
         self._key_bytes = 0
         self._next_key = 1
+        self.notices: list[str] = []  # what the reader should be told on opening (a recovered copy)
+        self._scratch: Optional[tempfile.TemporaryDirectory] = None  # that copy's private folder
 
     @classmethod
     def create(cls, path: str) -> StoreFile:
@@ -86,30 +94,48 @@ class StoreFile:
 
     @classmethod
     def open(cls, path: str) -> StoreFile:
-        """A store read-only, checked before anything is read from it; refused in one line."""
+        """A store read-only, checked before anything is read from it; refused in one line.
+        A finished store is read in place (``immutable``: SQLite writes nothing, not even
+        beside it); one a run left unfinished, with its ``-wal`` or ``-journal`` beside it,
+        is read from a private copy where SQLite may recover it (``recovered_copy``)."""
         if not os.path.isfile(path):
             raise StoreError("no such store", path)
-        writing = os.path.exists(path + "-wal")  # a run still writing it, or one that died: read its WAL, never merge it
-        uri = f"file:{quote(os.path.abspath(path))}?mode=ro" + ("" if writing else "&immutable=1")
+        scratch, notices = None, []
+        leftover = [side for side in ("-wal", "-journal") if os.path.lexists(path + side)]
+        if leftover:
+            scratch, readable, notices = recovered_copy(path, leftover)
+            uri = f"file:{quote(readable)}"
+        else:
+            uri = f"file:{quote(os.path.abspath(path))}?mode=ro&immutable=1"
         try:
             db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA query_only = ON")
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
+            if scratch is not None:
+                scratch.cleanup()
             raise StoreError(f"cannot open: {exc}", path) from None
+        store = cls(db, path)
+        store.notices, store._scratch = notices, scratch
         try:
             _check(db, path)
         except BaseException:
-            db.close()
+            store.close()
             raise
-        return cls(db, path)
+        return store
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+        if self._scratch is not None:
+            self._scratch.cleanup()
 
     # ---- meta --------------------------------------------------------------------------------
     def put_meta(self, name: str, value: Any) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, encode(value)))
 
     def meta(self, name: str, default: Any = None) -> Any:
-        with self.lock:
-            row = self.read("SELECT value FROM meta WHERE name = ?", (name,), f"meta {name}")
+        row = self.read("SELECT CASE WHEN length(value) <= ? THEN value END FROM meta WHERE name = ?",
+                        (MAX_INFLATED, name), f"meta {name}")
         return default if not row else self.decode(row[0][0], f"meta {name}")
 
     def decode(self, blob: Any, what: str) -> Any:
@@ -130,7 +156,7 @@ class StoreFile:
         with self.lock:
             try:
                 return self.db.execute(sql, args).fetchall()
-            except sqlite3.Error as exc:
+            except _DB_ERRORS as exc:
                 raise StoreError(f"damaged store: cannot read {what} ({exc})", self.path) from None
 
     # ---- records and their keys ------------------------------------------------------------------
@@ -189,7 +215,7 @@ class StoreFile:
                 rows = self.read(f"SELECT id, key FROM keys WHERE id IN ({','.join('?' * len(part))})", part,
                                  "the keys")
                 for key_id, key in rows:
-                    if not isinstance(key, bytes):
+                    if not isinstance(key, bytes) or len(key) % TOKEN_BYTES:
                         raise StoreError(f"damaged store: key {key_id} is not a key", self.path)
                     found[key_id] = self._keys[key_id] = key
                     self._key_bytes += len(key)
@@ -211,10 +237,13 @@ class StoreFile:
                          (part[0], part[-1]), f"steps {part[0]}-{part[-1]}")
 
     def steps(self) -> int:
-        found = self.read("SELECT coalesce(max(idx), 0) FROM steps")[0][0]
-        if not isinstance(found, int) or found < 0:
-            raise StoreError("damaged store: its step numbers are not numbers", self.path)
-        return found
+        """How many steps it holds: numbered from 1, each on at least a few bytes of the
+        files (a number past that is damage, not a run's length)."""
+        first, last = self.read("SELECT coalesce(min(idx), 1), coalesce(max(idx), 0) FROM steps")[0]
+        size = sum(os.path.getsize(self.path + side) for side in ("", "-wal") if os.path.isfile(self.path + side))
+        if not (isinstance(last, int) and first == 1 and 0 <= last <= size // _MIN_STEP_BYTES):
+            raise StoreError("damaged store: its steps are not numbered as written", self.path)
+        return last
 
 
 def _parts(sizes: list[tuple[Any, Any]], path: str, what: str) -> Iterator[tuple[int, ...]]:
@@ -236,29 +265,67 @@ def _parts(sizes: list[tuple[Any, Any]], path: str, what: str) -> Iterator[tuple
 
 
 def _check(db: sqlite3.Connection, path: str) -> None:
-    """Refuse, in one line, a file that is not a store of this format or is damaged."""
+    """Refuse, in one line, a file that is not a store of this format or is damaged:
+    each table a table (a view could compute anything) with its columns, the format
+    ours, and SQLite's quick check clean."""
+    marks = ",".join("?" * len(_COLUMNS))
     try:
+        kinds = dict(db.execute(f"SELECT name, type FROM sqlite_master WHERE name IN ({marks})", tuple(_COLUMNS)))
         tables = {name: [c[1] for c in db.execute(f"PRAGMA table_info({name})")] for name in _COLUMNS}
-    except sqlite3.Error as exc:
-        raise StoreError(f"not a timeline store ({exc})", path) from None
-    if not tables["meta"]:
-        raise StoreError(f"not a timeline store this urc reads (format {FORMAT}): write it with urc run TRACE --store",
-                         path)
+        row = db.execute("SELECT CASE WHEN typeof(value) = 'blob' AND length(value) <= 64 THEN value END "
+                         "FROM meta WHERE name = 'format'").fetchone() if kinds.get("meta") == "table" else None
+    except _DB_ERRORS as exc:
+        raise StoreError(f"not a timeline store ({str(exc)[:120]})", path) from None
     try:
-        row = db.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
         found = decode(row[0]) if row and isinstance(row[0], bytes) else None
-    except (sqlite3.Error, BlobError):
+    except BlobError:
         found = None
     if found != FORMAT:
         older = " (or one an older urc wrote, which this one no longer reads: run the trace again)" if row else ""
         raise StoreError(f"not a timeline store this urc reads (format {FORMAT}){older}", path)
     for name, columns in _COLUMNS.items():
-        if tables[name] != columns:
+        if kinds.get(name) != "table" or tables[name] != columns:
             raise StoreError(f"damaged store: table {name} is missing or not as written", path)
     if os.path.getsize(path) <= QUICK_CHECK_MAX_BYTES:
         try:
             verdict = [r[0] for r in db.execute("PRAGMA quick_check(5)")]
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             verdict = [str(exc)]
         if verdict != ["ok"]:
             raise StoreError(f"damaged store: SQLite's quick check says {'; '.join(map(str, verdict))[:200]}", path)
+
+
+def recovered_copy(path: str, leftover: list[str]) -> tuple[tempfile.TemporaryDirectory, str, list[str]]:
+    """The store and the side file a run left beside it (``-wal``: batches not yet in
+    the file; ``-journal``: a batch half-written), copied into a private folder, where
+    opening it lets SQLite finish or undo that batch; the originals are never touched.
+    Only regular files are copied; anything else beside it is left out and said."""
+    scratch = tempfile.TemporaryDirectory(prefix="urc-store-")
+    copy = os.path.join(scratch.name, "run.urcdb")
+    notices = [f"{path}: a run stopped while writing it (its {' and '.join(leftover)} beside it): read from a "
+               "private copy, as SQLite recovers it"]
+    try:
+        _copy_regular(path, copy)
+        for side in leftover:
+            if not _copy_regular(path + side, copy + side):
+                notices.append(f"{path}{side} is not a regular file: left out")
+    except OSError as exc:
+        scratch.cleanup()
+        raise StoreError(f"cannot read: {exc.strerror or exc}", path) from None
+    return scratch, copy, notices
+
+
+def _copy_regular(source: str, target: str) -> bool:
+    """Copy ``source`` if it is a regular file (a link is followed only for the store
+    itself, which the user named); False where it is not."""
+    flags = os.O_RDONLY | (os.O_NOFOLLOW if not source.endswith(".urcdb") else 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(source, flags)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            return False
+        with open(target, "wb") as out:
+            shutil.copyfileobj(stream, out, 1 << 20)
+    return True

@@ -62,16 +62,16 @@ def rows_blob(rows: list[tuple[int, ...]]) -> bytes:
     return zlib.compress(np.array(rows, dtype=np.int64).tobytes(), 1)
 
 
-def series_rows(blob: Any, width: Any, path: str) -> np.ndarray:
-    """One batch of the charts' rows, inflated within the codec's limit."""
-    if not isinstance(blob, bytes) or type(width) is not int or width <= 0:
+def series_rows(blob: Any, width: int, path: str, limit: int = MAX_INFLATED) -> np.ndarray:
+    """One batch of the charts' rows, inflated to at most ``limit`` bytes."""
+    if not isinstance(blob, bytes):
         raise StoreError("damaged store: the charts' rows are not as written", path)
     inflater = zlib.decompressobj()
     try:
-        raw = inflater.decompress(blob, MAX_INFLATED + 1)
+        raw = inflater.decompress(blob, min(limit, MAX_INFLATED) + 1)
     except zlib.error:
         raw = b""
-    if not raw or inflater.unconsumed_tail or len(raw) > MAX_INFLATED or len(raw) % (8 * width):
+    if not raw or inflater.unconsumed_tail or len(raw) > min(limit, MAX_INFLATED) or len(raw) % (8 * width):
         raise StoreError("damaged store: the charts' rows are not as written", path)
     return np.frombuffer(raw, dtype=np.int64).reshape(-1, width)
 

@@ -90,7 +90,7 @@ class StoredColumn(Sequence):
             file = self.store.file
             rows = file.rows(self.column, index, top)
             if not rows or rows[0][0] != index:
-                raise IndexError(index)
+                raise StoreError(f"damaged store: step {index} is missing", file.path)
             for i, blob in rows:
                 value, cost = file.decode_costed(blob, f"step {i}'s {self.column}")
                 value = self.convert(value)
@@ -245,27 +245,35 @@ class DiskStateStore(StateStore):
 
     def series_matrix(self) -> np.ndarray:
         """Every step's row of the charts' numbers (``series.RowMaker``), kept as the run
-        wrote them: one read, not a pass over the steps."""
-        with self.file.lock:
-            blobs = self.file.db.execute("SELECT rows FROM series ORDER BY first").fetchall()
-        width = self.file.meta("series_width")
-        written = [series_rows(b, width, self.file.path) for (b,) in blobs]
+        wrote them: one read, not a pass over the steps. Its width is the one this
+        store's shape gives, and it holds one row a step: no more is inflated."""
+        file = self.file
+        width = len(RowMaker(self.shape, {}, self.globals.start).row(self.globals.start))
+        if file.meta("series_width") != width:
+            raise StoreError("damaged store: the charts' rows are not as written", file.path)
         pending = [row["series"] for _, row in sorted(self.pending.items()) if "series" in row]
+        room = (len(self) + 1 - len(pending)) * width * 8  # the bytes the written rows may hold
+        written = []
+        for first, in file.read("SELECT first FROM series ORDER BY first", (), "the charts' rows"):
+            blob = file.read("SELECT rows FROM series WHERE first = ?", (first,), "the charts' rows")[0][0]
+            rows = series_rows(blob, width, file.path, limit=room)
+            room -= rows.nbytes
+            written.append(rows)
+        if room:
+            raise StoreError("damaged store: the charts' rows are not one a step", file.path)
         if pending:
             written.append(np.array(pending, dtype=np.int64).reshape(-1, width))
         return np.concatenate(written)
 
     def steps_naming(self, node_id: int) -> list[int]:
         """Steps whose events name the node (``why``'s index, kept in the file)."""
-        with self.file.lock:
-            rows = self.file.db.execute("SELECT idx FROM touches WHERE node = ? ORDER BY idx", (node_id,)).fetchall()
+        rows = self.file.read("SELECT idx FROM touches WHERE node = ? ORDER BY idx", (node_id,), "the steps' nodes")
         pending = [i for i, row in sorted(self.pending.items())
                    if "record" in row and any(e.node == node_id for e in row["record"].events)]
         return [i for (i,) in rows] + pending
 
     def failing_indexes(self) -> list[int]:
-        with self.file.lock:
-            rows = self.file.db.execute("SELECT idx FROM steps WHERE passed = 0 ORDER BY idx").fetchall()
+        rows = self.file.read("SELECT idx FROM steps WHERE passed = 0 ORDER BY idx", (), "the failing steps")
         written = [i for (i,) in rows]
         return written + [i for i, row in sorted(self.pending.items()) if "record" in row and not row["record"].passed]
 
@@ -356,8 +364,7 @@ class DiskTimeline(Timeline):
         self.complete = complete
 
     def close(self) -> None:
-        with self.store.file.lock:
-            self.store.file.db.close()
+        self.store.file.close()
 
 
 class StoredRun:
@@ -420,11 +427,10 @@ def open_store(path: str) -> DiskTimeline:
     file = StoreFile.open(path)
     try:
         header = file.meta("header")
-        source = file.meta("path", path)
         if not (isinstance(header, dict) and isinstance(header.get("scenario"), dict)
-                and isinstance(header.get("config"), dict) and isinstance(source, str)):
+                and isinstance(header.get("config"), dict)):
             raise StoreError("damaged store: its scenario header is not as written", path)
-        scenario = _build(header["scenario"], header["config"], [], source, lambda *_: None, lambda *_: None)
+        scenario = _build(header["scenario"], header["config"], [], path, lambda *_: None, lambda *_: None)
         length = file.steps()
         shape = typed(file.meta("shape"), StateShape, "its shape", path)
         initial = typed(file.meta("initial_globals"), GlobalRecord, "its start", path)
@@ -435,8 +441,9 @@ def open_store(path: str) -> DiskTimeline:
         notices = file.meta("notices", [])
         if not (isinstance(notices, list) and all(isinstance(n, str) for n in notices)):
             raise StoreError("damaged store: its notices are not as written", path)
+        notices = [*file.notices, *notices]
     except BaseException:
-        file.db.close()
+        file.close()
         raise
     if not complete:
         notices.append(f"{path}: the run that wrote this store stopped early; its first {length:,} steps are here")
