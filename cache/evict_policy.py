@@ -22,6 +22,7 @@ class EvictionPolicy:
 
     name = "lru"
     reason = "least recently used"
+    reads_branch_depth = False  # the tree keeps each node's prefix and branch depths only for a policy that reads them
 
     def key(self, node: TreeNode) -> Any:
         return node.last_access_time
@@ -115,6 +116,7 @@ class TLRUPolicy(EvictionPolicy):
     history is its high-water depth (it never shrinks); lengths are in key units."""
 
     name, reason = "tlru", "TEL-safe tail first, then least recently used"
+    reads_branch_depth = True
 
     def __init__(self, threshold: int = 0, next_prompt_estimate: int = 0):
         self.threshold = threshold

@@ -79,7 +79,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
         self._empty = torch.empty(0, dtype=torch.int64, device=device)
         self._touched: Optional[set[int]] = None  # recording for take_touched (off until asked)
         self.eviction_policy = eviction_policy or EvictionPolicy()  # Full's leaf order (evict_policy.py)
-        self.tlru_bookkeeping = self.eviction_policy.name == "tlru"  # the per-node depths only TLRU reads
+        self.tlru_bookkeeping = self.eviction_policy.reads_branch_depth  # the per-node depths TLRU reads
         # while a checker watches (take_touched is on) and the policy is not lru: each Full victim
         # compared with the policy's first leaf; what disagreed waits for the next check
         self.eviction_audit: Optional[list[tuple[str, str]]] = None

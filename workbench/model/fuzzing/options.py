@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from cache.evict_policy import POLICIES
+
 from .config import FuzzConfig, frozen
 
 
@@ -33,7 +35,7 @@ def option_set(needs: tuple[str, ...] = ("full",), pages: tuple[int, ...] = (1, 
     return OptionSet(tuple(sorted((k, frozen(v)) for k, v in options.items())), needs, pages)
 
 
-_POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru", "tlru")  # cache/evict_policy.py
+_POLICIES = tuple(POLICIES)  # every eviction policy the cache registers
 
 MAMBA_OPTION_SETS = (  # the Mamba options (issue 28): cap at page 1 only (the oracle's reach)
     option_set(("full", "mamba"), (1,), mamba_max_states_per_path=1),
