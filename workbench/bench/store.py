@@ -126,16 +126,16 @@ def reopen_figures(path: str, seed: int) -> dict:
 
 
 def run_and_peak(trace: str, store: str) -> dict:
-    """``urc run TRACE --store STORE`` here, and this process's peak resident memory
-    (``VmHWM``: its own, not a parent's high-water mark that a fork would carry)."""
-    from contextlib import redirect_stdout
+    """What ``urc run TRACE --store STORE`` does (the model's ``run_to_store``), here,
+    and this process's peak resident memory (``VmHWM``: its own, not a parent's
+    high-water mark that a fork would carry)."""
+    from ..model.timeline.store_run import run_to_store
 
-    from ..cli import main
-
-    with open(os.devnull, "w") as quiet, redirect_stdout(quiet):
-        code = main(["run", trace, "--store", store])
-    if code not in (0, 1):
-        raise SystemExit(f"urc run --store exited {code}")
+    timeline = run_to_store(trace, store)
+    try:
+        code = 0 if timeline.passed else 1
+    finally:
+        timeline.close()
     with open("/proc/self/status") as status:
         peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
     return {"exit": code, "peak_rss_mb": round(peak_kb / 1024)}
