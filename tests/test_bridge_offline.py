@@ -24,7 +24,7 @@ from workbench.record.hook import next_free
 from workbench.model import ops
 from workbench.model.ops import evict as evict_ops, keys, locks
 from workbench.record.mapping import RecordedCall, TraceMapper, state_expect
-from workbench.record.request_calls import req_view
+from workbench.model.ops.request_view import req_view
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = str(ROOT / "scenarios" / "smoke.toml")

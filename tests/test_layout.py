@@ -13,7 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # the model's rooms and what each holds
 ROOMS = {
-    "ops": ["spec", "keys", "locks", "evict", "requests", "host", "retraction", "sessions", "streaming", "storage"],  # every op, declared once
+    "ops": ["spec", "keys", "locks", "evict", "requests", "request_view", "host", "retraction", "sessions", "streaming",
+            "storage"],  # every op, declared once
     "scenarios": ["scenario", "names", "errors", "inputs", "fields", "session_fields", "writer", "live", "workload",
                   "outputs", "stream", "storage_place"],  # scenario files in and out
     "timeline": ["session", "runner", "kv_router", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",

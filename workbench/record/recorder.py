@@ -26,7 +26,7 @@ from ..bridge.sglang_env import installed_version
 from ..model import ops
 from .mapping import Line, RecordedCall, TraceMapper, call_arg, state_expect
 from ..model.ops.requests import CHECKPOINT, DECODE, PREFILL, RELEASE
-from .request_calls import view_of_first_arg
+from ..model.ops.request_view import view_of_first_arg
 
 NOTED = ("release_swa_prefix_lock",)  # no op of ours: noted, its tree calls recorded
 CHECKPOINT_CALL, RELEASE_END = CHECKPOINT.records[0], RELEASE.records[0]  # SGLang's checkpoint and on_release

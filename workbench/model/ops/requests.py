@@ -9,14 +9,13 @@ from __future__ import annotations
 from array import array
 
 from .keys import draw_priority
+from .request_view import view_of_first_arg
 from .spec import COUNT, FLAG, HOST, NAME, TOKENS, Field, FuzzRule, OpSpec, declare, recorded_by
 
 REQ = Field("req", NAME, required=True, uses="requests", positional=True)
 
 
 def _req_before(args: tuple, kwargs: dict):
-    from workbench.record.request_calls import view_of_first_arg
-
     return view_of_first_arg(args, kwargs)
 
 
