@@ -22,7 +22,8 @@ import pytest
 
 from cache.faults import catalogue
 from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults, bug_scenario
-from workbench.model.fuzzing.fuzz import SCALE_CONFIGS, SESSION_CONFIGS, configs_for, fuzz
+from workbench.model.fuzzing.fuzz import fuzz
+from workbench.model.fuzzing.sweep import SCALE_CONFIGS, SESSION_CONFIGS, configs_for
 from workbench.model.scenarios.scenario import load_scenario
 from workbench.model.timeline.runner import Runner
 

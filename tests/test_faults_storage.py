@@ -22,7 +22,7 @@ from cache import UnifiedRadixCache
 from cache.config import CacheConfig
 from cache.faults import catalogue
 from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults, bug_scenario
-from workbench.model.fuzzing.fuzz import STORAGE_CONFIGS, configs_for
+from workbench.model.fuzzing.sweep import STORAGE_CONFIGS, configs_for
 from workbench.model.scenarios.scenario import load_scenario
 from workbench.model.timeline.runner import Runner
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from urc_util import urc
-from workbench.model.fuzzing.fuzz import (SCALE_CONFIGS, FuzzConfig, LockstepRun, OpGenerator, configs_for, fuzz, reproduce,
+from workbench.model.fuzzing.sweep import SCALE_CONFIGS
+from workbench.model.fuzzing.fuzz import (FuzzConfig, LockstepRun, OpGenerator, configs_for, fuzz, reproduce,
                                   sanity_check_would_catch)
 from workbench.model.scenarios.scenario import load_scenario
 from workbench.model.fuzzing.shrink import Shrinker, renumber

@@ -99,7 +99,7 @@ def test_a_count_below_one_is_bad_input(capsys, flag):
 
 def test_the_sweep_covers_every_scale_config_and_its_tight_and_roomy_pools():
     from workbench.cli.fuzz import _check_config
-    from workbench.model.fuzzing.fuzz import SCALE_CONFIGS
+    from workbench.model.fuzzing.sweep import SCALE_CONFIGS
     from workbench.model.fuzzing.sweep import sweep_configs
 
     swept = sweep_configs()

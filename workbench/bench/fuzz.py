@@ -13,7 +13,7 @@ import sys
 
 
 def fuzz_report(ops: int, seed: int = 0, emit=print) -> list[dict]:
-    from ..model.fuzzing.fuzz import SCALE_CONFIGS
+    from ..model.fuzzing.sweep import SCALE_CONFIGS
 
     rows = []
     for index, config in enumerate(SCALE_CONFIGS):
@@ -27,7 +27,8 @@ def fuzz_report(ops: int, seed: int = 0, emit=print) -> list[dict]:
 
 
 def one_config(index: int, ops: int, seed: int) -> dict:
-    from ..model.fuzzing.fuzz import SCALE_CONFIGS, fuzz
+    from ..model.fuzzing.fuzz import fuzz
+    from ..model.fuzzing.sweep import SCALE_CONFIGS
 
     config = SCALE_CONFIGS[index]
     result = fuzz(config, seed, ops)
@@ -45,7 +46,7 @@ def jobs_report(ops: int, seed: int = 0, rounds: int = 2, emit=print) -> list[di
     dearest config. Beside it, the machine's own ceiling: as many separate interpreters
     fuzzing at once for 10 s against one alone (shared caches, a VM's cores)."""
     from ..model.fuzzing.campaign import default_jobs, plan, run_campaign
-    from ..model.fuzzing.fuzz import SCALE_CONFIGS
+    from ..model.fuzzing.sweep import SCALE_CONFIGS
 
     cores = default_jobs()
     rows = []
@@ -80,7 +81,8 @@ def _separate(index: int, seed: int, processes: int) -> float:
 
 def steps_for(index: int, seed: int, seconds: float) -> int:
     """Steps one fuzz of scale config ``index`` runs in ``seconds`` (after start-up)."""
-    from ..model.fuzzing.fuzz import SCALE_CONFIGS, fuzz
+    from ..model.fuzzing.fuzz import fuzz
+    from ..model.fuzzing.sweep import SCALE_CONFIGS
 
     return fuzz(SCALE_CONFIGS[index], seed, 10**9, time_budget=seconds).steps_run
 

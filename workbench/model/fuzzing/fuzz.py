@@ -28,6 +28,7 @@ from ..timeline.runner import Runner, checked_loop, state_field
 from ..scenarios.scenario import Scenario, ScenarioError, StepAppender, scenario_from_records
 from .config import FuzzConfig  # noqa: F401  (re-exported: what a fuzz run is set up with)
 from .shrink import Shrinker, Steps
+from .sweep import configs_for, sweep_configs
 from ..timeline.timeline import StepRecord
 
 SANITY_PREFIXES = ("counter.", "lru.")  # what upstream's sanity check looks at: counters and LRU order
@@ -396,44 +397,6 @@ def first_finding(scenario: Scenario) -> Optional[Finding]:
 
 # ---- the detection table -------------------------------------------------------------------------
 
-SCALE_CONFIGS = (  # the configurations the fuzzer is run on at scale (README), cheapest first
-    FuzzConfig(("full",), 1), FuzzConfig(("full",), 4), FuzzConfig(("full",), 16),
-    FuzzConfig(("full", "swa"), 1, 4), FuzzConfig(("full", "swa"), 4, 2), FuzzConfig(("full", "swa"), 16, 16),
-    FuzzConfig(("full", "mamba"), 1), FuzzConfig(("full", "mamba"), 4),
-    FuzzConfig(("full", "swa", "mamba"), 1, 4),
-    FuzzConfig(("full", "mamba"), 1, hicache="write_back"),  # admission with load-back (sglang#30986)
-    FuzzConfig(("full",), 4, hicache="write_through"),  # the host tier: retraction backups, restore, abort
-)
-
-
-SESSION_CONFIGS = (  # the session ops drawn (streaming turns too): where the session faults are searched
-    FuzzConfig(("full",), 1, sessions=True), FuzzConfig(("full",), 4, sessions=True),
-    FuzzConfig(("full", "swa"), 1, 4, sessions=True), FuzzConfig(("full", "mamba"), 1, sessions=True),
-)
-
-
-STORAGE_CONFIGS = (  # a storage tier below the host tier, prefetch ops drawn: where the storage faults are searched
-    FuzzConfig(("full",), 4, hicache="write_through"), FuzzConfig(("full",), 4, hicache="write_through_selective"),
-    FuzzConfig(("full",), 1, hicache="write_back"),
-    # prefetches that live across steps (their hit query delayed), where the admission poll can find one unfinished
-    FuzzConfig(("full",), 4, hicache="write_through", delayed=True), FuzzConfig(("full",), 1, hicache="write_back", delayed=True),
-    # SWA and Mamba stored too: trailing windows and states, all-or-nothing prefetch staging
-    FuzzConfig(("full", "swa", "mamba"), 1, 4, mamba_size=12, hicache="write_through"),
-)
-
-
-def configs_for(components: tuple[str, ...], sessions: bool = False, options: tuple = (),
-                storage: Optional[str] = None) -> list[FuzzConfig]:
-    """The scale configs (``sessions``: the session configs; ``storage``: the storage
-    configs under that prefetch stop policy) that carry these components, fewest
-    components first, each with ``options`` (a fault's model options) added."""
-    pool = SESSION_CONFIGS if sessions else SCALE_CONFIGS
-    if storage:
-        pool = tuple(dataclasses.replace(c, storage=storage) for c in STORAGE_CONFIGS)
-    fits = [c for c in pool if set(components) <= set(c.components)]
-    return [c.with_options(dict(options)) for c in sorted(fits, key=lambda c: len(c.components))]
-
-
 @dataclasses.dataclass
 class Detection:
     fault: str
@@ -465,8 +428,6 @@ def detect_fault(fault, shrink_budget: Optional[float] = 60.0) -> Detection:
     """``detect`` for a catalogue entry (``cache.faults.catalogue()``) over the configs
     ``urc fuzz --fault F`` sweeps: those its components, sessions, model options and
     storage tier need, then their tight- and roomy-pool twins."""
-    from .sweep import sweep_configs
-
     return detect(fault.name, fault.components, shrink_budget=shrink_budget,
                   configs=[dataclasses.replace(c, faults=()) for c in sweep_configs((fault.name,))])
 
