@@ -200,3 +200,67 @@ def test_each_subcommand_is_its_own_module():
         module = importlib.import_module(f"workbench.cli.{name}")
         assert callable(module.add_parser)
         assert sub.choices[name].get_default("handler") is module.run, name
+
+
+def _import_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, read from the source: imports inside
+    functions and under ``TYPE_CHECKING`` count (a circle through either still ties
+    two files together for a reader)."""
+    import ast
+
+    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (ROOT / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(here[:len(here) - node.level + 1] + [node.module or ""]).strip(".") if node.level \
+                    else node.module or ""
+                found |= {base, *(f"{base}.{a.name}" for a in node.names)}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+        graph[module] = {m for m in found if m in files and m != module}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected groups of more than one module (Tarjan's walk)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in graph[module]:
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = set()
+            while True:
+                other = stack.pop()
+                group.add(other)
+                if other == module:
+                    break
+            if len(group) > 1:
+                found.append(group)
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_workbench_has_no_import_circle():
+    assert _circles(_import_graph("workbench")) == []
+
+
+def test_the_circle_finder_finds_one():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    assert _circles({"a": {"b"}, "b": set()}) == []

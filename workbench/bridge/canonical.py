@@ -183,3 +183,13 @@ def _short(ident: Ident, state: CanonicalState) -> str:
 
 def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
+
+
+def node_ident(namespace, node, root, tokens) -> tuple:
+    """A node by its namespace (the extra_key, or (extra_key, cache_salt)
+    when salted: nodes of two salts may share a path) and its path's tokens."""
+    path = []
+    while node is not root:
+        path[:0] = tokens(node)
+        node = node.parent
+    return (namespace, tuple(path))

@@ -29,7 +29,7 @@ from typing import Optional
 
 from cache.storage_prefetch import OUTCOMES  # SGLang's _prefetch_outcome_stats names, compared one by one
 
-from .canonical import Difference
+from .canonical import Difference, node_ident
 
 
 class PrefetchSide:
@@ -187,8 +187,6 @@ class PrefetchSide:
     def difference(self, ours_cache) -> Optional[Difference]:
         from cache.keys import namespace_parts
 
-        from .sglang_storage import _ident
-
         prefetch, tree = ours_cache.host.storage.prefetch, ours_cache.tree
         cache = self.cache
         theirs = sorted(h.rid for h in cache.ongoing_prefetch)
@@ -198,7 +196,7 @@ class PrefetchSide:
         if prefetch.occupied != occupied:
             return Difference("storage.prefetch_occupied", prefetch.occupied, occupied)
         core = cache.tree_core
-        ours_anchors = sorted(_ident(namespace_parts(p.anchor.namespace).extra_key, p.anchor, tree.root,
+        ours_anchors = sorted(node_ident(namespace_parts(p.anchor.namespace).extra_key, p.anchor, tree.root,
                                      lambda n: tuple(n.token_ids)) for p in prefetch.ongoing.values())
         their_anchors = sorted(_their_ident(core, info[0]) for info in cache.ongoing_prefetch.values())
         if ours_anchors != their_anchors:
@@ -211,8 +209,6 @@ class PrefetchSide:
 
 
 def _their_ident(core, node_id) -> tuple:
-    from .sglang_storage import _ident
-
     node = core.node_by_id(node_id)
     extra_key = None if node is core.root_node else node.key.extra_key
-    return _ident(extra_key, node, core.root_node, lambda n: tuple(n.key.raw_token_ids()))
+    return node_ident(extra_key, node, core.root_node, lambda n: tuple(n.key.raw_token_ids()))

@@ -36,7 +36,7 @@ import threading
 import weakref
 from typing import Optional
 
-from .canonical import Difference
+from .canonical import Difference, node_ident
 
 STORE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"  # wins over ServerArgs' file_storage_path
 
@@ -200,7 +200,7 @@ class StorageSide:
             while node is not core.root_node:
                 key = node.key
                 namespace = key.extra_key if key.cache_salt is None else (key.extra_key, key.cache_salt)
-                ident = _ident(namespace, node, core.root_node, lambda n: tuple(n.key.raw_token_ids()))
+                ident = node_ident(namespace, node, core.root_node, lambda n: tuple(n.key.raw_token_ids()))
                 out[ident] = out.get(ident, 0) + 1
                 if node.component_data[full_type].metadata.get("host_uuid") == boundary:
                     break
@@ -225,16 +225,6 @@ class StorageSide:
         return self.prefetch.difference(ours_cache)
 
 
-def _ident(namespace, node, root, tokens) -> tuple:
-    """A node by its namespace (as canonical.py: the extra_key, or (extra_key, cache_salt)
-    when salted: nodes of two salts may share a path) and its path's tokens."""
-    path = []
-    while node is not root:
-        path[:0] = tokens(node)
-        node = node.parent
-    return (namespace, tuple(path))
-
-
 def _our_store_locks(cache) -> dict[tuple, int]:
     """Ours: the host locks each node holds for its stores in flight (its store marks)."""
     from cache.keys import namespace_parts
@@ -245,6 +235,6 @@ def _our_store_locks(cache) -> dict[tuple, int]:
         if marks and node is not tree.root:
             extra_key, salt, _ = namespace_parts(node.namespace)
             namespace = extra_key if salt is None else (extra_key, salt)
-            ident = _ident(namespace, node, tree.root, lambda n: tuple(n.token_ids))
+            ident = node_ident(namespace, node, tree.root, lambda n: tuple(n.token_ids))
             out[ident] = out.get(ident, 0) + len(marks)
     return out

@@ -9,8 +9,9 @@ on first use and kept, so a panel that does not read them costs nothing.
 from __future__ import annotations
 
 import dataclasses
+from contextlib import AbstractContextManager
 from functools import cached_property
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
 from cache.config_reference import config_line
 
@@ -21,10 +22,17 @@ from ..scenarios.errors import printable
 from ..scenarios.scenario import Scenario
 from .shown_tree import ShownTree
 from .states import TimelineState
-from .timeline import StepRecord
+from .timeline import StepRecord, Timeline
 
-if TYPE_CHECKING:
-    from .cursor import TimelineCursor
+
+class ViewSource(Protocol):
+    """What a view reads from the cursor that made it (``TimelineCursor``), named here
+    so the view needs nothing from the cursor's module."""
+
+    lock: AbstractContextManager
+    timeline: Timeline
+
+    def steps_touching(self, node_id: int) -> list[int]: ...
 
 
 _KEPT = ("diff", "previous_state", "tree", "request_diff", "session_rows")  # what a re-selection keeps
@@ -32,7 +40,7 @@ _KEPT = ("diff", "previous_state", "tree", "request_diff", "session_rows")  # wh
 
 @dataclasses.dataclass(eq=False)
 class StepView:
-    cursor: TimelineCursor
+    cursor: ViewSource
     chapter_index: int
     chapters: int
     scenario: Scenario
