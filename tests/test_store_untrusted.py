@@ -364,3 +364,37 @@ def test_a_value_no_reader_expects_is_said_as_damage(store, capsys):
             assert any("damaged store" in n.message for n in app._notifications)
 
     asyncio.run(drive())
+
+
+def test_a_stored_op_and_field_name_never_reach_the_screen_raw(store, capsys):
+    """Ops and field names are checked in a scenario, not in a store: a crafted step's
+    op and field key carry ESC, and the CLI and the TUI show them escaped."""
+    import asyncio
+
+    from workbench.tui.app import WorkbenchApp
+    from workbench.tui.widgets.step_list import step_line
+
+    with sqlite3.connect(store) as db:
+        row = store_codec.decode(db.execute("SELECT record FROM steps WHERE idx = 1").fetchone()[0])
+        step = list(row[0])
+        step[2] = "\x1b[31mevil\x1b]0;title\x07"  # op
+        step[3] = {"\x1b[32mkey": 1}  # fields
+        step[7] = {}  # raw
+        step[8] = []
+        db.execute("UPDATE steps SET record = ? WHERE idx = 1",
+                   (store_codec.encode((tuple(step), *row[1:]), compress=False),))
+    db.close()
+    assert main(["show", str(store), "--walk"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\\x1b[31mevil" in out
+
+    async def drive():
+        app = WorkbenchApp([open_store(str(store))])
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.cursor.go(1)
+            app.refresh_view()
+            await pilot.pause()
+            line = step_line(app.cursor.timeline.records[0])
+            assert "\x1b" not in line.plain and "\\x1b[31mevil" in line.plain
+
+    asyncio.run(drive())

@@ -63,12 +63,12 @@ def value_text(value: Any) -> str:
 
 def fields_text(fields: Mapping[str, Any]) -> str:
     """``key=[1 2 3], as=m`` — an op's fields as a call's arguments."""
-    return ", ".join(f"{k}={value_text(v)}" for k, v in fields.items())
+    return ", ".join(f"{printable(k)}={value_text(v)}" for k, v in fields.items())
 
 
 def result_text(result: Mapping[str, Any]) -> str:
     """An op's result; fields the config does not report (None) are left out."""
-    return ", ".join(f"{k}={value_text(v)}" for k, v in result.items() if v is not None)
+    return ", ".join(f"{printable(k)}={value_text(v)}" for k, v in result.items() if v is not None)
 
 
 def kv_event_text(event) -> str:

@@ -10,6 +10,7 @@ from textual import events
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from ...model.scenarios.errors import printable
 from ...model.timeline.fmt import fields_text
 from ...model.timeline.step_view import StepView
 from ...model.timeline.timeline import StepRecord
@@ -27,7 +28,7 @@ def step_line(record: StepRecord) -> Text:
     mark = ("✓", "green") if record.passed else ("✗", "bold red")
     text = Text(f"{record.index:>5} ", style="dim")
     text.append(mark[0], style=mark[1])
-    text.append(f" {record.step.op}", style="bold")
+    text.append(f" {printable(record.step.op)}", style="bold")
     args = fields_text(record.step.fields)
     room = max(6, LINE_WIDTH - len(text) - 1)
     text.append(f" {args}" if len(args) <= room else f" {args[:room - 1]}…")

@@ -30,7 +30,7 @@ class StepPanel(TextPanel):
         else:
             step = record.step
             where = f"{printable(scenario.path)}:{step.line}" if step.line else "typed live"
-            parts.append(Text(f"step {step.index} ({where})  {step.op}({fields_text(step.fields)})", style="bold"))
+            parts.append(Text(f"step {step.index} ({where})  {printable(step.op)}({fields_text(step.fields)})", style="bold"))
             if step.description:
                 parts.append(Text(printable(" ".join(step.description.split())), style="italic"))
             if record.error:
@@ -38,5 +38,5 @@ class StepPanel(TextPanel):
             elif record.result:
                 parts.append(Text("result: " + result_text(record.result)))
             for line in record.kv_events:  # what a router was told (enable_kv_cache_events)
-                parts.append(Text("kv event: " + line, style="cyan"))
+                parts.append(Text("kv event: " + printable(line), style="cyan"))
         self.put(Group(*parts))  # relaid out, so a long result scrolls instead of being cut
