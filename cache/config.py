@@ -7,7 +7,19 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 
-MAX_POOL = 2**30  # slot ids fit int32 tokens' tensors comfortably; far above any scenario
+# Every pool is allocated whole when the cache is built (a 2**30-token pool took 24 GB),
+# so each is bounded for the largest cache to stay within a few GB:
+MAX_POOL = 2**22  # a device pool's units, ~70 bytes a token: ~300 MB (also caps page_size and sliding_window)
+MAX_STATES = 2**18  # Mamba state slots, ~700 bytes each: ~180 MB
+HOST_FACTOR = 3  # a host pool may be 3x its device bound: its default is twice the device pool plus a page
+
+
+def size_bound(name: str) -> int:
+    """The most units a size field may give (``host_<name>_size``: a host pool's)."""
+    bound = MAX_STATES if "mamba" in name else MAX_POOL
+    return bound * HOST_FACTOR if name.startswith("host_") else bound
+
+
 @dataclasses.dataclass(frozen=True)
 class CacheConfig:
     components: tuple[str, ...] = ("full",)
@@ -60,8 +72,9 @@ class CacheConfig:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int (got {value!r})")
-            if value > MAX_POOL:
-                raise ValueError(f"{name} {value} is larger than this workbench supports ({MAX_POOL})")
+            if value > size_bound(name):
+                raise ValueError(f"{name} {value} is larger than this workbench supports ({size_bound(name):,}: "
+                                 "its pools are allocated whole)")
         if not isinstance(self.session_radix_cache, bool):
             raise ValueError(f"session_radix_cache must be true or false (got {self.session_radix_cache!r})")
         if not isinstance(self.enable_kv_cache_events, bool):

@@ -13,6 +13,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from .config import MAX_POOL, MAX_STATES, size_bound
+
 REQUIRED = object()  # a field with no default
 
 
@@ -33,13 +35,14 @@ def _opt(name, default, shown, family, meaning, model_option=False) -> ConfigOpt
 OPTIONS: tuple[ConfigOption, ...] = (
     _opt("components", REQUIRED, "required", "every model",
          '`["full"]`, `["full", "swa"]`, `["full", "mamba"]`, all three, or with a registered component; `full` first'),
-    _opt("kv_size", REQUIRED, "required", "every model", "Full KV pool, in tokens (a multiple of `page_size`)"),
+    _opt("kv_size", REQUIRED, "required", "every model", f"Full KV pool, in tokens (a multiple of `page_size`; at most "
+         f"{MAX_POOL:,}: pools are allocated whole)"),
     _opt("page_size", 1, "1", "`--page-size`", "tokens per page: keys are cached page-aligned, allocations are whole pages"),
     _opt("sliding_window", REQUIRED, "required with `swa`", "SWA models (gpt-oss, Gemma 2/3, Llama 4, DeepSeek-V4)",
          "the attention window, in tokens"),
-    _opt("swa_kv_size", None, "`kv_size`", "SWA models", "SWA KV pool, in tokens"),
+    _opt("swa_kv_size", None, "`kv_size`", "SWA models", f"SWA KV pool, in tokens (at most {MAX_POOL:,})"),
     _opt("mamba_size", REQUIRED, "required with `mamba`", "hybrid Mamba/linear-attention models (Qwen3-Next, "
-         "Qwen3.5, Nemotron-H, Falcon-H1)", "Mamba state slots"),
+         "Qwen3.5, Nemotron-H, Falcon-H1)", f"Mamba state slots (at most {MAX_STATES:,})"),
     _opt("device", "auto", '`"auto"`', "this workbench", "where the pools live: `auto` (CUDA when present), `cpu`, `cuda`"),
     _opt("auto_evict", True, "`true`", "this workbench", "an op that needs slots first evicts the shortfall (SGLang's "
          "`evict_for_alloc`); `false`: it is refused"),
@@ -55,9 +58,10 @@ OPTIONS: tuple[ConfigOption, ...] = (
     _opt("hicache.write_policy", "write_through", '`"write_through"`', "`--hicache-write-policy`",
          "`write_through`, `write_through_selective` (backed up on the second hit) or `write_back` (on eviction)"),
     _opt("hicache.host_kv_size", None, "twice `kv_size` plus a page", "`--hicache-ratio` / `--hicache-size`",
-         "Full KV's host pool, in tokens"),
+         f"Full KV's host pool, in tokens (at most {size_bound('host_kv_size'):,})"),
     _opt("hicache.host_<component>_size", None, "its host part's", "`--hicache-ratio`",
-         "each other component's host pool (`host_swa_size`, `host_mamba_size`, …)"),
+         f"each other component's host pool (`host_swa_size`, `host_mamba_size`, …; at most "
+         f"{size_bound('host_swa_size'):,}, `host_mamba_size` {size_bound('host_mamba_size'):,})"),
     _opt("hicache.load_back_threshold", 10, "10", "`--hicache-load-back-threshold`",
          "a match whose host part is shorter is not loaded back"),
     _opt("hicache.transfers", "immediate", '`"immediate"`', "this workbench", "`immediate` completes each copy in its "

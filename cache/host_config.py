@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
-from .config import MAX_POOL
+from .config import size_bound
 
 if TYPE_CHECKING:
     from .config import CacheConfig
@@ -192,7 +192,10 @@ class StorageConfig:
 def _host_size(field: str, size, page: Optional[int]) -> int:
     """A host pool's size: a positive multiple of ``page`` (None: a positive int, one
     slot per unit)."""
-    if isinstance(size, bool) or not isinstance(size, int) or size <= 0 or size % (page or 1) or size > MAX_POOL:
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0 or size % (page or 1):
         what = "a positive int" if page is None else f"a positive multiple of page_size {page}"
         raise ValueError(f"hicache {field} must be {what} (got {size!r})")
+    if size > size_bound(field):
+        raise ValueError(f"hicache {field} {size} is larger than this workbench supports ({size_bound(field):,}: "
+                         "its pools are allocated whole)")
     return size

@@ -88,6 +88,39 @@ CASES = [
     Case("huge-token", ("run", "huge.toml"), 2, r"\(got 9{40}… \(400 chars\)\) \(field 'key'\)$"),
     Case("negative-evict", ("run", "evict.toml"), 2, r"evict\.toml:9: must be a non-negative int \(field 'full'\)"),
     Case("newline-in-option", ("show", "--step", "1\n2", "smoke.toml"), 2, r"invalid int value: '1\\n2'"),
+    # numbers past Python's 4,300 digits, nesting past its stack, sizes past what fits
+    Case("digits-trace", ("run", "digits.jsonl"), 2, r"digits\.jsonl:2: a number has more than 4,300 digits$"),
+    Case("digits-scenario", ("run", "digits.toml"), 2, r"digits\.toml:9: a number has more than 4,300 digits$"),
+    Case("digits-config", ("run", "digits_config.toml"), 2, r"digits_config\.toml:6: a number has more than 4,300"),
+    Case("digits-option", ("fuzz", "--option", "sliding_window=" + "9" * 5000), 2,
+         r"--option sliding_window: a number has more than 4,300 digits$"),
+    Case("digits-keymap", ("tui", "--keymap", "digits_keys.toml", "smoke.toml"), 2,
+         r"digits_keys\.toml:1: a number has more than 4,300 digits$"),
+    Case("deep-option", ("fuzz", "--option", "is_eagle=" + "[" * 5000), 2,
+         r"--option is_eagle: a value is nested too deeply$"),
+    Case("deep-detections", ("fuzz", "--faults", "new", "-o", "deep", "--force"), 2,
+         r"-o deep: no readable detections\.json to add to \(maximum recursion depth"),
+    Case("deep-scenario", ("run", "deep.toml"), 2, r"deep\.toml: a value is nested too deeply$"),
+    Case("deep-trace", ("run", "deep.jsonl"), 2, r"deep\.jsonl:2: a value is nested too deeply$"),
+    Case("dotted-key", ("run", "dotted.toml"), 2, r"dotted\.toml:7: a dotted key has more than 32 parts$"),
+    Case("dotted-keymap", ("tui", "--keymap", "dotted_keys.toml", "smoke.toml"), 2,
+         r"dotted_keys\.toml:1: a dotted key has more than 32 parts$"),
+    Case("node-past-sqlite", ("why", "smoke.urcdb", "--node", str(2**70)), 2,
+         r"smoke\.urcdb: --node must be a node id between 0 and 2\*\*63-1 \(got 1180591620717411303424\)$"),
+    Case("node-negative", ("why", "smoke.toml", "--node", "-1"), 2, r"--node must be a node id between 0 and 2\*\*63-1"),
+    Case("seeds-past-plan", ("fuzz", "--steps", "1", "--seeds", str(10**30), "--time-budget", "1"), 2,
+         r"--seeds must be at most 1,000,000 \(got 1000000000000000000000000000000\)$"),
+    Case("seed-negative", ("fuzz", "--seed", "-1"), 2, r"--seed must be between 0 and 9,223,372,036,854,775,807"),
+    Case("steps-past-plan", ("fuzz", "--config", "full", "--steps", str(10**20)), 2,
+         r"the run would plan 50000000000000000 episodes \(1 config x 1 seed x 50000000000000000 each\)"),
+    Case("pool-past-memory", ("run", "pool.toml"), 2,
+         r"pool\.toml:4: config cannot be built: kv_size 1073741824 is larger than this workbench supports "
+         r"\(4,194,304: its pools are allocated whole\)$"),
+    Case("mamba-pool-past-memory", ("run", "mamba_pool.toml"), 2, r"mamba_size 1048576 is larger than this workbench "
+         r"supports \(262,144"),
+    Case("host-pool-past-memory", ("run", "host_pool.toml"), 2,
+         r"hicache host_kv_size 16777216 is larger than this workbench supports \(12,582,912"),
+    Case("tree-past-pool", ("bench", "--tree-sizes", "1000,300000"), 2, r"--tree-sizes must be at most 260,112: "),
     # valid after all: runs
     Case("until-host-field", ("run", "--until", "full_host_evictable>0", "hicache.toml"), 0,
          r"stopped at step 1 \(insert, line \d+\): full_host_evictable>0"),
@@ -116,6 +149,24 @@ def make_sandbox(folder: Path) -> None:
     (folder / "new\nline.toml").write_text("not toml")
     (folder / "huge.toml").write_text(HEADER + '[[step]]\nop = "insert"\nkey = [1, ' + "9" * 400 + "]\n")
     (folder / "evict.toml").write_text(HEADER + '[[step]]\nop = "evict"\nfull = -3\n')
+    nines = "9" * 5000  # past sys.get_int_max_str_digits()
+    (folder / "digits.jsonl").write_text(JSONL_HEADER + '\n{"op": "insert", "key": [' + nines + "]}\n")
+    (folder / "digits.toml").write_text(HEADER + '[[step]]\nop = "insert"\nkey = [1, ' + nines + "]\n")
+    (folder / "digits_config.toml").write_text(HEADER.replace("kv_size = 64", "kv_size = " + nines))
+    (folder / "digits_keys.toml").write_text('"step.next" = ' + nines + "\n")
+    (folder / "deep").mkdir()
+    (folder / "deep" / "detections.json").write_text("[" * 100_000 + "]" * 100_000)
+    (folder / "deep.toml").write_text(HEADER + '[[step]]\nop = "insert"\nkey = ' + "[" * 100_000 + "]" * 100_000 + "\n")
+    (folder / "deep.jsonl").write_text(JSONL_HEADER + '\n{"op": "insert", "key": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    (folder / "dotted.toml").write_text(HEADER + "x" + ".a" * 20_000 + " = 1\n")  # took tomllib to 1.5 GB
+    (folder / "dotted_keys.toml").write_text("step" + ".a" * 20_000 + ' = "j"\n')
+    (folder / "pool.toml").write_text(HEADER.replace("kv_size = 64", f"kv_size = {2**30}"))  # was OOM-killed at 24 GB
+    (folder / "mamba_pool.toml").write_text(HEADER.replace('["full"]', '["full", "mamba"]')
+                                            + f"mamba_size = {2**20}\n")
+    (folder / "host_pool.toml").write_text(HEADER + f"hicache = {{ host_kv_size = {2**24} }}\n")
+    from workbench.model.timeline.store_run import run_to_store
+
+    run_to_store(str(folder / "smoke.toml"), str(folder / "smoke.urcdb")).close()
 
 
 def files(folder: Path) -> dict[str, tuple]:
@@ -180,7 +231,8 @@ def test_peak_memory_of_a_bad_input_stays_small(sandbox, tmp_path):
     """The /dev/zero link used to take urc to 23 GB: now a bad input costs what a start
     does. The child reads its own high-water mark (a forked child's rusage would count
     the parent's pages)."""
-    for argv in (("run", "zero.toml"), ("run", "fifo.toml"), ("fuzz", "--kv-size", "1")):
+    for argv in (("run", "zero.toml"), ("run", "fifo.toml"), ("fuzz", "--kv-size", "1"), ("run", "dotted.toml"),
+                 ("fuzz", "--seeds", str(10**30))):
         peak_file = tmp_path / "peak"
         proc = subprocess.run([sys.executable, "-c", PEAK_PROBE, *argv], cwd=sandbox, capture_output=True,
                               preexec_fn=_cap_memory, timeout=120,

@@ -18,7 +18,7 @@ ROOMS = {
     "scenarios": ["scenario", "names", "errors", "inputs", "fields", "session_fields", "writer", "live", "workload",
                   "outputs", "stream", "storage_place"],  # scenario files in and out
     "timeline": ["session", "runner", "kv_router", "timeline", "states", "cursor", "follow", "diff", "export", "fmt",
-                 "shown_tree", "shown_sessions", "step_view", "request_diff", "metric_rows", "series", "state_fields",
+                 "packed", "shown_tree", "shown_sessions", "step_view", "request_diff", "metric_rows", "series", "state_fields",
                  "stored", "store_file", "store_codec", "store_rows", "store_run"],  # running a scenario, the states it leaves, moving through them
     "debugging": ["why", "why_request", "why_session", "why_prefetch", "breakpoints", "regression_test"],
     "fuzzing": ["config", "fuzz", "options", "shrink", "campaign", "sweep", "ray_pool"],

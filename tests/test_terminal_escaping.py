@@ -168,3 +168,39 @@ def test_fuzz_prints_kept_detection_rows_escaped(tmp_path, capsys):
     (tmp_path / "detections.json").write_text(json.dumps([{"fault": "f"}]))
     assert main(["fuzz", "--faults", "new", "-o", str(tmp_path), "--force", "--jobs", "1"]) == 2
     assert "no readable detections.json" in capsys.readouterr().err
+
+
+@pytest.mark.asyncio
+async def test_a_stored_steps_op_names_and_kv_events_reach_the_tui_and_the_walk_escaped(tmp_path, capsys):
+    """A store's steps are not checked as a scenario's are (a scenario's ops and field
+    names are): a crafted step's op, field and result names and KV event line carry
+    ESC, and the step list, the step panel and ``urc show --walk`` show them escaped."""
+    import sqlite3
+
+    from workbench.cli import main
+    from workbench.model.timeline import store_codec
+    from workbench.model.timeline.store_run import run_to_store
+    from workbench.model.timeline.stored import open_store
+    from workbench.tui.app import WorkbenchApp
+
+    scenario = tmp_path / "kv.toml"
+    scenario.write_text('schema = 1\n[scenario]\nname = "k"\n[config]\ncomponents = ["full"]\nkv_size = 64\n'
+                        'enable_kv_cache_events = true\n[[step]]\nop = "insert"\nkey = [1, 2, 3]\n')
+    store = tmp_path / "kv.urcdb"
+    run_to_store(str(scenario), str(store)).close()
+    with sqlite3.connect(store) as db:  # the record: (step row, result, …, KV event lines)
+        record = list(store_codec.decode(db.execute("SELECT record FROM steps WHERE idx = 1").fetchone()[0]))
+        step = list(record[0])
+        step[2], step[3], step[7], step[8] = "\x1b[31mop\x1b]0;t\x07", {"\x1b[2Jfield": [1, 2, 3]}, {}, []
+        record[0], record[1], record[8] = tuple(step), {"\x1b[2Jresult": 0}, ("\x1b]0;event\x07",)
+        db.execute("UPDATE steps SET record = ? WHERE idx = 1", (store_codec.encode(tuple(record), compress=False),))
+    db.close()
+    shown = (r"\x1b[31mop\x1b]0;t\x07", r"\x1b[2Jfield=[1 2 3]")
+    assert main(["show", "--walk", str(store)]) in (0, 1)
+    assert_escaped(capsys.readouterr().out, *shown, r"\x1b[2Jresult=0", r"kv event: \x1b]0;event\x07")
+    app = WorkbenchApp([open_store(str(store))], background=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        app.cursor.go(1)
+        app.refresh_view()
+        await pilot.pause()
+        assert_escaped(_screen_text(app), *shown, r"\x1b[2Jresult=0", r"kv event: \x1b]0;event\x07")

@@ -84,7 +84,8 @@ class TreeComponent:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{field} must be a positive int (got {value!r})")
         if value > MAX_POOL:
-            raise ValueError(f"{field} {value} is larger than this workbench supports ({MAX_POOL})")
+            raise ValueError(f"{field} {value} is larger than this workbench supports ({MAX_POOL:,}: its pools are "
+                             "allocated whole)")
         return value
 
     # ---- inspection -------------------------------------------------------

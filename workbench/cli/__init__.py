@@ -18,8 +18,8 @@ from ..model.scenarios.errors import DATA_ERRORS
 from ..model.scenarios.scenario import ScenarioError
 from ..model.scenarios.storage_place import storage_scope
 from . import bench, demo, diff, fuzz, ops, plot, run, show, svg, tui, why
-from .common import (EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, Parser, say,
-                     silence_stdout, stores_named, version)
+from .common import (EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, Parser,
+                     Terminated, say, sigterm_raises, silence_stdout, stores_named, version)
 
 __all__ = ["EXIT_CODES", "SUBCOMMANDS", "build_parser", "main"]
 
@@ -58,8 +58,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         return int(exc.code or 0)
     name = f"urc {args.command}"
     try:
-        with storage_scope(getattr(args, "storage_dir", None)):  # a scenario's storage never outlives the command
+        with sigterm_raises(), storage_scope(getattr(args, "storage_dir", None)):  # storage never outlives it
             return args.handler(args)
+    except Terminated:  # SIGTERM: the cleanups of a Ctrl-C ran on the way here
+        say(f"{name}: terminated")
+        return EXIT_TERMINATED
     except ScenarioError as exc:
         say(f"{name}: {exc}")
         return EXIT_BAD_INPUT

@@ -75,6 +75,12 @@ def run(args) -> int:
         raise ScenarioError(f"--tree-sizes must be comma-separated ints (got {args.tree_sizes})") from None
     if any(n <= 0 for n in sizes):
         raise ScenarioError("--tree-sizes must be positive")
+    from cache.config import MAX_POOL
+
+    most = (MAX_POOL - 256) // 16 - 2016  # bench/synthetic.py's tree: 16 tokens a leaf, 2,016 more for its samples
+    if max(sizes, default=0) > most:
+        raise ScenarioError(f"--tree-sizes must be at most {most:,}: the tree's pool of {MAX_POOL:,} tokens is the "
+                            "largest the workbench allocates")
     components = tuple(args.components.split(","))
     if args.write_trace:
         from ..model.scenarios.outputs import check_output, open_output

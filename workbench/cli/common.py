@@ -5,20 +5,25 @@ without an import cycle."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 
 from ..model.scenarios.errors import elide, one_line
 from ..model.scenarios.scenario import STDIN, ScenarioError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process the signal ended
 EXIT_CODES = """\
 exit codes:
   0    every check passed
   1    a check failed: an expectation, an invariant or a KV fingerprint (urc fuzz: it found a failure)
   2    bad input: an invalid scenario file, option or output path
   3    an internal error in urc (run again with --debug for the traceback)
-  130  interrupted (Ctrl-C)"""
+  130  interrupted (Ctrl-C)
+  143  terminated (SIGTERM)"""
 
 FILE_HELP = "a .toml scenario or .jsonl trace; - reads one from standard input"
 STORE_SUFFIX = ".urcdb"  # model.timeline.stored.SUFFIX, known here without importing the model
@@ -41,6 +46,36 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # usage errors: one line, exit 2, like invalid files
         print(one_line(f"{self.prog}: error: {elide(message, 300)} (see {self.prog} --help)"), file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is: a KeyboardInterrupt, so every cleanup Ctrl-C
+    runs (a half-written store dropped, SQLite's side files and temporary directories
+    removed) runs for it too, where the default action left them all behind."""
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """For the command's length, SIGTERM raises ``Terminated`` in this process; the
+    previous handler is back afterwards. A forked worker that inherited it dies of the
+    signal as before (its parent does the cleaning)."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    pid = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != pid:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def say(line: str) -> None:

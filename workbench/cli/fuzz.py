@@ -86,7 +86,7 @@ def add_parser(command) -> None:
 
 
 def run(args) -> int:
-    from ..model.fuzzing.config import FuzzConfig, default_jobs  # light: options are checked before torch loads
+    from ..model.fuzzing.config import FuzzConfig, check_plan, default_jobs  # light: checked before torch loads
 
     if args.list_faults:
         return _list_faults()
@@ -94,6 +94,7 @@ def run(args) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise ScenarioError(f"--{name.replace('_', '-')} must be a positive int (got {value})")
+    check_plan(args.seed, args.seeds)
     if args.ray is not None and args.jobs is not None:
         raise ScenarioError("--ray runs on the cluster's CPUs: leave out --jobs")
     if args.jobs is not None and args.jobs > default_jobs() and not args.force:  # each job is a process
@@ -178,6 +179,7 @@ def parse_options(given: list[str]) -> dict:
 
     from ..model.scenarios.errors import shown
     from ..model.scenarios.fields import CONFIG_FIELDS
+    from ..model.scenarios.inputs import TooLarge, toml_loads
 
     options = {}
     for item in given:
@@ -189,7 +191,10 @@ def parse_options(given: list[str]) -> dict:
             raise ScenarioError(f"--option {shown(name)}: not a [config] field{did_you_mean(name)}; see the README's "
                                 "config reference")
         try:
-            value = tomllib.loads(f"v = {text}")["v"]
+            value = toml_loads(f"v = {text}")["v"]
+        except (TooLarge, RecursionError) as exc:  # 5,000 nines; 5,000 ['s
+            said = str(exc) if isinstance(exc, TooLarge) else "a value is nested too deeply"
+            raise ScenarioError(f"--option {name}: {said}") from None
         except tomllib.TOMLDecodeError:
             if not re.fullmatch(r"[A-Za-z_][\w.-]*", text.strip()):
                 raise ScenarioError(f"--option {name}: {shown(text)} is not a TOML value (a number, true/false, "
@@ -248,6 +253,7 @@ def _fuzz_once(configs: list, args, steps: int, episode_steps: Optional[int]) ->
         if _where(args.trace) == _where(output):
             raise ScenarioError(f"--trace {args.trace}: the same file as -o; give each its own name")
     from ..model.fuzzing.campaign import default_jobs, plan, run_campaign
+    from ..model.fuzzing.config import check_plan
     from ..model.fuzzing.fuzz import EPISODE_STEPS
     from ..model.fuzzing.options import option_sets_for
     from ..model.timeline.fmt import plural
@@ -255,6 +261,7 @@ def _fuzz_once(configs: list, args, steps: int, episode_steps: Optional[int]) ->
     from .common import EXIT_INTERRUPTED
 
     seeds = range(args.seed, args.seed + args.seeds)
+    check_plan(args.seed, args.seeds, len(configs), -(-steps // (episode_steps or EPISODE_STEPS)))
     tasks, sets = [], None
     for c in configs:
         sets = option_sets_for(c.components) if args.sweep_options else None
@@ -385,7 +392,7 @@ def _detection_table(args) -> int:
         try:
             kept = {row["fault"]: row for row in json.loads((folder / "detections.json").read_text(encoding="utf-8"))
                     if _detection_row(row)}
-        except (OSError, ValueError, TypeError, KeyError) as exc:
+        except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:
             raise ScenarioError(f"-o {folder}: no readable detections.json to add to ({exc})") from None
         faults = [f for f in faults if f.name not in kept]
     if folder is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model.scenarios.errors import printable
+from ..model.scenarios.errors import printable, shown
 from ..model.scenarios.scenario import ScenarioError
 from .common import EXIT_OK, STORED_HELP, load_one, step_in_range
 
@@ -38,6 +38,9 @@ def run(args) -> int:
         raise ScenarioError("--about needs --request", scenario.path)
     if sum(x is not None for x in (args.request, args.node, args.session, args.prefetch)) > 1:
         raise ScenarioError("ask about one of a node, a request, a session or a prefetch", scenario.path)
+    if args.node is not None and not 0 <= args.node < 2**63:  # a store's ids are SQLite integers
+        raise ScenarioError(f"--node must be a node id between 0 and 2**63-1 (got {shown(args.node)})",
+                            scenario.path)
     timeline = timeline_of()
     try:
         if args.prefetch is not None:

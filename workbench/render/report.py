@@ -61,7 +61,7 @@ def reflow(text: str) -> str:
 
 def step_title(record: StepRecord, path: str) -> str:
     step = record.step
-    return f"step {step.index} ({printable(path)}:{step.line}) {step.op}({fields_text(step.fields)})"
+    return f"step {step.index} ({printable(path)}:{step.line}) {printable(step.op)}({fields_text(step.fields)})"
 
 
 def show_command(path: str, index: int) -> Optional[str]:
@@ -115,7 +115,7 @@ def print_run_report(timeline: Timeline, console: Console, interrupted: bool = F
                 console.print(Text(f"    inspect: {command}", style="dim"))
         else:
             first = (problems(record) or ["failed"])[0]
-            where = f"step {record.index} ({path}:{record.step.line}) {record.step.op}"
+            where = f"step {record.index} ({path}:{record.step.line}) {printable(record.step.op)}"
             console.print(Text(f"  {where}: {first}" + (f"  [{command}]" if command else ""), style="red"))
 
 
@@ -169,7 +169,7 @@ def step_view(record: StepRecord, path: str, plain: bool = False) -> RenderableT
     for event in record.events:
         parts.append(Text("  " + event_text(event), style="dim"))
     for line in record.kv_events:
-        parts.append(Text("  kv event: " + line, style="cyan"))
+        parts.append(Text("  kv event: " + printable(line), style="cyan"))  # a store's lines are not checked
     for line in _request_lines(record):
         parts.append(Text("  request " + line, style="yellow"))
     parts.append(render_state(record.state))

@@ -73,15 +73,19 @@ def load_keymap(path: Path) -> dict[str, str]:
     on two commands (rebinding ``p`` to step.next would silently take it from
     step.previous)."""
     from ..model.scenarios.errors import ScenarioError, elide, shown
-    from ..model.scenarios.inputs import read_regular
+    from ..model.scenarios.inputs import TooLarge, read_regular, toml_loads
 
     try:
         data = read_regular(str(path), 1 << 20, "keymap file")
         if data is None:
             raise KeymapError(f"{path}: a keymap is at most 1 MiB")
-        table = _flat(tomllib.loads(data.decode("utf-8")))
+        table = _flat(toml_loads(data.decode("utf-8")))
     except ScenarioError as exc:
         raise KeymapError(str(exc)) from None
+    except TooLarge as exc:
+        raise KeymapError(f"{path}:{exc.line}: {exc}" if exc.line else f"{path}: {exc}") from None
+    except RecursionError:  # [[[… or {a={a=… nested past Python's stack
+        raise KeymapError(f"{path}: a value is nested too deeply") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise KeymapError(f"{path}: cannot read keymap: {elide(str(exc), 200)}") from None
     known = {c.id for c in COMMANDS}

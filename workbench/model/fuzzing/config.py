@@ -84,6 +84,29 @@ class FuzzConfig:
         return f"{comps} p{self.page_size}{window}{pools}{host}{sessions}{options}"
 
 
+MAX_SEED = 2**63 - 1
+MAX_SEEDS = 1_000_000
+MAX_EPISODES = 1_000_000  # a campaign's plan is held whole (~130 bytes an episode) before the first one runs
+
+
+def check_plan(seed: int, seeds: int, configs: int = 0, episodes: int = 0) -> None:
+    """Refuse, before anything is planned, seeds and episode counts no run could get
+    through (``episodes``: per config and seed): ``--seeds 10**30`` planned every seed
+    up front and took 8.8 GB."""
+    from ..scenarios.errors import ScenarioError, shown
+    from ..timeline.fmt import plural
+
+    if seeds > MAX_SEEDS:
+        raise ScenarioError(f"--seeds must be at most {MAX_SEEDS:,} (got {shown(seeds)})")
+    if not 0 <= seed <= MAX_SEED + 1 - seeds:
+        raise ScenarioError(f"--seed must be between 0 and {MAX_SEED + 1 - seeds:,}, so that every seed is below "
+                            f"2**63 (got {shown(seed)})")
+    if configs * seeds * episodes > MAX_EPISODES:
+        sizes = f"{plural(configs, 'config')} x {plural(seeds, 'seed')} x {shown(episodes)} each"
+        raise ScenarioError(f"the run would plan {shown(configs * seeds * episodes)} episodes ({sizes}), more than the "
+                            f"{MAX_EPISODES:,} one run plans: give fewer --seeds or --steps")
+
+
 def default_jobs() -> int:
     """The cores this process may run on (``urc fuzz --jobs`` is capped at them)."""
     try:

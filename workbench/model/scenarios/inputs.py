@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
+import sys
+import tomllib
 
 from .errors import ScenarioError
 
@@ -98,6 +101,55 @@ def _unique(pairs: list[tuple[str, object]]) -> dict:
     return table
 
 
+class TooLarge(ValueError):
+    """A value past what the parsers read safely, said in words at its line (when known):
+    an int longer than Python reads (``sys.get_int_max_str_digits()``: json and tomllib
+    let that out as a bare ValueError), or a TOML dotted key of too many parts."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+MAX_KEY_PARTS = 32  # tomllib keeps every prefix of a dotted key: its memory grows as the parts squared
+_PART = r"""(?:(?<![\w-])[\w-]++|"(?:[^"\\\n]|\\.)*+"|'[^'\n]*+')"""
+_DOTTED = re.compile(r"(?:^|[{,])[ \t]*+(?:\[\[?+[ \t]*+)?+%s(?:[ \t]*+\.[ \t]*+%s){%d}"  # where a key starts
+                     % (_PART, _PART, MAX_KEY_PARTS), re.ASCII | re.MULTILINE)
+
+
+def _digits(exc: ValueError, text: str | None = None) -> TooLarge | None:
+    """The int-limit ValueError in words, at the line of the first number past it in a
+    TOML ``text``; None for any other error."""
+    if type(exc) is not ValueError or "integer string conversion" not in str(exc):
+        return None
+    limit = sys.get_int_max_str_digits()
+    runs = re.finditer(r"(?<![\d_])\d[\d_]{%d,}" % limit, text or "")
+    long = next((m for m in runs if len(m[0]) - m[0].count("_") > limit), None)
+    return TooLarge(f"a number has more than {limit:,} digits", _line(text, long.start()) if long else None)
+
+
+def _line(text: str, at: int) -> int:
+    return text.count("\n", 0, at) + 1
+
+
 def loads_unique(text: str | bytes):
-    """``json.loads`` that refuses an object naming a key twice (``DuplicateKeyError``)."""
-    return json.loads(text, object_pairs_hook=_unique)
+    """``json.loads`` that refuses an object naming a key twice (``DuplicateKeyError``)
+    and a number too long to read (``TooLarge``)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique)
+    except ValueError as exc:
+        raise _digits(exc) or exc from None
+
+
+def toml_loads(text: str, parser=tomllib) -> dict:
+    """``parser.loads`` (``tomllib``, or the compiled ``tomli``: its TOMLDecodeError passes
+    to the caller) that refuses, as ``TooLarge`` at its line, a number too long to read
+    and a dotted key (``a.b.c``, ``[a.b.c]``) of more than ``MAX_KEY_PARTS`` parts: 40 KB
+    of ``a.a.a…`` took tomllib to 1.5 GB, 1 MB of 998-part keys took tomli to 2 GB."""
+    dotted = _DOTTED.search(text)
+    if dotted:
+        raise TooLarge(f"a dotted key has more than {MAX_KEY_PARTS} parts", _line(text, dotted.end()))
+    try:
+        return parser.loads(text)
+    except ValueError as exc:  # (a TOMLDecodeError is no bare ValueError: it passes)
+        raise _digits(exc, text) or exc from None

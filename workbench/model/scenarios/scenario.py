@@ -26,7 +26,8 @@ from .errors import ScenarioError, elide, shown, shown_name  # noqa: F401  (re-e
 from .names import GrowingSteps, Names
 from .session_fields import check_session_expect, is_session_field
 from .storage_place import ignored_path_notice, placed
-from .inputs import DuplicateKeyError, check_stdin, loads_unique, read_bounded, read_regular
+from .inputs import (DuplicateKeyError, TooLarge, check_stdin, loads_unique, read_bounded, read_regular,
+                     toml_loads)
 from .fields import (  # noqa: F401  (re-exported: the schema's tables)
     COMMON_FIELDS, STATE_FIELDS, ORDER_FIELDS, NAMED_FIELDS, CONFIG_FIELDS, SCENARIO_FIELDS, COMPONENT_COUNTERS,
     host_state_field, metric_field,
@@ -154,7 +155,9 @@ def scenario_from_records(header: dict[str, Any], steps: list[dict[str, Any]], n
 
 def _load_toml(text: str, name: str) -> Scenario:
     try:
-        doc = tomllib.loads(text)
+        doc = toml_loads(text, tomllib)  # (tomli where installed)
+    except TooLarge as exc:
+        raise ScenarioError(str(exc), name, exc.line) from None
     except tomllib.TOMLDecodeError as exc:
         match = re.search(r"at line (\d+)", str(exc))
         line = int(match.group(1)) if match else max(1, len(text.rstrip("\n").split("\n")))  # "at end of document"
@@ -213,6 +216,8 @@ def parse_line(raw: str | bytes, name: str, lineno: int) -> Any:
         return loads_unique(raw)
     except DuplicateKeyError as exc:
         raise ScenarioError(f"key {shown(exc.key)} is given twice in one object", name, lineno, exc.key) from None
+    except TooLarge as exc:
+        raise ScenarioError(str(exc), name, lineno) from None
     except RecursionError:
         raise ScenarioError("a value is nested too deeply", name, lineno) from None
 

@@ -18,10 +18,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Optional
 
-from cache.keys import TOKEN_BYTES, unpack_tokens
+from cache.keys import TOKEN_BYTES
 from cache.snapshot import NodeRecord, PoolView
 
 from .fmt import plural, tokens_text
+from .packed import PackedTokens
 from .states import TimelineState
 
 CHANGE_KINDS = ("added", "removed", "split", "tombstoned", "recovered", "value", "lock_ref", "lru")
@@ -294,7 +295,7 @@ def _key_text(record: Optional[NodeRecord]) -> Optional[str]:
     """``[1 2 3] (3 tokens)``: the key as every view elides it, counted once."""
     if record is None:
         return None
-    tokens = unpack_tokens(record.key)
+    tokens = PackedTokens(record.key)  # only the tokens shown are unpacked
     return f"{tokens_text(tokens, counted=False)} ({plural(len(tokens), 'token')})"
 
 

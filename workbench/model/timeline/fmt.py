@@ -7,7 +7,7 @@ booleans read as TOML writes them, and counts agree with their nouns. A file's s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 from ..scenarios.errors import printable
@@ -23,13 +23,15 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
 
 def tokens_text(tokens: Iterable[int], show_all: int = KEY_SHOW_ALL, counted: bool = True) -> str:
     """``[1 2 3]``, or ``[1 2 3 … 9 10] (4,096 tokens)`` for a long key; ``counted=False``
-    leaves the count out, for a view that shows it beside the key anyway (``3t``)."""
-    tokens = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
-    if len(tokens) <= show_all:
-        return "[" + " ".join(map(str, tokens)) + "]"
+    leaves the count out, for a view that shows it beside the key anyway (``3t``). A
+    sequence is only sliced: a stored key (``PackedTokens``) unpacks the tokens shown."""
+    tokens = tokens if isinstance(tokens, Sequence) else list(tokens)
+    n = len(tokens)
+    if n <= show_all:
+        return "[" + " ".join(map(str, tokens[:n])) + "]"
     head = " ".join(map(str, tokens[:KEY_HEAD]))
-    tail = " ".join(map(str, tokens[-KEY_TAIL:]))
-    return f"[{head} … {tail}]" + (f" ({plural(len(tokens), 'token')})" if counted else "")
+    tail = " ".join(map(str, tokens[n - KEY_TAIL:]))
+    return f"[{head} … {tail}]" + (f" ({plural(n, 'token')})" if counted else "")
 
 
 def key_text(tokens: Iterable[int], key_head: Optional[int] = None, counted: bool = True) -> str:
@@ -42,7 +44,7 @@ def key_text(tokens: Iterable[int], key_head: Optional[int] = None, counted: boo
 def counted_key_text(tokens: Iterable[int], key_head: Optional[int] = None) -> str:
     """A key and its length, said once whatever the key's length: ``[5]  (1 token)``,
     ``[1 2 3 … 10 11]  (11 tokens)``; an EAGLE key counts pairs: ``[3|4 5]  (2 token pairs)``."""
-    tokens = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
+    tokens = tokens if isinstance(tokens, Sequence) else list(tokens)
     noun = "token" if key_head is None else "token pair"
     return f"{key_text(tokens, key_head, counted=False)}  ({plural(len(tokens), noun)})"
 

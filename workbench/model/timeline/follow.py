@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
 from ..scenarios.errors import shown
-from ..scenarios.inputs import DuplicateKeyError, loads_unique, special_kind
+from ..scenarios.inputs import DuplicateKeyError, TooLarge, loads_unique, special_kind
 from ..scenarios.scenario import MAX_FILE_BYTES, Scenario, ScenarioError, _load_jsonl
 
 FINGERPRINT_BYTES = 64  # the last bytes read, re-read to notice a rewrite in place
@@ -194,6 +194,8 @@ class TraceFollower:
             raise self._error(f"not UTF-8 text (byte {exc.start} of the line)", self.lines) from None
         except RecursionError:
             raise self._error("a value is nested too deeply", self.lines) from None
+        except TooLarge as exc:
+            raise self._error(str(exc), self.lines) from None
         except json.JSONDecodeError as exc:
             raise self._error(f"malformed JSON: {exc.msg} (column {exc.colno})", self.lines) from None
         if not isinstance(value, dict):

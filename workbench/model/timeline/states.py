@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import weakref
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -25,6 +26,8 @@ from typing import Optional
 
 from cache.keys import namespace_order, unpack_tokens
 from cache.snapshot import CacheSnapshot, ComponentView, GlobalRecord, NodeRecord, NodeView, eviction_order
+
+from .packed import PackedTokens
 
 Records = dict[int, NodeRecord]
 Delta = dict[int, Optional[NodeRecord]]
@@ -380,13 +383,24 @@ class TimelineState:
                                 c.host_len, c.session_ref, c.session_ids)
             for name, c in zip(self.components, record.components)
         }
-        key, path = tuple(unpack_tokens(record.key)), self.path(record.id)
+        key = PackedTokens(record.key)  # unpacked as far as a view reads it
+        path = PackedTokens(functools.partial(_path_bytes, self.records, record.id))  # joined when first read
         return NodeView(
             record.id, record.parent, key, path, record.extra_key,
             record.last_access_time, record.priority, record.hit_count, record.evictable_leaf,
             self.children(record.id), MappingProxyType(comps), record.cache_salt, record.key_head,
             record.evict_key, record.evict_note,
         )
+
+
+def _path_bytes(records: Records, node_id: int) -> bytes:
+    """A node's path packed: its ancestors' keys and its own, root first."""
+    keys = []
+    record = records[node_id]
+    while record.parent is not None:
+        keys.append(record.key)
+        record = records[record.parent]
+    return b"".join(reversed(keys))
 
 
 def _child_order(record: NodeRecord, page_bytes: int):

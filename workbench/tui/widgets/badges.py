@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from cache.keys import unpack_tokens
 from cache.snapshot import NodeRecord
 
+from ...model.timeline.packed import PackedTokens
 from ...model.timeline.shown_tree import CHANGE_MEANING, CHANGE_ORDER, ShownNode
 from ...render.tree_view import COMPONENT_STYLE, badge_line
 
@@ -34,7 +34,7 @@ def row_label(row: ShownNode) -> Text:
     """The tree view's line for a row, styled by the change that marks it."""
     comps = ((c.name, c.value_len, c.lock_ref, c.rank, c.extras, c.host_len, c.session_ref, c.session_ids)
              for c in row.components)
-    text = badge_line(row.id, unpack_tokens(row.key), row.extra_key, comps, row.evictable_leaf, row.folded,
+    text = badge_line(row.id, PackedTokens(row.key), row.extra_key, comps, row.evictable_leaf, row.folded,
                       row.cache_salt, row.key_head, row.policy_badge)
     if row.mark is not None:
         text.stylize(CHANGE_STYLE[row.mark])

@@ -7,10 +7,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from cache.keys import unpack_tokens
-
 from ...model.scenarios.errors import printable
 from ...model.timeline.fmt import counted_key_text
+from ...model.timeline.packed import PackedTokens
 from ...model.timeline.step_view import StepView
 from ...render.tree_view import SESSION_STYLE
 from .panel import Panel
@@ -39,7 +38,7 @@ class Inspector(Panel, Static):
             text.append(f"in the tree's row #{row.id} +{row.folded}: " + " ".join(f"#{m}" for m in row.members) + "\n",
                         style="dim")
         # an EAGLE key counts pairs, the first beginning with the token before |
-        text.append(f"key  {counted_key_text(unpack_tokens(record.key), record.key_head)}\n")
+        text.append(f"key  {counted_key_text(PackedTokens(record.key), record.key_head)}\n")
         if record.cache_salt is not None:
             text.append(f"cache_salt {printable(record.cache_salt)}\n")
         if node_id in state:
