@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from urc_util import main_without_torch
+
 ROOT = Path(__file__).resolve().parent.parent
 SMALL_MB = 200  # bad input never costs more than this (a clean start is ~20 MB)
 HEADER = 'schema = 1\n[scenario]\nname = "t"\n[config]\ncomponents = ["full"]\nkv_size = 64\n'
@@ -243,13 +245,9 @@ def test_peak_memory_of_a_bad_input_stays_small(sandbox, tmp_path):
 
 
 def test_fuzz_checks_its_options_and_lists_faults_before_importing_torch():
-    probe = ("import sys\nfrom workbench.cli import main\n"
-             "codes = [main(['fuzz', '--list-faults']), main(['fuzz', '--kv-size', '1']), "
-             "main(['fuzz', '--time-budget', '-1'])]\n"
-             "print(codes, 'torch' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.stdout.strip().splitlines()[-1] == "[0, 2, 2] False", proc.stdout + proc.stderr
+    codes, torch_loaded, err = main_without_torch(["fuzz", "--list-faults"], ["fuzz", "--kv-size", "1"],
+                                                  ["fuzz", "--time-budget", "-1"])
+    assert (codes, torch_loaded) == ([0, 2, 2], False), err
 
 
 def test_an_output_that_fails_half_way_leaves_the_old_file_and_no_debris(tmp_path):

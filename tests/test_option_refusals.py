@@ -4,15 +4,12 @@ runs; and the config line names what the cache runs with."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cache.config_reference import config_line
-from urc_util import assert_invalid, toml, urc
+from urc_util import assert_invalid, main_without_torch, toml, urc
 from workbench.model.fuzzing.campaign import default_jobs
 from workbench.model.fuzzing.config import FuzzConfig
 
@@ -38,15 +35,13 @@ def test_an_unknown_option_is_named_with_the_close_names(capsys):
 def test_a_component_option_runs_and_its_bad_value_is_refused_before_torch(capsys):
     rc, out, err = urc(capsys, "fuzz", "--config", "full,mamba", "--option", "mamba_max_states_per_path=2", *SMALL)
     assert rc == 0 and "Full+Mamba p1 mamba_max_states_per_path=2" in out, err
-    probe = ("import sys\nfrom workbench.cli import main\n"
-             "codes = [main(['fuzz', '--config', 'full,mamba', '--option', f'mamba_max_states_per_path={v}']) "
-             "for v in (0, '\"two\"')] + [main(['fuzz', '--config', 'full,swa', '--option', 'swa_draft_windw=8'])]\n"
-             "print(codes, 'torch' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.stdout.strip().splitlines()[-1] == "[2, 2, 2] False", proc.stdout + proc.stderr
-    assert "mamba_max_states_per_path must be -1 (no cap) or a positive int (got 0)" in proc.stderr
-    assert "did you mean 'swa_draft_window'" in proc.stderr
+    codes, torch_loaded, err = main_without_torch(
+        ["fuzz", "--config", "full,mamba", "--option", "mamba_max_states_per_path=0"],
+        ["fuzz", "--config", "full,mamba", "--option", 'mamba_max_states_per_path="two"'],
+        ["fuzz", "--config", "full,swa", "--option", "swa_draft_windw=8"])
+    assert (codes, torch_loaded) == ([2, 2, 2], False), err
+    assert "mamba_max_states_per_path must be -1 (no cap) or a positive int (got 0)" in err
+    assert "did you mean 'swa_draft_window'" in err
 
 
 @pytest.mark.parametrize("policy, args, says", [

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -71,3 +74,18 @@ def assert_invalid(capsys, argv: list[str], where: str, field: str | None = None
         assert says in lines[0], lines[0]
     assert out == ""
     return lines[0]
+
+
+def main_without_torch(*argvs: list[str]) -> tuple[list[int], bool, str]:
+    """Each argv through ``main`` in one fresh interpreter: their exit codes, whether
+    torch was imported by the end, and stderr (what is checked before torch loads)."""
+    probe = ("import sys\nfrom workbench.cli import main\n"
+             f"codes = [main(argv) for argv in {[list(a) for a in argvs]!r}]\n"
+             "print(codes, 'torch' in sys.modules)")
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    assert last.endswith((" True", " False")), proc.stdout + proc.stderr
+    codes, imported = last.rsplit(" ", 1)
+    return json.loads(codes), imported == "True", proc.stderr

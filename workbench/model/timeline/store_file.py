@@ -305,9 +305,9 @@ def recovered_copy(path: str, leftover: list[str]) -> tuple[tempfile.TemporaryDi
     notices = [f"{path}: a run stopped while writing it (its {' and '.join(leftover)} beside it): read from a "
                "private copy, as SQLite recovers it"]
     try:
-        _copy_regular(path, copy)
+        _copy_regular(path, copy, follow=True)  # the store the user named, through a link too
         for side in leftover:
-            if not _copy_regular(path + side, copy + side):
+            if not _copy_regular(path + side, copy + side, follow=False):
                 notices.append(f"{path}{side} is not a regular file: left out")
     except OSError as exc:
         scratch.cleanup()
@@ -315,10 +315,10 @@ def recovered_copy(path: str, leftover: list[str]) -> tuple[tempfile.TemporaryDi
     return scratch, copy, notices
 
 
-def _copy_regular(source: str, target: str) -> bool:
-    """Copy ``source`` if it is a regular file (a link is followed only for the store
-    itself, which the user named); False where it is not."""
-    flags = os.O_RDONLY | (os.O_NOFOLLOW if not source.endswith(".urcdb") else 0) | getattr(os, "O_NONBLOCK", 0)
+def _copy_regular(source: str, target: str, follow: bool) -> bool:
+    """Copy ``source`` if it is a regular file (through a link only where ``follow``);
+    False where it is not."""
+    flags = os.O_RDONLY | (0 if follow else os.O_NOFOLLOW) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(source, flags)
     except OSError:
