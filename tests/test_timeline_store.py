@@ -325,3 +325,27 @@ def test_the_store_bench_runs_a_trace_and_reopens_it_twice():
     # the whole process holds the in-process part: interpreter start, imports, opening
     assert report["reopen_process_seconds"] >= report["reopen_seconds"]
     assert report["jump_ms_median"] <= report["jump_ms_max"] and report["workbench_first_paint_seconds"] > 0
+
+
+def test_a_batch_interrupted_mid_write_is_written_again_whole(tmp_path, monkeypatch, small_batches):
+    """Ctrl-C or SIGTERM inside a batch's transaction rolls it back, keys included: the
+    store the interrupted run keeps reads every step it says it holds."""
+    from workbench.model.timeline.store_file import StoreFile
+
+    path = trace(tmp_path, 20)
+    real, said = StoreFile.put_meta, []
+
+    def interrupted_once(self, name, value):
+        if name == "summary" and not said:
+            said.append(name)
+            raise KeyboardInterrupt  # after the batch's steps and new keys, before COMMIT
+        return real(self, name, value)
+
+    monkeypatch.setattr(StoreFile, "put_meta", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        run_to_store(str(path), str(tmp_path / "run.urcdb"))
+    kept = open_store(str(tmp_path / "run.urcdb"))
+    memory = run_scenario(path)
+    assert said and 0 < len(kept) and not kept.complete
+    for i in range(len(kept) + 1):
+        assert kept.state_after(i).records == memory.state_after(i).records, i

@@ -168,6 +168,16 @@ class StoreFile:
             self.db.execute("INSERT INTO keys VALUES (?, ?)", (found, key))
         return found
 
+    @property
+    def next_key(self) -> int:
+        """The id the next new key gets (a transaction notes it, to forget on rollback)."""
+        return self._next_key
+
+    def forget_keys_from(self, first: int) -> None:
+        """Forget the ids from ``first`` on: their rows were rolled back."""
+        self._key_ids = {k: i for k, i in self._key_ids.items() if i < first}
+        self._next_key = first
+
     def forget_keys(self, live: Records) -> None:
         """Keep ids only for the keys ``live`` uses (a later record of a deleted node's
         key, should one come, just stores it again)."""

@@ -207,10 +207,11 @@ class DiskStateStore(StateStore):
         """Write the finished steps and keyframes in one transaction."""
         file = self.file
         done = [i for i, row in self.pending.items() if "record" in row]
-        with file.lock:
+        with file.lock:  # every write idempotent: an interrupt after COMMIT leaves rows the next flush writes again
             file.db.execute("BEGIN")
+            first_new_key = file.next_key
             try:
-                file.db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?)", (
+                file.db.executemany("INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?)", (
                     (i, row["record"].passed, encode(file.pack(row["delta"])), encode(file.pack(row["before"])),
                      encode(row["globals"]), encode(record_row(row["record"]), compress=False))
                     for i in done for row in (self.pending[i],)))
@@ -221,12 +222,14 @@ class DiskStateStore(StateStore):
                 file.db.executemany("INSERT OR REPLACE INTO keyframes VALUES (?, ?)",
                                     ((i, encode(file.pack(records))) for i, records in kept))
                 if done:
-                    file.db.execute("INSERT INTO series VALUES (?, ?)", (done[0], rows_blob(
+                    file.db.execute("INSERT OR REPLACE INTO series VALUES (?, ?)", (done[0], rows_blob(
                         [self.pending[i]["series"] for i in done])))
                 file.put_meta("summary", self.summary)
                 file.db.execute("COMMIT")
             except BaseException:
-                file.db.execute("ROLLBACK")
+                if file.db.in_transaction:  # (an interrupt can land after COMMIT too)
+                    file.db.execute("ROLLBACK")
+                    file.forget_keys_from(first_new_key)  # their rows went with the transaction
                 raise
         for i in done:
             del self.pending[i]
