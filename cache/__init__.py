@@ -7,23 +7,23 @@ file per kind of cache data).
 
 import importlib
 
-# name -> submodule; resolved on first use so that ``import cache.config`` (checking a
+# name -> submodule; resolved on first use so that ``import cache.config.cache_config`` (checking a
 # scenario before anything runs) does not pay for importing torch
 _EXPORTS = {
-    "CacheConfig": "config",
-    "UnifiedRadixCache": "controller",
-    "CacheError": "errors",
-    **dict.fromkeys(("Cause", "Event", "EventBus", "EventKind", "EventLog"), "events"),
-    **dict.fromkeys(("check_invariants", "verify_match"), "invariants"),
-    "Violation": "violation",
-    "RadixKey": "keys",
+    "CacheConfig": "config.cache_config",
+    "UnifiedRadixCache": "controller.unified_radix_cache",
+    "CacheError": "basics.errors",
+    **dict.fromkeys(("Cause", "Event", "EventBus", "EventKind", "EventLog"), "observe.events"),
+    **dict.fromkeys(("check_invariants", "verify_match"), "checks.invariants"),
+    "Violation": "basics.violation",
+    "RadixKey": "basics.keys",
     **dict.fromkeys(
         ("DecLockRefParams", "EvictParams", "EvictResult", "IncLockRefResult", "InsertParams", "InsertResult",
          "MatchPrefixParams", "MatchResult"),
-        "params",
+        "basics.params",
     ),
-    "Req": "request",
-    **dict.fromkeys(("CacheSnapshot", "take_snapshot"), "snapshot"),
+    "Req": "basics.request",
+    **dict.fromkeys(("CacheSnapshot", "take_snapshot"), "controller.snapshot"),
 }
 
 

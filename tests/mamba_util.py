@@ -28,7 +28,7 @@ from conftest import Checked, seq
 MAMBA_CONFIGS = [(1, None, 256, 20), (4, None, 256, 60), (1, 128, 1024, 20), (64, 64, 4096, 60)]
 HYBRID_CONFIGS = [c for c in MAMBA_CONFIGS if c[1] is not None]
 
-CHUNK = 64  # the model's SSM chunk (cache/components/mamba.py CHUNK_SIZE)
+CHUNK = 64  # the model's SSM chunk (cache/components/mamba/component.py CHUNK_SIZE)
 
 
 def config_id(cfg) -> str:

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from cache import Cause, EvictParams, InsertParams, RadixKey, UnifiedRadixCache
-from cache.actions import ComponentAction, FreeDeviceKV, FreeDeviceKVFullOnly, RebuildSWA, RecoverLockedSWA
-from cache.eviction import EvictionBatch
+from cache.observe.actions import ComponentAction, FreeDeviceKV, FreeDeviceKVFullOnly, RebuildSWA, RecoverLockedSWA
+from cache.observe.eviction_batch import EvictionBatch
 
 SLOTS = torch.arange(4, dtype=torch.int64)
 

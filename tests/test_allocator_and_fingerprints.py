@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from cache.errors import CacheError, DoubleFreeError, ForeignIndexError, PoolError, PoolExhaustedError
+from cache.basics.errors import CacheError, DoubleFreeError, ForeignIndexError, PoolError, PoolExhaustedError
 from cache.pools import KVFingerprintBuffer, PagedAllocator, prefix_fingerprints
 
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""Bad calls: each raises the right ``cache.errors`` class with a clear message and
+"""Bad calls: each raises the right ``cache.basics.errors`` class with a clear message and
 leaves the cache exactly as it was (snapshot equal, no invariant violated)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from cache import (
     UnifiedRadixCache,
     check_invariants,
 )
-from cache.errors import (
+from cache.basics.errors import (
     CacheError,
     DoubleFreeError,
     ForeignIndexError,

@@ -1,4 +1,4 @@
-"""The config reference (cache/config_reference.py): it lists every [config] field the
+"""The config reference (cache/config/reference.py): it lists every [config] field the
 cache accepts, with the cache's own defaults, the README prints it, and every view and
 picture opens with the config line made from it."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from cache.components import COMPONENT_REGISTRY
-from cache.config import CacheConfig
-from cache.config_reference import OPTIONS, REQUIRED, component_options, config_line, reference_table
-from cache.host_config import HiCacheConfig, StorageConfig
+from cache.config.cache_config import CacheConfig
+from cache.config.reference import OPTIONS, REQUIRED, component_options, config_line, reference_table
+from cache.tiers.hicache_config import HiCacheConfig, StorageConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 TOUR_SWA = ROOT / "scenarios" / "tour_swa.toml"

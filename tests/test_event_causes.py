@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cache import Cause, Event, EventKind, EventLog, EvictParams, InsertParams, RadixKey, UnifiedRadixCache
-from cache.eviction import EvictionBatch
+from cache.observe.eviction_batch import EvictionBatch
 from workbench.model.timeline.runner import Runner
 from workbench.model.scenarios.scenario import scenario_from_records
 from workbench.model.scenarios.workload import random_records
@@ -234,8 +234,8 @@ def test_verdicts_agree_with_the_match_results(components):
 
 # ---- unobserved: no cost ------------------------------------------------------------------------
 def test_no_verdicts_or_request_tags_are_built_without_an_observer(monkeypatch):
-    import cache.tree_core as tree_core
-    from cache.events import EventBus, OpScope
+    import cache.tree.core as tree_core
+    from cache.observe.events import EventBus, OpScope
 
     def refuse(*args, **kwargs):
         raise AssertionError("called without an observer")

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's eight eviction strategies on Full's leaves (cache/evict_policy.py).
+"""SGLang 0.5.23's eight eviction strategies on Full's leaves (cache/tree/leaf_policies.py).
 
 The workloads are the oracle's (shared/oracle/examples-ext/evict_policy_*): the same
 ops evict different leaves under lru, lfu and priority. The other policies are checked
@@ -12,7 +12,7 @@ import pytest
 import random
 
 from cache import CacheConfig
-from cache.evict_policy import POLICIES, make_policy
+from cache.tree.leaf_policies import POLICIES, make_policy
 from workbench.model.scenarios.scenario import scenario_from_records
 from workbench.model.timeline.runner import Runner
 

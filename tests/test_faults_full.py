@@ -29,10 +29,10 @@ import dataclasses
 import pytest
 
 from cache import UnifiedRadixCache
-from cache.components.full import FullComponent
-from cache.controller import UnifiedRadixCache as ControllerClass
+from cache.components.full.component import FullComponent
+from cache.controller.unified_radix_cache import UnifiedRadixCache as ControllerClass
 from cache.faults import catalogue
-from cache.tree_core import UnifiedTreeCore
+from cache.tree.core import UnifiedTreeCore
 from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults
 from urc_util import urc
 from workbench.model.timeline.runner import Runner
@@ -179,7 +179,7 @@ def test_faults_stay_quiet_where_behaviour_coincides():
     and a page-aligned key: the faulty copies behave like the correct code there and
     must not report a hit."""
     from cache import MatchPrefixParams, RadixKey
-    from cache.errors import LockError
+    from cache.basics.errors import LockError
 
     cache = UnifiedRadixCache(components=("full",), page_size=1, kv_size=16, device="cpu",
                               faults=("lock-skips-matched-node", "release-detached-lock"))

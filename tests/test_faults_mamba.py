@@ -123,7 +123,7 @@ def test_urc_run_fails_with_the_fault(name, capsys, tmp_path):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_fault_touches_only_its_own_cache(name):
-    from cache.components.mamba import MambaComponent
+    from cache.components.mamba.component import MambaComponent
 
     before = {k: v for k, v in vars(MambaComponent).items() if callable(v)}
     scenario = _scenario(CASES[name][0])

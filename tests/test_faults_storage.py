@@ -19,7 +19,7 @@ import dataclasses
 import pytest
 
 from cache import UnifiedRadixCache
-from cache.config import CacheConfig
+from cache.config.cache_config import CacheConfig
 from cache.faults import catalogue
 from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults, bug_scenario
 from workbench.model.fuzzing.sweep import STORAGE_CONFIGS, configs_for

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 
-from cache.errors import LockError
+from cache.basics.errors import LockError
 
 from conftest import assert_empty_tree, lock_ref, matched, seq, stray
 

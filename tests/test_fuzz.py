@@ -165,7 +165,7 @@ def test_a_counters_and_lru_check_sees_only_its_own_families():
     run = LockstepRun(config)
     record = run.step({"op": "insert", "key": [1, 2]})
     assert not sanity_check_would_catch(record)
-    from cache.invariants import Violation
+    from cache.checks.invariants import Violation
 
     for name, caught in (("counter.evictable", True), ("lru.links", True), ("pool.full.balance", True),
                          ("lock.negative", False), ("match.fingerprint", False)):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cache.config import CacheConfig
+from cache.config.cache_config import CacheConfig
 from urc_util import urc
 from workbench.cli.fuzz import parse_options
 from workbench.model.fuzzing.config import FuzzConfig

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
-from cache.errors import CacheError
+from cache.basics.errors import CacheError
 
 
 def make(policy="write_through", kv_size=64, page_size=1, **host) -> UnifiedRadixCache:
@@ -210,7 +210,7 @@ def test_load_back_refused_when_the_device_cannot_cover_it_changes_no_host_data(
 
 def test_host_calls_need_the_host_tier_and_hicache_a_host_part_of_every_component():
     from cache.components import COMPONENT_REGISTRY, TreeComponent
-    from cache.config import CacheConfig
+    from cache.config.cache_config import CacheConfig
 
     with pytest.raises(CacheError, match="needs the host tier"):
         UnifiedRadixCache(kv_size=16, device="cpu").evict_host(1)
@@ -244,7 +244,7 @@ def test_the_checker_names_a_broken_host_tier():
 
 
 def test_a_host_only_node_cannot_be_locked_and_a_request_admits_on_its_device_prefix():
-    from cache.errors import LockError
+    from cache.basics.errors import LockError
 
     cache = make()
     insert(cache, A)

@@ -12,7 +12,7 @@ import torch
 from hicache_util import host_rows
 
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
-from cache.errors import CacheError
+from cache.basics.errors import CacheError
 
 A, B = [1, 2, 3, 4, 5, 6, 7, 8], [21, 22, 23, 24]
 

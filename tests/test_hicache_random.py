@@ -11,7 +11,7 @@ import random
 import pytest
 
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
-from cache.errors import PoolExhaustedError
+from cache.basics.errors import PoolExhaustedError
 
 CASES = [  # (components, page size)
     (("full",), 1), (("full",), 4), (("full", "mamba"), 1), (("full", "swa"), 1), (("full", "swa"), 4),

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
-from cache.errors import PoolExhaustedError
+from cache.basics.errors import PoolExhaustedError
 
 STEMS = [[1, 2, 3, 4], [1, 2, 5, 6], [7, 8, 9, 10], [1, 2, 3, 4, 11, 12, 13, 14]]
 keys = st.builds(lambda stem, tail: STEMS[stem] + tail, st.integers(0, len(STEMS) - 1),

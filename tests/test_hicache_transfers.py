@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
-from cache.events import EventKind
-from cache.params import MatchPrefixParams
+from cache.observe.events import EventKind
+from cache.basics.params import MatchPrefixParams
 
 A = [1, 2, 3, 4, 5, 6, 7, 8]
 

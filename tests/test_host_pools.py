@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cache import InsertParams, RadixKey, UnifiedRadixCache, verify_match
-from cache.errors import DoubleFreeError, PoolExhaustedError
+from cache.basics.errors import DoubleFreeError, PoolExhaustedError
 from cache.pools.host_pool import HostKVPool, HostMambaPool
 from cache.pools.kv_buffer import prefix_fingerprints
 

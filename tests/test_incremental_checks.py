@@ -151,7 +151,7 @@ def test_host_tier_incremental_checks_flag_the_same_step_as_the_full_sweep(at, c
 def test_a_healthy_host_tier_run_is_probed_not_swept(monkeypatch, tmp_path):
     import json
 
-    import cache.invariants as invariants
+    import cache.checks.invariants as invariants
 
     path = tmp_path / "host.jsonl"
     header = {"schema": 1, "scenario": {"name": "host"}, "config": HOST_CONFIG}

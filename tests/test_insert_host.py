@@ -1,4 +1,4 @@
-"""The tree side of a storage prefetch (cache/tree_core_prefetch.py, SGLang 0.5.23's
+"""The tree side of a storage prefetch (cache/tree/prefetch_placement.py, SGLang 0.5.23's
 ``insert_host``): fetched host slots placed below the prefetch's anchor — matched nodes
 kept (split where needed), write-through refills of nodes without a host copy, one new
 host-only node for the rest, and the tail dropped below a node with no host copy."""
@@ -40,7 +40,7 @@ def test_a_fetched_tail_becomes_a_host_only_node_below_a_backed_up_anchor():
     assert done.prefix_len == 0 and not done.dropped and done.node.token_ids == B
     assert done.node.data[0].value is None and done.node.data[0].host_value.shape[0] == 8
     assert cache.host.available_size() == free_before - 8
-    from cache.page_hash import node_chain
+    from cache.basics.page_hash import node_chain
     assert done.node.page_hashes == node_chain(done.node, 4) and done.node.page_hashes[0] != anchor.page_hashes[-1]
     assert check_invariants(cache) == []
     match = cache.match_prefix(RadixKey(A + B))

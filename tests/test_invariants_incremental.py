@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from cache import EvictParams, UnifiedRadixCache, check_invariants
-from cache.invariants_incremental import probe
+from cache.checks.incremental import probe
 
 from conftest import Checked
 

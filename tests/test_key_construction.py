@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from cache import InsertParams, RadixKey, UnifiedRadixCache
-from cache.errors import InvalidKeyError
-from cache.keys import MAX_TOKEN_ID, unpack_tokens
+from cache.basics.errors import InvalidKeyError
+from cache.basics.keys import MAX_TOKEN_ID, unpack_tokens
 
 TOKENS = [0, 1, 2, 255, 256, 257, 65535, 65536, 31999, MAX_TOKEN_ID]
 

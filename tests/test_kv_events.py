@@ -1,4 +1,4 @@
-"""SGLang's KV events (cache/kv_events.py): what each tree-core site records, how the
+"""SGLang's KV events (cache/observe/kv_events.py): what each tree-core site records, how the
 queue coalesces, and the router's replay of the stream checked against the cache
 (workbench/model/timeline/kv_router.py), on every shipped scenario and under a fault."""
 
@@ -13,8 +13,8 @@ import pytest
 from cache import CacheConfig, UnifiedRadixCache
 from cache.faults import catalogue
 from cache.faults.kv_events import FAULTS, UNEVICT_NO_GPU_STORE
-from cache.kv_events import CPU, GPU, AllBlocksCleared, BlockRemoved, BlockStored
-from cache.page_hash import as_int64
+from cache.observe.kv_events import CPU, GPU, AllBlocksCleared, BlockRemoved, BlockStored
+from cache.basics.page_hash import as_int64
 from urc_util import urc
 from workbench.model.scenarios.scenario import load_scenario, scenario_from_records
 from workbench.model.timeline.kv_router import ROUTER_VIEW, UNKNOWN_BLOCK, RouterView

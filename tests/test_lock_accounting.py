@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cache import InsertParams, RadixKey, UnifiedRadixCache, check_invariants
-from cache.errors import LockError
+from cache.basics.errors import LockError
 
 
 def swa_cache() -> UnifiedRadixCache:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from cache import InsertParams, RadixKey, UnifiedRadixCache, check_invariants
-from cache.invariants_incremental import probe
-from cache import tree_core_locks
-from cache.tree_core_locks import group_receipts
+from cache.checks.incremental import probe
+from cache.tree import locks as tree_core_locks
+from cache.tree.locks import group_receipts
 
 KEY = list(range(1, 33))
 

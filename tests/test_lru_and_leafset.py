@@ -1,5 +1,5 @@
-"""Unit tests of the intrusive LRU list (cache/lru.py) and the evictable-leaf set
-(cache/leaf_set.py), on hand-built TreeNode objects."""
+"""Unit tests of the intrusive LRU list (cache/tree/lru.py) and the evictable-leaf set
+(cache/tree/leaf_set.py), on hand-built TreeNode objects."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from cache.leaf_set import EvictableLeafSet
-from cache.lru import LRUList
-from cache.tree_node import TreeNode
+from cache.tree.leaf_set import EvictableLeafSet
+from cache.tree.lru import LRUList
+from cache.tree.node import TreeNode
 
 SLOT, SLOTS = 1, 2  # use the second slot, so slot indexing is exercised
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from cache import CacheError, InsertParams, MatchPrefixParams, RadixKey, Req, check_invariants, verify_match
-from cache.errors import InvalidValueError
+from cache.basics.errors import InvalidValueError
 
 from mamba_util import MAMBA_CONFIGS, MambaChecked, config_id, fp
 

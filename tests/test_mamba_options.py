@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from cache.controller import UnifiedRadixCache
-from cache.events import Cause, EventKind
+from cache.controller.unified_radix_cache import UnifiedRadixCache
+from cache.observe.events import Cause, EventKind
 
 from mamba_util import MambaChecked
 

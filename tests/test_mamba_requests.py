@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from cache import CacheError, EvictParams, MatchPrefixParams, RadixKey, Req, check_invariants
-from cache.errors import PoolExhaustedError, ReferenceAssertsError
+from cache.basics.errors import PoolExhaustedError, ReferenceAssertsError
 
 from mamba_util import HYBRID_CONFIGS, MAMBA_CONFIGS, MambaChecked, config_id
 

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
-from cache.errors import LockError, PoolExhaustedError, StateSlotsAssertError
+from cache.basics.errors import LockError, PoolExhaustedError, StateSlotsAssertError
 
 from conftest import take_request_slots
 from mamba_util import expected_match, fp, grid_of
@@ -203,7 +203,7 @@ class MambaCacheMachine(RuleBasedStateMachine):
         assert r.mamba_num_evicted >= min(mamba_n, evictable["mamba"])
         if self.window:
             assert r.swa_num_tokens_evicted >= min(swa_n, evictable["swa"])
-        event(f"evict {which}: states tombstoned = {cache.snapshot().tombstones('mamba') > 0}")
+        event(f"evict {which}: states tombstoned = {cache.controller.snapshot().tombstones('mamba') > 0}")
 
     # ---- request flows ----------------------------------------------------------
     @rule(data=st.data())

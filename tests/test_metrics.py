@@ -1,4 +1,4 @@
-"""The cache's running totals (cache/metrics.py): hits and misses by tier, per component
+"""The cache's running totals (cache/observe/metrics.py): hits and misses by tier, per component
 evictions and the traffic between tiers, read through the snapshot, expectable in a
 scenario and reported by ``urc run --json``. Each count is checked against what the
 calls did, worked out by hand in the test."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache
-from cache.metrics import metric_fields
+from cache.observe.metrics import metric_fields
 
 from urc_util import urc
 

@@ -9,8 +9,8 @@ import pytest
 
 from cache import EventBus, EventKind, EventLog, UnifiedRadixCache
 from cache.components.base import TreeComponent
-from cache.events import UNOBSERVED, Cause
-from cache.hooks import HookTable, overriding
+from cache.observe.events import UNOBSERVED, Cause
+from cache.tree.hooks import HookTable, overriding
 
 
 def emit(bus: EventBus) -> None:

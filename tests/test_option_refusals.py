@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cache.config_reference import config_line
+from cache.config.reference import config_line
 from urc_util import assert_invalid, main_without_torch, toml, urc
 from workbench.model.fuzzing.campaign import default_jobs
 from workbench.model.fuzzing.config import FuzzConfig

@@ -1,4 +1,4 @@
-"""Page hashes (cache/page_hash.py): the per-page content chain SGLang 0.5.23 keys storage
+"""Page hashes (cache/basics/page_hash.py): the per-page content chain SGLang 0.5.23 keys storage
 pages and KV events by. The literal digests were printed by SGLang 0.5.23's native
 ``get_hash_str`` (tokens 1..16, page 4, no prior); the namespace seeds by its
 ``storage_namespace_seed``."""
@@ -6,8 +6,8 @@ pages and KV events by. The literal digests were printed by SGLang 0.5.23's nati
 from __future__ import annotations
 
 from cache import InsertParams, RadixKey, UnifiedRadixCache
-from cache.keys import pack_tokens
-from cache.page_hash import as_int64, chain, node_chain, storage_seed
+from cache.basics.keys import pack_tokens
+from cache.basics.page_hash import as_int64, chain, node_chain, storage_seed
 
 SGLANG_1_TO_16 = ["cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72",
                   "4ebfa8a1f3c341517621838c6e1b9aa350307e3f00b3cbd1a07ef740f54396d6"]

@@ -18,7 +18,7 @@ import pytest
 from refused_util import assert_same, deep_state
 
 from cache import CacheError, Cause, EventLog, UnifiedRadixCache, check_invariants
-from cache.errors import DoubleFreeError, LockError, PoolExhaustedError, UnknownNodeError
+from cache.basics.errors import DoubleFreeError, LockError, PoolExhaustedError, UnknownNodeError
 from workbench.model.timeline.session import Session
 
 # ---- part (a): every call of every op fails in turn -----------------------------

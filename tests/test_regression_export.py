@@ -27,7 +27,7 @@ EXPORTS = [  # (scenario, step to export at)
 
 # A cache that behaves differently: every match that finds something returns one page less.
 ONE_PAGE_LESS_PLUGIN = '''
-from cache.controller import UnifiedRadixCache
+from cache.controller.unified_radix_cache import UnifiedRadixCache
 
 _match_prefix = UnifiedRadixCache.match_prefix
 
@@ -250,7 +250,7 @@ def test_keeping_the_scenario_s_expectations_fails_on_the_bug_and_passes_once_it
     """Issue 30: exported from a run that departs from its scenario, the pinned test takes the
     wrong values as expectations and passes on the bug. With ``keep_expectations`` the test
     is the scenario's steps as written: it fails, naming the step, until the bug is fixed."""
-    from cache.controller import UnifiedRadixCache
+    from cache.controller.unified_radix_cache import UnifiedRadixCache
 
     def one_page_less(self, params, _match_prefix=UnifiedRadixCache.match_prefix):  # the bug: as ONE_PAGE_LESS_PLUGIN
         result = _match_prefix(self, params)

@@ -1,4 +1,4 @@
-"""Admission with load-back (cache/request_load_back.py): new_request(load_back=True)
+"""Admission with load-back (cache/requests/load_back.py): new_request(load_back=True)
 matches, loads the host part of the prefix through v0.5.23's load_back(node, quota,
 req), anchors at what it loaded and allocates the rest; a called-off load gives back
 the Mamba slot it prepared for the request (sgl-project/sglang#30986)."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from cache import UnifiedRadixCache
-from cache.errors import CacheError, PoolExhaustedError
-from cache.invariants import check_invariants
-from cache.params import EvictParams, MatchPrefixParams
+from cache.basics.errors import CacheError, PoolExhaustedError
+from cache.checks.invariants import check_invariants
+from cache.basics.params import EvictParams, MatchPrefixParams
 from cache.pools.kv_buffer import prefix_fingerprints
-from cache.keys import RadixKey
+from cache.basics.keys import RadixKey
 
 HOST = {"write_policy": "write_back", "load_back_threshold": 1}
 

@@ -5,7 +5,7 @@ priority and chunked state, plus each component's own request state through its
 from __future__ import annotations
 
 from cache.components.base import TreeComponent
-from cache.snapshot import global_record, take_snapshot
+from cache.controller.snapshot import global_record, take_snapshot
 from workbench.model.scenarios.scenario import scenario_from_records
 from workbench.model.timeline.runner import Runner
 
@@ -69,7 +69,7 @@ def test_a_component_shows_its_own_request_state_without_the_snapshot_knowing_it
             return {"seen": req.kv_len}
 
     monkeypatch.setattr(full, "__class__", Shown)
-    from cache.hooks import HookTable
+    from cache.tree.hooks import HookTable
 
     run.cache.hooks = HookTable.of(run.cache.components)
     assert take_snapshot(run.cache).requests[0].components == (("full", (("seen", 3),)),)

@@ -1,4 +1,4 @@
-"""Retract, restore and abort of a request (cache/request_retraction.py), as SGLang
+"""Retract, restore and abort of a request (cache/requests/retraction.py), as SGLang
 0.5.23 runs them: the pools after each, the host backup's data, the refusals (nothing
 changes) and the ops' names in a scenario."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from cache import UnifiedRadixCache
-from cache.errors import CacheError
-from cache.events import Cause, EventKind, EventLog
-from cache.invariants import check_invariants
+from cache.basics.errors import CacheError
+from cache.observe.events import Cause, EventKind, EventLog
+from cache.checks.invariants import check_invariants
 from cache.pools import prefix_fingerprints
 from workbench.model.scenarios.errors import ScenarioError
 from workbench.model.scenarios.scenario import scenario_from_records

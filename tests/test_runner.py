@@ -147,7 +147,7 @@ def test_report_lists_every_failing_step_with_its_line_and_command(capsys):
 def test_report_shows_violations(capsys, monkeypatch):
     """Invariants are checked after every step, fingerprints after every match."""
     import workbench.model.timeline.runner as runner
-    from cache.invariants import Violation
+    from cache.checks.invariants import Violation
 
     calls = []
 

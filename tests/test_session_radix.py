@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from cache.controller import UnifiedRadixCache
-from cache.events import Cause, EventKind
-from cache.invariants import check_invariants
-from cache.params import EvictParams
+from cache.controller.unified_radix_cache import UnifiedRadixCache
+from cache.observe.events import Cause, EventKind
+from cache.checks.invariants import check_invariants
+from cache.basics.params import EvictParams
 
 
 def full_cache(on: bool = True) -> UnifiedRadixCache:

@@ -1,4 +1,4 @@
-"""The sidecar component (cache/components/sidecar.py): entries per whole stride, its
+"""The sidecar component (cache/components/sidecar/component.py): entries per whole stride, its
 match validator, split, locks, eviction rank and cascade, capacity eviction, config
 fields and invariants; and a component added at run time with the registry alone."""
 

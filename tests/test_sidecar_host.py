@@ -1,4 +1,4 @@
-"""The sidecar in the host tier (cache/components/sidecar_host.py): the proof that a
+"""The sidecar in the host tier (cache/components/sidecar/host.py): the proof that a
 component's host part is its own file plus its registry line. A Full+sidecar cache
 backs entries up with their node, demotes them, matches on a host-only boundary,
 loads them back, evicts them from the host, and its invariants see a host copy that
@@ -16,8 +16,8 @@ from conftest import Checked
 from hicache_util import host_rows
 
 from cache import EvictParams, RadixKey, check_invariants
-from cache.config import CacheConfig
-from cache.host_config import host_components
+from cache.config.cache_config import CacheConfig
+from cache.tiers.hicache_config import host_components
 from cache.pools.kv_buffer import prefix_fingerprints
 
 ROOT = Path(__file__).resolve().parent.parent

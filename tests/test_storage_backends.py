@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from cache.storage import FileBackend, Fired, LruBudget, MemoryBackend, Rule, StorageInjector, make_backend, transfer_delay
+from cache.tiers.backends import FileBackend, Fired, LruBudget, MemoryBackend, Rule, StorageInjector, make_backend, transfer_delay
 
 PAGE = 64  # bytes per page in the budget tests
 

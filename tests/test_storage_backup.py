@@ -1,4 +1,4 @@
-"""The storage tier's backup (cache/storage_tier.py): after a host backup's ack every
+"""The storage tier's backup (cache/tiers/storage.py): after a host backup's ack every
 node it published is written to storage by its page hashes, ancestors first, holding a
 host lock on the node until the store's own ack (v0.5.23's write_backup_storage and
 ongoing_backup). Immediate stores finish within their op; held ones at the next flush."""
@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from cache.config import CacheConfig
-from cache.controller import UnifiedRadixCache
-from cache.invariants import check_invariants
-from cache.page_hash import chain
-from cache.params import EvictParams, InsertParams
-from cache.storage import BATCH_PAGES as STORAGE_BATCH_PAGES
+from cache.config.cache_config import CacheConfig
+from cache.controller.unified_radix_cache import UnifiedRadixCache
+from cache.checks.invariants import check_invariants
+from cache.basics.page_hash import chain
+from cache.basics.params import EvictParams, InsertParams
+from cache.tiers.backends import BATCH_PAGES as STORAGE_BATCH_PAGES
 
 STORAGE = {"backend": "memory"}
 
@@ -205,7 +205,7 @@ def test_storage_refuses_a_sidecar():
 
 
 def test_the_config_line_names_the_storage_tier():
-    from cache.config_reference import config_line
+    from cache.config.reference import config_line
 
     line = config_line({"components": ["full"], "kv_size": 8, "hicache": {"storage": {"backend": "memory"}}})
     assert line == "full · page 1 · hicache write_through · storage memory"

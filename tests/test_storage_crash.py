@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cache.storage import FileBackend
-from cache.storage.file import WRITE_POINTS, decode_page, encode_page
-from cache.storage.owned_dir import MARKER
+from cache.tiers.backends import FileBackend
+from cache.tiers.backends.file import WRITE_POINTS, decode_page, encode_page
+from cache.tiers.backends.owned_dir import MARKER
 
 ROOT = Path(__file__).resolve().parent.parent
 SURVIVORS = {f"done{i}": bytes([i]) * 4096 for i in range(3)}
@@ -24,7 +24,7 @@ KILLED_KEY, KILLED_PAGE = "victim", bytes(range(256)) * 64
 
 WRITER = """
 import os, signal, sys
-from cache.storage import FileBackend
+from cache.tiers.backends import FileBackend
 
 path, point = sys.argv[1], sys.argv[2]
 survivors = {f"done{i}": bytes([i]) * 4096 for i in range(3)}

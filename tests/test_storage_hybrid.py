@@ -1,4 +1,4 @@
-"""The storage tier with SWA and Mamba (cache/storage_staging.py, SGLang 0.5.23's hybrid
+"""The storage tier with SWA and Mamba (cache/tiers/staging.py, SGLang 0.5.23's hybrid
 storage path): a store writes a node's host SWA under its last page hashes and its state
 under its last hash, host-locking them until its ack; a prefetch asks for the longest
 prefix whose state and window are stored where it ends, stages them beside the KV and
@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
-from cache.page_hash import chain, storage_seed
-from cache.storage_staging import storage_key
+from cache.basics.page_hash import chain, storage_seed
+from cache.tiers.staging import storage_key
 
 A = list(range(1, 17))  # four pages of 4
 

@@ -15,9 +15,9 @@ import pytest
 
 from urc_util import urc
 
-from cache.errors import StorageDirError
-from cache.storage import FileBackend
-from cache.storage.owned_dir import MARKER
+from cache.basics.errors import StorageDirError
+from cache.tiers.backends import FileBackend
+from cache.tiers.backends.owned_dir import MARKER
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKUP = (ROOT / "scenarios" / "storage_backup.toml").read_text()

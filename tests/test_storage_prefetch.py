@@ -1,4 +1,4 @@
-"""Prefetch from the storage tier (cache/storage_prefetch.py, SGLang 0.5.23's L3 -> L2
+"""Prefetch from the storage tier (cache/tiers/prefetch.py, SGLang 0.5.23's L3 -> L2
 path): the issue (anchor, threshold, rate limit), the stages a flush moves a prefetch
 through, the stop policies at the admission poll, a partial or delayed read, the
 anchor's host lock, and the completion's host-only node, checked with the invariants
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
-from cache.errors import CacheError
-from cache.storage import StorageInjector
+from cache.basics.errors import CacheError
+from cache.tiers.backends import StorageInjector
 
 A, B = list(range(1, 17)), list(range(101, 117))
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from cache.controller import UnifiedRadixCache
-from cache.errors import CacheError
-from cache.events import Cause, EventKind, EventLog
-from cache.invariants import check_invariants
-from cache.params import EvictParams, InsertParams
-from cache.session_controller import INFLIGHT, SessionClosed, SessionOpened, TurnRejected
-from cache.streaming_session import VIRTUAL_NODE, StreamingTurn
+from cache.controller.unified_radix_cache import UnifiedRadixCache
+from cache.basics.errors import CacheError
+from cache.observe.events import Cause, EventKind, EventLog
+from cache.checks.invariants import check_invariants
+from cache.basics.params import EvictParams, InsertParams
+from cache.sessions.controller import INFLIGHT, SessionClosed, SessionOpened, TurnRejected
+from cache.sessions.streaming import VIRTUAL_NODE, StreamingTurn
 
 CASES = Path(__file__).resolve().parent / "oracle_sessions"
 

@@ -199,7 +199,7 @@ def test_session_nodes_carry_a_badge_and_the_sessions_are_a_table():
 
 def test_a_long_key_s_tooltip_says_its_length_once_and_ends_with_its_last_token():
     from workbench.render.dot import _key_text
-    from cache.keys import RadixKey
+    from cache.basics.keys import RadixKey
 
     key = RadixKey(list(range(1, 101))).data
     assert _key_text(key, 100) == "[1 2 3 … 99 100] (100 tokens)"

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from cache import CacheError, InsertParams, RadixKey
-from cache.lru import LRUList
-from cache.tree_node import TreeNode
+from cache.tree.lru import LRUList
+from cache.tree.node import TreeNode
 
 from conftest import matched, seq
 from swa_util import SWA_CONFIGS, SWAChecked, config_id

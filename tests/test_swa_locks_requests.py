@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from cache.errors import LockError
+from cache.basics.errors import LockError
 
 from conftest import matched, seq
 from swa_util import SWA_CONFIGS, SWAChecked, ceil_page, config_id, reference_evicted_seqlen

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cache.controller import UnifiedRadixCache
+from cache.controller.unified_radix_cache import UnifiedRadixCache
 
 from conftest import Checked
 

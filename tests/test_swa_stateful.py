@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
-from cache.errors import LockError
+from cache.basics.errors import LockError
 
 from conftest import take_request_slots
 from swa_util import expected_match
@@ -152,7 +152,7 @@ class SWACacheMachine(RuleBasedStateMachine):
         # every unlocked token is reachable by its component's walk
         assert result.num_tokens_evicted >= min(full_n, evictable[0])
         assert result.swa_num_tokens_evicted >= min(swa_n, evictable[1])
-        event(f"evict: tombstoned = {cache.snapshot().tombstones('swa') > 0}")
+        event(f"evict: tombstoned = {cache.controller.snapshot().tombstones('swa') > 0}")
 
     # ---- request flows ----------------------------------------------------------
     @rule(data=st.data())

@@ -1,11 +1,11 @@
-"""The one tree walk (cache/tree_walk.py) that match_prefix, peek_match and insert
+"""The one tree walk (cache/tree/walk.py) that match_prefix, peek_match and insert
 share: which nodes it passes, where it would split, and why it stopped."""
 
 from __future__ import annotations
 
 from cache import InsertParams, RadixKey, UnifiedRadixCache
-from cache.keys import TOKEN_BYTES
-from cache.tree_walk import WalkStop, walk_key, walk_stop
+from cache.basics.keys import TOKEN_BYTES
+from cache.tree.walk import WalkStop, walk_key, walk_stop
 
 
 def cache_with(*keys, page_size=1):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cache.invariants import Violation
+from cache.checks.invariants import Violation
 from workbench.model.scenarios.scenario import load_scenario
 from workbench.tui.app import WorkbenchApp
 

@@ -1,9 +1,9 @@
-"""Components and their registry: a new component is one file plus one line here.
+"""Components and their registry: a new component is one folder plus one line here.
 
 Each entry names its class as ``module:Class`` so that checking a config (a scenario
 file in the CLI) never imports torch; a class loads the first time it is looked up.
 A component with a part in the host tier (HiCache) names it second: the class its
-component mixes in (its ``<name>_host.py``, torch-free, see base_host.py), which the
+component mixes in (its ``<name>/host.py``, torch-free, see base_host.py), which the
 config reads for its host pool's size field and default.
 """
 
@@ -13,10 +13,10 @@ import importlib
 from collections.abc import Iterator, Mapping
 
 _ENTRIES = {
-    "full": "full:FullComponent",
-    "swa": ("swa:SWAComponent", "swa_host:SWAHostMixin"),
-    "mamba": ("mamba:MambaComponent", "mamba_host:MambaHostMixin"),
-    "sidecar": ("sidecar:SidecarComponent", "sidecar_host:SidecarHostMixin"),
+    "full": ".full.component:FullComponent",
+    "swa": (".swa.component:SWAComponent", ".swa.host:SWAHostMixin"),
+    "mamba": (".mamba.component:MambaComponent", ".mamba.host:MambaHostMixin"),
+    "sidecar": (".sidecar.component:SidecarComponent", ".sidecar.host:SidecarHostMixin"),
 }
 
 
@@ -72,8 +72,8 @@ class ComponentRegistry(Mapping):
 
 def _load(path: str) -> type:
     module, _, attr = path.partition(":")
-    package = None if "." in module else __name__  # a bare name is a module of this package
-    return getattr(importlib.import_module(module if package is None else f"{package}.{module}"), attr)
+    # ".swa.component" is a module of this package; "package.module" an absolute one
+    return getattr(importlib.import_module(module, package=__name__), attr)
 
 
 COMPONENT_REGISTRY = ComponentRegistry(_ENTRIES)

@@ -30,16 +30,16 @@ from typing import TYPE_CHECKING, ClassVar, Optional
 
 import torch
 
-from ..config import MAX_POOL
-from ..events import Cause, EventKind
-from ..session_refs import session_evict_next
+from ..config.cache_config import MAX_POOL
+from ..observe.events import Cause, EventKind
+from ..tree.session_refs import session_evict_next
 
 if TYPE_CHECKING:
-    from ..controller import UnifiedRadixCache
-    from ..eviction import EvictionBatch
-    from ..params import DecLockRefParams, IncLockRefResult, InsertParams, InsertResult, MatchResult
-    from ..tree_core import UnifiedTreeCore
-    from ..tree_node import TreeNode
+    from ..controller.unified_radix_cache import UnifiedRadixCache
+    from ..observe.eviction_batch import EvictionBatch
+    from ..basics.params import DecLockRefParams, IncLockRefResult, InsertParams, InsertResult, MatchResult
+    from ..tree.core import UnifiedTreeCore
+    from ..tree.node import TreeNode
 
 
 class TreeComponent:

@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..config import CacheConfig
-    from ..tree_node import TreeNode
+    from ..config.cache_config import CacheConfig
+    from ..tree.node import TreeNode
 
 
 class HostPart:

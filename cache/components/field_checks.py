@@ -53,7 +53,7 @@ RULES = {"swa": (SWA_FIELDS, swa_field), "mamba": (MAMBA_FIELDS, mamba_field)}
 
 def check_given_fields(components: tuple[str, ...], extra: Mapping[str, Any], page_size: int) -> None:
     """Each given field of SWA or Mamba is one it declares, with a valid value."""
-    from ..config_reference import did_you_mean
+    from ..config.reference import did_you_mean
 
     for key, value in extra.items():
         for name in components:

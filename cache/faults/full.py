@@ -25,7 +25,7 @@ def _install_lock_skips_matched_node(cache) -> None:
     root (the last parent). PR #52 moved the line in both directions (lock and unlock),
     so the faulty copies here skip the anchor on both sides: a receipt's lock and its
     release stay symmetric, and only the anchor is left unprotected."""
-    from ..events import Cause, EventKind
+    from ..observe.events import Cause, EventKind
 
     full = cache.by_name["full"]
 
@@ -114,7 +114,7 @@ def _install_evictable_double_count(cache) -> None:
     tokens to evictable whenever one of its holders lets go, not only when the last one
     does (lock_ref 1 -> 0), so every extra holder of a shared prefix adds its pages to
     evictable once more; the lock counts themselves stay right."""
-    from ..events import Cause, EventKind
+    from ..observe.events import Cause, EventKind
 
     full = cache.by_name["full"]
 
@@ -164,7 +164,7 @@ def _install_release_detached_lock(cache) -> None:
     upstream ended with). A node already evicted is still found (the faulty
     ``inc_lock_ref`` keeps every anchor it locked) and its stale parent chain is walked,
     reaching live ancestors that other requests may hold."""
-    from ..errors import LockError
+    from ..basics.errors import LockError
 
     tree = cache.tree
     inc_lock_ref, dec_lock_ref = tree.inc_lock_ref, tree.dec_lock_ref
@@ -224,7 +224,7 @@ def _walk_release(tree, node) -> tuple[list[int], bool]:
     to where the chain ends), moving a node's tokens back to evictable at lock_ref 1 and
     decrementing every lock_ref, to -1 and below. Returns the ids walked, and whether the
     walk changed anything the cache still holds (a live node, or the counters)."""
-    from ..events import Cause, EventKind
+    from ..observe.events import Cause, EventKind
 
     full = tree.components[0]
     root, live = tree.root, tree.nodes
@@ -270,7 +270,7 @@ def _install_partial_page_empty_node(cache) -> None:
     is filed under the child's old key, as upstream filed it; it keeps that key as its
     own ``child_key`` so our removal still finds it (upstream's recomputed ``()`` is what
     crashed), and the checker names the empty key and the wrong filing."""
-    from ..keys import TOKEN_BYTES
+    from ..basics.keys import TOKEN_BYTES
 
     tree = cache.tree
     match_prefix = tree.match_prefix
@@ -325,7 +325,7 @@ def _install_ghost_empty_node(cache) -> None:
     length 0) and copies that stale state into its request. PR #35821 returns early
     instead, as our ``_checkpoint`` does; the faulty copy of it goes on with the insert
     when cache_len is 0 for a finished request."""
-    from ..params import InsertParams, InsertResult
+    from ..basics.params import InsertParams, InsertResult
 
     tree = cache.tree
     mamba = cache.by_name["mamba"]

@@ -1,4 +1,4 @@
-"""Faults in the KV event stream (cache/kv_events.py): the cache itself stays right, a
+"""Faults in the KV event stream (cache/observe/kv_events.py): the cache itself stays right, a
 router replaying its events drifts. Each lives under ``enable_kv_cache_events``
 (``Fault.options``), so the fuzzer searches it with the events and the router's check on."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import Fault, fired
 
-CPU = "CPU_PINNED"  # cache/kv_events.py's medium (not imported: this module stays torch-free)
+CPU = "CPU_PINNED"  # cache/observe/kv_events.py's medium (not imported: this module stays torch-free)
 
 # ---- 1. sglang#32537: a host-only node brought back by an insert publishes no GPU store -------
 

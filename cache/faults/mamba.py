@@ -62,8 +62,8 @@ def _install_cow_leak(cache) -> None:
     matched state copied in) before it knew the request could be admitted; when
     add_one_req then refused it, nothing returned that slot. Here a refused
     new_request's match keeps the slot. Fires when a slot leaks that way."""
-    from ..errors import PoolExhaustedError
-    from ..params import MatchPrefixParams
+    from ..basics.errors import PoolExhaustedError
+    from ..basics.params import MatchPrefixParams
 
     def match_refused(req, key) -> None:
         try:
@@ -159,7 +159,7 @@ ALLOC_ASSERTS = "mamba-alloc-asserts-when-all-locked"
 def _alloc_assert_error() -> type:
     """The upstream AssertionError, also a CacheError so a run records the step (the
     correct code refuses cleanly with PoolExhaustedError "cannot alloc mamba cache")."""
-    from ..errors import CacheError
+    from ..basics.errors import CacheError
 
     class MambaAllocAssertionError(CacheError, AssertionError):
         """An assert in the scheduler's allocation path: upstream, the process dies."""
@@ -171,7 +171,7 @@ def _install_alloc_asserts(cache) -> None:
     """When the pool has no free slot and evict_for_alloc(mamba_num=1) frees none
     (every state locked or held by a running request), _alloc_mamba_slot asserted
     instead of refusing the allocation. Fires each time the assert is hit."""
-    from ..errors import PoolExhaustedError
+    from ..basics.errors import PoolExhaustedError
 
     mamba = cache.by_name["mamba"]
     correct_alloc = mamba.alloc_slot

@@ -18,7 +18,7 @@ def _install_retract_pads_unaligned_prefix(cache) -> None:
     boundary was the request's own, and rounding up skipped it, so it leaked. The faulty
     copy records the length each checkpoint saw and, at retraction, lets the request's
     own part start at that length rounded up to a page."""
-    from ..keys import ceil_align
+    from ..basics.keys import ceil_align
 
     checkpoint, retract = cache.checkpoint, cache.retract
     ps = cache.page_size

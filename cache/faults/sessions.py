@@ -48,8 +48,8 @@ def _install_close_drops_shared_prefix_refs(cache) -> None:
     tagged. The faulty copy, after the correct release, zeroes the session_ref of every
     node the closed session covered: the other sessions' tags there are gone, and their
     shared prefix is evicted as if no session held it."""
-    from ..events import Cause
-    from ..invariants_sessions import _covered
+    from ..observe.events import Cause
+    from ..checks.sessions import _covered
 
     refs = cache.session_refs
     correct = refs.release_radix_session
@@ -84,8 +84,8 @@ def _install_borrow_leaks_stale_tail(cache) -> None:
     the row is written again. Without _free_tail it was overwritten and leaked (about
     14 tokens per retract). The faulty copy cuts the record at the borrowed prefix
     without freeing what it cut."""
-    from ..events import Cause
-    from ..keys import ceil_align
+    from ..observe.events import Cause
+    from ..basics.keys import ceil_align
 
     correct = cache._rewind_record
     ps = cache.page_size

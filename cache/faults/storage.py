@@ -1,4 +1,4 @@
-"""Faults in the prefetch from storage (cache/storage_prefetch.py, the tree side in
+"""Faults in the prefetch from storage (cache/tiers/prefetch.py, the tree side in
 tree_core_prefetch.py). Each lives in the storage tier (``Fault.storage``: the stop
 policy the fuzzer searches it under, on its storage configs) and needs
 ``hicache.storage`` in the config: installing one on a cache without it is an error."""
@@ -60,7 +60,7 @@ def _anchor_anyway(cache, name: str, prefetch) -> None:
         if issue.reason != "anchor_not_backed_up":
             return issue
         fired(cache, name)
-        from ..params import MatchPrefixParams
+        from ..basics.params import MatchPrefixParams
 
         anchor = tree.node_by_id(cache.match_prefix(MatchPrefixParams(key)).last_host_node)
         backed_up = tree.backed_up

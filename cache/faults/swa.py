@@ -110,7 +110,7 @@ def _install_recovery_stale_mapping(cache) -> None:
     tombstone gave back, that releases a live slot and the pool's books drift."""
     import torch
 
-    from ..actions import FreeDeviceKV, FreeDeviceKVFullOnly
+    from ..observe.actions import FreeDeviceKV, FreeDeviceKVFullOnly
 
     swa = cache.by_name["swa"]
     pool = swa.pool
@@ -151,8 +151,8 @@ def _install_last_leaf_all_tombstone(cache) -> None:
     sliding_window it can land on page_floor(seq_len), the end of what the following
     insert caches, so the new last leaf is entirely out of window: an all-tombstone
     leaf the follow-up match refuses."""
-    from ..events import Cause, EventKind
-    from ..keys import ceil_align
+    from ..observe.events import Cause, EventKind
+    from ..basics.keys import ceil_align
 
     swa = cache.by_name["swa"]
     pool, window, ps = swa.pool, swa.window, swa.page_size

@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..errors import DoubleFreeError, ForeignIndexError, PoolError, PoolExhaustedError
-from .numpy_views import gather, host_ints
+from ..basics.errors import DoubleFreeError, ForeignIndexError, PoolError, PoolExhaustedError
+from ..basics.numpy_views import gather, host_ints
 
 
 class PagedAllocator:

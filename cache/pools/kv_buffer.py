@@ -18,8 +18,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..keys import TOKEN_BYTES
-from .numpy_views import gather, host_ints, host_lasts
+from ..basics.keys import TOKEN_BYTES
+from ..basics.numpy_views import gather, host_ints, host_lasts
 
 _P = 2**31 - 1
 _B = 1_000_003

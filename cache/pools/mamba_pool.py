@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .numpy_views import gather, host_ints
+from ..basics.numpy_views import gather, host_ints
 from .slot_pool import FingerprintedSlotPool
 
 CONV_SHAPE = (4, 8)  # small, but real tensors moved on the device

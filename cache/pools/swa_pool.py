@@ -17,7 +17,7 @@ import torch
 
 from .allocator import PagedAllocator
 from .kv_buffer import KVFingerprintBuffer
-from .numpy_views import host_ints
+from ..basics.numpy_views import host_ints
 
 UNMAPPED = -1
 

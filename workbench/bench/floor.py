@@ -6,7 +6,7 @@ components, values, locks, LRU, events, checks or torch. Replaying a trace's mat
 and insert steps on it (the caller's path: the key packed from the step's list, then
 the call) shows what any Python radix tree over packed keys must pay, so the real
 cache's figures can be read against it (``urc bench --trace`` reports both). It
-shares only the split-point search over packed bytes with the cache (cache.keys).
+shares only the split-point search over packed bytes with the cache (cache.basics.keys).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from array import array
 from collections.abc import Iterable
 
-from cache.keys import TOKEN_BYTES, common_prefix_tokens
+from cache.basics.keys import TOKEN_BYTES, common_prefix_tokens
 
 from .synthetic import stats
 

@@ -26,7 +26,7 @@ class NodeState:
     host: dict[str, Optional[int]] = dataclasses.field(default_factory=dict)  # host tier: name -> host copy length
     # session radix cache: name -> (session_ref, the sessions whose frontier it is), where either is set
     sessions: dict[str, tuple[int, tuple[str, ...]]] = dataclasses.field(default_factory=dict)
-    policy: tuple = ()  # what eviction policies read (cache/evict_policy.py): (hit_count, priority)
+    policy: tuple = ()  # what eviction policies read (cache/tree/leaf_policies.py): (hit_count, priority)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,14 +14,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from cache.errors import (
+from cache.basics.errors import (
     ForeignIndexError, InvalidKeyError, InvalidValueError, LockError, ReferenceAssertsError, UnknownNodeError,
 )
 
 from ..model.timeline.runner import build_cache
 from ..model.scenarios.scenario import Scenario
 from ..model.timeline.session import RunError, Session
-from cache.kv_events import event_dict
+from cache.observe.kv_events import event_dict
 
 from .canonical import Difference, first_difference, from_snapshot
 from .sglang_env import BridgeError, check_version

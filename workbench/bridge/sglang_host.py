@@ -27,7 +27,7 @@ import atexit
 import contextlib
 from typing import Any, Optional
 
-from cache.host_config import HiCacheConfig
+from cache.tiers.hicache_config import HiCacheConfig
 
 from .sglang_env import BridgeError
 from . import sglang_storage
@@ -40,7 +40,7 @@ SLACK = 1e-9  # keeps int(size * ratio) from rounding one below an exact ratio
 
 def resolved(config: dict) -> HiCacheConfig:
     """Our host tier's config, with the sizes ours derives when they are left out."""
-    from cache.config import CacheConfig
+    from cache.config.cache_config import CacheConfig
 
     fields = {k: v for k, v in config.items() if k not in ("faults", "device")}
     return CacheConfig.of(**{**fields, "components": tuple(config["components"])}).hicache

@@ -27,7 +27,7 @@ from __future__ import annotations
 from array import array
 from typing import Optional
 
-from cache.storage_prefetch import OUTCOMES  # SGLang's _prefetch_outcome_stats names, compared one by one
+from cache.tiers.prefetch import OUTCOMES  # SGLang's _prefetch_outcome_stats names, compared one by one
 
 from .canonical import Difference, node_ident
 
@@ -46,7 +46,7 @@ class PrefetchSide:
         self.flushes = 0
         self.blocked_since: dict = {}  # handle -> flush count at its first unfinished poll
         cache._prefetch_deadline_expired = self._deadline_expired
-        from cache.storage import MemoryBackend, StorageInjector
+        from cache.tiers.backends import MemoryBackend, StorageInjector
 
         delays = [dict(rule) for rule in storage.get("inject", ()) if dict(rule).get("outcome") == "delay"]
         self.delays = StorageInjector(MemoryBackend(), delays) if delays else None
@@ -185,7 +185,7 @@ class PrefetchSide:
 
     # ---- state ---------------------------------------------------------------------------------
     def difference(self, ours_cache) -> Optional[Difference]:
-        from cache.keys import namespace_parts
+        from cache.basics.keys import namespace_parts
 
         prefetch, tree = ours_cache.host.storage.prefetch, ours_cache.tree
         cache = self.cache

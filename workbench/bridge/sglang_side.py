@@ -14,7 +14,7 @@ import math
 from array import array
 from typing import Any, Optional
 
-from cache.keys import ceil_align
+from cache.basics.keys import ceil_align
 
 from ..model import ops
 from .canonical import leaf_order, CanonicalState, NodeState

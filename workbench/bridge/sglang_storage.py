@@ -227,7 +227,7 @@ class StorageSide:
 
 def _our_store_locks(cache) -> dict[tuple, int]:
     """Ours: the host locks each node holds for its stores in flight (its store marks)."""
-    from cache.keys import namespace_parts
+    from cache.basics.keys import namespace_parts
 
     out, tree = {}, cache.tree
     for node in tree.nodes.values():

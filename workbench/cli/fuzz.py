@@ -175,7 +175,7 @@ def parse_options(given: list[str]) -> dict:
     import re
     import tomllib
 
-    from cache.config_reference import FIELD_NAMES, did_you_mean
+    from cache.config.reference import FIELD_NAMES, did_you_mean
 
     from ..model.scenarios.errors import shown
     from ..model.scenarios.fields import CONFIG_FIELDS
@@ -218,7 +218,7 @@ def _list_faults() -> int:
 
 def _check_config(config) -> None:
     """A config the cache refuses (or an unknown fault) is bad input, said before fuzzing."""
-    from cache.config import CacheConfig
+    from cache.config.cache_config import CacheConfig
 
     cfg = config.scenario_config()
     try:

@@ -30,7 +30,7 @@ def run(args) -> int:
     scenario = scenario_of(scenarios[0])
     n = step_in_range("--step", len(scenario.steps) if args.step is None else args.step, scenario)
     timeline = timeline_of(scenarios[0])
-    from cache.config_reference import config_line
+    from cache.config.reference import config_line
     from rich.text import Text
 
     console.print(Text(f"config: {config_line(scenario.config)}", style="dim"))

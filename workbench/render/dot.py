@@ -158,7 +158,7 @@ def _classes(data: dict, locked: bool) -> str:
 def _key_text(key: bytes, tokens: int) -> str:
     """A node's key, its head and its last tokens and its length said once, unpacking
     only what is shown (a key may hold thousands of tokens)."""
-    from cache.keys import TOKEN_BYTES, unpack_tokens
+    from cache.basics.keys import TOKEN_BYTES, unpack_tokens
 
     if tokens <= KEY_SHOW_ALL:
         return tokens_text(unpack_tokens(key))

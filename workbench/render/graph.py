@@ -14,7 +14,7 @@ from typing import Optional
 
 import networkx as nx
 
-from cache.keys import TOKEN_BYTES, unpack_tokens
+from cache.basics.keys import TOKEN_BYTES, unpack_tokens
 
 from ..model.timeline.diff import StateDiff
 from ..model.timeline.shown_tree import ShownNode, ShownTree

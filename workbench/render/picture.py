@@ -7,7 +7,7 @@ from typing import Optional
 
 import graphviz
 
-from cache.config_reference import config_line
+from cache.config.reference import config_line
 
 from ..model.timeline.fmt import fields_text
 from ..model.timeline.request_diff import request_diff

@@ -89,7 +89,7 @@ def draw_run(series: RunSeries, names: Optional[Sequence[str]] = None, changes: 
 
 
 def run_title(series: RunSeries) -> str:
-    from cache.config_reference import config_line
+    from cache.config.reference import config_line
 
     from ..model.scenarios.errors import printable
 

@@ -19,7 +19,7 @@ from rich.panel import Panel
 from rich.segment import Segment
 from rich.text import Text
 
-from cache.config_reference import config_line
+from cache.config.reference import config_line
 
 from ..model.scenarios.errors import printable
 from ..model.timeline.fmt import event_text, fields_text, plural, result_text, value_text
@@ -148,7 +148,7 @@ def _request_lines(record: StepRecord) -> list[str]:
 
 
 def _metric_line(record: StepRecord) -> str:
-    """What the step added to the cache's running totals (cache/metrics.py)."""
+    """What the step added to the cache's running totals (cache/observe/metrics.py)."""
     from ..model.timeline.metric_rows import metric_changes
 
     store_globals = record.store.globals

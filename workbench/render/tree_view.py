@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.text import Text
 from rich.tree import Tree
 
-from cache.snapshot import CacheSnapshot, NodeView
+from cache.controller.snapshot import CacheSnapshot, NodeView
 
 from ..model.scenarios.errors import printable
 from ..model.timeline.fmt import key_text, tokens_text
@@ -125,7 +125,7 @@ def render_pools(snapshot: CacheSnapshot) -> Text:
             f"protected {pool.protected}  held {pool.held}"
         )
     storage = getattr(snapshot, "storage", None)
-    if storage is not None:  # the storage tier below the host (cache/storage_tier.py)
+    if storage is not None:  # the storage tier below the host (cache/tiers/storage.py)
         text.append("   storage", style="bold magenta")
         text.append(f" {storage.backend}  pages {len(storage.keys)}  storing {len(storage.in_flight)}")
         if storage.prefetches:

@@ -40,7 +40,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Optional
 
-from cache.events import Cause, Event, EventKind
+from cache.observe.events import Cause, Event, EventKind
 
 from ..ops import canonical
 from ..scenarios.errors import shown

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable
 from typing import Optional
 
-from cache.events import Cause, Event, EventKind
+from cache.observe.events import Cause, Event, EventKind
 
 from .. import ops
 from ..timeline.fmt import event_text, plural

@@ -8,7 +8,7 @@ scenario's config names.
 
 from __future__ import annotations
 
-from cache.events import EventKind
+from cache.observe.events import EventKind
 
 from ..timeline.timeline import Timeline
 from .why import Explanation, _at, _check_step

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from cache.events import Cause
+from cache.observe.events import Cause
 
 from ..timeline.fmt import plural
 from ..timeline.request_diff import ADDED, ENDED, RequestChange, request_diff

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from cache.events import Cause, EventKind
+from cache.observe.events import Cause, EventKind
 
 from ..ops.sessions import OPEN, RELEASE
 from ..timeline.fmt import plural

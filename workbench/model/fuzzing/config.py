@@ -7,7 +7,7 @@ import dataclasses
 import os
 from typing import Any, Optional
 
-from cache.config_reference import inert
+from cache.config.reference import inert
 
 
 # FuzzConfig.delayed: every hit query waits 2 flushes

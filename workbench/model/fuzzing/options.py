@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from cache.evict_policy import POLICIES
+from cache.tree.leaf_policies import POLICIES
 
 from .config import FuzzConfig, frozen
 

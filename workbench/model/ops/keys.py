@@ -21,8 +21,8 @@ def run_insert(session, f: dict) -> dict:
     check comes ahead of every allocation. After the insert (the commit) only
     returns of what the tree did not take are left."""
     from cache import CacheError, InsertParams, RadixKey  # torch: only once an op runs
-    from cache.errors import InvalidValueError
-    from cache.keys import token_array
+    from cache.basics.errors import InvalidValueError
+    from cache.basics.keys import token_array
 
     cache = session.cache
     tokens = f["key"]

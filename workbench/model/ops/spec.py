@@ -252,6 +252,6 @@ def reference_table() -> str:
 def host_parts(components=None) -> tuple[str, ...]:
     """The listed components (None: every registered one) that keep copies on the host
     tier: Full and each component with a host part."""
-    from cache.host_config import host_components  # names only: no torch
+    from cache.tiers.hicache_config import host_components  # names only: no torch
 
     return tuple(host_components(components))

@@ -21,7 +21,7 @@ def run_turn(session, f: dict) -> dict:
         raise session.refused(f"request {name!r} is already running")
     turn = session.cache.stream_turn(f["session"], name, f["tokens"], max_new_tokens=f.get("max_new_tokens"),
                                      priority=f.get("priority", 0), checkpoint=f.get("checkpoint", True))
-    from cache.session_controller import TurnRejected  # (the cache loads torch: only when a step runs)
+    from cache.sessions.controller import TurnRejected  # (the cache loads torch: only when a step runs)
 
     if isinstance(turn, TurnRejected):  # TurnRejected: another turn of the session runs
         return {"aborted": True, "prefix_len": 0, "borrowed": False}

@@ -52,9 +52,9 @@ COMPONENT_COUNTERS = ("evictable", "protected", "available", "held", "total", "t
 
 
 def metric_field(key: str, components) -> bool:
-    """Whether ``key`` is one of the cache's running totals (cache/metrics.py) with
+    """Whether ``key`` is one of the cache's running totals (cache/observe/metrics.py) with
     these components: ``device_hit_tokens``, ``full_evicted``, ``stored_pages`` …"""
-    from cache.metrics import metric_fields
+    from cache.observe.metrics import metric_fields
 
     return key in metric_fields(components)
 

@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NoReturn, Optional
 
-from cache.metrics import metric_fields
+from cache.observe.metrics import metric_fields
 
 from .. import ops
 from .errors import elide, shown

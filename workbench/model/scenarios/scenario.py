@@ -81,7 +81,7 @@ class Scenario:
 def cache_config(scenario: Scenario, device: Optional[str] = None):
     """Validate a scenario's [config] as a ``CacheConfig`` (cheap: allocates nothing and
     imports no torch, so a bad config is reported at once)."""
-    from cache.config import CacheConfig
+    from cache.config.cache_config import CacheConfig
 
     cfg = dict(scenario.config)
     cfg["components"] = tuple(cfg["components"])
@@ -273,7 +273,7 @@ def _check_config(config, name: str, section_line) -> dict[str, Any]:
         if want is None and component_field(key, listed) is not None:
             continue  # a component's own field: its component checks it when the cache is built
         if want is None:
-            from cache.config_reference import did_you_mean
+            from cache.config.reference import did_you_mean
 
             raise ScenarioError(f"unknown [config] field {shown(key)}{did_you_mean(key)}", name, line, key)
         if not isinstance(value, want) or (want is int and isinstance(value, bool)):

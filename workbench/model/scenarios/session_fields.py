@@ -132,7 +132,7 @@ def observe_session_field(key: str, want: Any, state, cache) -> Any:
     """The actual value of a session field after a step: per-node refs from the
     timeline's ``state``, the rest from the live ``cache`` (read right after the step,
     as the timeline's records do not carry the sessions)."""
-    from cache.snapshot import sessions_view, streaming_sessions_view
+    from cache.controller.snapshot import sessions_view, streaming_sessions_view
 
     component = session_ref_component(key)
     if component is not None:
@@ -169,7 +169,7 @@ def _slot_fields(slot, fields: dict) -> dict:
 def session_state(cache) -> dict[str, Any]:
     """The whole-value session fields as they stand (a pinned repro's expectations):
     the open sessions, and with the session radix cache the tombstones."""
-    from cache.snapshot import sessions_view
+    from cache.controller.snapshot import sessions_view
 
     out: dict[str, Any] = {"sessions_open": sorted(cache.session_controller.sessions)}
     view = sessions_view(cache)

@@ -38,7 +38,7 @@ def ignored_path_notice(config: Any, name: str) -> Optional[str]:
 def check_storage_dir(path: str) -> str:
     """``--storage-dir``'s directory, absolute, if the file backend may own it; else a
     ScenarioError, with nothing created or removed."""
-    from cache.storage.owned_dir import refusal
+    from cache.tiers.backends.owned_dir import refusal
 
     problem = refusal(path)
     if problem is not None:

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Optional
 
-from cache.keys import TOKEN_BYTES
-from cache.snapshot import NodeRecord, PoolView
+from cache.basics.keys import TOKEN_BYTES
+from cache.controller.snapshot import NodeRecord, PoolView
 
 from .fmt import plural, tokens_text
 from .packed import PackedTokens

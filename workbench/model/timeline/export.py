@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from cache.events import Event
-from cache.snapshot import CacheSnapshot
+from cache.observe.events import Event
+from cache.controller.snapshot import CacheSnapshot
 
 from .states import TimelineState
 from .timeline import StepRecord, Timeline
@@ -14,7 +14,7 @@ from .timeline import StepRecord, Timeline
 
 def state_json(snapshot: CacheSnapshot | TimelineState) -> dict[str, Any]:
     """Nodes depth-first (children by first token, root left out), aux LRU orders as
-    paths (MRU first), per-pool counters and the running totals (cache/metrics.py)."""
+    paths (MRU first), per-pool counters and the running totals (cache/observe/metrics.py)."""
     all_nodes = snapshot.nodes
     paths = {n.id: list(n.path) for n in all_nodes}
     nodes = [

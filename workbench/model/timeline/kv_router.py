@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Optional
 
 from cache import Violation
-from cache.kv_events import CPU, GPU, AllBlocksCleared, BlockRemoved, BlockStored
-from cache.page_hash import as_int64
+from cache.observe.kv_events import CPU, GPU, AllBlocksCleared, BlockRemoved, BlockStored
+from cache.basics.page_hash import as_int64
 
 ROUTER_VIEW = "kv_events.router_view"
 UNKNOWN_BLOCK = "kv_events.unknown_block"

@@ -1,4 +1,4 @@
-"""The cache's running totals (cache/metrics.py) laid out for a view: one row per group
+"""The cache's running totals (cache/observe/metrics.py) laid out for a view: one row per group
 (matches, then each component, then storage), each entry with its change this step."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from cache.metrics import COMPONENT_FIELDS, MATCH_FIELDS, STORAGE_FIELDS
+from cache.observe.metrics import COMPONENT_FIELDS, MATCH_FIELDS, STORAGE_FIELDS
 
 # short labels: the panel is narrow
 _LABELS = {"matches": "calls", "device_hit_tokens": "device hit", "host_hit_tokens": "host hit",

@@ -12,12 +12,12 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Union
 
-from cache.keys import TOKEN_BYTES, unpack_tokens
+from cache.basics.keys import TOKEN_BYTES, unpack_tokens
 
 
 @functools.total_ordering
 class PackedTokens(Sequence):
-    """Token ids packed as the tree packs them (``cache/keys.py``); ``data`` may be a
+    """Token ids packed as the tree packs them (``cache/basics/keys.py``); ``data`` may be a
     function giving the bytes (a path: its ancestors' keys joined), called when first read."""
 
     __slots__ = ("_data",)

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Optional
 
-from cache.events import Event, EventKind
-from cache.snapshot import RequestView
+from cache.observe.events import Event, EventKind
+from cache.controller.snapshot import RequestView
 
 from ..scenarios.errors import printable
 from .fmt import plural

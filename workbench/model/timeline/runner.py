@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from cache import CacheError, EventKind, EventLog, UnifiedRadixCache, Violation, check_invariants, verify_match
-from cache.invariants import one_thread
-from cache.snapshot import GlobalRecord, global_record, node_record
+from cache.checks.invariants import one_thread
+from cache.controller.snapshot import GlobalRecord, global_record, node_record
 
-from cache.kv_events import event_dict
+from cache.observe.kv_events import event_dict
 
 from .. import ops
 from ..scenarios.session_fields import is_session_field, observe_session_field

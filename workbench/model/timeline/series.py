@@ -17,9 +17,9 @@ is the state after step ``i``. The series, named as a scenario expects the field
   nobody accounts for. It is 0 at every step of a healthy run on a device pool, so a
   leak shows as the step where it leaves 0 (``changes_at``). A host pool's view counts
   no holder besides the tree, so there a retracted request's host backup and a
-  prefetch's staged slots show in it too (``cache/snapshot.py``: ``pool_views``).
+  prefetch's staged slots show in it too (``cache/controller/snapshot.py``: ``pool_views``).
 - ``hit_rate``: device-hit tokens over every token a match looked up (device hits +
-  host hits + misses, ``cache/metrics.py``), cumulative through the step — the figure a
+  host hits + misses, ``cache/observe/metrics.py``), cumulative through the step — the figure a
   whole run converges to; ``hit_rate_recent``: the same over the last ``RECENT_STEPS``
   steps, so a change of behaviour late in a long run still shows; with a host tier,
   ``host_hit_rate`` (host-hit tokens over the same, cumulative). NaN until a match has
@@ -41,7 +41,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from cache.snapshot import NodeRecord
+from cache.controller.snapshot import NodeRecord
 
 from .timeline import Timeline
 

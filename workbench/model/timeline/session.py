@@ -11,8 +11,8 @@ import dataclasses
 from typing import Any, Optional
 
 from cache import CacheError, RadixKey, UnifiedRadixCache
-from cache.params import IncLockRefResult, MatchResult
-from cache.request import Req
+from cache.basics.params import IncLockRefResult, MatchResult
+from cache.basics.request import Req
 
 from .. import ops
 

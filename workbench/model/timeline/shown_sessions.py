@@ -2,7 +2,7 @@
 SVG's sessions table): radix sessions from the state's ``sessions`` (generation,
 frontier, the nodes their coverage holds and what those hold) and the scheduler's
 sessions and streaming slots from ``streaming_sessions``. Viewers render these rows;
-what a session covers is decided here once, as cache/session_refs.py walks it:
+what a session covers is decided here once, as cache/tree/session_refs.py walks it:
 
 * ``path`` (Full): each frontier and its ancestors;
 * ``window`` (SWA): each frontier and the ancestors its walk covered (the snapshot's
@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from cache.keys import TOKEN_BYTES
+from cache.basics.keys import TOKEN_BYTES
 
 from ..scenarios.errors import printable
 

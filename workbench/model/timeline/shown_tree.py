@@ -39,9 +39,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from cache.evict_policy import hits_text
-from cache.keys import TOKEN_BYTES
-from cache.snapshot import NodeRecord
+from cache.tree.leaf_policies import hits_text
+from cache.basics.keys import TOKEN_BYTES
+from cache.controller.snapshot import NodeRecord
 
 from .diff import StateDiff
 from .states import TimelineState

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from cache.snapshot import GlobalRecord
+from cache.controller.snapshot import GlobalRecord
 
 from ..scenarios.fields import STORAGE_STATE_FIELDS
 from .states import TimelineState
@@ -22,7 +22,7 @@ def globals_field(globals_: GlobalRecord, key: str) -> Optional[int]:
         return None
     if key == "requests":
         return len(globals_.requests)
-    if key in globals_.metrics:  # full_evicted_total, device_hit_tokens, ... (cache/metrics.py)
+    if key in globals_.metrics:  # full_evicted_total, device_hit_tokens, ... (cache/observe/metrics.py)
         return globals_.metrics[key]
     if key in STORAGE_STATE_FIELDS:  # the storage tier's counts
         storage = globals_.storage

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Optional
 
-from cache.keys import namespace_order, unpack_tokens
-from cache.snapshot import CacheSnapshot, ComponentView, GlobalRecord, NodeRecord, NodeView, eviction_order
+from cache.basics.keys import namespace_order, unpack_tokens
+from cache.controller.snapshot import CacheSnapshot, ComponentView, GlobalRecord, NodeRecord, NodeView, eviction_order
 
 from .packed import PackedTokens
 
@@ -409,6 +409,6 @@ def _child_order(record: NodeRecord, page_bytes: int):
 
 
 def all_records(cache) -> Records:
-    from cache.snapshot import node_record
+    from cache.controller.snapshot import node_record
 
     return {node_id: node_record(cache, node_id) for node_id in cache.tree.nodes}

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from functools import cached_property
 from typing import Optional, Protocol
 
-from cache.config_reference import config_line
+from cache.config.reference import config_line
 
 from .diff import StateDiff
 from .request_diff import RequestDiff, step_request_diff

@@ -25,11 +25,11 @@ from typing import Any, Callable, Optional, Union
 import msgpack
 import numpy as np
 
-from cache.events import Cause, Event, EventKind
-from cache.keys import Namespace
-from cache.snapshot import (ComponentRecord, GlobalRecord, NodeRecord, PoolView, RequestView, SessionsView,
+from cache.observe.events import Cause, Event, EventKind
+from cache.basics.keys import Namespace
+from cache.controller.snapshot import (ComponentRecord, GlobalRecord, NodeRecord, PoolView, RequestView, SessionsView,
                             SessionView, SlotView, StorageView, StreamingSessionsView)
-from cache.violation import Violation
+from cache.basics.violation import Violation
 
 from .states import StateShape
 from .timeline import Failure

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from typing import Any, Optional
 from urllib.parse import quote
 
-from cache.keys import TOKEN_BYTES
-from cache.snapshot import NodeRecord
+from cache.basics.keys import TOKEN_BYTES
+from cache.controller.snapshot import NodeRecord
 
 from ..scenarios.scenario import ScenarioError
 from .states import Records

@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Optional
 
-from cache.events import Event
-from cache.violation import Violation
+from cache.observe.events import Event
+from cache.basics.violation import Violation
 
 from .fmt import value_text
 from ..scenarios.scenario import Scenario, Step

@@ -1,0 +1,131 @@
+"""Cache configuration, validated once so a bad config never half-builds a cache."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Optional
+
+
+# Every pool is allocated whole when the cache is built (a 2**30-token pool took 24 GB),
+# so each is bounded for the largest cache to stay within a few GB:
+MAX_POOL = 2**22  # a device pool's units, ~70 bytes a token: ~300 MB (also caps page_size and sliding_window)
+MAX_STATES = 2**18  # Mamba state slots, ~700 bytes each: ~180 MB
+HOST_FACTOR = 3  # a host pool may be 3x its device bound: its default is twice the device pool plus a page
+
+
+def size_bound(name: str) -> int:
+    """The most units a size field may give (``host_<name>_size``: a host pool's)."""
+    bound = MAX_STATES if "mamba" in name else MAX_POOL
+    return bound * HOST_FACTOR if name.startswith("host_") else bound
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheConfig:
+    components: tuple[str, ...] = ("full",)
+    page_size: int = 1
+    kv_size: int = 1024  # Full KV pool, tokens
+    sliding_window: Optional[int] = None  # required with "swa"
+    swa_kv_size: Optional[int] = None  # default: kv_size
+    mamba_size: Optional[int] = None  # state slots, required with "mamba"
+    device: str = "auto"
+    auto_evict: bool = True  # allocations evict their shortfall first
+    faults: tuple[str, ...] = ()  # upstream bugs to re-introduce (cache/faults); none by default
+    # v0.5.23's --enable-session-radix-cache: finished session requests tag their KV (session_refs.py)
+    session_radix_cache: bool = False
+    # EAGLE speculative decoding: keys are token pairs (bigrams), N tokens make N - 1
+    # units; SGLang 0.5.23 turns it off with Mamba (see ``bigram_keys``)
+    is_eagle: bool = False
+    # v0.5.23's --radix-eviction-policy for Full's leaves (evict_policy.py) and its keyword arguments
+    eviction_policy: str = "lru"
+    eviction_policy_config: Optional[Mapping[str, Any]] = dataclasses.field(default=None, hash=False)
+    # v0.5.23's --kv-events-config (enable_kv_cache_events): the tree records SGLang's KV events (kv_events.py)
+    enable_kv_cache_events: bool = False
+    hicache: Optional[Mapping[str, Any]] = None  # the host tier: HiCacheConfig's fields (None: no host tier)
+    # Fields a component declares itself (``config_fields``), named "<component>_<field>":
+    # checked here for their owner only (no import), by the component when the cache is built.
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+
+    @classmethod
+    def of(cls, **fields) -> CacheConfig:
+        """A config from flat fields (a scenario's [config], keyword arguments): the ones
+        this class does not name go to ``extra``."""
+        own = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        extra = {**fields.pop("extra", {}), **{k: v for k, v in fields.items() if k not in own}}
+        return cls(**{k: v for k, v in fields.items() if k in own}, extra=extra)
+
+    def __post_init__(self) -> None:
+        from ..components import COMPONENT_REGISTRY
+
+        comps = tuple(self.components)
+        object.__setattr__(self, "components", comps)
+        if not comps or comps[0] != "full":
+            raise ValueError(f"components must start with 'full' (got {list(comps)})")
+        unknown = [c for c in comps if c not in COMPONENT_REGISTRY]
+        if unknown:
+            raise ValueError(f"unknown component(s) {unknown}; known: {sorted(COMPONENT_REGISTRY)}")
+        if len(set(comps)) != len(comps):
+            raise ValueError(f"duplicate component in {list(comps)}")
+        for name in ("page_size", "kv_size", "sliding_window", "swa_kv_size", "mamba_size"):
+            value = getattr(self, name)
+            if value is None and name not in ("page_size", "kv_size"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int (got {value!r})")
+            if value > size_bound(name):
+                raise ValueError(f"{name} {value} is larger than this workbench supports ({size_bound(name):,}: "
+                                 "its pools are allocated whole)")
+        if not isinstance(self.session_radix_cache, bool):
+            raise ValueError(f"session_radix_cache must be true or false (got {self.session_radix_cache!r})")
+        if not isinstance(self.enable_kv_cache_events, bool):
+            raise ValueError(f"enable_kv_cache_events must be true or false (got {self.enable_kv_cache_events!r})")
+        if not isinstance(self.is_eagle, bool):
+            raise ValueError(f"is_eagle must be true or false (got {self.is_eagle!r})")
+        if self.kv_size % self.page_size:
+            raise ValueError(f"kv_size {self.kv_size} must be a multiple of page_size {self.page_size}")
+        if "swa" in comps and not (isinstance(self.sliding_window, int) and self.sliding_window > 0):
+            raise ValueError("sliding_window (a positive int) is required when 'swa' is a component")
+        if "mamba" in comps and not (isinstance(self.mamba_size, int) and self.mamba_size > 0):
+            raise ValueError("mamba_size (a positive int) is required when 'mamba' is a component")
+        from ..tree.leaf_policies import make_policy
+
+        policy_config = self.eviction_policy_config
+        if policy_config is not None and not isinstance(policy_config, Mapping):
+            raise ValueError(f"eviction_policy_config must be a table (got {policy_config!r})")
+        make_policy(self.eviction_policy, policy_config)  # unknown name or argument: ValueError
+        object.__setattr__(self, "eviction_policy", self.eviction_policy.lower())
+        object.__setattr__(self, "eviction_policy_config", dict(policy_config) if policy_config else None)
+        object.__setattr__(self, "extra", dict(self.extra))
+        for key in self.extra:
+            if not any(key.startswith(f"{c}_") for c in comps[1:]):
+                from .reference import FIELD_NAMES, did_you_mean
+
+                if key in FIELD_NAMES:  # a field of a component not listed
+                    raise ValueError(f"{key} is a field of {key.partition('_')[0]!r}, which components "
+                                     f"{list(comps)} does not list")
+                raise ValueError(f"unknown config field {key!r}{did_you_mean(key)} (a component's own field is "
+                                 "'<component>_<name>')")
+        from ..components.field_checks import check_given_fields
+
+        check_given_fields(comps, self.extra, self.page_size)  # SWA's and Mamba's values, before a cache is built
+        object.__setattr__(self, "faults", tuple(self.faults))
+        if self.faults:
+            from ..faults import check_fault_names
+
+            check_fault_names(self.faults, comps)
+        if self.hicache is not None:  # checked by host_config.py, with each component's host part
+            from ..tiers.hicache_config import HiCacheConfig
+
+            object.__setattr__(self, "hicache", HiCacheConfig.of(self.hicache, self))
+        if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise ValueError(f"device must be auto, cpu or cuda (got {self.device!r})")
+
+    @property
+    def bigram_keys(self) -> bool:
+        """Whether the tree keys bigrams: is_eagle, except with Mamba (v0.5.23's tree
+        core: ``is_eagle and MAMBA not in components``)."""
+        return self.is_eagle and "mamba" not in self.components
+
+    @property
+    def swa_pool_size(self) -> int:
+        return self.swa_kv_size if self.swa_kv_size is not None else self.kv_size

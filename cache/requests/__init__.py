@@ -1,0 +1,5 @@
+"""The scheduler's side of the cache: a request's life from admission to caching,
+admission with load-back from the host tier, decode retraction, restore and abort.
+
+May import every room below ``controller``.
+"""
