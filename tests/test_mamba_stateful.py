@@ -203,7 +203,7 @@ class MambaCacheMachine(RuleBasedStateMachine):
         assert r.mamba_num_evicted >= min(mamba_n, evictable["mamba"])
         if self.window:
             assert r.swa_num_tokens_evicted >= min(swa_n, evictable["swa"])
-        event(f"evict {which}: states tombstoned = {cache.controller.snapshot().tombstones('mamba') > 0}")
+        event(f"evict {which}: states tombstoned = {cache.snapshot().tombstones('mamba') > 0}")
 
     # ---- request flows ----------------------------------------------------------
     @rule(data=st.data())

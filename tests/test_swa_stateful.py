@@ -152,7 +152,7 @@ class SWACacheMachine(RuleBasedStateMachine):
         # every unlocked token is reachable by its component's walk
         assert result.num_tokens_evicted >= min(full_n, evictable[0])
         assert result.swa_num_tokens_evicted >= min(swa_n, evictable[1])
-        event(f"evict: tombstoned = {cache.controller.snapshot().tombstones('swa') > 0}")
+        event(f"evict: tombstoned = {cache.snapshot().tombstones('swa') > 0}")
 
     # ---- request flows ----------------------------------------------------------
     @rule(data=st.data())

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, ClassVar, Optional
 
 import torch
 
-from ..config.cache_config import MAX_POOL
+from ..basics.limits import MAX_POOL
 from ..observe.events import Cause, EventKind
 from ..tree.session_refs import session_evict_next
 

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from .cache_config import MAX_POOL, MAX_STATES, size_bound
+from ..basics.limits import MAX_POOL, MAX_STATES, size_bound
 
 REQUIRED = object()  # a field with no default
 

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..config.cache_config import size_bound
+from ..basics.limits import size_bound
 
 if TYPE_CHECKING:
     from ..config.cache_config import CacheConfig

@@ -75,7 +75,7 @@ def run(args) -> int:
         raise ScenarioError(f"--tree-sizes must be comma-separated ints (got {args.tree_sizes})") from None
     if any(n <= 0 for n in sizes):
         raise ScenarioError("--tree-sizes must be positive")
-    from cache.config.cache_config import MAX_POOL
+    from cache.basics.limits import MAX_POOL
 
     most = (MAX_POOL - 256) // 16 - 2016  # bench/synthetic.py's tree: 16 tokens a leaf, 2,016 more for its samples
     if max(sizes, default=0) > most:

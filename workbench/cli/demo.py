@@ -59,7 +59,7 @@ def run_demo(console: Console | None = None) -> int:
         ("unlock: the path becomes evictable again", lambda: unlock([1, 2, 3, 7, 8])),
         ("evict everything", lambda: cache.evict(EvictParams(num_tokens=64))),
     ]
-    console.print(Rule(f"Unified Radix Cache demo — pools on {cache.basics.device}"))
+    console.print(Rule(f"Unified Radix Cache demo — pools on {cache.device}"))
     for i, (title, action) in enumerate(steps, 1):
         result = action()
         console.print(Rule(f"step {i}: {title}", style="blue"))

@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.text import Text
 from rich.tree import Tree
 
-from cache.controller.snapshot import CacheSnapshot, NodeView
+from cache.observe.views import CacheSnapshot, NodeView
 
 from ..model.scenarios.errors import printable
 from ..model.timeline.fmt import key_text, tokens_text

@@ -338,7 +338,7 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
         self.pool.clear()
 
     def pool_views(self) -> dict:
-        from ...controller.snapshot import PoolView
+        from ...observe.views import PoolView
 
         held = sum(len(self.held_slots(r)) for r in self.cache.kv_holders())
         i = self.index

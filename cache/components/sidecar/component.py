@@ -268,7 +268,7 @@ class SidecarComponent(SidecarHostMixin, AnchorLockMixin, LRUEvictionMixin, Tree
         self.pool.clear()
 
     def pool_views(self) -> dict:
-        from ...controller.snapshot import PoolView
+        from ...observe.views import PoolView
 
         i, pool = self.index, self.pool
         return {self.name: PoolView(self.name, pool.size, pool.available_size(), self.tree.evictable[i], self.tree.protected[i], 0)}

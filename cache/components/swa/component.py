@@ -404,7 +404,7 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         return swa[swa >= 0] // self.page_size
 
     def pool_views(self) -> dict:
-        from ...controller.snapshot import PoolView
+        from ...observe.views import PoolView
 
         held = distinct(self.held_by_requests()) * self.page_size
         pool = self.pool

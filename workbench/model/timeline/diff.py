@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Optional
 
 from cache.basics.keys import TOKEN_BYTES
-from cache.controller.snapshot import NodeRecord, PoolView
+from cache.observe.views import NodeRecord, PoolView
 
 from .fmt import plural, tokens_text
 from .packed import PackedTokens

@@ -6,7 +6,7 @@ import json
 from typing import Any, TextIO
 
 from cache.observe.events import Event
-from cache.controller.snapshot import CacheSnapshot
+from cache.observe.views import CacheSnapshot
 
 from .states import TimelineState
 from .timeline import StepRecord, Timeline

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Optional
 
 from cache.observe.events import Event, EventKind
-from cache.controller.snapshot import RequestView
+from cache.observe.views import RequestView
 
 from ..scenarios.errors import printable
 from .fmt import plural

@@ -13,7 +13,8 @@ from typing import Any, Optional, TextIO
 
 from cache import CacheError, EventKind, EventLog, UnifiedRadixCache, Violation, check_invariants, verify_match
 from cache.checks.invariants import one_thread
-from cache.controller.snapshot import GlobalRecord, global_record, node_record
+from cache.observe.views import GlobalRecord
+from cache.controller.snapshot import global_record, node_record
 
 from cache.observe.kv_events import event_dict
 

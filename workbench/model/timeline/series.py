@@ -41,7 +41,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from cache.controller.snapshot import NodeRecord
+from cache.observe.views import NodeRecord
 
 from .timeline import Timeline
 

@@ -41,7 +41,7 @@ from typing import Optional
 
 from cache.tree.leaf_policies import hits_text
 from cache.basics.keys import TOKEN_BYTES
-from cache.controller.snapshot import NodeRecord
+from cache.observe.views import NodeRecord
 
 from .diff import StateDiff
 from .states import TimelineState

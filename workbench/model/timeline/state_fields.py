@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from cache.controller.snapshot import GlobalRecord
+from cache.observe.views import GlobalRecord
 
 from ..scenarios.fields import STORAGE_STATE_FIELDS
 from .states import TimelineState

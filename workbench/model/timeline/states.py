@@ -25,7 +25,8 @@ from types import MappingProxyType
 from typing import Optional
 
 from cache.basics.keys import namespace_order, unpack_tokens
-from cache.controller.snapshot import CacheSnapshot, ComponentView, GlobalRecord, NodeRecord, NodeView, eviction_order
+from cache.observe.views import CacheSnapshot, ComponentView, GlobalRecord, NodeRecord, NodeView
+from cache.controller.snapshot import eviction_order
 
 from .packed import PackedTokens
 

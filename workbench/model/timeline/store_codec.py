@@ -27,7 +27,7 @@ import numpy as np
 
 from cache.observe.events import Cause, Event, EventKind
 from cache.basics.keys import Namespace
-from cache.controller.snapshot import (ComponentRecord, GlobalRecord, NodeRecord, PoolView, RequestView, SessionsView,
+from cache.observe.views import (ComponentRecord, GlobalRecord, NodeRecord, PoolView, RequestView, SessionsView,
                             SessionView, SlotView, StorageView, StreamingSessionsView)
 from cache.basics.violation import Violation
 

@@ -22,7 +22,7 @@ from typing import Any, Optional
 from urllib.parse import quote
 
 from cache.basics.keys import TOKEN_BYTES
-from cache.controller.snapshot import NodeRecord
+from cache.observe.views import NodeRecord
 
 from ..scenarios.scenario import ScenarioError
 from .states import Records

@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from cache.controller.snapshot import GlobalRecord
+from cache.observe.views import GlobalRecord
 
 from ..scenarios.scenario import Scenario, ScenarioError
 from .series import RowMaker

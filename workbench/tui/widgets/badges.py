@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from cache.controller.snapshot import NodeRecord
+from cache.observe.views import NodeRecord
 
 from ...model.timeline.packed import PackedTokens
 from ...model.timeline.shown_tree import CHANGE_MEANING, CHANGE_ORDER, ShownNode
