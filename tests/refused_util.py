@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from cache import UnifiedRadixCache
-from workbench.model.timeline.session import Session
+from workbench.model.timeline.driver import CacheDriver
 
 
 def _req_state(cache, req) -> tuple:
@@ -22,10 +22,10 @@ def _req_state(cache, req) -> tuple:
     )
 
 
-def deep_state(cache: UnifiedRadixCache, session: Session | None = None) -> dict:
+def deep_state(cache: UnifiedRadixCache, driver: CacheDriver | None = None) -> dict:
     """The snapshot (op_seq aside, as the runner's same_state compares it) plus what it
     does not show: which pages are free in every pool, the Full->SWA translation
-    table, every running request's row and state slots, and the session's names."""
+    table, every running request's row and state slots, and the driver's names."""
     state = {"snapshot": dataclasses.replace(cache.snapshot(), op_seq=0)}
     state["free.full"] = sorted(cache.kv_pool.free_pages_list())
     for component in cache.components[1:]:
@@ -33,8 +33,8 @@ def deep_state(cache: UnifiedRadixCache, session: Session | None = None) -> dict
     if "swa" in cache.by_name:
         state["swa.mapping"] = cache.by_name["swa"].pool.mapping.tolist()
     state["requests"] = {rid: _req_state(cache, req) for rid, req in cache.requests.items()}
-    if session is not None:
-        names = (session.matches, session.locks, session.released, session.reqs, session.finished)
+    if driver is not None:
+        names = (driver.matches, driver.locks, driver.released, driver.reqs, driver.finished)
         state["names"] = tuple(sorted(d) for d in names)
     return state
 

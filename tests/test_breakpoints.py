@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from urc_util import urc
-from workbench.model.debugging.breakpoints import ConditionError, holds, parse_condition, search
-from workbench.model.timeline.cursor import TimelineCursor
+from workbench.model.debugging.breakpoints import ConditionError, holds, parse_condition
+from workbench.model.timeline.search import search
+from workbench.model.debugging.cursor import TimelineCursor
 from workbench.model.timeline.diff import diff_text
 from workbench.model.timeline.runner import Runner, run_scenario
 from workbench.model.scenarios.scenario import scenario_from_records

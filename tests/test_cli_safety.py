@@ -170,7 +170,7 @@ def test_deeply_nested_json_is_a_clear_error(tmp_path):
 
 
 def test_a_key_over_the_size_limit_is_a_clear_error(capsys, tmp_path, monkeypatch):
-    import workbench.model.scenarios.scenario as scenario
+    import workbench.model.scenarios.step as scenario
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(scenario, "MAX_KEY_TOKENS", 100)

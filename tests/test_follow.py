@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.model.timeline.cursor import TimelineCursor
+from workbench.model.debugging.cursor import TimelineCursor
 from workbench.model.timeline.follow import FINGERPRINT_BYTES, FollowError, TraceFollower
 from workbench.model.timeline.runner import run_scenario, same_state
 from workbench.model.scenarios.scenario import ScenarioError, load_scenario

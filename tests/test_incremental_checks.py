@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import workbench.model.timeline.session as session_module
+import workbench.model.timeline.driver as driver_module
 from workbench.model.timeline.runner import Runner
 from workbench.model.scenarios.scenario import load_scenario
 
@@ -69,7 +69,7 @@ CASES = [
 
 
 def flagged(path: Path, at: int, corrupt, monkeypatch, full: bool) -> list[tuple[int, tuple[str, ...]]]:
-    real = session_module.Session.run
+    real = driver_module.CacheDriver.run
     calls = {"n": 0}
 
     def run(self, op, fields):
@@ -79,7 +79,7 @@ def flagged(path: Path, at: int, corrupt, monkeypatch, full: bool) -> list[tuple
             corrupt(self.cache)
         return result
 
-    monkeypatch.setattr(session_module.Session, "run", run)
+    monkeypatch.setattr(driver_module.CacheDriver, "run", run)
     runner = Runner(load_scenario(path), full_checks=full)
     out = []
     while not runner.done:
@@ -89,7 +89,7 @@ def flagged(path: Path, at: int, corrupt, monkeypatch, full: bool) -> list[tuple
             break
         if record.violations:
             out.append((record.index, tuple(sorted({v.name for v in record.violations}))))
-    monkeypatch.setattr(session_module.Session, "run", real)
+    monkeypatch.setattr(driver_module.CacheDriver, "run", real)
     return out
 
 

@@ -19,23 +19,23 @@ from urc_util import urc
 from workbench.model.scenarios.scenario import load_scenario, scenario_from_records
 from workbench.model.timeline.kv_router import ROUTER_VIEW, UNKNOWN_BLOCK, RouterView
 from workbench.model.timeline.runner import Runner
-from workbench.model.timeline.session import Session
+from workbench.model.timeline.driver import CacheDriver
 
 ROOT = Path(__file__).resolve().parent.parent
 KV_FAULTS = {f.name for f in FAULTS}
 HOST = {"write_policy": "write_through", "load_back_threshold": 1}
 
 
-def make(page_size: int = 4, **config) -> tuple[UnifiedRadixCache, Session]:
+def make(page_size: int = 4, **config) -> tuple[UnifiedRadixCache, CacheDriver]:
     cache = UnifiedRadixCache(CacheConfig.of(page_size=page_size, kv_size=64, device="cpu",
                                              enable_kv_cache_events=True, **config))
     assert cache.tree.kv_events.take() == [AllBlocksCleared()]  # built on: SGLang's construction reset
-    return cache, Session(cache)
+    return cache, CacheDriver(cache)
 
 
-def run(session: Session, op: str, **fields) -> list:
-    session.run(op, fields)
-    return session.cache.tree.kv_events.take()
+def run(driver: CacheDriver, op: str, **fields) -> list:
+    driver.run(op, fields)
+    return driver.cache.tree.kv_events.take()
 
 
 def blocks(cache, tokens_first: int) -> list[int]:
@@ -142,7 +142,7 @@ def test_reset_clears_all_blocks():
 
 def test_events_are_off_by_default_and_turning_them_on_hashes_pages():
     cache = UnifiedRadixCache(CacheConfig.of(page_size=4, kv_size=64, device="cpu"))
-    Session(cache).run("insert", {"key": list(range(1, 9))})
+    CacheDriver(cache).run("insert", {"key": list(range(1, 9))})
     assert not cache.tree.kv_events.enabled and cache.tree.kv_events.take() == []
     assert not cache.tree.page_hashing
     cache.tree.kv_events.enable()

@@ -10,9 +10,12 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from workbench.model.timeline.cursor import TimelineCursor
-from workbench.model.scenarios.live import OP_HELP, complete, format_command, parse_command
-from workbench.model.scenarios.scenario import MAX_KEY_TOKENS, OPS, ScenarioError, StepAppender, load_scenario
+from workbench.model.debugging.cursor import TimelineCursor
+from workbench.model.scenarios.live import OP_HELP, complete, parse_command
+from workbench.model.scenarios.live_format import format_command
+from workbench.model.ops import OPS
+from workbench.model.scenarios.scenario import ScenarioError, StepAppender, load_scenario
+from workbench.model.scenarios.step import MAX_KEY_TOKENS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted((ROOT / "scenarios").glob("**/*.toml"))

@@ -14,7 +14,8 @@ from cache import MatchPrefixParams, RadixKey
 from urc_util import urc
 from workbench.model import ops
 from workbench.model.fuzzing.fuzz import FuzzConfig, OpGenerator, fuzz
-from workbench.model.scenarios.live import OP_HELP, complete, format_command, parse_command
+from workbench.model.scenarios.live import OP_HELP, complete, parse_command
+from workbench.model.scenarios.live_format import format_command
 from workbench.model.timeline.runner import run_scenario
 from workbench.model.scenarios.scenario import ScenarioError, StepAppender, load_scenario, scenario_from_records
 from workbench.model.fuzzing.shrink import renumber

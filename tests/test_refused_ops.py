@@ -3,7 +3,7 @@ before: each call of each op fails in turn.
 
 A scenario op is a sequence of cache calls (insert: check, allocate, write, free the
 SWA below the floor, take a Mamba state, insert, return the tail). These tests make
-each call of each op fail in turn, first at the Session's cache calls, then at the
+each call of each op fail in turn, first at the CacheDriver's cache calls, then at the
 pools' allocators (which reaches the allocations inside the controller's request
 flows), and compare the whole state before and after. Real refusals, pool by pool,
 are in ``test_refused_pools.py``.
@@ -19,7 +19,7 @@ from refused_util import assert_same, deep_state
 
 from cache import CacheError, Cause, EventLog, UnifiedRadixCache, check_invariants
 from cache.basics.errors import DoubleFreeError, LockError, PoolExhaustedError, UnknownNodeError
-from workbench.model.timeline.session import Session
+from workbench.model.timeline.driver import CacheDriver
 
 # ---- part (a): every call of every op fails in turn -----------------------------
 
@@ -39,10 +39,10 @@ A = list(range(1, 17))  # 16 tokens: 4 pages at page size 4
 R = A + list(range(200, 254))  # 70 tokens: a part-used last page at page 4; a Mamba checkpoint at 64
 
 
-def build(config: dict) -> Session:
+def build(config: dict) -> CacheDriver:
     """A small tree ([A], [A B] locked as ``l``, a match ``a`` on A) and a running
     request ``r`` that shares A; the pools have ample room, so no op below evicts."""
-    session = Session(UnifiedRadixCache(**BASE, **config))
+    driver = CacheDriver(UnifiedRadixCache(**BASE, **config))
     for op, fields in [
         ("insert", {"key": A}),
         ("insert", {"key": A + list(range(100, 108))}),
@@ -51,9 +51,9 @@ def build(config: dict) -> Session:
         ("match", {"key": A + [999], "as": "a"}),
         ("req_prefill", {"req": "r", "tokens": R}),
     ]:
-        session.run(op, fields)
-    assert check_invariants(session.cache) == []
-    return session
+        driver.run(op, fields)
+    assert check_invariants(driver.cache) == []
+    return driver
 
 
 SWA_ONLY = "swa"
@@ -98,7 +98,7 @@ RETURNS = {"free_kv", "free_mamba_state"}
 
 
 class FaultyCache:
-    """Stands in for the session's cache: records every cache method the op calls and
+    """Stands in for the driver's cache: records every cache method the op calls and
     makes call number ``fail_at`` raise, instead of running, the error it could raise."""
 
     def __init__(self, cache: UnifiedRadixCache, fail_at: int | None = None) -> None:
@@ -152,14 +152,14 @@ def _case_params():
 def clean_run(config: dict, op: str, fields: dict) -> tuple[list[str], list[str]]:
     """The op's cache calls and pool allocations when nothing fails; it must succeed
     without evicting anything (so every refusal below is an injected one)."""
-    session = build(config)
-    log = EventLog(session.cache.events)
-    real = session.cache
+    driver = build(config)
+    log = EventLog(driver.cache.events)
+    real = driver.cache
     proxy = FaultyCache(real)
-    session.cache = proxy
+    driver.cache = proxy
     with faulty_allocators(real) as allocs:
-        session.run(op, fields)
-    session.cache = real
+        driver.run(op, fields)
+    driver.cache = real
     if op != "evict":
         assert [e for e in log.take() if e.cause is Cause.CAPACITY] == []
     assert check_invariants(real) == []
@@ -179,15 +179,15 @@ def test_each_cache_call_of_an_op_fails_in_turn(config, op, fields):
             # take a committed insert back out of the tree: not a refusal point.
             assert name in RETURNS
             continue
-        session = build(config)
-        real = session.cache
-        before = deep_state(real, session)
-        session.cache = FaultyCache(real, fail_at=k)
+        driver = build(config)
+        real = driver.cache
+        before = deep_state(real, driver)
+        driver.cache = FaultyCache(real, fail_at=k)
         with pytest.raises(CacheError, match=f"injected: {name} refused"):
-            session.run(op, fields)
-        session.cache = real
+            driver.run(op, fields)
+        driver.cache = real
         assert check_invariants(real) == []
-        assert_same(before, deep_state(real, session))
+        assert_same(before, deep_state(real, driver))
 
 
 @pytest.mark.parametrize("config, op, fields", list(_case_params()))
@@ -198,14 +198,14 @@ def test_each_pool_allocation_of_an_op_fails_in_turn(config, op, fields):
     if op == "req_chunk" and "mamba" in config["components"]:
         assert "mamba" in allocs  # the state donated to the tree (page 1) or its replacement
     for k, pool in enumerate(allocs):
-        session = build(config)
-        real = session.cache
-        before = deep_state(real, session)
+        driver = build(config)
+        real = driver.cache
+        before = deep_state(real, driver)
         with faulty_allocators(real, fail_at=k):
             with pytest.raises(PoolExhaustedError, match=f"injected: {pool} pool refused"):
-                session.run(op, fields)
+                driver.run(op, fields)
         assert check_invariants(real) == []
-        assert_same(before, deep_state(real, session))
+        assert_same(before, deep_state(real, driver))
 
 
 def test_allocations_the_ops_make_are_the_ones_expected():
@@ -233,28 +233,28 @@ def test_a_fault_after_an_admission_had_to_evict_leaves_no_leak(components, toke
     be compared: no violation, no leaked slot, no lock, no request, the matched prefix
     still cached, and every surviving node holding what it held."""
 
-    def start() -> Session:
-        session = Session(UnifiedRadixCache(components=components, kv_size=16, mamba_size=4, device="cpu"))
-        session.run("insert", {"key": [1, 2, 3, 4, 5, 6]})
-        session.run("insert", {"key": [20, 21, 22, 23, 24, 25, 26, 27]})
-        return session
+    def start() -> CacheDriver:
+        driver = CacheDriver(UnifiedRadixCache(components=components, kv_size=16, mamba_size=4, device="cpu"))
+        driver.run("insert", {"key": [1, 2, 3, 4, 5, 6]})
+        driver.run("insert", {"key": [20, 21, 22, 23, 24, 25, 26, 27]})
+        return driver
 
-    session = start()
-    log = EventLog(session.cache.events)
-    with faulty_allocators(session.cache) as calls:
-        session.run("req_prefill", {"req": "x", "tokens": tokens})
+    driver = start()
+    log = EventLog(driver.cache.events)
+    with faulty_allocators(driver.cache) as calls:
+        driver.run("req_prefill", {"req": "x", "tokens": tokens})
     assert calls == allocs  # (with Mamba: the copy-on-write slot during the match) then KV, after evicting
     assert any(e.cause is Cause.CAPACITY for e in log.take())
     for k in range(len(allocs)):
-        session = start()
-        cache = session.cache
+        driver = start()
+        cache = driver.cache
         before = cache.snapshot()
         with faulty_allocators(cache, fail_at=k):
             with pytest.raises(PoolExhaustedError, match="injected"):
-                session.run("req_prefill", {"req": "x", "tokens": tokens})
+                driver.run("req_prefill", {"req": "x", "tokens": tokens})
         after = cache.snapshot()
         assert check_invariants(cache) == []
-        assert after.requests == () and session.reqs == {}
+        assert after.requests == () and driver.reqs == {}
         for name, pool in after.pools.items():
             was = before.pools[name]
             assert pool.held == 0 and pool.protected == 0

@@ -25,11 +25,11 @@ def run_checked(tmp_path, text: str):
     runner = Runner(load_scenario(path))
     refused = 0
     while not runner.done:
-        before = deep_state(runner.cache, runner.session)
+        before = deep_state(runner.cache, runner.driver)
         record = runner.step()
         if record.step.expect_error is not None:
             assert record.error is not None, f"step {record.index} was not refused"
-            after = deep_state(runner.cache, runner.session)
+            after = deep_state(runner.cache, runner.driver)
             if ops.get(record.step.op).refusal_changes and "exhausted" in record.error:
                 # a refused admission keeps what its match did, as SGLang's scheduler: a split, an
                 # LRU refresh; it holds nothing, so every pool and request is as it was

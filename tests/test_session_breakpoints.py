@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from urc_util import urc
-from workbench.model.debugging.breakpoints import ConditionError, holds, parse_condition, search
+from workbench.model.debugging.breakpoints import ConditionError, holds, parse_condition
+from workbench.model.timeline.search import search
 from workbench.model.scenarios.scenario import scenario_from_records
 from workbench.model.timeline.runner import Runner
 

@@ -13,14 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from workbench.model.debugging.breakpoints import parse_conditions, search
+from workbench.model.debugging.breakpoints import parse_conditions
+from workbench.model.timeline.search import search
 from workbench.model.debugging.why import node_steps
 from workbench.model.scenarios.scenario import ScenarioError
 from workbench.model.scenarios.workload import write_trace
 from workbench.model.timeline import stored
-from workbench.model.timeline.cursor import TimelineCursor
+from workbench.model.debugging.cursor import TimelineCursor
 from workbench.model.timeline.runner import run_scenario
 from workbench.model.timeline.series import RunSeries
+from workbench.model.timeline.store_file import CACHED_ROWS
 from workbench.model.timeline.store_run import run_to_store
 from workbench.model.timeline.stored import StoreError, open_store
 
@@ -170,7 +172,7 @@ def test_memory_holds_one_batch_and_the_live_tree(tmp_path):
     assert not store.pending and not store.pending_keyframes  # all of it is in the file
     for _ in timeline.records:  # a full read keeps only a window decoded
         pass
-    assert len(store.records._cache) <= stored.CACHED_ROWS
+    assert len(store.records._cache) <= CACHED_ROWS
     assert len(store.current) == len(run_scenario(path).final.records)
 
 
@@ -269,9 +271,10 @@ class Watch:  # notes who imports torch, and lets the import go on (a caught Imp
 
 sys.meta_path.insert(0, Watch())
 from workbench.cli import main
-from workbench.model.debugging.breakpoints import parse_conditions, search
+from workbench.model.debugging.breakpoints import parse_conditions
+from workbench.model.timeline.search import search
 from workbench.model.debugging.why import node_steps, why_node
-from workbench.model.timeline.cursor import TimelineCursor
+from workbench.model.debugging.cursor import TimelineCursor
 from workbench.model.timeline.series import RunSeries
 from workbench.model.timeline.stored import open_store
 from workbench.tui.app import WorkbenchApp

@@ -1,6 +1,7 @@
-"""The invariant checker: the full sweep, the per-step incremental probes, and the
-host tier's, pools' and sessions' invariants. It reads a built cache and is never
-imported by it.
+"""The invariant checker: the full sweep (``invariants``, over the tree's ``structure``,
+``locks``, ``pools``, ``host`` tier and ``sessions``), the per-step probes
+(``incremental``) and each component's own checks, asked of the registry
+(``component_checks``). It reads a built cache and is never imported by it.
 
 May import every room.
 """

@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..basics.violation import Violation
+from ..tree.columns import NodeColumns
+from . import component_checks
+
 if TYPE_CHECKING:
     from ..controller.unified_radix_cache import UnifiedRadixCache
-    from .invariants import NodeColumns, Violation
 
 
 def check_host_tier(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Violation]) -> None:
-    from .invariants import Violation
-
     tree, host = cache.tree, cache.host
     ps = cache.page_size
     copies, pages = [], 0
@@ -56,18 +57,18 @@ def check_host_tier(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Viola
         slots = torch.cat(copies) if len(copies) > 1 else copies[0]
         if torch.unique(slots).shape[0] != slots.shape[0]:
             out.append(Violation("host.shared_slots", "two host copies share a host slot"))
-    _check_transfers(cache, cols, out, Violation)
-    _check_stores(cache, cols, out, Violation)
+    _check_transfers(cache, cols, out)
+    _check_stores(cache, cols, out)
     if cache.host.storage is not None:
         out.extend(Violation("storage.prefetch", problem) for problem in cache.host.storage.prefetch.check())
-    _check_aux_copies(cache, cols, out, Violation)
+    _check_aux_copies(cache, cols, out)
     expected = {n.id for n in cols.nodes if tree.is_host_leaf(n)}
     actual = {n.id for n in tree.host_leaves}
     if expected != actual:
         out.append(Violation("host.leaf_set", f"extra {sorted(actual - expected)[:5]}, missing {sorted(expected - actual)[:5]}"))
 
 
-def _check_transfers(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Violation) -> None:
+def _check_transfers(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Violation]) -> None:
     open_marks = {t.mark: t for t in cache.host.in_flight}
     for transfer in cache.host.in_flight:
         if cache.tree.nodes.get(transfer.node.id) is not transfer.node:
@@ -114,7 +115,7 @@ def full_host_locks_expected(cache: UnifiedRadixCache, node) -> int:
     return expected
 
 
-def _check_stores(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Violation) -> None:
+def _check_stores(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Violation]) -> None:
     storage, tree = cache.host.storage, cache.tree
     if storage is not None:
         if storage.in_flight and not storage.held:
@@ -140,7 +141,7 @@ def _check_stores(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Violat
                                  f"loads in flight account for {expected}"))
 
 
-def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Violation) -> None:
+def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Violation]) -> None:
     """Each auxiliary component's host copies: its units each, exactly the pool's used
     slots, what its host part says they hold, and its host LRU exactly the host-only,
     not host-locked ones."""
@@ -167,7 +168,7 @@ def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vi
         total = sum(int(c.shape[0]) for c in copies)
         if len(copies) > 1 and torch.unique(torch.cat(copies)).shape[0] != total:
             out.append(Violation("host.shared_slots", f"two {name} host copies share a host slot"))
-        out.extend(Violation(*v) for v in component.check_host_copies(pool, cols.nodes))  # what they hold
+        out.extend(Violation(*v) for v in component_checks.check_host(component, pool, cols.nodes))  # what they hold
         host_only = {n.id for n in cols.nodes if n.data[i].value is None and n.data[i].host_value is not None}
         unlocked = {n.id for n in cols.nodes if n.id in host_only and n.data[i].host_lock_ref == 0}
         actual = {n.id for n in tree.host_lru[name]}  # a locked host-only node may stay listed (v0.5.23)
@@ -177,7 +178,7 @@ def _check_aux_copies(cache: UnifiedRadixCache, cols: NodeColumns, out: list, Vi
 
 
 def _backups(cache: UnifiedRadixCache) -> dict[str, list]:
-    """Host slots of the retracted requests' backups (request_retraction.py), per host
+    """Host slots of the retracted requests' backups (requests/retraction.py), per host
     pool: they are neither free nor any node's."""
     out: dict[str, list] = {}
     for req in cache.retracted.values():
@@ -190,7 +191,7 @@ def _backups(cache: UnifiedRadixCache) -> dict[str, list]:
 
 
 def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
-    """The per-step probe (invariants_incremental.py): the touched nodes' host state
+    """The per-step probe (incremental.py): the touched nodes' host state
     and each host pool's balance from the tree's counters. False: the sweep names it."""
     tree, host = cache.tree, cache.host
     backups = cache.backup_held() if cache.retracted else {}
@@ -202,7 +203,7 @@ def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
         if pool.size - pool.available_size() != pool.allocator.pages_for(held) * pool.allocator.page_size + \
                 backups.get(component.name, 0) + _prefetch_rows(cache, component.name):
             return False
-        if not component.probe_host_copies(pool, nodes):
+        if not component_checks.probe_host(component, pool, nodes):
             return False
     marks = {t.mark for t in host.in_flight}
     if any(tree.nodes.get(t.node.id) is not t.node for t in host.in_flight):

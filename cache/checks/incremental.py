@@ -20,7 +20,7 @@ Probed for the touched nodes still in the tree (other ids are skipped; with
   - Full slots, all nodes at once: on pages the pool handed out, whole pages in slot
     order, holding this path's KV fingerprints when fingerprints are written
     (pool.full.free_and_used, pool.full.owned_twice: another node's slots)
-  - per component (``probe_invariants``): SWA tombstones map no slot, SWA data is the
+  - per component (its checks' ``probe``): SWA tombstones map no slot, SWA data is the
     translation of the Full slots on owned pages, a boundary uuid differs from the
     parent's and children's (swa.*); a Mamba state is one owned slot whose
     fingerprint is this path's and whose tensors agree (mamba.*)
@@ -42,7 +42,7 @@ Global, on every call:
     lock order on anchors (lock.order), Mamba LRU size == its state count (lru.size);
     each per receipt group, not per receipt
 While the tree hashes pages: each data-touched node's hash chain (page_hash.chain).
-With a host tier (invariants_host.py's probe): each touched node's host copies whole,
+With a host tier (host.py's probe): each touched node's host copies whole,
 device data never below host-only data, no device lock on host-only data, host-leaf
 and host-LRU membership, the marks of transfers in flight; each host pool's balance
 from the tree's counters.
@@ -63,12 +63,15 @@ from typing import Optional
 
 import numpy as np
 
-from .invariants import expected_locks
 from ..basics.keys import child_key
-from ..basics.page_hash import chain_violations
 from ..basics.numpy_views import host_cat
+from ..basics.page_hash import chain_violations
 from ..pools.kv_buffer import continue_hashes, path_fingerprints
 from ..sessions.streaming import check_streaming
+from . import component_checks
+from .host import probe_host_tier
+from .locks import expected_locks
+from .sessions import sessions_ok
 
 
 def probe(cache, touched: Iterable[int], data_touched: Optional[Iterable[int]] = None) -> bool:
@@ -88,24 +91,12 @@ def probe(cache, touched: Iterable[int], data_touched: Optional[Iterable[int]] =
         and _full_pool_ok(cache)
         and _path_ok(cache, nodes, expected)
         and _nodes_ok(cache, data_nodes)
-        and all(component.probe_invariants(data_nodes) for component in cache.components)
-        and (cache.host is None or _host_ok(cache, nodes))
-        and (not tree.session_radix_cache or _sessions_ok(cache))
+        and all(component_checks.probe(component, data_nodes) for component in cache.components)
+        and (cache.host is None or probe_host_tier(cache, nodes))
+        and (not tree.session_radix_cache or sessions_ok(cache))
         and not (tree.page_hashing and chain_violations(tree, data_nodes))
         and not (cache.session_slots and check_streaming(cache))
     )
-
-
-def _sessions_ok(cache) -> bool:
-    from .sessions import sessions_ok
-
-    return sessions_ok(cache)
-
-
-def _host_ok(cache, nodes: list) -> bool:
-    from .host import probe_host_tier
-
-    return probe_host_tier(cache, nodes)
 
 
 def _root_ok(tree) -> bool:
@@ -187,7 +178,7 @@ def _nodes_ok(cache, nodes: list) -> bool:
     pb, registry = tree.page_bytes, tree.nodes
     for node in nodes:
         length, full = node.length, node.data[0].value
-        host_only = full is None and node.data[0].host_value is not None  # its checks: invariants_host.py
+        host_only = full is None and node.data[0].host_value is not None  # its checks: host.py
         if length == 0 or length % ps or (full is None and not host_only) or (full is not None and full.shape[0] != length):
             return False
         for ck, child in node.children.items():

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..basics.violation import Violation
+from ..tree.session_refs import covered_nodes
+
 if TYPE_CHECKING:
     from ..controller.unified_radix_cache import UnifiedRadixCache
-    from .invariants import Violation
 
 
 def check_sessions(cache: UnifiedRadixCache, out: list[Violation]) -> None:
-    from .invariants import Violation
-
     def report(name: str, message: str) -> None:
         out.append(Violation(name, message))
 
@@ -46,7 +46,7 @@ def check_sessions(cache: UnifiedRadixCache, out: list[Violation]) -> None:
                     continue
                 if sid not in (leaf.data[i].session_ids or ()):
                     report("session.marker", f"{name} session {sid!r} frontier {leaf.id} is missing its marker")
-                for node in _covered(index, leaf, covered.get(leaf)):
+                for node in covered_nodes(index, leaf, covered.get(leaf)):
                     expected[node] = expected.get(node, 0) + 1
             if index.coverage == "window":
                 for leaf in leaves:
@@ -72,22 +72,6 @@ def check_sessions(cache: UnifiedRadixCache, out: list[Violation]) -> None:
         if sid in refs.generations or any(sid in index.leaves for index in refs.by_component.values()):
             report("session.closed", f"closed session {sid!r} still holds a generation or frontiers")
     _check_partitions(cache, report)
-
-
-def _covered(index, leaf, covered_len):
-    """The nodes one frontier's coverage holds, as the index's walks add them."""
-    root = index.tree.root
-    if index.coverage == "node":
-        return [leaf]
-    out, node, seen = [], leaf, 0
-    span = covered_len if index.coverage == "window" else None
-    while node is not None and node is not root:
-        if span is not None and seen >= span:
-            break
-        out.append(node)
-        seen += node.length
-        node = node.parent
-    return out
 
 
 def _check_partitions(cache, report) -> None:

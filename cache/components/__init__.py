@@ -1,82 +1,133 @@
-"""Components and their registry: a new component is one folder plus one line here.
+"""Components and their registry: a new component is one folder plus its name here.
 
-Each entry names its class as ``module:Class`` so that checking a config (a scenario
-file in the CLI) never imports torch; a class loads the first time it is looked up.
-A component with a part in the host tier (HiCache) names it second: the class its
-component mixes in (its ``<name>/host.py``, torch-free, see base_host.py), which the
-config reads for its host pool's size field and default.
+Each component's folder declares its parts in its ``__init__``, torch-free, as paths
+relative to the folder: ``COMPONENT`` (``module:Class``, its device part), and, when it
+has them, ``HOST_PART`` (the class its component mixes in for the host tier, see
+base_host.py: the config reads its host pool's size field and default), ``CHECKS``
+(a module of its invariants and match proof, which the checker calls; the component
+never imports it) and ``FIELDS`` (a module of its [config] fields' defaults and rules,
+which the config checks a given value by before a cache is built). A part loads the
+first time it is asked for, so checking a config (a scenario file in the CLI) never
+imports torch.
+
+May import: ``basics``, ``observe``, ``pools``, ``tree``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Iterator, Mapping
+from types import ModuleType
+from typing import Optional
 
-_ENTRIES = {
-    "full": ".full.component:FullComponent",
-    "swa": (".swa.component:SWAComponent", ".swa.host:SWAHostMixin"),
-    "mamba": (".mamba.component:MambaComponent", ".mamba.host:MambaHostMixin"),
-    "sidecar": (".sidecar.component:SidecarComponent", ".sidecar.host:SidecarHostMixin"),
-}
+_BUILT_IN = ("full", "swa", "mamba", "sidecar")  # each a folder of this package, in this order
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """Where a component's parts live: ``module:Class`` for the classes, a module for
+    the others (absolute, or relative to this package); None: it has none."""
+
+    component: str
+    host_part: Optional[str] = None
+    checks: Optional[str] = None
+    fields: Optional[str] = None
+
+    @classmethod
+    def of_folder(cls, folder: str) -> Parts:
+        """The parts a component's folder declares (its ``__init__``'s constants)."""
+        declared = importlib.import_module(folder, package=__name__)
+
+        def part(name: str) -> Optional[str]:
+            path = getattr(declared, name, None)
+            return None if path is None else f"{folder}{path}"
+
+        return cls(part("COMPONENT"), part("HOST_PART"), part("CHECKS"), part("FIELDS"))
 
 
 class ComponentRegistry(Mapping):
-    """name -> component class, imported on first lookup; names are known up front."""
+    """name -> component class, imported on first lookup; names are known up front.
+    Also each component's other parts: ``host_part``, ``checks``, ``fields``."""
 
-    def __init__(self, entries: dict[str, str | tuple[str, str]]) -> None:
-        self._entries = {name: (e,) if isinstance(e, str) else tuple(e) for name, e in entries.items()}
-        self._loaded: dict[str, type] = {}
+    def __init__(self, built_in: tuple[str, ...]) -> None:
+        self._built_in = frozenset(built_in)
+        self._parts: dict[str, Optional[Parts]] = dict.fromkeys(built_in)  # None: its folder not read yet
+        self._loaded: dict[tuple[str, str], object] = {}
+
+    def parts(self, name: str) -> Parts:
+        found = self._parts[name]
+        if found is None:
+            found = self._parts[name] = Parts.of_folder(f".{name}")
+        return found
+
+    def _part(self, name: str, part: str):
+        key = (name, part)
+        if key not in self._loaded:
+            path = getattr(self.parts(name), part)
+            self._loaded[key] = None if path is None else _load(path)
+        return self._loaded[key]
 
     def __getitem__(self, name: str) -> type:
-        cls = self._loaded.get(name)
-        if cls is None:
-            cls = self._loaded[name] = _load(self._entries[name][0])
-        return cls
+        return self._part(name, "component")
 
-    def host_part(self, name: str) -> type | None:
+    def host_part(self, name: str) -> Optional[type]:
         """The component's host part (imported without its component), or None."""
-        entry = self._entries[name]
-        return _load(entry[1]) if len(entry) > 1 else None
+        return self._part(name, "host_part")
 
-    def register(self, name: str, component: type | str) -> None:
+    def checks(self, name: str) -> Optional[ModuleType]:
+        """The module of the component's checks (``check``, ``probe``, ``verify_match``,
+        ``check_host``, ``probe_host``; each optional), or None."""
+        return self._part(name, "checks")
+
+    def fields(self, name: str) -> Optional[ModuleType]:
+        """The torch-free module of the component's [config] fields (``FIELDS``: field
+        -> default; ``check(field, value, page_size)``), or None."""
+        return self._part(name, "fields")
+
+    def register(self, name: str, component: type | str, checks: Optional[str] = None) -> None:
         """Add a component at run time: a class, or ``"package.module:Class"`` (imported
-        on first lookup). Its ``name`` must be the registry name."""
-        if name in self._entries:
+        on first lookup). Its ``name`` must be the registry name. ``checks``: the module
+        of its checks ("package.module"), if it has any."""
+        if name in self._parts:
             raise ValueError(f"component {name!r} is already registered")
         if isinstance(component, str):
             if ":" not in component:
                 raise ValueError(f"expected 'module:Class', got {component!r}")
-            self._entries[name] = (component,)
+            self._parts[name] = Parts(component, checks=checks)
             return
         if getattr(component, "name", None) != name:
             raise ValueError(f"{component.__name__}.name is {getattr(component, 'name', None)!r}, not {name!r}")
-        self._entries[name] = (f"{component.__module__}:{component.__qualname__}",)
-        self._loaded[name] = component
+        self._parts[name] = Parts(f"{component.__module__}:{component.__qualname__}", checks=checks)
+        self._loaded[(name, "component")] = component
 
     def unregister(self, name: str) -> None:
         """Forget a component added with ``register`` (tests clean up with it)."""
-        if name in _ENTRIES:
+        if name in self._built_in:
             raise ValueError(f"{name!r} is a built-in component")
-        self._entries.pop(name)
-        self._loaded.pop(name, None)
+        del self._parts[name]
+        for key in [key for key in self._loaded if key[0] == name]:
+            del self._loaded[key]
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._parts
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
+        return iter(self._parts)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._parts)
 
 
-def _load(path: str) -> type:
+def _load(path: str):
+    """``module:attr`` -> the attribute; a plain module path -> the module. A path that
+    starts with a dot is a module of this package, any other an absolute one."""
     module, _, attr = path.partition(":")
-    # ".swa.component" is a module of this package; "package.module" an absolute one
-    return getattr(importlib.import_module(module, package=__name__), attr)
+    loaded = importlib.import_module(module, package=__name__)
+    return getattr(loaded, attr) if attr else loaded
 
 
-COMPONENT_REGISTRY = ComponentRegistry(_ENTRIES)
+COMPONENT_REGISTRY = ComponentRegistry(_BUILT_IN)
 _CLASSES = {"FullComponent": "full", "SWAComponent": "swa", "MambaComponent": "mamba"}
 
 
@@ -90,4 +141,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["COMPONENT_REGISTRY", "ComponentRegistry", "FullComponent", "MambaComponent", "SWAComponent", "TreeComponent"]
+__all__ = ["COMPONENT_REGISTRY", "ComponentRegistry", "FullComponent", "MambaComponent", "Parts", "SWAComponent",
+           "TreeComponent"]

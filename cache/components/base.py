@@ -3,7 +3,9 @@
 A component owns one kind of cache data on the shared tree (Full KV, SWA KV, Mamba
 state). The tree core walks, splits, evicts and locks; at each phase it asks every
 component what to do through the hooks below. Defaults describe "no opinion", so a new
-component overrides only the phases it cares about.
+component overrides only the phases it cares about; the no-op defaults are marked
+``default_hook``, and such a hook runs only for the components that override it
+(tree/hooks.py).
 
 Hooks by phase:
   config   config_fields (its own [config] fields, read with config_value)
@@ -19,8 +21,8 @@ Hooks by phase:
            a component with its own pool also answers available_size, pool_size,
            reset_pool, pool_views; a pool that follows Full KV slot for slot sets
            ``kv_peer`` and implements the peer_* hooks
-  inspect  node_has_component_data, value_len, node_extras, request_extras, check_invariants, probe_invariants,
-           verify_match
+  inspect  node_has_component_data, value_len, node_extras, request_extras
+A component's invariants and match proof are its checks module's (see the registry).
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ import torch
 
 from ..basics.limits import MAX_POOL
 from ..observe.events import Cause, EventKind
+from ..tree.component_api import default_hook
 from ..tree.session_refs import session_evict_next
 
 if TYPE_CHECKING:
-    from ..controller.unified_radix_cache import UnifiedRadixCache
+    from .cache_view import CacheView
     from ..observe.eviction_batch import EvictionBatch
     from ..basics.params import DecLockRefParams, IncLockRefResult, InsertParams, InsertResult, MatchResult
     from ..tree.core import UnifiedTreeCore
@@ -65,7 +68,7 @@ class TreeComponent:
     # field -> (the default as printed, who turns it on, what it does)
     config_docs: ClassVar[dict[str, tuple[str, str, str]]] = {}
 
-    def __init__(self, cache: UnifiedRadixCache, index: int) -> None:
+    def __init__(self, cache: CacheView, index: int) -> None:
         self.cache = cache  # for pool I/O in the controller-side hooks only
         self.index = index
         self.tree: UnifiedTreeCore = None  # set by the tree core
@@ -101,10 +104,12 @@ class TreeComponent:
         device validator, for a component that keeps no host copy)."""
         return self.create_match_validator()
 
+    @default_hook
     def node_extras(self, node: TreeNode) -> dict:
         """Component-private facts the snapshot shows (e.g. a lock boundary)."""
         return {}
 
+    @default_hook
     def request_extras(self, req) -> dict:
         """This component's state for one running request, as plain values, for the
         inspection snapshot (``RequestView.components``): a component that keeps
@@ -112,17 +117,8 @@ class TreeComponent:
         Runs after every observed step: O(1), no tensors in the result."""
         return {}
 
-    def check_invariants(self, cols=None) -> list[tuple[str, str]]:
-        """Component-specific (name, message) violations; the generic ones live elsewhere.
-        ``cols``: the full sweep's ``NodeColumns`` over every registered node (or None)."""
-        return []
-
-    def probe_invariants(self, nodes: list) -> bool:
-        """The per-step check: False when this component's data on ``nodes`` (touched by
-        a step) or its O(1) balances look wrong; the full sweep then names what it is."""
-        return True
-
     # ---- match ------------------------------------------------------------
+    @default_hook
     def create_match_validator(self) -> Optional[Callable[[TreeNode, int], bool]]:
         """A fresh (possibly stateful) predicate per match, called as
         ``validate(node, matched_tokens)`` on every node in path order; None means
@@ -144,32 +140,40 @@ class TreeComponent:
             return best, "its validator accepts the walk's end"
         return best, f"its validator refuses node #{path[best + 1].id} and every node below"
 
+    @default_hook
     def pinned_by_lock(self, path: list[tuple[TreeNode, int]]) -> int:
         """Evictable units a lock at the end of ``path`` would protect (for capacity
         checks made before a request locks its prefix)."""
         return 0
 
+    @default_hook
     def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int) -> MatchResult:
         return result
 
+    @default_hook
     def finalize_match_in_cache(self, params, result: MatchResult) -> MatchResult:
         return result
 
     # ---- LRU refresh (LRUEvictionMixin has the usual ones) ------------------
+    @default_hook
     def on_walkdown(self, node: TreeNode) -> None:
         """A walk passed ``node``. Run only for components that override it."""
 
+    @default_hook
     def on_match_end(self, node: TreeNode) -> None:
         """A match ended at ``node``."""
 
+    @default_hook
     def on_insert_end(self, node: TreeNode) -> None:
         """An insert ended at ``node``."""
 
     # ---- insert -----------------------------------------------------------
+    @default_hook
     def check_insert_params(self, params: InsertParams) -> None:
         """Refuse (InvalidValueError) before the walk what this component cannot insert,
         so a bad value never leaves half an insert."""
 
+    @default_hook
     def on_insert_overlap(
         self,
         node: TreeNode,
@@ -184,12 +188,14 @@ class TreeComponent:
         incoming slots; the rest up to ``prefix_len`` are freed as duplicates."""
         return prefix_len
 
+    @default_hook
     def commit_insert(
         self, node: TreeNode, is_new_leaf: bool, params: InsertParams, result: InsertResult, actions: list
     ) -> None:
         pass
 
     # ---- split ------------------------------------------------------------
+    @default_hook
     def redistribute_on_split(self, new_parent: TreeNode, child: TreeNode) -> None:
         """Share ``child``'s data with the new upper node ``new_parent`` (which starts
         empty: no value, no lock). By default everything stays on the deeper node."""
@@ -215,82 +221,97 @@ class TreeComponent:
         when done (``batch.counts`` says how much this walk freed so far)."""
         return None, False
 
+    @default_hook
     def pass_by(self, node: TreeNode) -> None:
         """The controller kept ``node``, this walk's victim, on the device (write-back
         declined to drop it): the walk must not offer it again. A cursor walk has
         already moved past it."""
 
+    @default_hook
     def evict_end(self) -> None:
         pass
 
     # ---- locks ------------------------------------------------------------
+    @default_hook
     def acquire_lock(self, node: TreeNode, receipt: IncLockRefResult) -> None:
         """Take this component's share of a lock anchored on ``node`` (default: none)."""
 
+    @default_hook
     def locked_nodes(self, node: TreeNode, receipt) -> list:
         """The nodes a held receipt keeps locked for this component (for the checker)."""
         return []
 
+    @default_hook
     def check_release(self, node: TreeNode, receipt: DecLockRefParams) -> Optional[str]:
         """Why releasing would corrupt state (checked before anything changes), or None."""
         return None
 
+    @default_hook
     def release_lock(self, node: TreeNode, receipt: DecLockRefParams) -> None:
         """Undo exactly what ``acquire_lock`` took for this receipt."""
 
     # ---- request caching (controller side) --------------------------------
+    @default_hook
     def prepare_for_caching_req(self, req, params: InsertParams, length: int, finished: bool) -> Optional[int]:
         """Optionally cap how many tokens of the request get cached."""
         return None
 
+    @default_hook
     def caching_len(self, req, length: int, finished: bool) -> Optional[int]:
         """The same cap as ``prepare_for_caching_req``, read-only: a checkpoint SGLang
         would assert on is refused before any component changes anything."""
         return None
 
+    @default_hook
     def checkpoint_seqlen(self, req) -> Optional[int]:
         """Where this component's newest state checkpoint of a running request lies
         (a later match can end there), or None: SWA keeps its window behind it."""
         return None
 
+    @default_hook
     def floor_cache_len(self, length: int) -> int:
         """Round the agreed cache length down to what this component can key (v0.5.23:
         identity for Full, SWA and Mamba)."""
         return length
 
+    @default_hook
     def free_out_of_window_slots(self, req, pre_len: int, params: InsertParams) -> None:
         """Before caching an unfinished request: drop what it no longer needs."""
 
+    @default_hook
     def slide_window(self, req, pre_len: int) -> int:
         """Decode moved on: free what the request no longer needs before ``pre_len``
         (units freed)."""
         return 0
 
+    @default_hook
     def cleanup_after_caching_req(self, req, finished: bool, result: Optional[InsertResult], params=None) -> None:
         pass
 
+    @default_hook
     def reserve_request(self, req) -> None:
         """Take this component's own slots for a new request ahead of its match (the
         pool has them free), so nothing is left to fail once the match has run."""
 
+    @default_hook
     def admit_request(self, req) -> None:
         """A request was admitted (prefix matched and locked, the rest computed)."""
 
+    @default_hook
     def advance_request(self, req, start: int) -> None:
         """A running request computed tokens [start, kv_len)."""
 
+    @default_hook
     def release_request(self, req) -> None:
         """A request is dropped without caching: return what it holds."""
 
+    @default_hook
     def slots_for_request(self) -> int:
         """Slots of this component's own pool a new request takes."""
         return 0
 
-    def verify_match(self, tokens: list[int], result: MatchResult) -> list:
-        """Extra proof that a match handed out the right data (Violations)."""
-        return []
-
     # ---- pools (controller side) ------------------------------------------
+    @default_hook
     def pool_views(self) -> dict:
         """name -> PoolView of this component's own pool (none by default)."""
         return {}
@@ -302,19 +323,24 @@ class TreeComponent:
         raise AssertionError(f"{self.name}: unknown action {action!r}")
 
     # ---- Full-KV peers (controller side; only when kv_peer) -----------------
+    @default_hook
     def peer_shortfall(self, num_tokens: int) -> int:
         """Slots this pool lacks for ``num_tokens`` new Full slots."""
         return 0
 
+    @default_hook
     def peer_alloc(self, full_slots: torch.Tensor) -> None:
         pass
 
+    @default_hook
     def peer_continue(self, last_slot: torch.Tensor, full_slots: torch.Tensor) -> None:
         """Map Full slots that fill the rest of an already allocated page."""
 
+    @default_hook
     def peer_free(self, full_slots: torch.Tensor, cause: Cause, node: Optional[int]) -> None:
         pass
 
+    @default_hook
     def peer_write(self, full_slots: torch.Tensor, fingerprints) -> None:  # fingerprints: a tensor or a host array
         pass
 

@@ -1,9 +1,10 @@
 """What a component's part in the host tier (HiCache) declares and does.
 
 A component takes part in the host tier by mixing a ``HostPart`` subclass (its own
-``<name>_host.py``) into its class and naming it second on its registry line. The
-module stays free of torch at import: the config reads its declarations (the host
-pool's size field ``host_<name>_size`` and its default) before anything is built.
+``<name>/host.py``) into its class and declaring it its ``HOST_PART`` (see the registry).
+The module stays free of torch at import: the config reads its declarations (the host
+pool's size field ``host_<name>_size`` and its default, by ``hicache_ratio_size``)
+before anything is built.
 
 Hooks (the host tier and the tree core call them on every component with a host part):
   config    host_paged, default_host_size; make_host_pool builds the pool the cache uses
@@ -13,7 +14,7 @@ Hooks (the host tier and the tree core call them on every component with a host 
             (each of the last three told the admitting request, None for a key-only load);
             prepare_load_back / finalize_load_back around a request's load (v0.5.23's)
   locks     lock_host_copies / unlock_host_copies (what a load reads stays on the host)
-  checks    check_host_copies, probe_host_copies (what the host copies hold)
+  checks    what the host copies hold: its checks module's check_host / probe_host
   storage   storage_pool, storage_backup, prefetch_trailing_pages, commit_prefetch (the
             storage tier's pages of the component: a trailing window of the chain)
 A split of a node with a host copy is the component's own ``redistribute_on_split``.
@@ -24,8 +25,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..config.cache_config import CacheConfig
+    from .cache_view import ConfigView
     from ..tree.node import TreeNode
+
+
+def hicache_ratio_size(units: int, page: int = 1) -> int:
+    """SGLang's host pool for hicache_ratio 2: twice the device pool plus one page."""
+    return (2 * units // page + 1) * page
 
 
 class HostPart:
@@ -34,7 +40,7 @@ class HostPart:
     storage_pool = None  # its name in storage keys (SGLang's PoolName: "<hash>.<pool>"); None: never stored
 
     @staticmethod
-    def default_host_size(config: CacheConfig) -> int:
+    def default_host_size(config: ConfigView) -> int:
         """The host pool's size when the config gives none (SGLang: hicache_ratio 2)."""
         raise NotImplementedError
 
@@ -56,16 +62,7 @@ class HostPart:
     def after_load(self, nodes: list[TreeNode], req) -> None:
         """The loaded nodes hold their data on the device again."""
 
-    def check_host_copies(self, pool, nodes: list[TreeNode]) -> list[tuple[str, str]]:
-        """(name, message) for host copies among ``nodes`` that hold the wrong data
-        (the generic checks of slots, counts and balance are invariants_host.py's)."""
-        return []
-
-    def probe_host_copies(self, pool, nodes: list[TreeNode]) -> bool:
-        """The per-step twin of ``check_host_copies`` over the touched nodes."""
-        return not self.check_host_copies(pool, nodes)
-
-    # ---- the storage tier (storage_tier.py, storage_staging.py) -----------------------
+    # ---- the storage tier (tiers/storage.py, tiers/staging.py) -----------------------
     def storage_backup(self, node: TreeNode):
         """(page hashes, host slots) a store of ``node`` writes of this component
         (v0.5.23's BACKUP_STORAGE transfer, hit policy TRAILING_PAGES); None: nothing."""

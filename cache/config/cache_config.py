@@ -72,10 +72,12 @@ class CacheConfig:
             raise ValueError(f"is_eagle must be true or false (got {self.is_eagle!r})")
         if self.kv_size % self.page_size:
             raise ValueError(f"kv_size {self.kv_size} must be a multiple of page_size {self.page_size}")
-        if "swa" in comps and not (isinstance(self.sliding_window, int) and self.sliding_window > 0):
-            raise ValueError("sliding_window (a positive int) is required when 'swa' is a component")
-        if "mamba" in comps and not (isinstance(self.mamba_size, int) and self.mamba_size > 0):
-            raise ValueError("mamba_size (a positive int) is required when 'mamba' is a component")
+        for name in comps:  # the model fields a component cannot do without (its fields module's REQUIRED)
+            rules = COMPONENT_REGISTRY.fields(name)
+            for field in getattr(rules, "REQUIRED", ()):
+                value = getattr(self, field)
+                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    raise ValueError(f"{field} (a positive int) is required when {name!r} is a component")
         from ..tree.leaf_policies import make_policy
 
         policy_config = self.eviction_policy_config
@@ -94,9 +96,7 @@ class CacheConfig:
                                      f"{list(comps)} does not list")
                 raise ValueError(f"unknown config field {key!r}{did_you_mean(key)} (a component's own field is "
                                  "'<component>_<name>')")
-        from ..components.field_checks import check_given_fields
-
-        check_given_fields(comps, self.extra, self.page_size)  # SWA's and Mamba's values, before a cache is built
+        _check_declared_fields(comps, self.extra, self.page_size)  # SWA's and Mamba's values, before a cache is built
         object.__setattr__(self, "faults", tuple(self.faults))
         if self.faults:
             from ..faults import check_fault_names
@@ -118,3 +118,20 @@ class CacheConfig:
     @property
     def swa_pool_size(self) -> int:
         return self.swa_kv_size if self.swa_kv_size is not None else self.kv_size
+
+
+def _check_declared_fields(components: tuple[str, ...], extra: Mapping[str, Any], page_size: int) -> None:
+    """Each given field of a component that declares its fields' rules (its ``fields``
+    module, read through the registry: SWA's, Mamba's) is one it declares, with a valid
+    value. Any other component's fields are checked by its ``check_config_value`` at build."""
+    from ..components import COMPONENT_REGISTRY
+    from .reference import did_you_mean
+
+    for key, value in extra.items():
+        for name in components:
+            rules = COMPONENT_REGISTRY.fields(name) if key.startswith(f"{name}_") else None
+            if rules is not None:
+                if key not in rules.FIELDS:
+                    raise ValueError(f"unknown config field {key!r}{did_you_mean(key, rules.FIELDS)}; "
+                                     f"{name}'s own fields: {', '.join(rules.FIELDS)}")
+                rules.check(key, value, page_size)

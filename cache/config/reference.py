@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..basics.limits import MAX_POOL, MAX_STATES, size_bound
+from ..tree.leaf_policies import POLICIES
 
 REQUIRED = object()  # a field with no default
 
@@ -91,7 +92,7 @@ OPTIONS: tuple[ConfigOption, ...] = (
          "`call` set, get or exists; `outcome` fail or delay (`steps` flushes: a prefetch's query or read waits); "
          "keys by `prefix`, `nth_call` or `nth_page`; `times` (1)"),
     _opt("eviction_policy", "lru", '`"lru"`', "`--radix-eviction-policy`", "the order Full's device and host leaves "
-         "are evicted in: `lru`, `lfu`, `fifo`, `mru`, `filo`, `priority`, `slru`, `tlru` (SWA and Mamba stay LRU)",
+         f"are evicted in: {', '.join(f'`{name}`' for name in POLICIES)} (SWA and Mamba stay LRU)",
          model_option=True),
     _opt("eviction_policy_config", None, "none", "`--radix-eviction-policy-config`", "the policy's parameters: "
          "`slru` `protected_threshold` (2); `tlru` `threshold`, `next_prompt_estimate` (0, 0)", model_option=True),

@@ -1,6 +1,7 @@
 """``UnifiedRadixCache``: the controller. It owns the pools, asks the tree core for
 decisions and executes them (allocations, frees, copies); the scheduler's request
-flows it inherits live in request_flows.py.
+flows, the tiers' and the sessions' calls it inherits live in the rooms below, each
+reading it by the protocol in that room's owner.py.
 
 Public names follow SGLang (match_prefix, insert, evict, evict_for_alloc,
 inc_lock_ref, dec_lock_ref, release_kv_cache, checkpoint) so cache
@@ -33,7 +34,8 @@ from ..basics.params import (
     MatchPrefixParams,
     MatchResult,
 )
-from ..tiers.host import HostCalls, HostTier
+from ..tiers.calls import HostCalls, StorageCalls
+from ..tiers.host import HostTier
 from ..pools import KVFingerprintBuffer, PagedAllocator, prefix_hashes
 from ..basics.request import Req
 from ..requests.flows import RequestFlows
@@ -41,7 +43,6 @@ from ..requests.load_back import RequestLoadBack
 from ..requests.retraction import RequestRetraction
 from ..sessions.controller import SessionCalls, SessionController
 from ..observe.metrics import CacheMetrics
-from ..tiers.prefetch import StorageCalls
 from ..tree.core import UnifiedTreeCore
 
 
@@ -65,13 +66,13 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         if cfg.enable_kv_cache_events:  # on from the start: SGLang's construction reset clears the router
             self.tree.kv_events.enable()
             self.tree.kv_events.all_cleared()
-        self.session_refs = self.tree.session_refs  # generations, closes, leaf indexes (session_refs.py)
+        self.session_refs = self.tree.session_refs  # generations, closes, leaf indexes (tree/session_refs.py)
         self.host = HostTier(self, cfg.hicache) if cfg.hicache is not None else None  # HiCache's host tier
         self.hooks = HookTable.of(self.components)  # which components each hook runs on
         self.requests: dict[str, Req] = {}
-        self.retracted: dict[str, Req] = {}  # retracted requests (request_retraction.py)
-        self.session_controller = SessionController()  # the scheduler's sessions (session_controller.py)
-        self.session_slots: dict = {}  # streaming sessions' records and locks (streaming_session.py)
+        self.retracted: dict[str, Req] = {}  # retracted requests (requests/retraction.py)
+        self.session_controller = SessionController()  # the scheduler's sessions (sessions/controller.py)
+        self.session_slots: dict = {}  # streaming sessions' records and locks (sessions/streaming.py)
         self._rids = itertools.count(1)
         self.fingerprints = True  # write_kv records KV fingerprints (off only for timing replays)
         self.fault_hits: dict[str, int] = {}  # fault name -> times it changed behaviour (cache/faults)
@@ -79,6 +80,10 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             from ..faults import install_faults
 
             install_faults(self, cfg.faults)
+
+    def new_rid(self) -> str:
+        """A fresh id for a request admitted without one ("req1", "req2", ...)."""
+        return f"req{next(self._rids)}"
 
     # ---- match / insert -------------------------------------------------------
     def match_prefix(self, params: MatchPrefixParams | RadixKey) -> MatchResult:
@@ -159,9 +164,9 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         with bus.op("alloc"):
             if type(num_tokens) is not int or num_tokens < 0:
                 raise PoolError(f"cannot allocate {num_tokens!r} slots (need a non-negative int)")
-            shorts = self._shortfalls(num_tokens)
+            shorts = self.shortfalls(num_tokens)
             if any(short > 0 for short in shorts.values()):
-                self._ensure_capacity(shorts, {}, self.auto_evict if evict is None else evict)
+                self.ensure_capacity(shorts, {}, self.auto_evict if evict is None else evict)
                 self.evict_for_alloc(EvictParams.of({name: max(0, short) for name, short in shorts.items()}))
             slots = pool.alloc(num_tokens)
             try:
@@ -174,7 +179,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
                 bus.emit(EventKind.ALLOC, "full", None, Cause.REQUEST, num_tokens, "pool=full")
             return slots
 
-    def _shortfalls(self, num_tokens: int, states: int = 0) -> dict[str, int]:
+    def shortfalls(self, num_tokens: int, states: int = 0) -> dict[str, int]:
         """Slots each pool lacks for ``num_tokens`` Full slots (and their peers') plus
         ``states`` slots of each pool that gives requests their own (Mamba's states)."""
         pool = self.kv_pool
@@ -193,11 +198,11 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         refused after an earlier one took slots or evicted. Checking each pool against
         its own free and evictable slots stays exact for several at once: eviction for
         one pool only turns the others' evictable slots into free ones."""
-        shorts = self._shortfalls(num_tokens, mamba_states)
+        shorts = self.shortfalls(num_tokens, mamba_states)
         if any(short > 0 for short in shorts.values()):
-            self._ensure_capacity(shorts, {}, self.auto_evict if evict is None else evict)
+            self.ensure_capacity(shorts, {}, self.auto_evict if evict is None else evict)
 
-    def _ensure_capacity(self, shorts: dict[str, int], pinned: dict[str, int], evict: bool) -> None:
+    def ensure_capacity(self, shorts: dict[str, int], pinned: dict[str, int], evict: bool) -> None:
         """Refuse, before anything changes, an allocation eviction cannot cover. Every
         unlocked token of a component is reachable by its eviction walk (locks are
         path or window locks), so its evictable count (less what the caller is about
@@ -398,7 +403,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self.session_controller.sessions.clear()
         self.session_slots.clear()
 
-    # ---- session radix cache (v0.5.23's names; session_refs.py) ------------------
+    # ---- session radix cache (v0.5.23's names; tree/session_refs.py) ------------------
     def open_radix_session(self, session_id: str) -> int:
         with self.events.op("open_radix_session"):
             return self.session_refs.open_radix_session(session_id)

@@ -15,6 +15,10 @@ tags and streaming slots), ``keys`` (EAGLE keys), ``policies`` (the eviction pol
 ``kv_events`` (the KV event stream) and ``storage`` (the prefetch from storage) — which import nothing heavy at import time:
 checking a scenario's config never imports torch. Adding a fault is one ``Fault`` entry and its
 installer in one of them.
+
+The catalogue sits below ``config`` (a config names its faults) and patches instances
+at run time, so it imports only what a faulty copy needs to build its records.
+May import: ``basics``, ``observe``, ``pools``, ``tree``, ``components``, ``tiers``.
 """
 
 from __future__ import annotations

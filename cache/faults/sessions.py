@@ -49,7 +49,7 @@ def _install_close_drops_shared_prefix_refs(cache) -> None:
     node the closed session covered: the other sessions' tags there are gone, and their
     shared prefix is evicted as if no session held it."""
     from ..observe.events import Cause
-    from ..checks.sessions import _covered
+    from ..tree.session_refs import covered_nodes
 
     refs = cache.session_refs
     correct = refs.release_radix_session
@@ -60,7 +60,7 @@ def _install_close_drops_shared_prefix_refs(cache) -> None:
             for index in refs.by_component.values():
                 lens = index.covered_len.get(sid, {})
                 for leaf in index.leaves.get(sid, ()):
-                    covered.extend((index, node) for node in _covered(index, leaf, lens.get(leaf)))
+                    covered.extend((index, node) for node in covered_nodes(index, leaf, lens.get(leaf)))
         result = correct(sid)
         for index, node in covered:
             left = node.data[index.index].session_ref

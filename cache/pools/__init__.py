@@ -1,4 +1,7 @@
-"""Device pools: the page allocator and the fingerprinted KV buffer."""
+"""Where cache data lives in memory: the page allocator, the slot pools, the
+fingerprinted KV buffer and the host pools. Pools know slots and bytes, never the tree.
+
+May import: ``basics``."""
 
 from .allocator import PagedAllocator
 from .kv_buffer import KVFingerprintBuffer, prefix_fingerprints, prefix_hashes

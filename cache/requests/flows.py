@@ -4,13 +4,12 @@ SGLang keeps this sequence in its scheduler (match, lock, allocate on admission;
 pages while decoding; insert and move the lock when a chunk or the whole request is
 done). Here it is a mixin of ``UnifiedRadixCache`` so a scenario can drive requests
 with one call each, while the controller itself stays the cache API: these flows use
-only that API (match_prefix, insert, alloc_kv, write_kv, free_kv, the tree's locks)
-and the components' request hooks.
+only that API (``RequestOwner``: match_prefix, insert, alloc_kv, write_kv, free_kv,
+the tree's locks) and the components' request hooks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Optional
 
 import torch
@@ -24,29 +23,15 @@ from ..basics.request import Req
 INT64_MAX = (1 << 63) - 1  # a prompt's priority + 1 saturates as SGLang's int64 does
 
 if TYPE_CHECKING:
-    from ..components.base import TreeComponent
-    from ..observe.events import EventBus
-    from ..tree.hooks import HookTable
-    from ..tree.session_refs import SessionRefTracker
-    from ..tree.core import UnifiedTreeCore
+    from .owner import RequestOwner as _Owner  # the controller's names these flows use
+else:
+    _Owner = object
 
 
-class RequestFlows:
+class RequestFlows(_Owner):
     """Admission (new_request), decode (extend_request, slide_window) and caching
-    (checkpoint, release_kv_cache) of running requests."""
-
-    # provided by UnifiedRadixCache
-    tree: UnifiedTreeCore
-    components: list[TreeComponent]
-    by_name: dict[str, TreeComponent]
-    hooks: HookTable
-    events: EventBus
-    page_size: int
-    device: torch.device
-    auto_evict: bool
-    requests: dict[str, Req]
-    session_refs: SessionRefTracker
-    _rids: Iterator[int]  # numbers for requests admitted without an id
+    (checkpoint, release_kv_cache) of running requests. It reads the controller only
+    by ``RequestOwner``'s names (owner.py)."""
 
     # ---- admission --------------------------------------------------------------
     def new_request(self, tokens: list[int], rid: Optional[str] = None, extra_key: Optional[str] = None,
@@ -68,7 +53,7 @@ class RequestFlows:
         fault (a bug, or one a test injects) fails after that, and then the slots and
         the lock go back but the match's split and LRU refresh, and what was
         evicted, stay. ``load_back``: first bring the prefix's host part back
-        (v0.5.23's init_load_back, within ``mem_quota``; see request_load_back.py).
+        (v0.5.23's init_load_back, within ``mem_quota``; see load_back.py).
         ``session_id``: the session it belongs to; with the session radix cache on and
         no ``session_generation`` given, the session's current one (opening it if it is
         closed or new, as the scheduler's ensure_session_generation does). ``cache_salt``:
@@ -76,7 +61,7 @@ class RequestFlows:
         requests of the same salt."""
         key = RadixKey(tokens, extra_key, cache_salt)
         self._check_chunk(chunk)
-        rid = rid if rid is not None else f"req{next(self._rids)}"
+        rid = rid if rid is not None else self.new_rid()
         if rid in self.requests:
             raise CacheError(f"request {rid!r} is already running")
         req = Req(rid, list(tokens), self.tree._empty, self.tree.root.id, None, extra_key=extra_key,
@@ -90,15 +75,16 @@ class RequestFlows:
                 self._admit_loading_back(req, key, mem_quota, chunk)
                 self.requests[rid] = req
                 return req
-            return self._admit_new(req, key, chunk)
+            return self.admit_req(req, key, chunk)
 
-    def _admit_new(self, req: Req, key: RadixKey, chunk: Optional[int]) -> Req:
-        """new_request's admission of a built request; ``key`` is what it matches (a
-        streaming turn's stops one token short of its input, as init_next_round_input's)."""
+    def admit_req(self, req: Req, key: RadixKey, chunk: Optional[int] = None) -> Req:
+        """new_request's admission of a request already built (a streaming turn's too);
+        ``key`` is what it matches (a streaming turn's stops one token short of its
+        input, as init_next_round_input's)."""
         rid = req.rid
         path = self.tree.peek_match(key)
         need = self._first_chunk(req, sum(n for _, n in path), chunk)
-        shorts = self._shortfalls(need)
+        shorts = self.shortfalls(need)
         own = {}  # the request's own slots (Mamba's states), taken after its KV is known to fit
         for component in self.hooks.slots_for_request:
             slots = component.slots_for_request()
@@ -106,12 +92,12 @@ class RequestFlows:
                 own[component.name] = slots - component.available_size()
         pinned = {c.name: c.pinned_by_lock(path) for c in self.hooks.pinned_by_lock}
         try:
-            self._ensure_capacity(shorts, pinned, self.auto_evict)
+            self.ensure_capacity(shorts, pinned, self.auto_evict)
         except PoolExhaustedError:
             self._match_refused(req, key)
             raise
         try:
-            self._ensure_capacity(own, pinned, True)
+            self.ensure_capacity(own, pinned, True)
         except PoolExhaustedError as exc:
             raise StateSlotsAssertError(
                 f"SGLang asserts here: {exc} (HybridReqToTokenPool.alloc: 'Not enough space for mamba …', "
@@ -193,10 +179,10 @@ class RequestFlows:
                 raise CacheError("slide_window needs the swa component")
             if req.is_chunked:
                 raise CacheError(f"request {req.rid!r} is still in chunked prefill: extend its prompt first")
-            new = self._take_row_slots(req, len(tokens))
+            new = self.take_row_slots(req, len(tokens))
             req.output_ids.extend(tokens)
             req.token_bytes += packed
-            self._grow_row(req, new)
+            self.grow_row(req, new)
             if slide:
                 self.slide_window(req)
 
@@ -209,9 +195,9 @@ class RequestFlows:
             if left <= 0:
                 raise CacheError(f"request {req.rid!r} has computed its whole prompt")
             self._check_chunk(chunk)
-            self._grow_row(req, self._take_row_slots(req, self._first_chunk(req, req.kv_len, chunk)))
+            self.grow_row(req, self.take_row_slots(req, self._first_chunk(req, req.kv_len, chunk)))
 
-    def _take_row_slots(self, req: Req, count: int) -> Optional[torch.Tensor]:
+    def take_row_slots(self, req: Req, count: int) -> Optional[torch.Tensor]:
         """The slots for the row's next ``count`` tokens: the rest of its last page
         (its peers' pages were taken with it), then fresh pages. Refused before any
         change when eviction cannot make room."""
@@ -230,7 +216,7 @@ class RequestFlows:
             parts.append(fresh)
         return torch.cat(parts) if parts else None
 
-    def _grow_row(self, req: Req, new: Optional[torch.Tensor]) -> None:
+    def grow_row(self, req: Req, new: Optional[torch.Tensor]) -> None:
         """Write the KV of the row's next tokens (``req.fill_ids`` holds them) and let
         the components see them computed."""
         if new is None:
@@ -260,7 +246,7 @@ class RequestFlows:
         whole page on (the paged free of the row took the page the stop is on)."""
         self._check_live(req)
         with self.events.op("release_kv_cache", request=req.rid):
-            if self._claim_kv_row(req):  # a streaming session keeps the record (streaming_session.py)
+            if self.keep_session_record(req):  # a streaming session keeps the record (sessions/streaming.py)
                 return
             owned = req.owned_kv_len()
             if checkpoint:
@@ -296,8 +282,13 @@ class RequestFlows:
             raise InvalidValueError(f"up_to={up_to!r}: request {req.rid!r} has computed {req.kv_len} tokens")
         with self.events.op("checkpoint", request=req.rid):
             up_to = req.kv_len if up_to is None else up_to
-            if not self._try_checkpoint(req, up_to):  # a streaming turn publishes at most its first prompt
+            if not self.session_checkpoint(req, up_to):  # a streaming turn publishes at most its first prompt
                 self._checkpoint(req, finished=False, up_to=up_to)
+
+    def checkpoint_into_tree(self, req: Req, finished: bool, up_to: int) -> None:
+        """Insert the request's first ``up_to`` tokens and move its lock there, with no op
+        of its own (a streaming session's publishing checkpoint runs it inside its op)."""
+        self._checkpoint(req, finished=finished, up_to=up_to)
 
     def _checkpoint(self, req: Req, finished: bool, up_to: int) -> None:
         """v0.5.23's checkpoint_into_tree: insert the request's first ``up_to`` tokens

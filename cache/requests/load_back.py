@@ -3,7 +3,7 @@
 SGLang 0.5.23's scheduler matches a waiting request (copy-on-write of a device Mamba
 state into the request's own slot), and its PrefillAdder, when the match found data on
 the host (Full host-only down to the best match, or a host hit of Full, SWA or Mamba),
-calls ``init_load_back`` → ``load_back(best, mem_quota, req)`` (cache/tiers/host.py,
+calls ``init_load_back`` → ``load_back(best, mem_quota, req)`` (tiers/host.py,
 ``HostTier.load_back_at``). The caller then takes the request's prefix as the loaded
 one: it anchors at the node the load returned, adds the loaded tokens to the prefix,
 protects them, locks, and allocates the rest (schedule_policy.py, _commit_prefill_admission
@@ -28,16 +28,19 @@ from ..basics.params import MatchPrefixParams
 
 if TYPE_CHECKING:
     from ..basics.request import Req
+    from .flows import RequestFlows as _Flows  # the flows it extends, and through them RequestOwner
+else:
+    _Flows = object
 
 
-class RequestLoadBack:
+class RequestLoadBack(_Flows):
     """``new_request(..., load_back=True)``: mixed into UnifiedRadixCache beside
     RequestFlows, whose ``new_request`` hands over to ``_admit_loading_back``."""
 
     def _admit_loading_back(self, req: Req, key: RadixKey, mem_quota: Optional[int], chunk: Optional[int] = None) -> None:
         """Match, load what the host holds of the prefix, then lock it and allocate
         the rest; ``req.host_loaded_length`` tells what the load brought."""
-        host = self._host("new_request with load_back")
+        host = self.require_host("new_request with load_back")
         if mem_quota is not None and (type(mem_quota) is not int or mem_quota < 0):
             raise CacheError(f"new_request: mem_quota must be a non-negative int (got {mem_quota!r})")
         match = self.match_prefix(MatchPrefixParams(key, cow_mamba=True, req=req))

@@ -33,6 +33,9 @@ from ..sessions.streaming import refuse_if_streaming
 
 if TYPE_CHECKING:
     from ..tiers.host import HostTier
+    from .flows import RequestFlows as _Flows  # the flows it extends, and through them RequestOwner
+else:
+    _Flows = object
 
 
 @dataclasses.dataclass
@@ -53,7 +56,7 @@ class RetractionBackup:
         return out
 
 
-class RequestRetraction:
+class RequestRetraction(_Flows):
     """Mixin of ``UnifiedRadixCache``: retract, restore and abort a request."""
 
     retracted: dict[str, Req]  # rid -> retracted request (with or without a backup)

@@ -185,18 +185,18 @@ class SessionCalls(StreamingSessions):
                 if slot is not None and slot.holds_kv:
                     self._run_on_slot(turn, slot, len(key))
                 else:
-                    self._admit_new(turn, key, None)
+                    self.admit_req(turn, key, None)
                     turn.prefix_len = turn.cache_protected_len
                     self._take_slot(turn)
             except BaseException:
                 session.inflight = False  # refused: the turn never runs
                 raise
             if checkpoint:
-                self._try_checkpoint(turn, len(history))
+                self.session_checkpoint(turn, len(history))
             return turn
 
     def _run_on_slot(self, turn: StreamingTurn, slot: SessionSlot, key_len: int) -> None:
         prefix = self._borrow_slot(turn, slot, key_len)
         turn.prefix_len, turn.borrowed_slot, turn.last_node = prefix, True, VIRTUAL_NODE
-        self._grow_row(turn, self._take_row_slots(turn, len(turn.origin_input_ids) - turn.kv_len))
+        self.grow_row(turn, self.take_row_slots(turn, len(turn.origin_input_ids) - turn.kv_len))
         self.requests[turn.rid] = turn

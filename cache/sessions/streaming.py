@@ -26,7 +26,11 @@ from ..basics.params import IncLockRefResult
 from ..basics.request import Req
 
 if TYPE_CHECKING:
-    from ..controller.unified_radix_cache import UnifiedRadixCache
+    from .owner import SessionOwner
+
+    _Owner = SessionOwner  # the controller's names these mixins use
+else:
+    _Owner = object
 
 VIRTUAL_NODE = -1  # a turn's last_node while it runs on its session's slot (SGLang's _VirtualNode)
 
@@ -77,9 +81,10 @@ class SessionSlot:
         return not self.record.released
 
 
-class StreamingSessions:
+class StreamingSessions(_Owner):
     """Mixed into ``UnifiedRadixCache``: the slots (``session_slots``) and the cache's
-    streaming entry points, each telling its caller whether it handled the request."""
+    streaming entry points, each telling its caller whether it handled the request.
+    It reads the controller only by ``SessionOwner``'s names (owner.py)."""
 
     session_slots: dict[str, SessionSlot]
 
@@ -153,9 +158,11 @@ class StreamingSessions:
         slot.lock, turn.lock = turn.lock, None
         turn.last_node = VIRTUAL_NODE
 
-    def _try_checkpoint(self, req: Req, up_to: int) -> bool:
-        """A turn publishes nothing of its own, except the first turn's prompt: the slot
-        publishes it for others to share, and its lock follows the insert."""
+    def session_checkpoint(self, req: Req, up_to: int) -> bool:
+        """The request flows' checkpoint of a streaming turn (False: ``req`` runs on no
+        session slot, so it is checkpointed as any request). A turn publishes nothing
+        of its own, except the first turn's prompt: the slot publishes it for others to
+        share, and its lock follows the insert."""
         slot = self.borrowed_slot(req)
         if slot is None:
             return False
@@ -163,15 +170,16 @@ class StreamingSessions:
             req.lock, slot.lock = slot.lock, None
             req.last_node = req.lock.node_id if req.lock is not None else self.tree.root.id
             try:
-                self._checkpoint(req, finished=False, up_to=up_to)
+                self.checkpoint_into_tree(req, finished=False, up_to=up_to)
             finally:
                 self._lock_to_slot(req, slot)
         return True
 
-    def _claim_kv_row(self, req: Req) -> bool:
-        """try_cache_finished_req: a finished turn leaves its record in the slot, cut at
-        its stop (True: nothing left to release); an aborted one gets record and lock
-        back and is released as any request (False)."""
+    def keep_session_record(self, req: Req) -> bool:
+        """release_kv_cache's first step (SGLang's try_cache_finished_req; False for a
+        request of no streaming session): a finished turn leaves its record in the
+        slot, cut at its stop (True: nothing left to release); an aborted one gets
+        record and lock back and is released as any request (False)."""
         if getattr(req, "session", None) is None or not isinstance(req, StreamingTurn):
             return False
         slot = self.borrowed_slot(req)
@@ -237,7 +245,7 @@ class StreamingSessions:
             self.events.emit(EventKind.SLOT, None, None, cause, tokens, f"session {sid}: {detail}")
 
 
-def check_streaming(cache: UnifiedRadixCache) -> list[tuple[str, str]]:
+def check_streaming(cache: SessionOwner) -> list[tuple[str, str]]:
     """A slot's lock is a held receipt anchored where the tree's part of its record
     ends; a session that is not open holds no slot; a record runs one turn at a time
     (SGLang 0.5.23 breaks this: a turn rejected while another runs clears the session's

@@ -7,21 +7,27 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 from ..basics.limits import size_bound
-
-if TYPE_CHECKING:
-    from ..config.cache_config import CacheConfig
+from ..components.base_host import hicache_ratio_size
+from ..components.cache_view import ConfigView
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 TRANSFER_MODES = ("immediate", "held")
-# the storage tier's backends this cache can build (storage_tier.make_storage_backend);
-# "file" joins when cache/tiers/backends/file.py lands
+# the storage tier's backends this cache can build (storage.make_storage_backend)
 STORAGE_BACKENDS = ("memory", "file")
 STORAGE_FIELDS = ("backend", "path", "budget", "prefetch_policy", "prefetch_threshold", "prefetch_timeout_base",
                   "prefetch_timeout_per_page", "inject")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
+
+
+class CacheShape(ConfigView, Protocol):
+    """What these checks read of the cache's config (``CacheConfig``), beside what each
+    component's host part reads of it for its default host pool size."""
+
+    components: tuple[str, ...]
+    is_eagle: bool
 
 
 def host_components(components: Optional[Iterable[str]] = None) -> tuple[str, ...]:
@@ -36,11 +42,6 @@ def host_components(components: Optional[Iterable[str]] = None) -> tuple[str, ..
 def host_size_field(component: str) -> str:
     """The hicache field sizing a component's host pool."""
     return "host_kv_size" if component == "full" else f"host_{component}_size"
-
-
-def hicache_ratio_size(units: int, page: int = 1) -> int:
-    """SGLang's host pool for hicache_ratio 2: twice the device pool plus one page."""
-    return (2 * units // page + 1) * page
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +71,7 @@ class HiCacheConfig:
         return {"write_through": 1, "write_through_selective": 2}.get(self.write_policy)
 
     @classmethod
-    def of(cls, fields: Mapping[str, Any] | HiCacheConfig, cache: CacheConfig) -> HiCacheConfig:
+    def of(cls, fields: Mapping[str, Any] | HiCacheConfig, cache: CacheShape) -> HiCacheConfig:
         from ..components import COMPONENT_REGISTRY
 
         if isinstance(fields, HiCacheConfig):
@@ -107,7 +108,7 @@ class HiCacheConfig:
         return dataclasses.replace(config, host_kv_size=sizes.pop("full"), host_sizes=sizes, storage=storage)
 
 
-STORED_COMPONENTS = ("full", "swa", "mamba")  # what the storage tier keeps (storage_staging.py)
+STORED_COMPONENTS = ("full", "swa", "mamba")  # what the storage tier keeps (staging.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,14 +116,14 @@ class StorageConfig:
     """The storage tier (SGLang's ``--hicache-storage-backend``): after a host
     backup's ack each node's pages are written there by their hash (``backend``:
     ``memory`` or ``file``; ``path``: the file backend's directory, one it creates
-    and marks (storage/owned_dir.py), a private temporary one when not given (the
+    and marks (backends/owned_dir.py), a private temporary one when not given (the
     workbench replaces a scenario's: storage_place.py); ``budget``: a byte cap with
     LRU eviction), and a prefetch reads them back into host slots. ``prefetch_policy``: what the admission
     poll does with a prefetch still in flight (SGLang's
     ``--hicache-storage-prefetch-policy``); ``prefetch_threshold``: the fewest tokens
     worth a prefetch (SGLang's default 256); ``prefetch_timeout_base`` and
     ``prefetch_timeout_per_page``: the timeout policy's wait, in flushes (SGLang's
-    seconds). ``inject``: scripted backend failures and delays (storage/injector.py),
+    seconds). ``inject``: scripted backend failures and delays (backends/injector.py),
     a list of rule tables such as ``{ call = "get", outcome = "fail", nth_page = 3 }``.
     Full KV, SWA and Mamba (their trailing pages, all or nothing); other components' data
     and EAGLE keys are not stored yet."""
@@ -137,7 +138,7 @@ class StorageConfig:
     inject: tuple = ()  # the rule tables, each as sorted (field, value) pairs (hashable)
 
     @classmethod
-    def of(cls, fields: Mapping[str, Any] | StorageConfig, cache: CacheConfig) -> StorageConfig:
+    def of(cls, fields: Mapping[str, Any] | StorageConfig, cache: CacheShape) -> StorageConfig:
         if isinstance(fields, StorageConfig):
             return fields
         if not isinstance(fields, Mapping):

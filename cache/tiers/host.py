@@ -21,14 +21,13 @@ import torch
 from .hicache_config import HiCacheConfig
 from ..basics.errors import CacheError, PoolExhaustedError
 from ..observe.kv_events import CPU
-from ..observe.events import Cause, EventBus, EventKind
-from ..basics.keys import as_key
+from ..observe.events import Cause, EventKind
 from ..basics.params import EvictParams, MatchPrefixParams
 from ..pools.host_pool import HostKVPool
 from .storage import PUBLISH_MARK, StorageTier
 
 if TYPE_CHECKING:
-    from ..controller.unified_radix_cache import UnifiedRadixCache
+    from .owner import TierOwner
     from ..basics.keys import RadixKey
     from ..basics.params import IncLockRefResult
     from ..tree.node import TreeNode
@@ -59,7 +58,7 @@ class Transfer(NamedTuple):
 
 
 class HostTier:
-    def __init__(self, cache: UnifiedRadixCache, config: HiCacheConfig) -> None:
+    def __init__(self, cache: TierOwner, config: HiCacheConfig) -> None:
         self.cache = cache
         self.config = config
         self.held = config.transfers == "held"
@@ -124,7 +123,7 @@ class HostTier:
                            published=extra)
             else:
                 self.published = [*extra, node]
-                if tree.kv_events.enabled:  # its ack is now: the host copy is published (tree_core_host.clear_transfer)
+                if tree.kv_events.enabled:  # its ack is now: the host copy is published (the tree's clear_transfer)
                     tree.kv_events.store(node, CPU)
         self.drain()
         return written
@@ -283,7 +282,7 @@ class HostTier:
 
     def load_back_at(self, match, mem_quota: Optional[int] = None, req=None) -> LoadBackResult:
         """v0.5.23's ``load_back(node, mem_quota, req)`` for a match already made. With
-        a request (admission, cache/requests/load_back.py) each component first
+        a request (admission, the requests room's load_back.py) each component first
         prepares it (``prepare_load_back``: Mamba gives the request its own state
         slot when the best match's state is on the host only; the load then copies
         the state there too) and is told afterwards whether the load went through
@@ -384,7 +383,7 @@ class HostTier:
         for component, nodes in aux:
             shorts[component.name] = component.load_shortfall(nodes, req)
         if any(short > 0 for short in shorts.values()):
-            cache._ensure_capacity(shorts, {}, True)
+            cache.ensure_capacity(shorts, {}, True)
             cache.evict_for_alloc(EvictParams.of({name: max(0, short) for name, short in shorts.items()}))
         slots = pool.alloc(kv_tokens) if kv_tokens else None
         taken = {}
@@ -403,49 +402,6 @@ class HostTier:
     # ---- sizes -----------------------------------------------------------------------
     def available_size(self, component: str = "full") -> int:
         return self.pool(component).available_size()
-
-
-class HostCalls:
-    """The cache API of the host tier, mixed into UnifiedRadixCache."""
-
-    host: HostTier | None
-    events: EventBus
-
-    def load_back(self, key: RadixKey, mem_quota: Optional[int] = None) -> LoadBackResult:
-        """Bring a match's host-only part back to the device (see HostTier.load_back)."""
-        if mem_quota is not None and (type(mem_quota) is not int or mem_quota < 0):
-            raise CacheError(f"load_back: mem_quota must be a non-negative int (got {mem_quota!r})")
-        with self.events.op("load_back"):
-            return self._host("load_back").load_back(as_key(key), mem_quota)
-
-    def evict_host(self, num: int, component: str = "full") -> int:
-        """Free ``num`` host units of ``component`` (Full: tokens, write-back's
-        redundant copies first, then host-only leaves, least recent first; Mamba:
-        states, oldest host-only first)."""
-        with self.events.op("evict_host"):
-            return self._host("evict_host").evict_host(num, component)
-
-    def host_available_size(self, component: str = "full") -> int:
-        host = self._host("host_available_size")
-        if component != "full" and component not in host.aux:
-            raise CacheError(f"host_available_size: no host pool for {component!r} (host tier components: "
-                             f"{', '.join(['full', *host.aux])})")
-        return host.available_size(component)
-
-    def check_hicache_events(self) -> int:
-        """Complete the host tier's transfers in flight (SGLang's per-step poll);
-        returns how many completed. Immediate transfers leave nothing to complete."""
-        with self.events.op("check_hicache_events"):
-            host = self._host("check_hicache_events")
-            done = host.check_hicache_events()
-            if host.storage is not None:  # and every prefetch in flight moves on (storage_prefetch.py)
-                done += host.storage.prefetch.pump()
-            return done
-
-    def _host(self, call: str) -> HostTier:
-        if self.host is None:
-            raise CacheError(f"{call} needs the host tier (config hicache)")
-        return self.host
 
 
 def ancestors_first(nodes: list) -> list:

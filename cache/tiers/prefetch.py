@@ -3,7 +3,7 @@
 A prefetch is anchored at the match's last host node: the pages after it are looked
 up in storage by their hash chain, host slots are taken for what storage holds, the
 pages are read into them, and the completion places them in the tree as host-only
-nodes (``insert_host``, tree_core_prefetch.py); a later load-back brings them to the
+nodes (``insert_host``, tree/prefetch_placement.py); a later load-back brings them to the
 device like any host hit. From issue to completion the anchor is host-locked, so
 host eviction cannot take the node the fetched pages will hang from, and the span
 requested counts against the prefetch budget (half the host pool, SGLang's rate
@@ -13,7 +13,7 @@ The stages run where SGLang's threads and scheduler polls run them, made
 deterministic: with ``transfers = "immediate"`` a prefetch runs to its end inside the
 op that issues it; with ``"held"`` each ``flush`` (``check_hicache_events``) moves
 every prefetch in flight through its stages (hit query, host allocation, read, the
-ack's completion). A backend call an injector delays (storage/injector.py) waits
+ack's completion). A backend call an injector delays (backends/injector.py) waits
 that many flushes. ``check_prefetch_progress`` is the scheduler's admission poll: its
 stop policy decides whether a prefetch still in flight is cut there —
 ``best_effort`` takes what has arrived (nothing, before the host slots were taken),
@@ -21,7 +21,7 @@ stop policy decides whether a prefetch still in flight is cut there —
 from the first poll that found it unfinished (SGLang's wall-clock seconds, as steps).
 
 With SWA or Mamba in the tree a prefetch also stages their trailing data, all or
-nothing (storage_staging.py): the hit is the longest prefix where their pages are
+nothing (staging.py): the hit is the longest prefix where their pages are
 stored too, and a shortfall in any pool discards the whole prefetch.
 """
 
@@ -33,9 +33,8 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import torch
 
-from ..basics.errors import CacheError
 from ..observe.events import Cause, EventKind
-from ..basics.keys import RadixKey, as_key
+from ..basics.keys import RadixKey
 from ..basics.page_hash import chain, storage_seed
 from ..basics.params import MatchPrefixParams
 from .backends import BATCH_PAGES
@@ -43,7 +42,7 @@ from .backends.injector import transfer_delay
 from .staging import Staging, allocate, commit, plan, read, release, restorable_pages, shortfall
 
 if TYPE_CHECKING:
-    from .storage import StorageTier
+    from .owner import StorageSide
     from ..tree.node import TreeNode
 
 PREFETCH_MARK = "prefetching"  # metadata key on Full's data: the ids of the prefetches anchored (host-locked) there
@@ -82,7 +81,7 @@ class Prefetch:
 class StoragePrefetch:
     """The prefetches of one storage tier (``StorageTier.prefetch``)."""
 
-    def __init__(self, tier: StorageTier) -> None:
+    def __init__(self, tier: StorageSide) -> None:
         self.tier = tier
         self.cache = tier.cache
         config = tier.config
@@ -402,38 +401,6 @@ class StoragePrefetch:
 
 def _stage(prefetch: Prefetch) -> str:
     stage = "querying" if prefetch.hit is None else "reading" if not prefetch.read else "read"
-    if prefetch.stagings:  # the trailing pools it stages, all or nothing (storage_staging.py)
+    if prefetch.stagings:  # the trailing pools it stages, all or nothing (staging.py)
         stage += ", with " + " and ".join(s.name for s in prefetch.stagings)
     return stage
-
-
-class StorageCalls:
-    """The cache API of the storage tier (v0.5.23's names), mixed into UnifiedRadixCache."""
-
-    def prefetch_from_storage(self, rid: str, key) -> PrefetchIssue:
-        """Start a prefetch of what storage holds of ``key`` after its match (the
-        scheduler does this when a request arrives)."""
-        if not isinstance(rid, str) or not rid:
-            raise CacheError(f"prefetch_from_storage: the request id must be a non-empty string (got {rid!r})")
-        with self.events.op("prefetch_from_storage"):
-            return self._prefetch("prefetch_from_storage").prefetch_from_storage(rid, as_key(key))
-
-    def check_prefetch_progress(self, rid: str) -> bool:
-        """The admission poll: True when request ``rid`` may be scheduled (its prefetch
-        ended, now by the stop policy or before), False while it waits."""
-        with self.events.op("check_prefetch_progress"):
-            return self._prefetch("check_prefetch_progress").check_prefetch_progress(rid)
-
-    def pop_prefetch_loaded_tokens(self, rid: str) -> int:
-        """Tokens request ``rid``'s ended prefetch put on the host (0 if none), once."""
-        return self._prefetch("pop_prefetch_loaded_tokens").pop_prefetch_loaded_tokens(rid)
-
-    def query_storage_hit_length(self, key) -> int:
-        """Tokens storage holds of ``key`` after its match (the admission probe)."""
-        return self._prefetch("query_storage_hit_length").query_storage_hit_length(as_key(key))
-
-    def _prefetch(self, call: str) -> StoragePrefetch:
-        if self.host is None or self.host.storage is None:
-            raise CacheError(f"{call} needs the storage tier (config hicache.storage)")
-        return self.host.storage.prefetch
-

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 if TYPE_CHECKING:
-    from .host import HostTier
     from .backends import StorageBackend
+    from .owner import HostSide
     from ..tree.node import TreeNode
 
 
@@ -56,7 +56,7 @@ class Staging:
         return self.keys is not None and self.read == len(self.keys)
 
 
-def plan(host: HostTier, anchor: TreeNode, span_pages: int) -> list[Staging]:
+def plan(host: HostSide, anchor: TreeNode, span_pages: int) -> list[Staging]:
     """The pools a prefetch of ``span_pages`` pages after ``anchor`` stages."""
     out = []
     for component in host.cache.tree.host_components:
@@ -81,7 +81,7 @@ def restorable_pages(backend: StorageBackend, hashes: list[str], stagings: list[
     return max(ends)
 
 
-def allocate(host: HostTier, stagings: list[Staging], hit_pages: int) -> bool:
+def allocate(host: HostSide, stagings: list[Staging], hit_pages: int) -> bool:
     """Host slots for each pool, its pages over the hit; a pool short of room has its
     host copies evicted once. On a failure what was taken goes back: False."""
     taken = []
@@ -100,7 +100,7 @@ def allocate(host: HostTier, stagings: list[Staging], hit_pages: int) -> bool:
     return True
 
 
-def read(host: HostTier, backend: StorageBackend, stagings: list[Staging], hashes: list[str]) -> None:
+def read(host: HostSide, backend: StorageBackend, stagings: list[Staging], hashes: list[str]) -> None:
     """All the KV came back: each pool's keys are its last pages over the hit (its slots
     beyond them go back), read until the first page that does not come back."""
     for staging in stagings:
@@ -128,7 +128,7 @@ def shortfall(stagings: list[Staging]) -> str:
                      for s in short)
 
 
-def release(host: HostTier, stagings: list[Staging]) -> None:
+def release(host: HostSide, stagings: list[Staging]) -> None:
     """Give every pool's slots back."""
     for staging in stagings:
         if staging.slots is not None:
@@ -136,7 +136,7 @@ def release(host: HostTier, stagings: list[Staging]) -> None:
             staging.slots = None
 
 
-def commit(host: HostTier, stagings: list[Staging], anchor: TreeNode, target: Optional[TreeNode],
+def commit(host: HostSide, stagings: list[Staging], anchor: TreeNode, target: Optional[TreeNode],
            total_len: int) -> list[str]:
     """Hand each pool's slots to its component; free what it did not keep. Returns the
     pools whose data was placed."""
@@ -154,7 +154,7 @@ def commit(host: HostTier, stagings: list[Staging], anchor: TreeNode, target: Op
     return placed
 
 
-def backup_parts(host: HostTier, node: TreeNode) -> tuple:
+def backup_parts(host: HostSide, node: TreeNode) -> tuple:
     """(component name, storage keys, host slots) a store of ``node`` writes besides
     its KV (v0.5.23's BACKUP_STORAGE transfers of SWA and Mamba)."""
     parts = []
@@ -166,7 +166,7 @@ def backup_parts(host: HostTier, node: TreeNode) -> tuple:
     return tuple(parts)
 
 
-def write_parts(host: HostTier, backend: StorageBackend, parts: tuple) -> int:
+def write_parts(host: HostSide, backend: StorageBackend, parts: tuple) -> int:
     """Write a store's SWA and Mamba pages (before its KV, as v0.5.23); returns the pages
     stored."""
     stored = 0

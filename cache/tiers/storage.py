@@ -1,7 +1,7 @@
 """The controller's storage tier (SGLang's HiCache L3): after a host backup's ack,
 each node the ack published is written to a storage backend, page by page, keyed by
-the node's page hashes (page_hash.py), as v0.5.23's ``write_backup_storage`` does; a
-node's host SWA and Mamba state go too, under its last hashes (storage_staging.py).
+the node's page hashes (basics/page_hash.py), as v0.5.23's ``write_backup_storage`` does; a
+node's host SWA and Mamba state go too, under its last hashes (staging.py).
 
 A store holds a *host lock* on its node until the store's own ack (v0.5.23's
 ``ongoing_backup``), so host eviction cannot take pages being written: Full's on the
@@ -34,8 +34,8 @@ from .prefetch import StoragePrefetch
 from .staging import backup_parts, write_parts
 
 if TYPE_CHECKING:
-    from ..controller.unified_radix_cache import UnifiedRadixCache
     from .hicache_config import StorageConfig
+    from .owner import TierOwner
     from .backends import StorageBackend
     from ..tree.node import TreeNode
 
@@ -72,13 +72,13 @@ class Store(NamedTuple):
     host_slots: torch.Tensor  # its host rows then (the host lock keeps them)
     cause: str  # why it was queued, in words ("after backup #3's ack")
     parts: tuple = ()  # its SWA and Mamba pages: (component, storage keys, host slots) each
-    receipts: dict = {}  # the auxiliary host locks it took (tree_core_host.lock_aux_host)
+    receipts: dict = {}  # the auxiliary host locks it took (the tree's lock_aux_host)
 
 
 class StorageTier:
     """The storage tier of one cache's host tier (``HostTier.storage``)."""
 
-    def __init__(self, cache: UnifiedRadixCache, config: StorageConfig, held: bool) -> None:
+    def __init__(self, cache: TierOwner, config: StorageConfig, held: bool) -> None:
         self.cache = cache
         self.config = config
         self.held = held
@@ -87,7 +87,7 @@ class StorageTier:
         self.acks = 0  # store ids handed out
         self.stored_tokens = 0  # tokens acknowledged as written (v0.5.23's backuped tokens)
         cache.tree.enable_page_hashes()  # storage keys are the nodes' page hashes
-        self.prefetch = StoragePrefetch(self)  # reading pages back (storage_prefetch.py)
+        self.prefetch = StoragePrefetch(self)  # reading pages back (prefetch.py)
 
     def close(self) -> None:
         """Remove the private directory a file backend without a path got (a named one

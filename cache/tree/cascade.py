@@ -15,7 +15,7 @@ from ..observe.events import Cause, EventKind
 from ..observe.eviction_batch import EvictionBatch
 
 if TYPE_CHECKING:
-    from ..components.base import TreeComponent
+    from .component_api import TreeComponentAPI
     from .node import TreeNode
 
 
@@ -57,7 +57,8 @@ class TreeEviction:
         self._remove_from_parent(node, batch.cause)
         self._delete_tombstone_ancestors(node.parent, node.id, batch)
 
-    def tombstone(self, node: TreeNode, component: TreeComponent, batch: EvictionBatch, cascade: bool = True) -> None:
+    def tombstone(self, node: TreeNode, component: TreeComponentAPI, batch: EvictionBatch,
+                  cascade: bool = True) -> None:
         """Evict ``component``'s data from a node that stays in the tree, then (by
         default) cascade to the components that rank below it there."""
         n = component.evict_component(node, batch)
@@ -67,7 +68,7 @@ class TreeEviction:
         if cascade:
             self.cascade_evict(node, component, batch)
 
-    def _detach(self, node: TreeNode, component: TreeComponent) -> None:
+    def _detach(self, node: TreeNode, component: TreeComponentAPI) -> None:
         node.data[component.index].value = None
         if self._touched is not None:
             self._touched.add(node.id)
@@ -110,7 +111,7 @@ class TreeEviction:
             self._remove_from_parent(cur, Cause.CLEANUP, why)
             child_id, cur = cur.id, parent
 
-    def cascade_evict(self, node: TreeNode, trigger: TreeComponent, batch: EvictionBatch) -> None:
+    def cascade_evict(self, node: TreeNode, trigger: TreeComponentAPI, batch: EvictionBatch) -> None:
         """After ``trigger`` lost its data on ``node``, evict every other component whose
         priority there is <= the trigger's. A component whose true (internal) priority is
         at least the trigger's is only here because leaf priorities tie at 0; a lock on

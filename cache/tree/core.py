@@ -1,40 +1,42 @@
-"""The tree core: one radix tree, per-component data on each node.
+"""The tree core: one radix tree, per-component data on each node, assembled here.
 
-It matches, inserts, splits, evicts (tree_core_evict.py) and locks (tree_core_locks.py),
-asking the components what each phase means for their data. It never touches a pool:
-slots to free come back as deferred actions (insert) or per-component free lists
-(eviction) that the controller executes.
+It matches (here), inserts and splits (insert.py), evicts (cascade.py) and locks
+(locks.py), asking the components what each phase means for their data; the host
+tier's steps join it from host_copies.py, host_eviction.py, host_load.py and
+prefetch_placement.py. It never touches a pool: slots to free come back as deferred
+actions (insert) or per-component free lists (eviction) that the controller executes.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import Optional
 
 import torch
 
-from ..observe.actions import FreeDeviceKV, FreeDeviceKVFullOnly
-from ..components.base import TreeComponent
-from ..basics.errors import InvalidValueError, UnknownNodeError
+from ..basics.errors import UnknownNodeError
+from ..basics.keys import TOKEN_BYTES, RadixKey, namespace_order, unpack_tokens
+from ..basics.params import DecLockRefParams, IncLockRefResult, MatchResult
 from ..observe.events import Cause, EventBus, EventKind
-from .leaf_policies import EvictionPolicy
-from .hooks import overriding
-from ..basics.keys import TOKEN_BYTES, RadixKey, child_key, namespace_order, namespace_parts, unpack_tokens
 from ..observe.kv_events import KVEventRecorder
-from ..basics.page_hash import node_chain, split_hashes
-from .leaf_set import EvictableLeafSet
-from .lru import LRUList
-from .session_lru import PartitionedLRUList
-from .match_verdicts import emit_verdicts
-from ..basics.params import IncLockRefResult, InsertParams, InsertResult, MatchResult
-from .session_refs import SessionRefTracker
 from .cascade import TreeEviction
+from .component_api import FullComponentAPI, TreeComponentAPI, WindowLockAPI
+from .hooks import overriding
 from .host_copies import TreeHostTier
+from .host_eviction import TreeHostEviction
+from .host_load import TreeHostLoad
+from .insert import TreeInsert
+from .leaf_policies import EvictionPolicy
+from .leaf_set import EvictableLeafSet
 from .locks import TreeLocks
-from .prefetch_placement import TreePrefetch
+from .lru import LRUList
+from .match_verdicts import emit_verdicts
 from .node import TreeNode
+from .prefetch_placement import TreePrefetch
+from .session_lru import PartitionedLRUList
+from .session_refs import SessionRefTracker
 from .walk import walk_key
+
 
 def _child_order(node: TreeNode):
     """(namespace, first page): a total order, since siblings differ in their first page."""
@@ -42,20 +44,12 @@ def _child_order(node: TreeNode):
     return (namespace_order(node.namespace), unpack_tokens(page))
 
 
-def raise_tlru_history(node: TreeNode) -> None:
-    """A new node's depth, and the branch's high-water mark raised up to the first
-    ancestor that already reached it (TLRU's history length)."""
-    depth = node.parent.tlru_prefix_len + node.length
-    node.tlru_prefix_len = depth
-    node.tlru_history_len = max(node.tlru_history_len, depth)
-    up = node.parent
-    while up is not None and up.tlru_history_len < depth:
-        up.tlru_history_len = depth
-        up = up.parent
+class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, TreeHostTier, TreePrefetch):
+    """One radix tree shared by ``components`` (Full first). The step mixins share its
+    state; the lock receipts (``locks``) and session tags (``session_refs``) are
+    collaborators that own theirs."""
 
-
-class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
-    def __init__(self, components: list[TreeComponent], page_size: int, device: torch.device, events: EventBus,
+    def __init__(self, components: list[TreeComponentAPI], page_size: int, device: torch.device, events: EventBus,
                  session_radix_cache: bool = False, eviction_policy: Optional[EvictionPolicy] = None):
         if not components or components[0].name != "full":
             raise ValueError("the first component must be 'full'")
@@ -74,17 +68,16 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
         self._overlap_hooks = overriding(components, "on_insert_overlap")
         self._commit_hooks = overriding(components, "commit_insert")
         self._finalizers = overriding(components, "finalize_match_result")
-        self._release_order = list(reversed(components))  # auxiliaries first, Full last
-        self._checked_releases = overriding(components, "check_release")
         self._empty = torch.empty(0, dtype=torch.int64, device=device)
         self._touched: Optional[set[int]] = None  # recording for take_touched (off until asked)
-        self.eviction_policy = eviction_policy or EvictionPolicy()  # Full's leaf order (evict_policy.py)
+        self.eviction_policy = eviction_policy or EvictionPolicy()  # Full's leaf order (leaf_policies.py)
         self.tlru_bookkeeping = self.eviction_policy.reads_branch_depth  # the per-node depths TLRU reads
-        # while a checker watches (take_touched is on) and the policy is not lru: each Full victim
+        # while a checker watches (take_touched is on) and the policy is not plain LRU: each Full victim
         # compared with the policy's first leaf; what disagreed waits for the next check
         self.eviction_audit: Optional[list[tuple[str, str]]] = None
         self.session_radix_cache = session_radix_cache  # session refs (session_refs.py)
         self.session_refs = SessionRefTracker(self, session_radix_cache)
+        self.locks = TreeLocks(self)  # the held lock receipts (locks.py)
         self.page_hashing = False  # a hash chain on every node (page_hash.py): on with storage or KV events
         self.kv_events = KVEventRecorder(self)  # SGLang's KV event stream (kv_events.py), off by default
         self.reset()
@@ -94,7 +87,6 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
         n = len(self.components)
         self._clock = 1.0
         self._next_id = 0
-        self._next_receipt = 0
         self._next_uuid = 1
         self.nodes: dict[int, TreeNode] = {}
         self.root = self._new_node()
@@ -109,8 +101,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
         self.leaves = EvictableLeafSet()
         self.lru = {c.name: self._new_lru(c, n) for c in self.components if c.uses_lru}
         self.session_refs.reset()
-        self.live_receipts: dict[int, IncLockRefResult] = {}  # receipt id -> receipt
-        self.lock_groups: dict[tuple, dict[int, IncLockRefResult]] = {}  # the same, filed by lock_group_key
+        self.locks.reset()
         if self.host_policy is not None:
             self.reset_host_tier()
         if self._touched is not None:
@@ -118,8 +109,8 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
         if self.kv_events.enabled:
             self.kv_events.all_cleared()
 
-    def _new_lru(self, component: TreeComponent, n: int) -> LRUList:
-        """With session refs on, referenced nodes keep to the MRU side (lru_session.py)."""
+    def _new_lru(self, component: TreeComponentAPI, n: int) -> LRUList:
+        """With session refs on, referenced nodes keep to the MRU side (session_lru.py)."""
         if not self.session_radix_cache:
             return LRUList(component.index, n)
         i = component.index
@@ -136,7 +127,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
         first call, which returns an empty set; until then each site costs one test."""
         if self._touched is None:
             self._touched = set()
-            if self.eviction_policy.name != "lru":
+            if not self.eviction_policy.plain_lru:
                 self.eviction_audit = []
             return set()
         out, self._touched = self._touched, set()
@@ -145,7 +136,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
     def audit_full_victim(self, node: TreeNode) -> None:
         """Record it when Full's walk took a leaf other than the one its policy puts
         first: O(leaves), so only while a checker watches a non-lru policy."""
-        full = self.components[0]
+        full: FullComponentAPI = self.components[0]
         entry = full.heap_entry
         first = min(entry(n) for n in self.leaves if n not in full.passed)
         if first[-1] is not node and first[:-1] < entry(node)[:-1]:
@@ -180,13 +171,6 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
         if node is None:
             raise UnknownNodeError(f"node {node_id} is not in the tree (evicted or never existed)")
         return node
-
-    def _child_key_of(self, node: TreeNode):
-        return child_key(node.key, 0, self.page_bytes, node.namespace)
-
-    def _set_key(self, node: TreeNode, data: bytes) -> None:
-        node.set_key(data)
-        node.child_key = child_key(data, 0, self.page_bytes, node.namespace)
 
     def is_device_leaf(self, node: TreeNode) -> bool:
         """Evictable leaf: has Full KV, no child with Full KV, nothing locked on it."""
@@ -232,7 +216,7 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
             split_child = path[-1]
             path[-1] = self._split_node(split_child, cut)
         node = path[-1] if path else root
-        if self.host_policy is not None:  # host copies count: tree_core_host.py
+        if self.host_policy is not None:  # host copies count: host_load.py
             result = self.host_match(path, node)
             if self.events.enabled:
                 emit_verdicts(self, key, node, split_child)
@@ -325,228 +309,33 @@ class UnifiedTreeCore(TreeLocks, TreeEviction, TreeHostTier, TreePrefetch):
             result = component.finalize_match_result(result, best, walked)
         return result
 
-    # ---- insert -----------------------------------------------------------
-    def insert(self, params: InsertParams, apply_actions: Callable[[list], None]) -> InsertResult:
-        """Walk/split along the key, let components claim overlapping slots, free the
-        duplicates and add a leaf for the rest. Deferred actions are handed to
-        ``apply_actions``: at once when a component emitted a barrier action, the rest
-        at the end."""
-        key = params.key
-        data = key.data
-        ps = self.page_size
-        total = len(data) // TOKEN_BYTES
-        ntok = total - total % ps
-        value = self._check_value(params.value, total, ntok)
-        root = self.root
-        root.last_access_time = self.tick()
-        if ntok == 0:
-            return InsertResult(prefix_len=0, last_device_node=root.id, mamba_exist=True)
-        limit = ntok * TOKEN_BYTES
-        if limit != len(data):
-            data = data[:limit]
-        ek = key.namespace
-        prev = params.prev_prefix_len
-        inserted_len = params.inserted_len
-        priority = params.priority
-        if priority > root.priority:  # as v0.5.23: the root carries the highest insert priority, which a
-            root.priority = priority  # host-only node fetched below it inherits (tree_core_prefetch.py)
-        result = InsertResult(prefix_len=0, total_len=ntok)
-        pending: list = []
-        walkdown = self._walkdown_hooks
-        overlap_hooks = self._overlap_hooks
-        events = self.events.enabled
-        node = root
-        done = 0  # tokens walked
-        deferred = 0  # pending[:deferred] are known to be deferrable
-        path, cut = walk_key(root, data, ek, ps)
-        partial = path[-1] if cut is not None else None  # the walk's last node, to cut
-        for child in path:
-            plen = child.length
-            t = self._clock  # self.tick(), inlined on this hot path
-            self._clock = t + 1.0
-            child.last_access_time = t
-            for hook in walkdown:
-                hook(child)
-            if child is partial:
-                plen = cut
-                child = self._split_node(child, cut)
-            if priority > child.priority:
-                child.priority = priority
-            consumed = plen
-            if child.data[0].value is None:  # host-only (host tier): the key's slots bring it back
-                self.unevict(child, value[done : done + plen], params.session_id)
-                consumed = 0
-            for component in overlap_hooks:
-                taken = component.on_insert_overlap(child, plen, done, value, params, result, pending)
-                if taken < consumed:
-                    consumed = taken
-            dup_start = prev - done if prev > done else 0
-            if dup_start < consumed:
-                self._free_duplicates(value, done + dup_start, done + consumed, params, child, pending)
-            if done + plen > inserted_len:
-                child.hit_count += self.hit_step
-                if self.host_policy is not None:
-                    self.queue_backup(child, pending)
-            if len(pending) > deferred:
-                if not all(a.deferrable for a in pending[deferred:]):
-                    apply_actions(pending)  # a barrier: later steps read what these actions set
-                    pending = []
-                deferred = len(pending)
-            node = child
-            done += plen
-        if done < ntok:
-            target = self._add_leaf(node, data[done * TOKEN_BYTES :], ek, value[done:ntok], priority)
-            is_new_leaf = True
-            if events:
-                self.events.emit(EventKind.ADD, None, target.id, Cause.REQUEST, target.length)
-            if self.kv_events.enabled:
-                self.kv_events.store(target, session_id=params.session_id)
-        else:
-            target, is_new_leaf = node, False
-        result.prefix_len = done
-        result.last_device_node = target.id
-        for component in self._commit_hooks:
-            component.commit_insert(target, is_new_leaf, params, result, pending)
-        # a new leaf counts its hit after the commit hooks (which may have split it):
-        # the upper parts a split carved off keep no hit, as in v0.5.23
-        if is_new_leaf and done + target.length > params.inserted_len:
-            target.hit_count += self.hit_step
-            if self.host_policy is not None:
-                self.queue_backup(target, pending)
-        elif self.host_policy is not None and target is not root:
-            self.queue_aux_backup(target, pending)
-        if target is not root:
-            for hook in self._insert_end_hooks:
-                hook(target)
-        if self._touched is not None:
-            self._touched.add(target.id)
-        if pending:
-            apply_actions(pending)
-        return result
+    # ---- locks (the receipts are TreeLocks', locks.py) ---------------------------
+    def inc_lock_ref(self, node_id: int, skip: tuple[str, ...] = (), host_only: bool = False) -> IncLockRefResult:
+        return self.locks.inc_lock_ref(node_id, skip, host_only)
 
-    def _check_value(self, value: Optional[torch.Tensor], key_len: int, aligned: int) -> torch.Tensor:
-        if value is None:
-            raise InvalidValueError("insert needs a value: the slot indices of the key's tokens")
-        if not isinstance(value, torch.Tensor) or value.dtype is not torch.int64 or value.dim() != 1:
-            raise InvalidValueError("value must be a 1-D int64 tensor of slot indices")
-        n = value.shape[0]
-        if n != key_len and n != aligned:
-            raise InvalidValueError(f"value has {n} slots but the key has {key_len} tokens")
-        if value.device != self.device:
-            raise InvalidValueError(f"value is on {value.device}, the cache on {self.device}")
-        return value
+    def dec_lock_ref(self, node_id: int, params: DecLockRefParams | IncLockRefResult, skip_swa: bool = False) -> None:
+        self.locks.dec_lock_ref(node_id, params, skip_swa)
 
-    def _free_duplicates(self, value, start: int, end: int, params: InsertParams, node: TreeNode, pending: list) -> None:
-        """Incoming slots for tokens the tree already holds go back to the pools. Below
-        the request's SWA eviction floor only the Full side is still the request's."""
-        floor = params.swa_evicted_seqlen
-        if floor > start:
-            cut = min(floor, end)
-            pending.append(FreeDeviceKVFullOnly([value[start:cut]], node.id))
-            start = cut
-        if start < end:
-            pending.append(FreeDeviceKV([value[start:end]], node.id))
+    def dec_window_lock(self, node_id: int, params, batch) -> None:
+        self.locks.dec_window_lock(node_id, params, batch)
 
-    def _add_leaf(self, parent: TreeNode, key: bytes, namespace, value: torch.Tensor, priority: int) -> TreeNode:
-        node = self._new_node(priority)
-        node.parent = parent
-        node.namespace = namespace
-        self._set_key(node, key)
-        node.data[0].value = value
-        parent.children[node.child_key] = node
-        if self.page_hashing:
-            self.hash_node(node)
-        if self.tlru_bookkeeping:
-            raise_tlru_history(node)
-        self.evictable[0] += node.length
-        self.leaves.add(node)
-        if parent.in_leaf_set:
-            self.leaves.discard(parent)
-        if self._touched is not None:
-            self._touched.add(parent.id)
-        return node
+    def held_lock_groups(self) -> dict[tuple, dict[int, object]]:
+        return self.locks.held_lock_groups()
 
-    def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
-        """Cut ``child`` after ``split_len`` tokens; the new upper node is returned."""
-        new = self._new_node(child.priority)
-        parent = child.parent
-        cut = split_len * TOKEN_BYTES
-        new.parent = parent
-        new.namespace = child.namespace
-        self._set_key(new, child.key[:cut])
-        self._set_key(child, child.key[cut:])
-        new.hit_count = child.hit_count
-        new.creation_time = child.creation_time
-        if child.page_hashes is not None:  # the chain does not change, it is only cut
-            new.page_hashes, child.page_hashes = split_hashes(child.page_hashes, split_len, self.page_size)
-            new.event_hashes, child.event_hashes = split_hashes(child.event_hashes, split_len, self.page_size)
-        if self.tlru_bookkeeping:  # no depth added: the upper part ends split_len in, the child keeps its own
-            new.tlru_prefix_len = parent.tlru_prefix_len + split_len
-            new.tlru_history_len = child.tlru_history_len
-        new.children = {child.child_key: child}
-        child.parent = new
-        for component in self.components:
-            component.redistribute_on_split(new, child)
-        if self.host_policy is not None:
-            self.track_duplicate(new)
-        parent.children[new.child_key] = new
-        # the suffix keeps its recency; the new prefix goes right behind it
-        for component in self.components[1:]:
-            if component.uses_lru and new.data[component.index].value is not None:
-                lru = self.lru[component.name]
-                if new not in lru:
-                    lru.insert_after(child, new)
-        child.last_access_time = self.tick()
-        if self._touched is not None:
-            self._touched.update((child.id, parent.id))
-        # the upper node has a child, so it is never an evictable leaf
-        if self.events.enabled:
-            self.events.emit(EventKind.SPLIT, None, new.id, Cause.REQUEST, new.length, f"child {child.id} keeps {child.length}")
-        return new
+    def releases(self, component: TreeComponentAPI, params, skip_swa: bool) -> bool:
+        return self.locks.releases(component, params, skip_swa)
 
-    # ---- page hashes ----------------------------------------------------------------
-    def hash_node(self, node: TreeNode) -> None:
-        """Give ``node`` its page hashes (its parent's are already set)."""
-        node.page_hashes = node_chain(node, self.page_size)
-        plain = node.namespace is None or namespace_parts(node.namespace)[:2] == (None, None)
-        node.event_hashes = node.page_hashes if plain else node_chain(node, self.page_size, for_events=True)
+    @property
+    def window_component(self) -> Optional[WindowLockAPI]:
+        return self.locks.window_component
 
-    def enable_page_hashes(self) -> None:
-        """Hash every node from now on, backfilling those built before (parents first)."""
-        self.page_hashing = True
-        stack = list(self.root.children.values())
-        while stack:
-            node = stack.pop()
-            if node.page_hashes is None:
-                self.hash_node(node)
-            stack.extend(node.children.values())
+    @property
+    def live_receipts(self) -> dict[int, IncLockRefResult]:
+        return self.locks.live_receipts
 
-    # ---- component values (eviction itself: tree_core_evict.py) -----------------
-    def set_component_value(self, node_id: int, name: str, value: torch.Tensor, cause: Cause = Cause.REQUEST) -> None:
-        """Attach an auxiliary component's value (an SWA rebuild, a recovery): the
-        node enters that component's LRU at the MRU end, protected if locked."""
-        component = self.by_name[name]
-        assert component.index != 0, "Full values are set by the insert paths"
-        node = self.node_by_id(node_id)
-        cd = node.data[component.index]
-        recovered = cd.value is None
-        assert recovered, f"node {node_id} already has {name} data"
-        cd.value = value
-        if self._touched is not None:
-            self._touched.add(node_id)
-        if component.uses_lru:
-            self.lru[name].insert_mru(node)
-        n = component.value_len(node)
-        if cd.lock_ref > 0:
-            self.protected[component.index] += n
-        else:
-            self.evictable[component.index] += n
-        if self.events.enabled:
-            self.events.emit(EventKind.SET, name, node_id, cause, n)
-
-    def split_node(self, node: TreeNode, split_len: int) -> TreeNode:
-        """Components' entry to a split (e.g. at an SWA window boundary)."""
-        return self._split_node(node, split_len)
+    @property
+    def lock_groups(self) -> dict[tuple, dict[int, IncLockRefResult]]:
+        return self.locks.lock_groups
 
     # ---- sizes --------------------------------------------------------------
     def evictable_size(self, name: str = "full") -> int:

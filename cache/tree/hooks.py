@@ -1,9 +1,10 @@
 """Which components take part in each hook, decided once per cache, one way.
 
 A component overrides only the hooks it cares about (see components/base.py). A hook
-runs for exactly the components whose class replaces TreeComponent's no-op default
-(``overriding``): the controller and the request flows ask the ``HookTable`` built
-from that, and the tree core builds its per-node hook lists with the same function.
+runs for exactly the components whose class replaces the no-op default that the base
+class marks with ``default_hook`` (``overriding``): the controller and the request flows
+ask the ``HookTable`` built from that, and the tree core builds its per-node hook lists
+with the same function.
 """
 
 from __future__ import annotations
@@ -11,15 +12,27 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from ..components.base import TreeComponent
+from .component_api import TreeComponentAPI, is_default_hook
 
-Components = tuple[TreeComponent, ...]
+Components = tuple[TreeComponentAPI, ...]
 
 
-def overriding(components: Sequence[TreeComponent], hook: str) -> Components:
-    """The components, in order, whose class replaces TreeComponent's default ``hook``."""
-    default = getattr(TreeComponent, hook)
-    return tuple(c for c in components if getattr(type(c), hook) is not default)
+def overriding(components: Sequence[TreeComponentAPI], hook: str) -> Components:
+    """The components, in order, whose class replaces the base class's default ``hook``
+    (the function marked ``default_hook``). A hook with no marked default in a
+    component's classes is a mistake, not an override: AttributeError."""
+    out = []
+    for component in components:
+        cls = type(component)
+        if not any(is_default_hook(vars(k).get(hook)) for k in cls.__mro__):
+            raise AttributeError(f"{cls.__name__}.{hook}: no default_hook of that name in its classes")
+        if not is_default_hook(getattr(cls, hook)):
+            out.append(component)
+    return tuple(out)
+
+
+# fields filled from the component classes' flags, not from a hook
+_NOT_HOOKS = ("kv_peers", "own_pools")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,11 +63,11 @@ class HookTable:
     request_extras: Components  # components that show request state in the snapshot
 
     @classmethod
-    def of(cls, components: Sequence[TreeComponent]) -> HookTable:
+    def of(cls, components: Sequence[TreeComponentAPI]) -> HookTable:
         by_override = {
             field.name: overriding(components, field.name)
             for field in dataclasses.fields(cls)
-            if hasattr(TreeComponent, field.name)
+            if field.name not in _NOT_HOOKS
         }
         return cls(
             kv_peers=tuple(c for c in components if c.kv_peer),

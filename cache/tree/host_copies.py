@@ -1,23 +1,16 @@
-"""The tree core's host tier (HiCache): which nodes have a host copy, and what that
-changes in eviction, matching and inserting.
+"""The tree core's host tier (HiCache): which nodes carry a host copy, and how they get one.
 
 A node is *backed up* when its Full KV has a host copy (``host_value``); an
-auxiliary component (Mamba) keeps its own host copy beside its device value. Device
-eviction of a backed-up leaf *demotes* it: its device data goes (every component's),
-the node stays as host-only (Full ``value`` None), and a later match counts it as a
-host hit that ``load_back`` can bring back. Host-only nodes are always below the
-device ones (only device leaves are demoted, and a load or an insert brings a path
-back top-down), so a path is device nodes, then host-only ones. Full host eviction
-takes *host leaves* (host-only, unlocked, childless) whole; an auxiliary component's
-host eviction walks its *host LRU* (nodes whose data is on the host only, in the
-order they got there). The tree decides; the controller's ``HostTier`` copies and
-frees the host slots this side queues in ``host_frees`` (the tree core never touches
-a pool).
+auxiliary component (Mamba) keeps its own host copy beside its device value. This
+module owns that state (host leaves, host LRUs, the write-back duplicates, the host
+slots queued in ``host_frees`` for the controller), the backups queued on insert and
+the transfers in flight, and swaps in the host-aware versions of the tree's steps
+when a host tier is enabled. Demotion and host eviction are host_eviction.py's;
+matching over host copies and bringing them back, host_load.py's.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional
 
@@ -30,7 +23,7 @@ from .lru import LRUList
 
 if TYPE_CHECKING:
     from ..observe.eviction_batch import EvictionBatch
-    from ..basics.params import MatchResult
+    from .component_api import HostCopyAPI
     from .node import TreeNode
 
 
@@ -48,7 +41,8 @@ class TreeHostTier:
         self.host_policy = policy
         self.write_through_threshold = write_through_threshold
         self.hit_step = 0 if policy == "write_back" else 1
-        self.host_components = [c for c in self.components[1:] if getattr(c, "keeps_host_copy", False)]
+        self.host_components: list[HostCopyAPI] = [
+            c for c in self.components[1:] if getattr(c, "keeps_host_copy", False)]
         # host-aware versions of the tree steps, on this tree only: zero cost without a host tier
         self._new_node = self._new_node_with_host_slots  # a host LRU slot per component
         self._add_host_slots(self.root)
@@ -273,259 +267,3 @@ class TreeHostTier:
             for done in reversed(cleared):
                 self.kv_events.store(done, CPU)
         return cleared
-
-    # ---- device eviction -----------------------------------------------------------
-    def demote(self, node: TreeNode, batch: EvictionBatch) -> None:
-        """Device eviction of a backed-up leaf: every component's device data goes,
-        the node stays host-only with its host copies (auxiliary ones join their host
-        LRU)."""
-        assert node.in_leaf_set and self.backed_up(node), f"node {node.id} is not a backed-up device leaf"
-        present = [c for c in self.components if node.data[c.index].value is not None]
-        for component in present:  # all frees first: a peer's free may read the Full value
-            n = component.evict_component(node, batch)
-            if self.events.enabled:
-                kept = "host copy kept" if node.data[component.index].host_value is not None else "no host copy"
-                if component.index == 0:
-                    self.events.emit(EventKind.DEMOTE, "full", node.id, batch.cause, n, f"device data freed, {kept}")
-                else:
-                    self.events.emit(EventKind.CASCADE, component.name, node.id, Cause.CASCADE, n, f"from full; {kept}")
-        for component in present:
-            self._detach(node, component)
-        for component in self.host_components:  # v0.5.23 lists every host-only copy, locked or not
-            self.refresh_host_lru(node, component, even_locked=True)
-        if self.kv_events.enabled:
-            self.kv_events.remove(node)
-        self.leaves.discard(node)
-        self.update_host_leaf_state(node)
-        self.update_leaf_state(node.parent)
-
-    # ---- host eviction -------------------------------------------------------------
-    def evict_host(self, num_tokens: int, component: str = "full") -> int:
-        """Free host copies until ``num_tokens`` units of ``component`` are freed (or
-        nothing more can go); the slots wait in ``host_frees``. Full: host leaves,
-        in the eviction policy's order, whole (an ancestor left host-only and childless is
-        a host leaf in turn); write-back first reclaims redundant copies. Auxiliary:
-        its host LRU, oldest first; a host leaf goes whole, anything else loses only
-        that component's host copy."""
-        if component != "full":
-            return self._evict_aux_host(num_tokens, self.by_name[component])
-        freed = self._reclaim_duplicates(num_tokens) if self.host_policy == "write_back" else 0
-        # one heap per call (not a scan per victim), keyed by the eviction policy (as Full's
-        # device walk); a parent that becomes a host leaf joins it
-        entry = self.components[0].heap_entry
-        heap = [entry(n) for n in self.host_leaves] if freed < num_tokens else []
-        heapq.heapify(heap)
-        while freed < num_tokens and heap:
-            node = heapq.heappop(heap)[-1]
-            freed += node.length
-            parent = self.evict_host_leaf(node, f"need {num_tokens}")
-            if parent in self.host_leaves:
-                heapq.heappush(heap, entry(parent))
-        return freed
-
-    def evict_host_leaf(self, node: TreeNode, detail: str) -> TreeNode:
-        """Remove a host leaf with all its host copies; returns its parent."""
-        self.host_leaves.discard(node)
-        if self.kv_events.enabled:
-            self.kv_events.remove(node, CPU)
-        self.drop_host_value(node, self.components[0], Cause.CAPACITY, detail)
-        parent = node.parent
-        self._remove_from_parent(node, Cause.CAPACITY, "host copy evicted")
-        self.update_host_leaf_state(parent)
-        return parent
-
-    def _evict_aux_host(self, num: int, component) -> int:
-        freed = 0
-        while freed < num and (node := self.host_lru_first(component)) is not None:
-            freed += component.value_len(node)
-            if self.is_host_leaf(node):
-                self.evict_host_leaf(node, f"{component.name} host eviction, need {num}")
-                continue
-            self.drop_host_value(node, component, Cause.CAPACITY, f"need {num}")
-            for lower in self.host_components:  # the cascade: lower-ranked host copies go too
-                if lower.internal_priority < component.internal_priority and node.data[lower.index].host_value is not None:
-                    self.drop_host_value(node, lower, Cause.CASCADE, f"from {component.name}")
-        return freed
-
-    def _reclaim_duplicates(self, num_tokens: int) -> int:
-        """Write-back under host pressure: drop the Full host copies of nodes back on
-        the device, oldest first — sparing device leaves (about to be demoted, they
-        need their copy) on a first pass, taking them on a second. The nodes stay, and
-        so do their auxiliary host copies (they may be the only ones)."""
-        freed = 0
-        for spare_leaves in (True, False):
-            for node_id, node in list(self.host_duplicates.items()):
-                if freed >= num_tokens:
-                    return freed
-                cd = node.data[0]
-                if self.nodes.get(node_id) is not node or cd.value is None or cd.host_value is None:
-                    del self.host_duplicates[node_id]  # no longer a duplicate
-                    continue
-                if (spare_leaves and node.in_leaf_set) or cd.host_lock_ref or "transfer" in cd.metadata:
-                    continue
-                if self.kv_events.enabled:
-                    self.kv_events.remove(node, CPU)
-                freed += self.drop_host_value(node, self.components[0], Cause.CAPACITY,
-                                              "redundant host copy (the device has it)")
-                del self.host_duplicates[node_id]
-        return freed
-
-    def drop_host_subtree(self, node: TreeNode) -> bool:
-        """Write-back could not back up a device leaf: before it is deleted, its
-        host-only descendants go (children first), with their host copies. Declined
-        (False, nothing changes: the leaf stays on the device) when the leaf or a
-        descendant is locked on either tier or in a transfer, e.g. a host-only node
-        below with a store in flight (v0.5.23's ``drop_subtree_no_host``)."""
-        def pinned(n: TreeNode) -> bool:
-            return "transfer" in n.data[0].metadata or any(cd.lock_ref or cd.host_lock_ref for cd in n.data)
-
-        if pinned(node):
-            return False
-        stack = list(node.children.values())
-        order = []
-        while stack:
-            child = stack.pop()
-            if pinned(child):
-                return False
-            order.append(child)
-            stack.extend(child.children.values())
-        for child in reversed(order):  # deepest first: each is childless when it goes
-            assert child.data[0].value is None
-            self.host_leaves.discard(child)
-            if self.kv_events.enabled:
-                self.kv_events.remove(child, CPU)
-            self._remove_from_parent(child, Cause.CASCADE, f"under #{node.id}, dropped without a host copy")
-        return True
-
-    # ---- match and insert ------------------------------------------------------------
-    def host_match(self, path: list[TreeNode], last: TreeNode) -> MatchResult:
-        """A match along ``path`` with a host tier. The best node is the deepest where
-        every component accepts its data on either tier; the device prefix ends at the
-        deepest where every component has it on the device. The host hit is the Full
-        host copies between the two (device nodes with a copy count too, as in v0.5.23)."""
-        host_checks = [v for c in self.components[1:] if (v := c.create_host_match_validator()) is not None]
-        device_checks = [v for c in self.components[1:] if (v := c.create_match_validator()) is not None]
-        root = self.root
-        best = device = root
-        chunks, device_chunks, walked = [], 0, 0
-        for node in path:
-            walked += node.length
-            on_device = node.data[0].value is not None
-            if on_device:
-                chunks.append(node.data[0].value)
-            ok = on_device
-            for check in device_checks:  # every one sees every node: they keep state
-                if not check(node, node.length):
-                    ok = False
-            if ok:
-                device, device_chunks = node, len(chunks)
-            ok = True
-            for check in host_checks:
-                if not check(node, node.length):
-                    ok = False
-            if ok:
-                best = node
-        host_hit = 0
-        node = best
-        while node is not device and node is not root:
-            if node.data[0].host_value is not None:
-                host_hit += node.length
-            node = node.parent
-        del chunks[device_chunks:]
-        return self._finish_match(best, chunks, walked, last, device, host_hit)
-
-    just_unevicted: Optional[TreeNode] = None  # for SWA's overlap hook, which recovers its window
-
-    def unevict(self, node: TreeNode, value: torch.Tensor, session_id: Optional[str] = None) -> None:
-        """An insert walked over a host-only node holding the key's slots for it: they
-        become its device KV again (not duplicates)."""
-        self.restore_device(node, value, "insert brought device KV", session_id)
-        self.track_duplicate(node)
-        self.just_unevicted = node
-
-    def hold_host(self, nodes: list[TreeNode], delta: int) -> None:
-        """Host-lock ``nodes``' Full copies (+1) or release them (-1): a load-back's
-        path must not be host-evicted meanwhile."""
-        for node in nodes:
-            node.data[0].host_lock_ref += delta
-            self.update_host_leaf_state(node)
-            if self._touched is not None:
-                self._touched.add(node.id)
-
-    def add_mark(self, nodes, mark: str, ident) -> None:
-        """File ``ident`` under the metadata key ``mark`` on each node's Full data (a
-        split passes it to the upper part: full_host.py)."""
-        for node in nodes:
-            full = node.data[0]
-            full.metadata[mark] = full.metadata.get(mark, ()) + (ident,)
-            if self._touched is not None:
-                self._touched.add(node.id)
-
-    def take_mark(self, node: TreeNode, mark: str, ident) -> list[TreeNode]:
-        """Remove ``ident`` from ``node`` and the parts split off above it since (they
-        carry it too); returns those nodes, ``node`` first."""
-        taken = []
-        while node is not self.root and self.nodes.get(node.id) is node:
-            full = node.data[0]
-            marks = full.metadata.get(mark, ())
-            if ident not in marks:
-                break
-            rest = tuple(m for m in marks if m != ident)
-            if rest:
-                full.metadata[mark] = rest
-            else:
-                del full.metadata[mark]
-            if self._touched is not None:
-                self._touched.add(node.id)
-            taken.append(node)
-            node = node.parent
-        return taken
-
-    def release_marked_host_lock(self, node: TreeNode, mark: str, ident) -> None:
-        """Release the Full host lock a store or a prefetch (``ident``, filed under the
-        metadata key ``mark``) took on ``node``: on it and on the parts split off above it
-        since, which carry the mark as they carry the lock (v0.5.23 releases up to the
-        lock's boundary, which a split moves up)."""
-        self.hold_host(self.take_mark(node, mark, ident), -1)
-
-    def lock_aux_host(self, anchor: TreeNode) -> dict:
-        """Host-lock every auxiliary component's copies a load from ``anchor`` reads
-        (Mamba: the anchor's; SWA: one window up from it); returns the receipts."""
-        receipts = {c.name: c.lock_host_copies(anchor) for c in self.host_components}
-        self.update_host_leaf_state(anchor)
-        return receipts
-
-    def unlock_aux_host(self, anchor: TreeNode, receipts: dict) -> None:
-        for component in self.host_components:
-            component.unlock_host_copies(anchor, receipts[component.name])
-        self.update_host_leaf_state(anchor)
-
-    def host_path(self, node: TreeNode) -> list[TreeNode]:
-        """The host-only nodes from below the last device ancestor down to ``node``."""
-        path = []
-        while node is not self.root and node.data[0].value is None:
-            path.append(node)
-            node = node.parent
-        path.reverse()
-        return path
-
-    def restore_device(self, node: TreeNode, value: torch.Tensor, detail: str = "host -> device",
-                       session_id: Optional[str] = None) -> None:
-        """A host-only node has device KV again: in ``value`` slots (a load-back copied
-        its host copy there, or an insert brought fresh KV). The controller registers a
-        load's duplicates afterwards, deepest first, as SGLang's load ack does."""
-        assert node.data[0].value is None and self.backed_up(node), f"node {node.id} is not host-only"
-        node.data[0].value = value
-        if node.data[0].lock_ref > 0:
-            self.protected[0] += node.length
-        else:
-            self.evictable[0] += node.length
-        self.host_leaves.discard(node)
-        if self._touched is not None:
-            self._touched.add(node.id)
-        if self.events.enabled:
-            self.events.emit(EventKind.LOAD, "full", node.id, Cause.REQUEST, node.length, detail)
-        if self.kv_events.enabled:  # a load publishes at its commit, before the ack
-            self.kv_events.store(node, session_id=session_id)
-        self.update_leaf_state(node)
-        self.update_leaf_state(node.parent)

@@ -3,7 +3,9 @@
 Each policy maps a node to a sort key; the smallest key is evicted first. Only Full
 reads it (SWA and Mamba keep their LRU lists). Keys are read when a node enters an
 eviction walk's heap, never kept across walks: hit counts and priorities change
-without a node being touched, so a persistent heap would hold stale keys.
+without a node being touched, so a persistent heap would hold stale keys. TLRU's
+per-node depths, which the tree keeps only for a policy that reads them, are set and
+checked here too.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ class EvictionPolicy:
     name = "lru"
     reason = "least recently used"
     reads_branch_depth = False  # the tree keeps each node's prefix and branch depths only for a policy that reads them
+    # the key is last_access_time alone: Full's walk may follow its access order without a heap,
+    # and no eviction audit is needed; a subclass (its own key) is not, unless it says so
+    plain_lru = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "plain_lru" not in vars(cls):
+            cls.plain_lru = False
 
     def key(self, node: TreeNode) -> Any:
         return node.last_access_time
@@ -168,6 +178,18 @@ def make_policy(name: str, config: Optional[Mapping[str, Any]] = None) -> Evicti
         if (isinstance(value, float) and not math.isfinite(value)) or value < 0:  # hits and tokens: counts
             raise ValueError(f"eviction_policy_config.{arg} must be a finite number, 0 or more (got {value!r})")
     return factory(**config)
+
+
+def raise_tlru_history(node: TreeNode) -> None:
+    """A new node's depth, and the branch's high-water mark raised up to the first
+    ancestor that already reached it (TLRU's history length)."""
+    depth = node.parent.tlru_prefix_len + node.length
+    node.tlru_prefix_len = depth
+    node.tlru_history_len = max(node.tlru_history_len, depth)
+    up = node.parent
+    while up is not None and up.tlru_history_len < depth:
+        up.tlru_history_len = depth
+        up = up.parent
 
 
 def check_tlru_lens(tree) -> list[tuple[str, str]]:

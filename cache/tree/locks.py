@@ -8,19 +8,22 @@ changes, so a refused release leaves the tree as it was.
 Held receipts are also filed by ``lock_group_key`` in ``lock_groups``: receipts with
 one anchor and one signature lock exactly the same nodes, so the per-step checker
 works once per group instead of once per receipt (thousands of locks on one match).
+``TreeLocks`` owns the receipts; the tree core holds one (``tree.locks``) and answers
+the lock calls through it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from ..basics.errors import LockError, UnknownNodeError
 from ..basics.params import DecLockRefParams, IncLockRefResult
+from .hooks import overriding
 
 if TYPE_CHECKING:
-    from ..components.base import TreeComponent
     from ..observe.eviction_batch import EvictionBatch
+    from .component_api import TreeAPI, TreeComponentAPI, WindowLockAPI
 
 
 def lock_group_key(receipt) -> tuple:
@@ -58,41 +61,55 @@ def fresh_groups(tree) -> dict[tuple, dict[int, object]]:
 
 
 class TreeLocks:
-    """Mixed into UnifiedTreeCore; uses its nodes, components and leaf sets."""
+    """The held receipts of one tree (``live_receipts``, filed again in ``lock_groups``)
+    and the lock calls that take and release them on the tree's components."""
+
+    def __init__(self, tree: TreeAPI) -> None:
+        self.tree = tree
+        self._release_order = list(reversed(tree.components))  # auxiliaries first, Full last
+        self._checked_releases = overriding(tree.components, "check_release")
+        self.reset()
+
+    def reset(self) -> None:
+        self._next_receipt = 0
+        self.live_receipts: dict[int, IncLockRefResult] = {}  # receipt id -> receipt
+        self.lock_groups: dict[tuple, dict[int, IncLockRefResult]] = {}  # the same, filed by lock_group_key
 
     def inc_lock_ref(self, node_id: int, skip: tuple[str, ...] = (), host_only: bool = False) -> IncLockRefResult:
         """``host_only``: the node may be host-only (a load-back locks its best match
         before loading it, as v0.5.23 does; its device-less nodes are locked without
         moving any count, and a value restored under the lock counts as protected)."""
-        node = self.nodes.get(node_id)
+        tree = self.tree
+        node = tree.nodes.get(node_id)
         if node is None:
             raise UnknownNodeError(f"node {node_id} is not in the tree (evicted or never existed)")
         if node.data[0].value is None and not host_only:  # the host tier's host-only nodes: nothing on the device to lock
             raise LockError(f"node {node_id} is host-only: lock the match's last_device_node, or load it back first")
         if skip:
-            unknown = [name for name in skip if name not in self.by_name or name == "full"]
+            unknown = [name for name in skip if name not in tree.by_name or name == "full"]
             if unknown:
-                raise LockError(f"cannot skip {unknown}: skip only auxiliary components of this cache {list(self.by_name)[1:]}")
+                raise LockError(f"cannot skip {unknown}: skip only auxiliary components of this cache {list(tree.by_name)[1:]}")
         self._next_receipt += 1
         receipt = IncLockRefResult(0, node_id, self._next_receipt, skip)
         if skip:
-            for component in self.components:
+            for component in tree.components:
                 if component.name not in skip:
                     component.acquire_lock(node, receipt)
         else:
-            for component in self.components:
+            for component in tree.components:
                 component.acquire_lock(node, receipt)
         if node.in_leaf_set:
-            self.leaves.discard(node)
+            tree.leaves.discard(node)
         self.live_receipts[self._next_receipt] = receipt
         self._file_receipt(receipt)
-        if self._touched is not None:
-            self._touched.add(node_id)
+        if tree._touched is not None:
+            tree._touched.add(node_id)
         return receipt
 
     def dec_lock_ref(self, node_id: int, params: DecLockRefParams | IncLockRefResult, skip_swa: bool = False) -> None:
         """Release exactly what the receipt acquired. Every check runs before any
         count changes, so a refused release leaves the tree as it was."""
+        tree = self.tree
         held = self.live_receipts.get(params.receipt_id)
         if held is None:
             raise LockError(
@@ -102,7 +119,7 @@ class TreeLocks:
             )
         if held.node_id != node_id or params.node_id != node_id:
             raise LockError(f"lock receipt anchored on node {held.node_id} released on node {node_id}")
-        node = self.node_by_id(node_id)
+        node = tree.node_by_id(node_id)
         params = held  # the tree's own copy is authoritative (window release, boundary)
         if skip_swa and not params.swa_released:
             raise LockError(
@@ -124,13 +141,14 @@ class TreeLocks:
         del self.live_receipts[params.receipt_id]
         self._unfile_receipt(params)
         if not node.in_leaf_set:
-            self.update_leaf_state(node)
-        if self._touched is not None:
-            self._touched.add(node_id)
+            tree.update_leaf_state(node)
+        if tree._touched is not None:
+            tree._touched.add(node_id)
 
     def dec_window_lock(self, node_id: int, params, batch: EvictionBatch) -> None:
         """Early release of a lock's SWA window part (decode moved past the window),
         plus every component ranked below SWA (Mamba); Full stays locked."""
+        tree = self.tree
         held = self.live_receipts.get(params.receipt_id)
         if held is None or held.node_id != node_id or params.node_id != node_id:
             raise LockError(f"lock receipt {params.receipt_id} is not held on node {node_id}")
@@ -140,7 +158,7 @@ class TreeLocks:
         swa = self.window_component
         if swa is None:
             raise LockError("release_window needs the swa component")
-        node = self.node_by_id(node_id)
+        node = tree.node_by_id(node_id)
         below = [
             c for c in self._release_order
             if c.eviction_priority(False) < swa.eviction_priority(False) and c.name not in params.skipped_lock_components
@@ -157,8 +175,8 @@ class TreeLocks:
         self._unfile_receipt(params)
         params.swa_released = True
         self._file_receipt(params)
-        if self._touched is not None:
-            self._touched.add(node_id)
+        if tree._touched is not None:
+            tree._touched.add(node_id)
 
     def _file_receipt(self, receipt) -> None:
         self.lock_groups.setdefault(lock_group_key(receipt), {})[receipt.receipt_id] = receipt
@@ -176,11 +194,11 @@ class TreeLocks:
         return self.lock_groups
 
     @property
-    def window_component(self):
+    def window_component(self) -> Optional[WindowLockAPI]:
         """The component whose lock part release_window lets go early (SWA), or None."""
-        return next((c for c in self.components if c.has_window_lock), None)
+        return next((c for c in self.tree.components if c.has_window_lock), None)
 
-    def releases(self, component: TreeComponent, params, skip_swa: bool) -> bool:
+    def releases(self, component: TreeComponentAPI, params, skip_swa: bool) -> bool:
         """Whether releasing ``params`` (its window part already gone when ``skip_swa``)
         still has ``component`` release its share."""
         if component.name in params.skipped_lock_components:

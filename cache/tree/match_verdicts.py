@@ -15,7 +15,7 @@ from ..basics.keys import TOKEN_BYTES, RadixKey, unpack_tokens
 from .walk import WalkStop, walk_stop
 
 if TYPE_CHECKING:
-    from .core import UnifiedTreeCore
+    from .component_api import TreeAPI
     from .node import TreeNode
 
 SHOWN_IDS = 4  # node ids named before a list is cut short
@@ -29,7 +29,7 @@ def node_ids_text(nodes: list[TreeNode]) -> str:
     return f"{head} … #{nodes[-1].id} ({len(nodes)} nodes)"
 
 
-def emit_verdicts(tree: UnifiedTreeCore, key: RadixKey, last: TreeNode, split_child: TreeNode | None) -> None:
+def emit_verdicts(tree: TreeAPI, key: RadixKey, last: TreeNode, split_child: TreeNode | None) -> None:
     """``last``: the deepest node the walk reached (after any split); ``split_child``:
     the node the walk split, whose lower part it did not match (None: no split)."""
     path: list[TreeNode] = []
@@ -55,7 +55,7 @@ def emit_verdicts(tree: UnifiedTreeCore, key: RadixKey, last: TreeNode, split_ch
         bus.emit(EventKind.VERDICT, component.name, node_id, Cause.REQUEST, ends[best + 1], why)
 
 
-def _full_reason(tree: UnifiedTreeCore, key: RadixKey, last: TreeNode, walked: int, split_child) -> str:
+def _full_reason(tree: TreeAPI, key: RadixKey, last: TreeNode, walked: int, split_child) -> str:
     """What stopped Full's walk: the key ran out, a node diverged, or no child matched."""
     ps = tree.page_size
     total = len(key.data) // TOKEN_BYTES

@@ -67,7 +67,7 @@ class TreeNode:
         self.hit_count = 0
         self.priority = 0
         # TLRU only (0 under other policies): tokens from the root to this node's end, and
-        # the branch's high-water depth, which eviction never lowers (evict_policy.py)
+        # the branch's high-water depth, which eviction never lowers (leaf_policies.py)
         self.tlru_prefix_len = 0
         self.tlru_history_len = 0
         # Intrusive links, one pair per component LRU list.

@@ -19,6 +19,7 @@ import torch
 from ..observe.events import Cause, EventKind
 from ..basics.keys import TOKEN_BYTES, RadixKey
 from ..observe.kv_events import CPU
+from .leaf_policies import raise_tlru_history
 from .node import TreeNode
 from .walk import walk_key
 
@@ -31,7 +32,7 @@ class HostInsert(NamedTuple):
 
 
 class TreePrefetch:
-    """Mixed into UnifiedTreeCore beside TreeHostTier."""
+    """Mixed into UnifiedTreeCore beside TreeHostTier, whose state it uses."""
 
     def insert_host(self, anchor: TreeNode, key: RadixKey, host_rows: torch.Tensor) -> HostInsert:
         """Put ``key``'s fetched host slots ``host_rows`` below ``anchor``. ``key`` is
@@ -96,8 +97,6 @@ class TreePrefetch:
         self._set_key(node, data)
         parent.children[node.child_key] = node
         if self.tlru_bookkeeping:
-            from .core import raise_tlru_history
-
             raise_tlru_history(node)
         node.data[0].host_value = rows
         self.host_held += node.length

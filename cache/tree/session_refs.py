@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Optional
 from ..observe.events import Cause, EventKind
 
 if TYPE_CHECKING:
-    from ..components.base import TreeComponent
     from ..basics.request import Req
-    from .core import UnifiedTreeCore
+    from .component_api import TreeAPI, TreeComponentAPI
     from .node import TreeNode
 
 CLOSED_SESSION_TOMBSTONE_LIMIT = 8192  # v0.5.23's bound on remembered closes
@@ -39,7 +38,7 @@ CLOSED_SESSION_TOMBSTONE_LIMIT = 8192  # v0.5.23's bound on remembered closes
 class SessionLeafIndex:
     """One component's session frontiers and the coverage their refs add up to."""
 
-    def __init__(self, component: TreeComponent, tree: UnifiedTreeCore) -> None:
+    def __init__(self, component: TreeComponentAPI, tree: TreeAPI) -> None:
         self.component = component
         self.tree = tree
         self.index = component.index
@@ -204,10 +203,30 @@ class SessionLeafIndex:
                 self._mark(sid, fallback, Cause.SESSION)
 
 
+def covered_nodes(index: SessionLeafIndex, leaf: TreeNode, covered_len: Optional[int]) -> list[TreeNode]:
+    """The nodes one frontier ``leaf`` of a session holds a ref on in ``index``, as the
+    index's own walks add them: the leaf alone (``"node"`` coverage), the path to the
+    root (``"path"``), or the path until ``covered_len`` tokens (``"window"``: the
+    length ``index.covered_len`` recorded for that frontier). For checks that recount
+    the refs and for faults that replay a release."""
+    root = index.tree.root
+    if index.coverage == "node":
+        return [leaf]
+    out, node, seen = [], leaf, 0
+    span = covered_len if index.coverage == "window" else None
+    while node is not None and node is not root:
+        if span is not None and seen >= span:
+            break
+        out.append(node)
+        seen += node.length
+        node = node.parent
+    return out
+
+
 class SessionRefTracker:
     """Generations, closed tombstones and each component's ``SessionLeafIndex``."""
 
-    def __init__(self, tree: UnifiedTreeCore, enabled: bool) -> None:
+    def __init__(self, tree: TreeAPI, enabled: bool) -> None:
         self.tree = tree
         self.enabled = enabled
         self.reset()
@@ -276,7 +295,7 @@ class SessionRefTracker:
         return out
 
 
-def can_evict_leaf_atomically(component: TreeComponent, node: TreeNode) -> bool:
+def can_evict_leaf_atomically(component: TreeComponentAPI, node: TreeNode) -> bool:
     """v0.5.23: a component no session holds on ``node`` may not take the whole leaf
     while a component ranked at or above it (internally) still has a session ref there."""
     data = node.data

@@ -31,8 +31,9 @@ from .synthetic import stats
 from .floor import floor_timed
 from ..model import ops
 from ..model.timeline.runner import build_cache
-from ..model.scenarios.scenario import COMMON_FIELDS, Scenario, load_scenario
-from ..model.timeline.session import Session
+from ..model.scenarios.fields import COMMON_FIELDS
+from ..model.scenarios.scenario import Scenario, load_scenario
+from ..model.timeline.driver import CacheDriver
 
 # cache method -> the op it is timed under (trace_timer.py reports the same names): the
 # calls each op records, from the ops' declarations
@@ -81,7 +82,7 @@ def replay_timed(scenario: Scenario | str | Path, device: str | None = None, key
     cache = build_cache(scenario, device if device != "cpu" else None)
     cache.fingerprints = False  # time the cache, not the stand-in for the model's KV writes
     timer = CallTimer(cache)
-    session = Session(cache)
+    driver = CacheDriver(cache)
     built_ns: dict[str, dict[int, int]] = {}  # op -> sample index -> ns spent building its key
     errors = 0
     clock = time.perf_counter_ns
@@ -95,7 +96,7 @@ def replay_timed(scenario: Scenario | str | Path, device: str | None = None, key
             key_ns = clock() - start
             before = len(timer.samples.get(keyed, ()))
         try:
-            session.run(op, fields)
+            driver.run(op, fields)
         except CacheError:
             errors += 1
         if keyed is not None and len(timer.samples[keyed]) > before:

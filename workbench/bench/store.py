@@ -98,7 +98,7 @@ def reopen_figures(path: str, seed: int) -> dict:
     """Open a store cold, show its last step, then jump around it. The reopening
     includes importing the model (not torch: a stored run's readers never need it)."""
     started = time.perf_counter()
-    from ..model.timeline.cursor import TimelineCursor
+    from ..model.debugging.cursor import TimelineCursor
     from ..model.timeline.stored import open_store
 
     imported = time.perf_counter()

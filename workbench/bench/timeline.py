@@ -142,7 +142,8 @@ def part_debugger(steps: int, components: tuple[str, ...], workload: str = "rand
     step to the first with conditions that never hold (the worst case: every step is
     read), forward continue likewise, and ``why`` answers (node and match)."""
     from ..model.ops.keys import MATCH
-    from ..model.debugging.breakpoints import parse_condition, search
+    from ..model.debugging.breakpoints import parse_condition
+    from ..model.timeline.search import search
     from ..model.debugging.why import why_match, why_node
     from ..model.scenarios.workload import random_records, trace_records
 

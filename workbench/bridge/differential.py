@@ -20,7 +20,7 @@ from cache.basics.errors import (
 
 from ..model.timeline.runner import build_cache
 from ..model.scenarios.scenario import Scenario
-from ..model.timeline.session import RunError, Session
+from ..model.timeline.driver import CacheDriver, RunError
 from cache.observe.kv_events import event_dict
 
 from .canonical import Difference, first_difference, from_snapshot
@@ -95,7 +95,7 @@ class DifferentialReport:
 def run_against(scenario: Scenario, core: str = "python", allow_version: bool = False, every: int = 1,
                 perturb=None, kv_events: bool = False) -> DifferentialReport:
     """Run ``scenario`` on both caches and stop at the first divergence. States are
-    compared after every ``every`` steps and after the last. ``perturb(ours_session,
+    compared after every ``every`` steps and after the last. ``perturb(ours_driver,
     step_index)``, for tests: tamper with our side to prove a divergence is caught.
     ``kv_events`` (or the scenario's ``enable_kv_cache_events``): both sides record KV
     events, turned on once built, and each step's batches are compared event by event."""
@@ -117,7 +117,7 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
             "each puts back an upstream bug SGLang 0.5.23 has fixed; ours runs the fixed code"))
     config.pop("device", None)  # SGLang's side runs on the CPU, and so does ours here
     kv_events = config.pop("enable_kv_cache_events", False) or kv_events  # on after building, on both sides
-    ours = Session(build_cache(dataclasses.replace(scenario, config=config), "cpu"))
+    ours = CacheDriver(build_cache(dataclasses.replace(scenario, config=config), "cpu"))
     theirs = SGLangSide.for_scenario(scenario, core, allow_version)
     try:
         return _lockstep(scenario, config, report, ours, theirs, every, perturb, kv_events)
@@ -126,7 +126,7 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
         ours.cache.close()
 
 
-def _lockstep(scenario: Scenario, config: dict, report: DifferentialReport, ours: Session, theirs: SGLangSide,
+def _lockstep(scenario: Scenario, config: dict, report: DifferentialReport, ours: CacheDriver, theirs: SGLangSide,
               every: int, perturb, kv_events: bool) -> DifferentialReport:
     """``run_against``'s steps on both sides, once both are built."""
     if kv_events and not hasattr(theirs.core, "kv_events"):
@@ -191,7 +191,7 @@ def _lockstep(scenario: Scenario, config: dict, report: DifferentialReport, ours
     return report
 
 
-def _compare_states(ours: Session, theirs: SGLangSide, components: list[str], report: DifferentialReport):
+def _compare_states(ours: CacheDriver, theirs: SGLangSide, components: list[str], report: DifferentialReport):
     report.states_compared += 1
     difference = first_difference(from_snapshot(ours.cache.snapshot(), components), theirs.state())
     if difference is None and theirs.host is not None and theirs.host.storage is not None:  # sglang_storage.py
@@ -221,7 +221,7 @@ def _compare_results(mine: Optional[dict], my_error, theirs: Optional[dict], the
     return None
 
 
-def _compare_kv_events(ours: Session, theirs: SGLangSide, report: DifferentialReport) -> Optional[Difference]:
+def _compare_kv_events(ours: CacheDriver, theirs: SGLangSide, report: DifferentialReport) -> Optional[Difference]:
     """This step's KV events on both sides, event by event: type, block ids, parent,
     tokens, medium and how they coalesced."""
     mine = [event_dict(e) for e in ours.cache.tree.kv_events.take()]

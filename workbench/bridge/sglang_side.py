@@ -1,6 +1,6 @@
 """SGLang 0.5.23's own cache driven by our scenario ops: the bridge's other side.
 
-Each op makes the calls our ``Session`` makes on ours (those a scheduler makes),
+Each op makes the calls our ``CacheDriver`` makes on ours (those a scheduler makes),
 through SGLang's API: its allocators hand out the slots, its ``Req`` and
 req_to_token rows carry requests, its ``UnifiedRadixCache`` decides. Built on the CPU
 with the smallest model shapes its pools accept: the bridge compares bookkeeping

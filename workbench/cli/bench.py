@@ -109,22 +109,15 @@ def run(args) -> int:
                               emit=lambda line: None if args.json else print(line, file=sys.stderr, flush=True))
         print(json.dumps(report, indent=2) if args.json else _timeline_text({"store": report}))
         return EXIT_OK
-    if args.fuzz_jobs:
-        from ..bench.fuzz import jobs_report
+    if args.fuzz_jobs or args.fuzz:
+        from ..bench.fuzz import fuzz_report, jobs_report
 
-        rows = jobs_report(args.ops or 40_000, args.seed,
-                           emit=lambda row: None if args.json else print(_jobs_line(row), flush=True))
+        report, ops, line = (jobs_report, 40_000, _jobs_line) if args.fuzz_jobs else (fuzz_report, 1_000_000, _fuzz_line)
+        rows = report(args.ops or ops, args.seed, emit=lambda row: None if args.json else print(line(row), flush=True))
         if args.json:
             print(json.dumps(rows, indent=1))
-        return EXIT_OK
-    if args.fuzz:
-        from ..bench.fuzz import fuzz_report
-
-        rows = fuzz_report(args.ops or 1_000_000, args.seed,
-                           emit=lambda row: None if args.json else print(_fuzz_line(row), flush=True))
-        if args.json:
-            print(json.dumps(rows, indent=1))
-        return EXIT_OK if all(r.get("finding") is None and "error" not in r for r in rows) else EXIT_CHECK_FAILED
+        clean = args.fuzz_jobs or all(r.get("finding") is None and "error" not in r for r in rows)
+        return EXIT_OK if clean else EXIT_CHECK_FAILED
     if args.tui:
         from ..bench.tui import tui_report
 

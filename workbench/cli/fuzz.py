@@ -1,4 +1,4 @@
-"""``urc fuzz``: its options and what it prints (the model is ``model/fuzz.py``).
+"""``urc fuzz``: its options and what it prints (the model is ``model/fuzzing/``).
 
 Three modes: ``--list-faults`` prints the catalogue; ``--faults all`` fuzzes every fault
 and prints the detection table; otherwise one fuzz run on one config, which on the
@@ -382,6 +382,7 @@ def _detection_table(args) -> int:
     from ..model.scenarios.outputs import check_output, open_output
     from ..model.timeline.fmt import plural
     from ..model.scenarios.writer import scenario_toml
+    from ..render.detections import check_detection_row, detection_text
 
     folder = Path(args.output) if args.output else None
     if folder is not None and not folder.is_dir():
@@ -391,7 +392,7 @@ def _detection_table(args) -> int:
     if args.faults == "new":
         try:
             kept = {row["fault"]: row for row in json.loads((folder / "detections.json").read_text(encoding="utf-8"))
-                    if _detection_row(row)}
+                    if check_detection_row(row)}
         except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:
             raise ScenarioError(f"-o {folder}: no readable detections.json to add to ({exc})") from None
         faults = [f for f in faults if f.name not in kept]
@@ -420,40 +421,6 @@ def _detection_table(args) -> int:
     else:
         print(printable(detection_text(rows), lines=True))  # rows kept from an earlier detections.json
     return 0 if all(r["flagged"] for r in rows) else 1
-
-
-_ROW_FIELDS = ("fault", "flagged", "runs", "first_faulty_step")
-_FLAGGED_FIELDS = ("config", "seed", "flagged_step", "check", "shrunk_steps", "sanity_check_catches")
-
-
-def _detection_row(row) -> bool:
-    """A kept row as ``detection_text`` reads it (a hand-edited file fails here, in one line)."""
-    if not isinstance(row, dict) or any(name not in row for name in _ROW_FIELDS
-                                        + (_FLAGGED_FIELDS if row.get("flagged") else ())):
-        raise ValueError(f"a row without one of {', '.join(_ROW_FIELDS + _FLAGGED_FIELDS)}")
-    return True
-
-
-def detection_text(rows: list[dict]) -> str:
-    """The README's table: one row per fault."""
-    lines = ["| fault | config (seed) | first faulty step | flagged at | by | shrunk to | counters+LRU check |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if not r["flagged"]:
-            lines.append(f"| `{r['fault']}` | not flagged in {r['runs']} runs | {r['first_faulty_step'] or '—'} "
-                         "| — | — | — | — |")
-            continue
-        lines.append(f"| `{r['fault']}` | {r['config']} ({r['seed']}) | {r['first_faulty_step'] or '—'} | "
-                     f"{r['flagged_step']} | {r['check']} | {r['shrunk_steps']} steps | "
-                     f"{'yes' if r['sanity_check_catches'] else 'no'} |")
-    flagged = sum(r["flagged"] for r in rows)
-    first = sum(1 for r in rows if r["flagged"] and r["first_faulty_step"] == r["flagged_step"])
-    small = sum(1 for r in rows if r["flagged"] and r["shrunk_steps"] is not None and r["shrunk_steps"] <= 10)
-    sanity = sum(1 for r in rows if r.get("sanity_check_catches"))
-    lines.append("")
-    lines.append(f"{flagged}/{len(rows)} flagged, {first} at their first faulty step, {small} shrunk to ≤ 10 steps; "
-                 f"a counters-and-LRU check alone catches {sanity}.")
-    return "\n".join(lines)
 
 
 def _say_or_json(args, data: dict, text: str) -> None:

@@ -119,7 +119,8 @@ def _run_one(scenario, args, console, record, conditions=None, kv_events=None) -
     """Run one scenario, streaming its JSON and showing progress on a terminal; on
     Ctrl-C report what was checked so far, then stop. With ``conditions`` (--until)
     stop at the first step where one holds and print it; True when one did."""
-    from ..model.debugging.breakpoints import any_holds, describe_hit
+    from ..model.debugging.breakpoints import describe_hit
+    from ..model.timeline.search import any_holds
     from ..model.timeline.export import TimelineJsonWriter
     from ..model.timeline.runner import Runner, checked_loop
     from ..render.report import is_plain, print_run_report, progress, step_view

@@ -1,1 +1,1 @@
-"""The Textual workbench (``urc tui``): thin widgets over ``workbench.model.timeline.cursor``."""
+"""The Textual workbench (``urc tui``): thin widgets over ``workbench.model.debugging.cursor``."""

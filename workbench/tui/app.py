@@ -4,15 +4,12 @@ touches a runner or the cache. Long traces load in a worker thread, and the UI i
 usable from the first checked step. With a ``TraceFollower`` it tails a growing
 trace, adding its steps as they arrive.
 
-Panels: ``LAYOUT`` lists them, one line each (where, widget class, id, title). On every
-step the app builds one ``StepView`` (``cursor.view``) and calls each panel's
-``show(view)``; a new panel is one widget module and one line here."""
+Panels: ``LAYOUT`` (``layout.py``) lists them, one line each (where, widget class, id,
+title). On every step the app builds one ``StepView`` (``cursor.view``) and calls each
+panel's ``show(view)``. The exports (SVG, scenario, regression test) are ``exports.py``'s."""
 
 from __future__ import annotations
 
-import dataclasses
-import os
-from pathlib import Path
 from typing import Optional
 
 from textual import on, work
@@ -21,13 +18,15 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input, ProgressBar
 
-from ..model.timeline.cursor import TimelineCursor
+from ..model.debugging.cursor import TimelineCursor
 from ..model.scenarios.errors import DATA_ERRORS, one_line, printable
 from ..model.scenarios.scenario import Scenario, ScenarioError
 from ..model.timeline.step_view import StepView
 from .bindings import COMMANDS as COMMAND_TABLE
 from .bindings import Command, bindings, commands, is_printable, priority_actions
 from .commands import WorkbenchCommands
+from .exports import ExportActions
+from .layout import AREAS, LAYOUT, Slot
 from .messages import NodeChosen, SessionChosen, StepChosen
 from .screens.breakpoints import BreakpointScreen
 from .screens.charts import ChartsScreen
@@ -35,17 +34,10 @@ from .screens.choice import ChoiceScreen
 from .screens.diff import DiffScreen
 from .screens.goto import GotoScreen
 from .screens.help import HelpScreen
-from .screens.prompt import PromptScreen
 from .screens.why import WhyScreen
-from .widgets.banner import Banner
-from .widgets.divergence_banner import DivergenceBanner
 from .widgets.command_bar import CommandBar
 from .widgets.events_panel import EventsPanel
-from .widgets.inspector import Inspector
-from .widgets.lru_panel import LRUPanel
 from .widgets.panel import Panel
-from .widgets.metrics_panel import MetricsPanel
-from .widgets.pools_panel import PoolsPanel
 from .widgets.requests_panel import RequestsPanel
 from .widgets.sessions_panel import SessionsPanel
 from .widgets.step_list import StepList
@@ -53,40 +45,11 @@ from .widgets.step_panel import StepPanel
 from .widgets.tree_panel import TreePanel
 
 
-@dataclasses.dataclass(frozen=True)
-class Slot:
-    """One panel on screen: its area (``top``: full-width banners; ``main``: the left
-    column; ``middle`` and ``side``: the columns beside it; ``bottom``: the lower row),
-    its widget class (a ``Panel``), its id (workbench.tcss styles it) and border title."""
-
-    area: str
-    panel: type[Panel]
-    id: str
-    title: str = ""
-
-
-AREAS = ("top", "main", "middle", "side", "bottom")
-LAYOUT: tuple[Slot, ...] = (
-    Slot("top", Banner, "banner"),
-    Slot("top", DivergenceBanner, "divergence"),
-    Slot("main", StepList, "steps", "steps"),
-    Slot("middle", StepPanel, "step", "step"),
-    Slot("middle", TreePanel, "tree", "tree"),
-    Slot("middle", RequestsPanel, "requests", "requests"),
-    Slot("middle", SessionsPanel, "sessions", "sessions"),  # shown only when the scenario uses sessions
-    Slot("side", Inspector, "inspector", "node"),
-    Slot("side", EventsPanel, "events", "events"),
-    Slot("bottom", PoolsPanel, "pools", "pools"),
-    Slot("bottom", MetricsPanel, "metrics", "metrics"),
-    Slot("bottom", LRUPanel, "lru", "LRU"),
-)
-
-
 def damage_text(error: Exception) -> str:
     return printable(f"damaged store: a value is not as urc writes it ({type(error).__name__}: {error})")[:300]
 
 
-class WorkbenchApp(App[None]):
+class WorkbenchApp(ExportActions, App[None]):
     CSS_PATH = "workbench.tcss"
     TITLE = "urc workbench"
     COMMANDS = App.COMMANDS | {WorkbenchCommands}
@@ -362,16 +325,6 @@ class WorkbenchApp(App[None]):
         focused = self.focused.id if self.focused is not None else None
         self.push_screen(HelpScreen(self.command_table, focused))
 
-    def action_export_svg(self) -> None:
-        """Write the current step as SVG (what it changed highlighted) where the user says."""
-        from ..render.dot import render_svg
-        from ..render.picture import picture
-
-        step = self.cursor.step
-        self._export(f"export step {step} as SVG (an existing file is never overwritten):",
-                     f"{self._output_stem()}-step{step}.svg",
-                     lambda path: render_svg(picture(self.cursor.timeline, step, step - 1 if step else None)))
-
     # ---- breakpoints, diff, why ----------------------------------------------------------------
     def action_continue(self, forward: bool) -> None:
         """Run to the next (previous) step where a breakpoint holds."""
@@ -431,7 +384,7 @@ class WorkbenchApp(App[None]):
             return
         self.push_screen(WhyScreen(answer))
 
-    # ---- live ops, saving, following -------------------------------------------------------------
+    # ---- live ops, quitting, following -------------------------------------------------------------
     def action_command(self) -> None:
         """Open the command bar to run an op at the end of the timeline."""
         if not self.cursor.chapter.loaded:
@@ -455,34 +408,6 @@ class WorkbenchApp(App[None]):
         if not record.passed:
             self.notify(f"step {record.index} failed a check: see the banner", severity="error")
 
-    def _output_stem(self) -> str:
-        path = self.cursor.chapter.scenario.path
-        return "stdin" if path.startswith("<") else Path(path).stem
-
-    def _beside_scenario(self, name: str) -> str:
-        """An export's default path: the first free ``name`` beside the chapter's scenario
-        file (from standard input: in the current directory), never an existing file."""
-        path = self.cursor.chapter.scenario.path
-        folder = Path(".") if path.startswith("<") else Path(path).parent
-        stem, suffix = Path(name).stem, Path(name).suffix
-        candidate, n = folder / name, 1
-        while os.path.lexists(candidate):
-            candidate, n = folder / f"{stem}-{n}{suffix}", n + 1
-        return str(candidate)
-
-    def action_save_session(self) -> None:
-        """Save this chapter (with live ops) as a scenario: .toml or .jsonl by the name."""
-        from ..model.scenarios.writer import scenario_jsonl, scenario_toml
-
-        def text(path: str) -> str:
-            if not path.endswith((".toml", ".jsonl")):
-                raise ValueError("a scenario file ends in .toml or .jsonl")
-            scenario = self.cursor.chapter.scenario
-            return scenario_toml(scenario) if path.endswith(".toml") else scenario_jsonl(scenario)
-
-        self._export("save the session as (.toml or .jsonl; an existing file is never overwritten):",
-                     f"{self._output_stem()}-session.toml", text, written=self.cursor.saved)
-
     async def action_quit(self) -> None:
         """Quit (q, ctrl+q); with live ops not saved, ask first: y / enter quits, n / esc stays."""
         unsaved = self.cursor.unsaved_ops()
@@ -495,77 +420,6 @@ class WorkbenchApp(App[None]):
                     f"{'them' if ops != 1 else 'it'}?")
         answers = {"yes": "y / enter  quit", "no": "n / esc  stay (ctrl+s saves the session)"}
         self.push_screen(ChoiceScreen(question, answers), lambda choice: choice == "yes" and self.exit())
-
-    def action_export_test(self) -> None:
-        """Save the timeline up to this step as a pytest regression test. Where a step up
-        to here departs from the scenario, ask first: keep its expectations (a test that
-        fails until the bug is fixed) or pin today's results (one that passes on it)."""
-        from ..model.debugging.regression_test import departures
-
-        step = self.cursor.step
-        if step == 0:
-            self.notify("nothing to export yet: step 0 is the empty cache before any step (n steps forward)",
-                        severity="warning")
-            return
-        with self.cursor.lock:
-            found = departures(self.cursor.timeline, step)
-        if not found:
-            self._export_test(step, keep_expectations=False)
-            return
-        more = f" (and {len(found) - 1:,} more)" if len(found) > 1 else ""
-        question = (f"steps 1–{step} do not all do what the scenario expects: {found[0]}{more}. "
-                    "Which test should the export be?")
-        answers = {"keep": "k  keep the scenario's expectations: a test that fails until the bug is fixed",
-                   "pin": "p  pin today's results: a test that passes now and fails when the behaviour changes",
-                   "no": "n / esc  cancel"}
-        self.push_screen(ChoiceScreen(question, answers),
-                         lambda choice: choice in ("keep", "pin") and self._export_test(step, choice == "keep"))
-
-    def _export_test(self, step: int, keep_expectations: bool) -> None:
-        from ..model.debugging.regression_test import regression_test_source
-
-        kind = "keeping the scenario's expectations" if keep_expectations else "pinned to today's results"
-        self._export(f"export steps 1–{step} as a pytest test, {kind}:",
-                     f"test_{self._output_stem().replace('-', '_')}_step{step}.py",
-                     lambda path: regression_test_source(self.cursor.timeline, step, keep_expectations))
-
-    def _export(self, question: str, name: str, make_text, written=None) -> None:
-        """Ask where (a free ``name`` beside the scenario suggested), make the text for
-        that path and write it, then call ``written``; a failure is a notification, never
-        a crash."""
-        def answer(path: str | None) -> None:
-            if path is None:
-                return
-            try:
-                with self.cursor.lock:
-                    text = make_text(path)
-            except Exception as exc:  # no dot, a timeline a test cannot replay, a bad suffix …
-                said = getattr(exc, "brief", None) or (str(exc).splitlines() or [""])[0]
-                self.notify(f"not exported: {one_line(said)}", severity="error", timeout=10, markup=False)
-                return
-            if self._write(path, lambda stream: stream.write(text)) and written is not None:
-                written()
-
-        self.push_screen(PromptScreen(question, self._beside_scenario(name)), answer)
-
-    def _write(self, path: str, write) -> bool:
-        """Write through ``outputs``: never over a file, a link, a pipe or a device, nor
-        over any chapter's scenario; say what happened in the TUI's words. True: written."""
-        from ..model.scenarios.outputs import open_output
-
-        inputs = [chapter.scenario.path for chapter in self.cursor.chapters]
-        try:
-            with open_output(path, inputs, option="", forcible=False) as stream:
-                write(stream)
-        except ScenarioError as exc:
-            self.notify(exc.brief.strip(), title="not saved", severity="error", timeout=10, markup=False)
-            return False
-        except OSError as exc:
-            self.notify(f"{one_line(path)}: {exc.strerror or exc}", title="not saved", severity="error", timeout=10,
-                        markup=False)
-            return False
-        self.notify(f"wrote {one_line(path)}", markup=False)
-        return True
 
     def poll_follower(self) -> None:
         """Add the followed trace's new steps; keep the cursor at the end if it was there."""

@@ -66,7 +66,7 @@ class FullComponent(FullHostMixin, TreeComponent):
         self.passed = set()
         self._walk_heap = None
         tree = self.tree
-        if tree.session_radix_cache or tree.eviction_policy.name != "lru":  # v0.5.23's heap, built per walk
+        if tree.session_radix_cache or not tree.eviction_policy.plain_lru:  # v0.5.23's heap, built per walk
             self._walk_heap = [self.heap_entry(n) for n in tree.leaves]
             heapq.heapify(self._walk_heap)
             self._last_victim = None

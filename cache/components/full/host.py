@@ -30,8 +30,8 @@ class FullHostMixin:
         metadata = node.data[self.index].metadata
         transfer = metadata.get("transfer")
         extras = {"transfer": transfer[0]} if transfer is not None else {}
-        if "store" in metadata:  # a store to the storage tier in flight (storage_tier.py)
+        if "store" in metadata:  # a store to the storage tier in flight (tiers/storage.py)
             extras["store"] = len(metadata["store"])
-        if "prefetching" in metadata:  # the anchor of prefetches in flight (storage_prefetch.py)
+        if "prefetching" in metadata:  # the anchor of prefetches in flight (tiers/prefetch.py)
             extras["prefetching"] = len(metadata["prefetching"])
         return extras

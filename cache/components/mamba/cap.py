@@ -22,7 +22,7 @@ from ...observe.events import Cause
 
 if TYPE_CHECKING:
     from ...tree.node import TreeNode
-    from .component import MambaComponent
+    from ..base import TreeComponent
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -38,7 +38,7 @@ class EvictExcessPathStates(ComponentAction):
         return f"EvictExcessPathStates: keep at most {self.cap} Mamba state(s) on the path to node #{self.node}"
 
 
-def path_holders(component: MambaComponent, tail: TreeNode) -> list[TreeNode]:
+def path_holders(component: TreeComponent, tail: TreeNode) -> list[TreeNode]:
     """The nodes from ``tail`` up to the root (root excluded) holding a device state, deepest first."""
     i, root, out = component.index, component.tree.root, []
     node = tail
@@ -49,7 +49,7 @@ def path_holders(component: MambaComponent, tail: TreeNode) -> list[TreeNode]:
     return out
 
 
-def cap_spares(component: MambaComponent, node: TreeNode) -> str:
+def cap_spares(component: TreeComponent, node: TreeNode) -> str:
     """Why the cap may not take ``node``'s state ("" when it may)."""
     if node.data[component.index].lock_ref > 0:
         return "locked"
@@ -60,7 +60,7 @@ def cap_spares(component: MambaComponent, node: TreeNode) -> str:
     return ""
 
 
-def evict_excess_path_states(component: MambaComponent, tail_id: int, cap: int) -> None:
+def evict_excess_path_states(component: TreeComponent, tail_id: int, cap: int) -> None:
     """The action's work: tombstone the shallowest eligible states above the tail
     until the path is within the cap (or nothing more may go), then free their slots."""
     tree = component.tree

@@ -1,4 +1,5 @@
-"""Mamba invariants and match proof, kept apart from the component's behaviour."""
+"""Mamba's invariants and match proof, apart from the component's behaviour: the
+checker calls ``check``, ``probe`` and ``verify_match`` (the registry names this module)."""
 
 from __future__ import annotations
 
@@ -6,21 +7,21 @@ import functools
 import operator
 from typing import TYPE_CHECKING, Optional
 
-import numpy as np
 import torch
 
-from ...checks.invariants import NodeColumns, Violation
-from ...checks.pools import pool_balance
 from ...basics.keys import TOKEN_BYTES, token_array
 from ...basics.numpy_views import gather, host_cat, host_ints
+from ...basics.violation import Violation
+from ...pools.balance import pool_balance
 from ...pools.kv_buffer import node_path_fingerprints, path_fingerprints, prefix_hashes
+from ...tree.columns import NodeColumns
 from ...tree.locks import fresh_groups
 
 if TYPE_CHECKING:
     from .component import MambaComponent
 
 
-def check_mamba(mamba: MambaComponent, cols: Optional[NodeColumns] = None) -> list[tuple[str, str]]:
+def check(mamba: MambaComponent, cols: Optional[NodeColumns] = None) -> list[tuple[str, str]]:
     """Each state sits on the node whose path it represents (its fingerprint is that
     path's) and its tensors agree with its fingerprint; then the pool balance and the
     lock order. ``cols``: the sweep's columns over every registered node (built here
@@ -94,7 +95,7 @@ def _request_state_violations(mamba: MambaComponent) -> list[tuple[str, str]]:
     return out
 
 
-def probe_mamba(mamba: MambaComponent, nodes: list) -> bool:
+def probe(mamba: MambaComponent, nodes: list) -> bool:
     """The incremental probe: each touched node's state (one owned slot whose
     fingerprint is this path's, tensors consistent), the pool balance and the LRU size
     from the counters, and the lock order on held anchors. False: let the sweep name it."""
@@ -144,7 +145,7 @@ def _check_lock_order(mamba: MambaComponent, groups: Optional[dict] = None) -> l
     return out
 
 
-def verify_mamba_match(mamba: MambaComponent, tokens: list[int], result) -> list[Violation]:
+def verify_match(mamba: MambaComponent, tokens: list[int], result) -> list[Violation]:
     """A match ends on a node whose state is the state of exactly the matched prefix."""
     n = int(result.device_indices.shape[0])
     if n == 0:

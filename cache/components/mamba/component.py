@@ -24,7 +24,8 @@ from ...basics.params import EvictParams
 from ...pools.kv_buffer import prefix_hashes
 from ...pools.mamba_pool import MambaStatePool
 from ..base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
-from ..field_checks import MAMBA_FIELDS, NO_CAP, mamba_field
+from ..own_pool import OwnPoolMixin
+from . import fields
 from .cap import EvictExcessPathStates, evict_excess_path_states
 from .host import MambaHostMixin
 
@@ -38,16 +39,14 @@ CLEARED = -1  # the fingerprint of an empty state slot (no tokens run yet)
 CHUNK_SIZE = 64  # the model's SSM chunk: checkpoints sit on lcm(chunk, page) boundaries
 
 
-class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComponent):
+class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
     name = "mamba"
     uses_lru = True
     leaf_priority = 0
     internal_priority = 0
     sets_checkpoints = True  # a request is cached up to its last tracked state
     prompt_split_ok = False  # a split leaves the upper part without a state
-    # the model options (issue 28): the per-path cap (-1: off), the extra buffer (None:
-    # on above page 1, as production decides), and SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK
-    config_fields = MAMBA_FIELDS
+    config_fields = fields.FIELDS  # the model options (fields.py)
 
     def __init__(self, cache, index: int) -> None:
         super().__init__(cache, index)
@@ -62,8 +61,8 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
         self.pool = MambaStatePool(cfg.mamba_size, cache.device)
 
     def check_config_value(self, field: str, value):
-        if field in MAMBA_FIELDS:  # the rules CacheConfig checks a given value by
-            return mamba_field(field, value, self.cache.config.page_size)
+        if field in fields.FIELDS:  # the rules CacheConfig checks a given value by
+            return fields.check(field, value, self.cache.config.page_size)
         return super().check_config_value(field, value)
 
     def value_len(self, node: TreeNode) -> int:
@@ -151,7 +150,7 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
         if cd.value is None:
             self.tree.set_component_value(node.id, self.name, params.mamba_value)
             node.last_access_time = self.tree.tick()
-            if self.max_states_per_path != NO_CAP:  # deferred: it runs after the insert's other actions
+            if self.max_states_per_path != fields.NO_CAP:  # deferred: it runs after the insert's other actions
                 actions.append(EvictExcessPathStates(node.id, self.max_states_per_path))
             return
         self.tree.lru[self.name].promote(node)
@@ -328,15 +327,6 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
         return slots
 
     # ---- pools ------------------------------------------------------------
-    def available_size(self) -> int:
-        return self.pool.available_size()
-
-    def pool_size(self) -> int:
-        return self.pool.size
-
-    def reset_pool(self) -> None:
-        self.pool.clear()
-
     def pool_views(self) -> dict:
         from ...observe.views import PoolView
 
@@ -348,19 +338,3 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComp
         freed = self.pool.free(values[0] if len(values) == 1 else torch.cat(values))
         if freed:
             self._emit(EventKind.FREE, None, cause, freed, "pool=mamba")
-
-    # ---- checks -----------------------------------------------------------
-    def check_invariants(self, cols=None) -> list[tuple[str, str]]:
-        from .checks import check_mamba
-
-        return check_mamba(self, cols)
-
-    def probe_invariants(self, nodes: list) -> bool:
-        from .checks import probe_mamba
-
-        return probe_mamba(self, nodes)
-
-    def verify_match(self, tokens: list[int], result: MatchResult) -> list:
-        from .checks import verify_mamba_match
-
-        return verify_mamba_match(self, tokens, result)

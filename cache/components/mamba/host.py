@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..base_host import HostPart
+from ..base_host import HostPart, hicache_ratio_size
 
 if TYPE_CHECKING:
     import torch
 
-    from ...config.cache_config import CacheConfig
+    from ..cache_view import ConfigView
     from ...tree.node import TreeNode
 
 
@@ -22,9 +22,7 @@ class MambaHostMixin(HostPart):
     storage_pool = "mamba"
 
     @staticmethod
-    def default_host_size(config: CacheConfig) -> int:
-        from ...tiers.hicache_config import hicache_ratio_size
-
+    def default_host_size(config: ConfigView) -> int:
         return hicache_ratio_size(config.mamba_size)  # SGLang: the ratio's share plus one slot
 
     def make_host_pool(self, size: int):

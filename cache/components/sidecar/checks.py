@@ -1,4 +1,6 @@
-"""Sidecar invariants and match proof, kept apart from the component's behaviour."""
+"""The sidecar's invariants and match proof, apart from the component's behaviour: the
+checker calls ``check``, ``probe``, ``verify_match`` and, for its host copies,
+``check_host`` (the registry names this module)."""
 
 from __future__ import annotations
 
@@ -6,16 +8,17 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
-from ...checks.invariants import NodeColumns, Violation
-from ...checks.pools import pool_balance
+from ...basics.violation import Violation
+from ...pools.balance import pool_balance
 from ...pools.kv_buffer import continue_fingerprints, node_path_fingerprints, prefix_hashes
-from .component import entries_agree, strides_ending_in
+from ...tree.columns import NodeColumns
+from .entries import entries_agree, strides_ending_in
 
 if TYPE_CHECKING:
     from .component import SidecarComponent
 
 
-def check_sidecar(sidecar: SidecarComponent, cols: Optional[NodeColumns] = None) -> list[tuple[str, str]]:
+def check(sidecar: SidecarComponent, cols: Optional[NodeColumns] = None) -> list[tuple[str, str]]:
     """Each node's entries are exactly those of the strides ending in its span, each
     holding the compressed KV of the prefix up to its boundary; then the pool balance.
     ``cols``: the sweep's columns over every registered node (built here when None)."""
@@ -89,7 +92,7 @@ def _cat(values: list, device) -> torch.Tensor:
     return values[0] if len(values) == 1 else torch.cat(values)
 
 
-def probe_sidecar(sidecar: SidecarComponent, nodes: list) -> bool:
+def probe(sidecar: SidecarComponent, nodes: list) -> bool:
     """The incremental probe: each touched node's entries (count, owned slots, right
     fingerprints) and the pool balance from the counters. False: let the sweep name it."""
     tree, pool, i = sidecar.tree, sidecar.pool, sidecar.index
@@ -107,7 +110,7 @@ def probe_sidecar(sidecar: SidecarComponent, nodes: list) -> bool:
     return pool.available_size() + tree.evictable[i] + tree.protected[i] == pool.size
 
 
-def verify_sidecar_match(sidecar: SidecarComponent, tokens: list[int], result) -> list[Violation]:
+def verify_match(sidecar: SidecarComponent, tokens: list[int], result) -> list[Violation]:
     """A match ends on a stride boundary whose entry holds the KV of exactly the
     matched prefix."""
     n = int(result.device_indices.shape[0])
@@ -126,7 +129,7 @@ def verify_sidecar_match(sidecar: SidecarComponent, tokens: list[int], result) -
     return []
 
 
-def check_sidecar_host(sidecar: SidecarComponent, pool, nodes: list) -> list[tuple[str, str]]:
+def check_host(sidecar: SidecarComponent, pool, nodes: list) -> list[tuple[str, str]]:
     """The host tier: each host copy among ``nodes`` holds one entry per stride ending
     in its node's span, each the compressed KV of the prefix up to its boundary (as
     a device entry does), so a load-back brings back the right entries."""

@@ -11,8 +11,9 @@ and requests are cached up to whole strides. A split hands the upper node the
 entries of the strides ending above the cut. Eviction ranks between SWA and Mamba:
 evicting SWA (or Full) takes the entries along, evicting entries takes Mamba's state.
 
-This file, its checks (sidecar_checks.py), its part in the host tier (sidecar_host.py)
-and one registry line are the whole component: nothing else in the cache names it.
+This file, its entries (entries.py), its checks (checks.py), its part in the host tier
+(host.py) and its name in the registry are the whole component: nothing else in the
+cache names it.
 """
 
 from __future__ import annotations
@@ -26,42 +27,15 @@ from ...observe.actions import ComponentAction
 from ...observe.events import Cause, EventKind
 from ...basics.keys import unpack_tokens
 from ...basics.params import EvictParams
-from ...pools.slot_pool import FingerprintedSlotPool
 from ...pools.kv_buffer import prefix_fingerprints
 from ..base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
+from ..own_pool import OwnPoolMixin
+from .entries import SidecarPool, strides_ending_in
 from .host import SidecarHostMixin
 
 if TYPE_CHECKING:
     from ...observe.eviction_batch import EvictionBatch
-    from ...basics.params import MatchResult
     from ...tree.node import TreeNode
-
-ENTRY_WIDTH = 8  # floats per compressed entry: small, but a real tensor on the device
-
-
-class SidecarPool(FingerprintedSlotPool):
-    """Entry slots, each holding a compressed entry and the fingerprint of the prefix
-    it stands for (so an entry filed under the wrong boundary shows)."""
-
-    def __init__(self, size: int, device: torch.device) -> None:
-        super().__init__(size, device, "sidecar")
-        self.entries = torch.zeros((size, ENTRY_WIDTH), dtype=torch.float32, device=device)
-
-    def write(self, slots: torch.Tensor, fingerprints: torch.Tensor) -> None:
-        """Store the entries for prefixes with these fingerprints (a stand-in for
-        compressing a stride's KV: the entry is filled from the fingerprint)."""
-        self.entries[slots] = (fingerprints % 1_000_003).to(torch.float32).unsqueeze(1)
-        self.fingerprint[slots] = fingerprints
-
-    def consistent(self, slots: torch.Tensor) -> torch.Tensor:
-        return entries_agree(self, slots)
-
-
-def entries_agree(pool, slots: torch.Tensor) -> torch.Tensor:
-    """Per slot of ``pool`` (the device's or the host's): the entry still agrees with
-    its recorded fingerprint."""
-    expect = (pool.fingerprint[slots] % 1_000_003).to(torch.float32).unsqueeze(1)
-    return (pool.entries[slots] == expect).all(1)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -78,12 +52,7 @@ class AttachSidecarEntries(ComponentAction):
         return f"AttachSidecarEntries: node(s) {ids} take the entries of their whole strides"
 
 
-def strides_ending_in(start: int, length: int, stride: int) -> int:
-    """How many stride boundaries fall in the span (start, start + length]."""
-    return (start + length) // stride - start // stride
-
-
-class SidecarComponent(SidecarHostMixin, AnchorLockMixin, LRUEvictionMixin, TreeComponent):
+class SidecarComponent(SidecarHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
     name = "sidecar"
     uses_lru = True
     leaf_priority = 0
@@ -215,7 +184,7 @@ class SidecarComponent(SidecarHostMixin, AnchorLockMixin, LRUEvictionMixin, Tree
         if k and lower.value is not None:
             self._move_entries_up(new_parent, child, k)
         if k and lower.host_value is not None:
-            self.split_host_copies(new_parent, child, k)  # sidecar_host.py
+            self.split_host_copies(new_parent, child, k)  # host.py
 
     def _move_entries_up(self, new_parent: TreeNode, child: TreeNode, k: int) -> None:
         i, tree = self.index, self.tree
@@ -258,15 +227,6 @@ class SidecarComponent(SidecarHostMixin, AnchorLockMixin, LRUEvictionMixin, Tree
         return length - length % self.stride
 
     # ---- pool -------------------------------------------------------------
-    def available_size(self) -> int:
-        return self.pool.available_size()
-
-    def pool_size(self) -> int:
-        return self.pool.size
-
-    def reset_pool(self) -> None:
-        self.pool.clear()
-
     def pool_views(self) -> dict:
         from ...observe.views import PoolView
 
@@ -277,19 +237,3 @@ class SidecarComponent(SidecarHostMixin, AnchorLockMixin, LRUEvictionMixin, Tree
         freed = self.pool.free(values[0] if len(values) == 1 else torch.cat(values))
         if freed:
             self._emit(EventKind.FREE, None, cause, freed, f"pool={self.name}")
-
-    # ---- checks (sidecar_checks.py) ---------------------------------------
-    def check_invariants(self, cols=None) -> list[tuple[str, str]]:
-        from .checks import check_sidecar
-
-        return check_sidecar(self, cols)
-
-    def probe_invariants(self, nodes: list) -> bool:
-        from .checks import probe_sidecar
-
-        return probe_sidecar(self, nodes)
-
-    def verify_match(self, tokens: list[int], result: MatchResult) -> list:
-        from .checks import verify_sidecar_match
-
-        return verify_sidecar_match(self, tokens, result)

@@ -7,19 +7,19 @@ boundary whose entry is on the host only, a backup copies a node's own entries, 
 load-back brings back just the best match's (host-locked while it is read). A split
 hands the upper node the host copies of the strides ending above the cut, as it does
 the device ones. Host eviction ranks the sidecar as device eviction does: between SWA
-and Mamba. This file, sidecar.py, sidecar_checks.py and the registry line are all of it.
+and Mamba. Its checks are checks.py's (``check_host``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..base_host import HostPart
+from ..base_host import HostPart, hicache_ratio_size
 
 if TYPE_CHECKING:
     import torch
 
-    from ...config.cache_config import CacheConfig
+    from ..cache_view import ConfigView
     from ...tree.node import TreeNode
 
 HOST_TENSORS = ("entries", "fingerprint")  # what a host entry slot keeps of a device one
@@ -30,9 +30,7 @@ class SidecarHostMixin(HostPart):
     stride: int
 
     @staticmethod
-    def default_host_size(config: CacheConfig) -> int:
-        from ...tiers.hicache_config import hicache_ratio_size
-
+    def default_host_size(config: ConfigView) -> int:
         entries = config.extra.get("sidecar_size")  # checked with the component's fields when the cache is built
         return hicache_ratio_size(entries) if type(entries) is int and entries > 0 else 1
 
@@ -100,9 +98,3 @@ class SidecarHostMixin(HostPart):
             lru.insert_after(child, new_parent)
         self.tree.refresh_host_lru(new_parent, self)
         self.tree.refresh_host_lru(child, self)
-
-    # ---- checks (sidecar_checks.py) -----------------------------------------------------
-    def check_host_copies(self, pool, nodes: list[TreeNode]) -> list[tuple[str, str]]:
-        from .checks import check_sidecar_host
-
-        return check_sidecar_host(self, pool, nodes)

@@ -1,3 +1,8 @@
 """Sliding-window attention KV: only a trailing window stays on the device; older
-pages are tombstoned. Device part, host part and checks.
+pages are tombstoned. Device part, host part, config fields and checks.
 """
+
+COMPONENT = ".component:SWAComponent"
+HOST_PART = ".host:SWAHostMixin"
+CHECKS = ".checks"
+FIELDS = ".fields"

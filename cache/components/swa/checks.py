@@ -1,4 +1,5 @@
-"""SWA invariants and match proof, kept apart from the component's behaviour."""
+"""SWA's invariants and match proof, apart from the component's behaviour: the checker
+calls ``check``, ``probe`` and ``verify_match`` (the registry names this module)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,17 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import torch
 
-from ...checks.invariants import NodeColumns, Violation
-from ...checks.pools import owned_pages, pool_balance, segment_pages
 from ...basics.numpy_views import gather, host_cat
+from ...basics.violation import Violation
+from ...pools.balance import owned_pages, pool_balance, segment_pages
+from ...tree.columns import NodeColumns
 from ...tree.locks import fresh_groups
 
 if TYPE_CHECKING:
     from .component import SWAComponent
 
 
-def check_swa(swa: SWAComponent, cols: Optional[NodeColumns] = None) -> list[tuple[str, str]]:
+def check(swa: SWAComponent, cols: Optional[NodeColumns] = None) -> list[tuple[str, str]]:
     """Per node: a tombstone maps no Full slot to SWA; live SWA data is exactly the
     translation of the node's Full slots. Then the pool balance and the window locks.
     ``cols``: the sweep's columns over every registered node (built here when None).
@@ -139,7 +141,7 @@ def _window_problems(swa: SWAComponent, node, receipt) -> list[str]:
     return out
 
 
-def probe_swa(swa: SWAComponent, nodes: list) -> bool:
+def probe(swa: SWAComponent, nodes: list) -> bool:
     """The incremental probe: the touched nodes' SWA data against their Full slots (all
     at once), each boundary uuid against its parent's and children's, the pool balance
     from the counters, and the held receipts' window locks. False: let the sweep name it."""
@@ -178,7 +180,7 @@ def _translations_ok(pool, i: int, nodes: list) -> bool:
     return bool(cat.min() >= 0) and np.array_equal(cat, mapped[live]) and pool.allocator.all_owned(cat)
 
 
-def verify_swa_match(swa: SWAComponent, tokens: list[int], result) -> list[Violation]:
+def verify_match(swa: SWAComponent, tokens: list[int], result) -> list[Violation]:
     """The match's last window of positions has live SWA slots holding the right KV."""
     indices = result.device_indices
     n = int(indices.shape[0])

@@ -23,7 +23,8 @@ from ...basics.numpy_views import distinct, gather
 from ...basics.request import own_slots
 from ...pools.swa_pool import SWAPool
 from ..base import LRUEvictionMixin, TreeComponent
-from ..field_checks import SWA_FIELDS, swa_field
+from ..own_pool import OwnPoolMixin
+from . import fields
 from .host import SWAHostMixin
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from ...tree.node import TreeNode
 
 
-class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
+class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
     name = "swa"
     uses_lru = True
     kv_peer = True
@@ -41,9 +42,7 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
     has_window_lock = True
     prompt_split_ok = False  # a leaf is capped to one live window; a split would cut it
     session_coverage = "window"  # a session holds its last window plus a page (session_refs.py)
-    # the model options (issue 28): a draft's wider read (the tree keeps max(window, draft)),
-    # whether a SWA tombstone ends a match, SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS
-    config_fields = SWA_FIELDS
+    config_fields = fields.FIELDS  # the model options (fields.py)
 
     def __init__(self, cache, index: int) -> None:
         super().__init__(cache, index)
@@ -58,8 +57,8 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         self.pool = SWAPool(cfg.swa_pool_size, cfg.kv_size, cfg.page_size, cache.device)
 
     def check_config_value(self, field: str, value):
-        if field in SWA_FIELDS:  # the rules CacheConfig checks a given value by
-            return swa_field(field, value, self.cache.config.page_size)
+        if field in fields.FIELDS:  # the rules CacheConfig checks a given value by
+            return fields.check(field, value, self.cache.config.page_size)
         return super().check_config_value(field, value)
 
     def ungated_tombstone(self, node: TreeNode) -> bool:
@@ -72,21 +71,6 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
     def node_extras(self, node: TreeNode) -> dict:
         uuid = node.data[self.index].metadata.get("uuid")
         return {"boundary": uuid} if uuid is not None else {}
-
-    def check_invariants(self, cols=None) -> list[tuple[str, str]]:
-        from .checks import check_swa
-
-        return check_swa(self, cols)
-
-    def probe_invariants(self, nodes: list) -> bool:
-        from .checks import probe_swa
-
-        return probe_swa(self, nodes)
-
-    def verify_match(self, tokens: list[int], result: MatchResult) -> list:
-        from .checks import verify_swa_match
-
-        return verify_swa_match(self, tokens, result)
 
     # ---- match ------------------------------------------------------------
     def create_match_validator(self):
@@ -169,7 +153,7 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         the request's ``swa_evicted_seqlen`` takes the incoming slots; below it, they
         are duplicates (freed by the tree, Full side only)."""
         start, end = total_prefix_len, total_prefix_len + prefix_len
-        if node is self.tree.just_unevicted:  # the host tier's: swa_host.py
+        if node is self.tree.just_unevicted:  # the host tier's: host.py
             self.tree.just_unevicted = None
             self.recover_after_unevict(node, start, end, value, params, actions)
             return prefix_len
@@ -411,15 +395,6 @@ class SWAComponent(SWAHostMixin, LRUEvictionMixin, TreeComponent):
         return {
             "swa": PoolView("swa", pool.size, pool.available_size(), self.tree.evictable[self.index], self.tree.protected[self.index], held)
         }
-
-    def available_size(self) -> int:
-        return self.pool.available_size()
-
-    def pool_size(self) -> int:
-        return self.pool.size
-
-    def reset_pool(self) -> None:
-        self.pool.clear()
 
     def free_device_values(self, values: list[torch.Tensor], cause: Cause, node: Optional[int]) -> None:
         full = values[0] if len(values) == 1 else torch.cat(values)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from ..base_host import HostPart
+from ..base_host import HostPart, hicache_ratio_size
 
 if TYPE_CHECKING:
     import torch
 
-    from ...config.cache_config import CacheConfig
+    from ..cache_view import ConfigView
     from ...basics.params import MatchResult
     from ...tree.node import ComponentData, TreeNode
 
@@ -27,9 +27,7 @@ class SWAHostMixin(HostPart):
     storage_pool = "swa"
 
     @staticmethod
-    def default_host_size(config: CacheConfig) -> int:
-        from ...tiers.hicache_config import hicache_ratio_size
-
+    def default_host_size(config: ConfigView) -> int:
         return hicache_ratio_size(config.swa_pool_size, config.page_size)
 
     def make_host_pool(self, size: int):

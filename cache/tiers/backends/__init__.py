@@ -31,5 +31,5 @@ def make_backend(kind: str, path: Optional[str] = None, budget: Optional[int] = 
     return FileBackend(path, budget, **options)
 
 
-__all__ = ["BACKEND_KINDS", "DEFAULT_EVICTION_RATIO", "FileBackend", "Fired", "LruBudget", "MemoryBackend",
+__all__ = ["BACKEND_KINDS", "BATCH_PAGES", "DEFAULT_EVICTION_RATIO", "FileBackend", "Fired", "LruBudget", "MemoryBackend",
            "Rule", "StorageBackend", "StorageInjector", "make_backend", "transfer_delay"]

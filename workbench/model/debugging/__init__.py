@@ -1,1 +1,1 @@
-"""Debugging a run: why (causes from events), breakpoints, regression-test export."""
+"""Debugging a run: the cursor a viewer moves through its states (to breakpoints), why (causes from events), breakpoint conditions, regression-test export."""

@@ -1,5 +1,6 @@
-"""Breakpoints: conditions over a step, as data, and the search that runs to the next
-(or previous) step where one holds — the TUI's ``c`` / ``C`` and ``urc run --until``.
+"""Breakpoints: conditions over a step, as data, parsed and checked against one step;
+``timeline.search`` finds the next (or previous) step where one holds — the TUI's
+``c`` / ``C``, ``urc run --until`` and the charts' markers.
 
 A condition is written as space-separated terms that must all hold (``event=cascade
 component=swa``); a breakpoint list holds when any of its conditions does. Terms:
@@ -94,6 +95,15 @@ class Condition:
 
     def __str__(self) -> str:
         return self.text
+
+    def holds(self, timeline: Timeline, index: int) -> bool:
+        """Does it hold at step ``index`` (1-based)? Reads that step only."""
+        return holds(timeline, self, index)
+
+    @property
+    def failures_only(self) -> bool:
+        """It can hold only at a failing step (a stored run indexes those)."""
+        return self.failed or self.violation is not None
 
 
 def parse_condition(text: str, components: Sequence[str] = ("full", "swa", "mamba"), host: bool = False) -> Condition:
@@ -264,31 +274,6 @@ def _field_value(timeline: Timeline, index: int, field: str) -> int:
 def _crossed(timeline: Timeline, pools: tuple[Comparison, ...], index: int) -> bool:
     now = all(p.test(_field_value(timeline, index, p.field)) for p in pools)
     return now and not all(p.test(_field_value(timeline, index - 1, p.field)) for p in pools)
-
-
-def any_holds(timeline: Timeline, conditions: Sequence[Condition], index: int) -> Optional[Condition]:
-    """The first of ``conditions`` that holds at ``index``, or None."""
-    return next((c for c in conditions if holds(timeline, c, index)), None)
-
-
-def search(timeline: Timeline, conditions: Sequence[Condition], start: int, forward: bool = True,
-           limit: Optional[int] = None) -> Optional[tuple[int, Condition]]:
-    """The nearest step after (or before) ``start`` where a condition holds, and which;
-    None when none does up to the end (or the start) of what is loaded."""
-    if not conditions:
-        return None
-    end = len(timeline) if limit is None else min(limit, len(timeline))
-    indices = range(start + 1, end + 1) if forward else range(min(start, end + 1) - 1, 0, -1)
-    failing = getattr(timeline.store, "failing_indexes", None)
-    if failing is not None and all(c.failed or c.violation is not None for c in conditions):
-        # a stored run indexes its failing steps: only they can hold these (the defaults)
-        listed = [i for i in failing() if i in indices]
-        indices = listed if forward else listed[::-1]
-    for index in indices:
-        hit = any_holds(timeline, conditions, index)
-        if hit is not None:
-            return index, hit
-    return None
 
 
 def describe_hit(record: StepRecord, condition: Condition) -> str:

@@ -20,8 +20,9 @@ from typing import Any, Optional
 
 from ..scenarios.outputs import open_output
 from ..timeline.runner import state_field
-from ..ops import host_parts, owner as ops_owner
-from ..scenarios.scenario import NAMED_FIELDS, OPS, STATE_FIELDS, Scenario, ScenarioError, Step, scenario_from_records
+from ..ops import OPS, host_parts, owner as ops_owner
+from ..scenarios.fields import NAMED_FIELDS, STATE_FIELDS
+from ..scenarios.scenario import Scenario, ScenarioError, Step, scenario_from_records
 from ..scenarios.writer import scenario_toml
 from ..timeline.states import TimelineState
 from ..timeline.timeline import StepRecord, Timeline

@@ -11,7 +11,7 @@ from __future__ import annotations
 from cache.observe.events import EventKind
 
 from ..timeline.timeline import Timeline
-from .why import Explanation, _at, _check_step
+from .why_text import Explanation, _at, _check_step
 
 POLICY_TEXT = {
     "best_effort": "best_effort: an admission poll takes what has arrived, nothing at all before the hit query "

@@ -17,7 +17,7 @@ from cache.observe.events import Cause
 from ..timeline.fmt import plural
 from ..timeline.request_diff import ADDED, ENDED, RequestChange, request_diff
 from ..timeline.timeline import Timeline
-from .why import CAUSE_TEXT, Explanation, _at, _check_step, _record
+from .why_text import CAUSE_TEXT, Explanation, _at, _check_step, _record
 
 ABOUT = ("prefix", "tail")  # what a question may narrow to; None: the whole story
 TAIL_CAUSE_TEXT = {

@@ -22,7 +22,7 @@ from cache.observe.events import Cause, EventKind
 from ..ops.sessions import OPEN, RELEASE
 from ..timeline.fmt import plural
 from ..timeline.timeline import Timeline
-from .why import STAYS_BELOW, Explanation, _at, _check_step, _name, _noun, _record, _removal_text, _split_child
+from .why_text import STAYS_BELOW, Explanation, _at, _check_step, _name, _noun, _record, _removal_text, _split_child
 
 LOSS_KINDS = (EventKind.EVICT, EventKind.TOMBSTONE, EventKind.DEMOTE)
 MAX_SPARED_LINES = 8  # evictions told that took untagged data instead (the rest are counted)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from .spec import DEVICE, FuzzRule, OpSpec, declare
 
 
-def run_evict(session, f: dict) -> dict:
+def run_evict(driver, f: dict) -> dict:
     from cache import EvictParams  # torch: only once an op runs
 
-    result = session.cache.evict(EvictParams.of(f))
+    result = driver.cache.evict(EvictParams.of(f))
     named = {"full_evicted": result.num_tokens_evicted, "swa_evicted": result.swa_num_tokens_evicted,
              "mamba_evicted": result.mamba_num_evicted}  # reported whatever the components, as SGLang does
     return {**named, **{f"{c}_evicted": n for c, n in result.by_component.items() if f"{c}_evicted" not in named}}
@@ -65,7 +65,7 @@ EVICT = declare(OpSpec(
 
 CHECK = declare(OpSpec(
     "check", "change nothing: check the state fields and invariants here",
-    lambda session, f: None,
+    lambda driver, f: None,
     run_sglang=lambda side, f: None,
     read_only=True,
 ))

@@ -27,10 +27,10 @@ def fuzz_evict_host(gen) -> dict:
     return step
 
 
-def run_load_back(session, f: dict) -> dict:
+def run_load_back(driver, f: dict) -> dict:
     from cache import RadixKey  # torch: only once an op runs
 
-    result = session.cache.load_back(RadixKey(f["key"], f.get("extra_key"), f.get("cache_salt")), f.get("mem_quota"))
+    result = driver.cache.load_back(RadixKey(f["key"], f.get("extra_key"), f.get("cache_salt")), f.get("mem_quota"))
     return {"loaded": result.loaded, "host_hit_length": result.host_hit_length}
 
 
@@ -48,8 +48,8 @@ LOAD_BACK = declare(OpSpec(
 ))
 
 
-def run_evict_host(session, f: dict) -> dict:
-    cache = session.cache
+def run_evict_host(driver, f: dict) -> dict:
+    cache = driver.cache
     out = {"full_host_evicted": cache.evict_host(f.get("full", 0))}
     for component, amount in f.items():
         if component != "full":
@@ -69,7 +69,7 @@ EVICT_HOST = declare(OpSpec(
 
 FLUSH = declare(OpSpec(
     "flush", "acknowledge the transfers held in flight (check_hicache_events)",
-    lambda session, f: {"completed": session.cache.check_hicache_events()},
+    lambda driver, f: {"completed": driver.cache.check_hicache_events()},
     results=("completed",),
     needs=(HOST,),
     run_sglang=lambda side, f: side.host.op_flush(f),

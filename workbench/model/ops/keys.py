@@ -9,7 +9,7 @@ from .spec import COUNT, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
 
 
 # ---- insert -------------------------------------------------------------------------------------
-def run_insert(session, f: dict) -> dict:
+def run_insert(driver, f: dict) -> dict:
     """Allocate slots for the whole key, write its KV, free the SWA below
     ``swa_evicted_seqlen``, take a Mamba state, insert, then free the unaligned
     tail (and the state, when the tree already had one).
@@ -24,7 +24,7 @@ def run_insert(session, f: dict) -> dict:
     from cache.basics.errors import InvalidValueError
     from cache.basics.keys import token_array
 
-    cache = session.cache
+    cache = driver.cache
     tokens = f["key"]
     key = RadixKey(tokens, f.get("extra_key"), f.get("cache_salt"))
     aligned = len(tokens) - len(tokens) % cache.page_size
@@ -63,7 +63,7 @@ def run_insert(session, f: dict) -> dict:
     if state is not None and result.mamba_exist:
         cache.free_mamba_state(state)  # the tree kept its own state
     if "as" in f:  # a name for the node the insert ended on, for a later lock
-        session.name_match(f["as"], result.last_device_node, result.prefix_len, key, None)
+        driver.name_match(f["as"], result.last_device_node, result.prefix_len, key, None)
     return {"prefix_len": result.prefix_len}
 
 
@@ -179,13 +179,13 @@ INSERT = declare(OpSpec(
 
 
 # ---- match --------------------------------------------------------------------------------------
-def run_match(session, f: dict) -> dict:
+def run_match(driver, f: dict) -> dict:
     from cache import MatchPrefixParams, RadixKey
 
-    cache = session.cache
+    cache = driver.cache
     key = RadixKey(f["key"], f.get("extra_key"), f.get("cache_salt"))
     result = cache.match_prefix(MatchPrefixParams(key))
-    session.last_match = session.name_match(f.get("as"), result.last_device_node, result.prefix_len, key, result)
+    driver.last_match = driver.name_match(f.get("as"), result.last_device_node, result.prefix_len, key, result)
     out = {"prefix_len": result.prefix_len, "host_hit_length": result.host_hit_length}
     if "swa" in cache.by_name:
         out["swa_host_hit_length"] = result.swa_host_hit_length

@@ -9,10 +9,10 @@ from .spec import NAME, Field, FuzzRule, OpSpec, declare
 
 
 # ---- lock ---------------------------------------------------------------------------------------
-def run_lock(session, f: dict) -> None:
-    node = session.match_named(f["match"])
-    receipt = session.cache.inc_lock_ref(node)
-    session.hold_lock(f["as"], node, receipt)
+def run_lock(driver, f: dict) -> None:
+    node = driver.match_named(f["match"])
+    receipt = driver.cache.inc_lock_ref(node)
+    driver.hold_lock(f["as"], node, receipt)
 
 
 def sglang_lock(side, f: dict) -> None:
@@ -61,10 +61,10 @@ LOCK = declare(OpSpec(
 
 
 # ---- unlock -------------------------------------------------------------------------------------
-def run_unlock(session, f: dict) -> None:
-    handle = session.lock_named(f["lock"])
-    session.cache.dec_lock_ref(handle.node, handle.receipt)
-    session.release_lock(f["lock"])
+def run_unlock(driver, f: dict) -> None:
+    handle = driver.lock_named(f["lock"])
+    driver.cache.dec_lock_ref(handle.node, handle.receipt)
+    driver.release_lock(f["lock"])
 
 
 def sglang_unlock(side, f: dict) -> None:
@@ -108,11 +108,11 @@ UNLOCK = declare(OpSpec(
 
 
 # ---- release_window -----------------------------------------------------------------------------
-def run_release_window(session, f: dict) -> None:
-    handle = session.lock_named(f["lock"])
-    release = getattr(session.cache, "release_window", None)
+def run_release_window(driver, f: dict) -> None:
+    handle = driver.lock_named(f["lock"])
+    release = getattr(driver.cache, "release_window", None)
     if release is None:
-        raise session.refused(f"{RELEASE_WINDOW.name} needs the swa component")
+        raise driver.refused(f"{RELEASE_WINDOW.name} needs the swa component")
     release(handle.node, handle.receipt)
 
 

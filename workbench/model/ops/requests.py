@@ -20,24 +20,24 @@ def _req_before(args: tuple, kwargs: dict):
 
 
 # ---- req_prefill --------------------------------------------------------------------------------
-def run_prefill(session, f: dict) -> dict:
+def run_prefill(driver, f: dict) -> dict:
     name = f["req"]
-    if name in session.reqs:
-        raise session.refused(f"request {name!r} is already running")
+    if name in driver.reqs:
+        raise driver.refused(f"request {name!r} is already running")
     load_back = bool(f.get("load_back"))
     if f.get("mem_quota") is not None and not load_back:
-        raise session.refused("mem_quota is the load-back's budget: it needs load_back")
+        raise driver.refused("mem_quota is the load-back's budget: it needs load_back")
     more = {"load_back": True, "mem_quota": f.get("mem_quota")} if load_back else {}
     if f.get("session") is not None:  # a radix-native session request (ops/sessions.py)
         more.update(session_id=f["session"], session_generation=f.get("generation"))
     elif f.get("generation") is not None:
-        raise session.refused("generation is a session's: it needs session=ID")
+        raise driver.refused("generation is a session's: it needs session=ID")
     if f.get("cache_salt"):
         more["cache_salt"] = f["cache_salt"]
-    req = session.cache.new_request(f["tokens"], rid=name, chunk=f.get("chunk"), **more)
+    req = driver.cache.new_request(f["tokens"], rid=name, chunk=f.get("chunk"), **more)
     req.priority = f.get("priority", 0)  # read by its checkpoints (InsertParams.priority)
-    session.reqs[name] = req
-    session.finished.pop(name, None)
+    driver.reqs[name] = req
+    driver.finished.pop(name, None)
     out = {"prefix_len": req.cache_protected_len}
     if load_back:
         out["host_loaded"] = req.host_loaded_length
@@ -141,12 +141,12 @@ PREFILL = declare(OpSpec(
 
 
 # ---- req_decode ---------------------------------------------------------------------------------
-def run_decode(session, f: dict) -> None:
-    req = session.request_named(f["req"])
+def run_decode(driver, f: dict) -> None:
+    req = driver.request_named(f["req"])
     if req.is_chunked:  # SGLang's scheduler never decodes a request mid-prefill (its bridge side does not check)
-        raise session.refused(f"request {f['req']!r} is still in chunked prefill: req_extend it first")
+        raise driver.refused(f"request {f['req']!r} is still in chunked prefill: req_extend it first")
     # one call: a refused decode must not leave half a step (tokens in, no slide)
-    session.cache.extend_request(req, f["tokens"], slide=bool(f.get("slide_window")))
+    driver.cache.extend_request(req, f["tokens"], slide=bool(f.get("slide_window")))
 
 
 def sglang_decode(side, f: dict) -> None:
@@ -193,8 +193,8 @@ DECODE = declare(OpSpec(
 
 
 # ---- req_extend ---------------------------------------------------------------------------------
-def run_extend(session, f: dict) -> None:
-    session.cache.extend_prompt(session.request_named(f["req"]), f.get("chunk"))
+def run_extend(driver, f: dict) -> None:
+    driver.cache.extend_prompt(driver.request_named(f["req"]), f.get("chunk"))
 
 
 def sglang_extend(side, f: dict) -> None:
@@ -235,12 +235,12 @@ EXTEND = declare(OpSpec(
 
 
 # ---- checkpoint (was req_chunk) ------------------------------------------------------------------
-def run_checkpoint(session, f: dict) -> None:
-    req = session.request_named(f["req"])
+def run_checkpoint(driver, f: dict) -> None:
+    req = driver.request_named(f["req"])
     up_to = f.get("up_to")
     if up_to is not None and up_to > req.kv_committed_len:
-        raise session.refused(f"up_to={up_to}: request {f['req']!r} has computed {req.kv_committed_len} tokens")
-    session.cache.checkpoint(req, up_to=up_to)
+        raise driver.refused(f"up_to={up_to}: request {f['req']!r} has computed {req.kv_committed_len} tokens")
+    driver.cache.checkpoint(req, up_to=up_to)
 
 
 def sglang_checkpoint(side, f: dict) -> None:
@@ -274,28 +274,28 @@ CHECKPOINT = declare(OpSpec(
 
 
 # ---- release (was req_finish) --------------------------------------------------------------------
-def run_release(session, f: dict) -> None:
+def run_release(driver, f: dict) -> None:
     name, stop = f["req"], f.get("stop_at")
-    req = session.request_named(name)
+    req = driver.request_named(name)
     if stop is not None:
-        _check_stop(session, name, req, stop)
+        _check_stop(driver, name, req, stop)
     before, req.finished_len = req.finished_len, stop
     req.finish_aborted = bool(f.get("abort"))  # FINISH_ABORT: its insert registers no session reference
     try:
-        session.cache.release_kv_cache(req, checkpoint=f.get("insert", True))
+        driver.cache.release_kv_cache(req, checkpoint=f.get("insert", True))
     except BaseException:
         req.finished_len, req.finish_aborted = before, False  # refused: the request runs on as it was
         raise
-    session.finished[name] = session.reqs.pop(name)
+    driver.finished[name] = driver.reqs.pop(name)
 
 
-def _check_stop(session, name: str, req, stop: int) -> None:
+def _check_stop(driver, name: str, req, stop: int) -> None:
     """A stop within the request's output, past what the tree already holds of it
     (SGLang frees from the stop's page on, so an earlier stop would free tree KV)."""
     if stop > len(req.output_ids):
-        raise session.refused(f"stop_at={stop}: request {name!r} has {len(req.output_ids)} output tokens")
+        raise driver.refused(f"stop_at={stop}: request {name!r} has {len(req.output_ids)} output tokens")
     if len(req.origin_input_ids) + stop < req.cache_protected_len:
-        raise session.refused(f"stop_at={stop} would end request {name!r} inside the {req.cache_protected_len} "
+        raise driver.refused(f"stop_at={stop} would end request {name!r} inside the {req.cache_protected_len} "
                               "tokens the tree already holds for it")
 
 

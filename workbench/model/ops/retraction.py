@@ -16,19 +16,19 @@ REQ = Field("req", NAME, required=True, uses="requests", positional=True)
 
 
 # ---- retract ------------------------------------------------------------------------------------
-def run_retract(session, f: dict) -> dict:
+def run_retract(driver, f: dict) -> dict:
     name = f["req"]
-    req = session.reqs.get(name)
+    req = driver.reqs.get(name)
     if req is None:
-        raise session.refused(f"retract: request {name!r} is not running")
+        raise driver.refused(f"retract: request {name!r} is not running")
     if req.is_chunked:  # decode retraction takes only requests in the decode batch (SGLang's side does not check)
-        raise session.refused(f"retract: request {name!r} is still in chunked prefill")
-    kept = session.cache.retract(req, backup=bool(f.get("backup")), evict=f.get("evict", 0))
-    del session.reqs[name]
+        raise driver.refused(f"retract: request {name!r} is still in chunked prefill")
+    kept = driver.cache.retract(req, backup=bool(f.get("backup")), evict=f.get("evict", 0))
+    del driver.reqs[name]
     if kept:
-        session.retracted[name] = req
+        driver.retracted[name] = req
     else:  # the host could not hold the backup: SGLang aborts the request
-        session.finished[name] = req
+        driver.finished[name] = req
     saved = req.retraction_backup
     return {"backup_slots": 0 if saved is None else int(saved.host_indices.shape[0])}
 
@@ -109,13 +109,13 @@ RETRACT = declare(OpSpec(
 
 
 # ---- restore ------------------------------------------------------------------------------------
-def run_restore(session, f: dict) -> None:
+def run_restore(driver, f: dict) -> None:
     name = f["req"]
-    req = session.retracted.get(name)
+    req = driver.retracted.get(name)
     if req is None:
-        raise session.refused(f"restore: request {name!r} is not retracted")
-    session.cache.restore(req)
-    session.reqs[name] = session.retracted.pop(name)
+        raise driver.refused(f"restore: request {name!r} is not retracted")
+    driver.cache.restore(req)
+    driver.reqs[name] = driver.retracted.pop(name)
 
 
 def sglang_restore(side, f: dict) -> None:
@@ -167,13 +167,13 @@ RESTORE = declare(OpSpec(
 
 
 # ---- abort --------------------------------------------------------------------------------------
-def run_abort(session, f: dict) -> None:
+def run_abort(driver, f: dict) -> None:
     name = f["req"]
-    req = session.retracted.get(name) or session.reqs.get(name)
+    req = driver.retracted.get(name) or driver.reqs.get(name)
     if req is None:
-        raise session.refused(f"abort: request {name!r} is neither running nor retracted")
-    session.cache.abort(req)
-    session.finished[name] = session.retracted.pop(name, None) or session.reqs.pop(name)
+        raise driver.refused(f"abort: request {name!r} is neither running nor retracted")
+    driver.cache.abort(req)
+    driver.finished[name] = driver.retracted.pop(name, None) or driver.reqs.pop(name)
 
 
 def sglang_abort(side, f: dict) -> None:

@@ -19,8 +19,8 @@ SESSION = Field("session", NAME, required=True, positional=True, placeholder="SI
 
 
 # ---- session_open -------------------------------------------------------------------------------
-def run_open(session, f: dict) -> dict:
-    opened = session.cache.open_session(f["session"], streaming=bool(f.get("streaming")))
+def run_open(driver, f: dict) -> dict:
+    opened = driver.cache.open_session(f["session"], streaming=bool(f.get("streaming")))
     return {"success": opened.success, "generation": opened.generation}
 
 
@@ -59,10 +59,10 @@ OPEN = declare(OpSpec(
 
 
 # ---- session_release ----------------------------------------------------------------------------
-def run_release(session, f: dict) -> dict:
-    refs = session.cache.session_refs
+def run_release(driver, f: dict) -> dict:
+    refs = driver.cache.session_refs
     held = sum(map(len, refs.leaves_of(f["session"]).values())) if refs.enabled else 0  # what the close lets go
-    closed = session.cache.close_session(f["session"])
+    closed = driver.cache.close_session(f["session"])
     return {"released": held, "deferred": closed.deferred}
 
 
@@ -104,8 +104,8 @@ RELEASE = declare(OpSpec(
 
 
 # ---- session_reap -------------------------------------------------------------------------------
-def run_reap(session, f: dict) -> dict:
-    return {"closed": len(session.cache.reap_sessions())}
+def run_reap(driver, f: dict) -> dict:
+    return {"closed": len(driver.cache.reap_sessions())}
 
 
 def sglang_reap(side, f: dict) -> dict:

@@ -2,7 +2,7 @@
 SGLang's), how the fuzzer draws it and how the recorder writes it.
 
 Everything that knows ops — the scenario checks, the live parser and completion, the
-session, the bridge, the fuzzer, the shrinker, the recorder, ``why`` and the README's
+cache driver, the bridge, the fuzzer, the shrinker, the recorder, ``why`` and the README's
 op table — reads these declarations, so an op is one module of ``ops/`` and nothing
 else. A test can declare an op of its own and ``withdraw`` it afterwards.
 """
@@ -61,7 +61,7 @@ class FuzzRule:
 class OpSpec:
     name: str
     summary: str  # the help line
-    run: Callable[[Any, dict], Optional[dict]]  # on our cache: (Session, fields) -> results
+    run: Callable[[Any, dict], Optional[dict]]  # on our cache: (CacheDriver, fields) -> results
     fields: tuple[Field, ...] = ()
     results: tuple[str, ...] = ()  # result fields a step may expect
     reports_all_results: bool = False  # every result, whatever the components (else a component's only with it)

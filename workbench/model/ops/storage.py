@@ -22,8 +22,8 @@ def _key(f: dict):
     return RadixKey(f["key"], f.get("extra_key"), f.get("cache_salt"))
 
 
-def run_prefetch(session, f: dict) -> dict:
-    issue = session.cache.prefetch_from_storage(f["rid"], _key(f))
+def run_prefetch(driver, f: dict) -> dict:
+    issue = driver.cache.prefetch_from_storage(f["rid"], _key(f))
     return {"issued": issue.issued, "prefetch_tokens": issue.tokens}
 
 
@@ -51,8 +51,8 @@ PREFETCH = declare(OpSpec(
 ))
 
 
-def run_progress(session, f: dict) -> dict:
-    cache = session.cache
+def run_progress(driver, f: dict) -> dict:
+    cache = driver.cache
     done = cache.check_prefetch_progress(f["rid"])
     return {"done": done, "prefetched": cache.pop_prefetch_loaded_tokens(f["rid"]) if done else 0}
 
@@ -72,7 +72,7 @@ PREFETCH_PROGRESS = declare(OpSpec(
 
 STORAGE_HIT = declare(OpSpec(
     "storage_hit", "how many tokens after a key's match storage holds (query_storage_hit_length)",
-    lambda session, f: {"storage_hit_length": session.cache.query_storage_hit_length(_key(f))},
+    lambda driver, f: {"storage_hit_length": driver.cache.query_storage_hit_length(_key(f))},
     fields=(Field("key", TOKENS, required=True, nonempty=True), Field("extra_key", NAME, placeholder="NS"),
             Field("cache_salt", NAME, placeholder="SALT")),
     results=("storage_hit_length",),

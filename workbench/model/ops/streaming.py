@@ -15,18 +15,18 @@ from array import array
 from .spec import COUNT, FLAG, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
 
 
-def run_turn(session, f: dict) -> dict:
+def run_turn(driver, f: dict) -> dict:
     name = f["req"]
-    if name in session.reqs:
-        raise session.refused(f"request {name!r} is already running")
-    turn = session.cache.stream_turn(f["session"], name, f["tokens"], max_new_tokens=f.get("max_new_tokens"),
+    if name in driver.reqs:
+        raise driver.refused(f"request {name!r} is already running")
+    turn = driver.cache.stream_turn(f["session"], name, f["tokens"], max_new_tokens=f.get("max_new_tokens"),
                                      priority=f.get("priority", 0), checkpoint=f.get("checkpoint", True))
     from cache.sessions.controller import TurnRejected  # (the cache loads torch: only when a step runs)
 
     if isinstance(turn, TurnRejected):  # TurnRejected: another turn of the session runs
         return {"aborted": True, "prefix_len": 0, "borrowed": False}
-    session.reqs[name] = turn
-    session.finished.pop(name, None)
+    driver.reqs[name] = turn
+    driver.finished.pop(name, None)
     return {"aborted": False, "prefix_len": turn.prefix_len, "borrowed": turn.borrowed_slot}
 
 

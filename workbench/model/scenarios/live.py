@@ -12,21 +12,27 @@ module only does syntax (and never raises anything but ``ScenarioError`` on user
 Words are split on whitespace; ``"…"`` (with ``\\"``, ``\\\\``, ``\\n``, ``\\t``, ``\\r``
 escapes) and ``'…'`` quote a word, and a quoted word is always a literal string (never a
 keyword, option, token or range). ``FIELD=VALUE`` options may come anywhere after the op;
-every ``FIELD=N`` word after ``expect`` is an expectation.
+every ``FIELD=N`` word after ``expect`` is an expectation. Splitting the words is
+``live_words``'s; writing a step back as a command is ``live_format``'s.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
-from typing import Any, NoReturn, Optional
+from typing import Any, NoReturn
 
 from cache.observe.metrics import metric_fields
 
 from .. import ops
-from .errors import elide, shown
-from .scenario import MAX_KEY_TOKENS, MAX_TOKEN, OPS, ORDER_FIELDS, STATE_FIELDS, ScenarioError
+from ..ops import OPS
+from .errors import ScenarioError, elide, shown
+from .fields import ORDER_FIELDS, STATE_FIELDS
+from .live_words import (
+    FIELD_NAME, ID_LIST, INT, NAME_LIST, RANGE, TEXT_KEYWORDS, TOKEN, Word, flag_fields, name_fields, slot_of,
+    split_words, token_field_of,
+)
+from .step import MAX_KEY_TOKENS, MAX_TOKEN
 
 
 class _Usages(Mapping):
@@ -46,121 +52,13 @@ OP_HELP = _Usages()
 # Clauses any op may end with; TOKENS are ids and inclusive ranges FIRST..LAST.
 CLAUSE_HELP = "[expect FIELD=N … FIELD.MATCH=N … swa_lru=[3,1,2]] [expect_error TEXT] [description TEXT]"
 
-_TEXT_KEYWORDS = ("as", "expect_error", "description")  # each takes the next word as its value
-
-
-def _name_fields() -> frozenset[str]:
-    """Fields whose values are strings: every op's names, and the texts."""
-    return ops.name_fields() | frozenset(_TEXT_KEYWORDS)
-
-
-def _reserved() -> frozenset[str]:
-    """Words a bare name may not be (they read as keywords)."""
-    return frozenset(_TEXT_KEYWORDS + ("expect",)) | ops.flag_words()
-
-
-def _flags(spec) -> dict[str, tuple[str, bool]]:
-    """A bare word -> the flag field it sets, and to what."""
-    return {f.flag_word: (f.name, f.flag_value) for f in spec.fields if f.flag_word}
-
-
-def _slot(spec) -> Optional[str]:
-    return spec.slot.name if spec.slot is not None else None
-
-
-def _token_field(spec) -> Optional[str]:
-    return spec.token_field.name if spec.token_field is not None else None
-
-
-_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/@+-]*")  # written without quotes by format_command
-_INT = re.compile(r"-?[0-9]{1,4000}")  # int() refuses longer digit strings
-_ID_LIST = re.compile(r"\[(?:[0-9]{1,18}(?:,[0-9]{1,18})*)?\]")  # [3,1,2]: node ids
-_NAME_LIST = re.compile(r"\[[A-Za-z_][A-Za-z0-9_]*(?:,[A-Za-z_][A-Za-z0-9_]*)*\]")  # [s1,t]: session ids
-_TOKEN = re.compile(r"[0-9]{1,20}")
-_RANGE = re.compile(r"([0-9]{1,20})\.\.([0-9]{1,20})")
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
-
-
-# ---- words --------------------------------------------------------------------------------------
-
-
-class _Word:
-    """One whitespace-separated word as (text, quoted) pieces, so ``a="b c"`` splits at the
-    ``=`` while a quoted ``=`` or ``.`` stays part of a name."""
-
-    def __init__(self, pieces: list[tuple[str, bool]]) -> None:
-        self.pieces = pieces
-
-    @property
-    def text(self) -> str:
-        return "".join(text for text, _ in self.pieces)
-
-    @property
-    def quoted(self) -> bool:
-        return any(quoted for _, quoted in self.pieces)
-
-    def split(self, char: str) -> Optional[tuple["_Word", "_Word"]]:
-        """The parts either side of the first unquoted ``char`` (None when there is none)."""
-        for i, (text, quoted) in enumerate(self.pieces):
-            at = -1 if quoted else text.find(char)
-            if at >= 0:
-                left = self.pieces[:i] + [(text[:at], False)]
-                right = [(text[at + 1:], False)] + self.pieces[i + 1:]
-                return _Word(left), _Word(right)
-        return None
-
-
-def _words(text: str) -> list[_Word]:
-    if '"' not in text and "'" not in text:  # the usual case, fast even for a pasted 1M-token key
-        return [_Word([(word, False)]) for word in text.split()]
-    words: list[_Word] = []
-    pieces: Optional[list[tuple[str, bool]]] = None
-    i, n = 0, len(text)
-    while i < n:
-        if text[i].isspace():
-            if pieces is not None:
-                words.append(_Word(pieces))
-                pieces = None
-            i += 1
-            continue
-        pieces = [] if pieces is None else pieces
-        if text[i] in "\"'":
-            i, literal = _quoted(text, i)
-            pieces.append((literal, True))
-            continue
-        j = i
-        while j < n and not text[j].isspace() and text[j] not in "\"'":
-            j += 1
-        pieces.append((text[i:j], False))
-        i = j
-    if pieces is not None:
-        words.append(_Word(pieces))
-    return words
-
-
-def _quoted(text: str, start: int) -> tuple[int, str]:
-    """The literal of the quote opening at ``start`` and the index after its end."""
-    quote, out, i = text[start], [], start + 1
-    while i < len(text):
-        ch = text[i]
-        if ch == quote:
-            return i + 1, "".join(out)
-        if ch == "\\" and quote == '"' and i + 1 < len(text):
-            i += 1
-            out.append(_ESCAPES.get(text[i], text[i]))
-        else:
-            out.append(ch)
-        i += 1
-    raise ScenarioError(f"unclosed {quote} quote (column {start + 1})")
-
 
 # ---- parsing ------------------------------------------------------------------------------------
 
 
 def parse_command(text: str) -> dict[str, Any]:
     """The raw step a command stands for (checked further by ``StepAppender``)."""
-    words = _words(text)
+    words = split_words(text)
     if not words:
         raise ScenarioError(f"empty command; start with an op: {', '.join(OPS)}")
     op = words[0].text
@@ -174,19 +72,19 @@ class _Parser:
         self.op = op
         self.spec = OPS[op]
         self.raw: dict[str, Any] = {"op": op}
-        self.token_field = _token_field(self.spec)
+        self.token_field = token_field_of(self.spec)
         if self.token_field:
             self.raw[self.token_field] = []
-        self.slot = _slot(self.spec)
+        self.slot = slot_of(self.spec)
         self.in_expect = False
 
-    def parse(self, words: list[_Word]) -> dict[str, Any]:
+    def parse(self, words: list[Word]) -> dict[str, Any]:
         i = 0
         while i < len(words):
             word = words[i]
             i += 1
             keyword = None if word.quoted else word.text
-            if keyword in _TEXT_KEYWORDS:
+            if keyword in TEXT_KEYWORDS:
                 if i >= len(words):
                     what = "a name" if keyword == "as" else "a text (quote it when it has spaces)"
                     raise ScenarioError(f"missing {what} after {keyword!r}; usage: {self.usage()}")
@@ -211,11 +109,11 @@ class _Parser:
             raise ScenarioError(f"{field!r} is given twice; usage: {self.usage()}")
         self.raw[field] = value
 
-    def positional(self, word: _Word) -> None:
+    def positional(self, word: Word) -> None:
         if self.slot and self.slot not in self.raw:
             self.set(self.slot, word.text)
             return
-        flag = None if word.quoted else _flags(self.spec).get(word.text)
+        flag = None if word.quoted else flag_fields(self.spec).get(word.text)
         if flag is not None:
             self.set(*flag)
         elif self.token_field:
@@ -223,12 +121,12 @@ class _Parser:
         else:
             raise ScenarioError(f"unexpected {shown(word.text)}; usage: {self.usage()}")
 
-    def tokens(self, word: _Word) -> None:
+    def tokens(self, word: Word) -> None:
         tokens: list[int] = self.raw[self.token_field]
         text = word.text
         if word.quoted:
             _bad_token(json.dumps(text))
-        if (span := _RANGE.fullmatch(text)) is not None:
+        if (span := RANGE.fullmatch(text)) is not None:
             if int(span.group(2)) > MAX_TOKEN:
                 _bad_token(span.group(2))
             first, last = int(span.group(1)), int(span.group(2))
@@ -236,7 +134,7 @@ class _Parser:
                 raise ScenarioError(f"range {shown(text)} runs backwards; write FIRST..LAST with FIRST <= LAST")
             _check_count(len(tokens) + last - first + 1)
             tokens.extend(range(first, last + 1))
-        elif _TOKEN.fullmatch(text) is not None:
+        elif TOKEN.fullmatch(text) is not None:
             if int(text) > MAX_TOKEN:
                 _bad_token(text)
             _check_count(len(tokens) + 1)
@@ -244,16 +142,16 @@ class _Parser:
         elif ".." in text:
             raise ScenarioError(f"a range is FIRST..LAST, two token ids (got {shown(text)})")
         else:
-            _bad_token(text if _INT.fullmatch(text) else json.dumps(text))
+            _bad_token(text if INT.fullmatch(text) else json.dumps(text))
 
-    def option(self, word: _Word, name_part: _Word, value_part: _Word) -> None:
+    def option(self, word: Word, name_part: Word, value_part: Word) -> None:
         dotted = name_part.split(".") if self.in_expect else None
         field_word, member = (dotted[0], dotted[1].text) if dotted else (name_part, None)
         inner = dotted[1].split(".") if dotted else None  # FIELD.MEMBER.KEY=V: a table in a table
         if inner is not None:
             member = (inner[0].text, inner[1].text)
         field = field_word.text
-        if field_word.quoted or not _FIELD_NAME.fullmatch(field):
+        if field_word.quoted or not FIELD_NAME.fullmatch(field):
             if name_part.split(".") is not None and not self.in_expect:
                 raise ScenarioError(f"FIELD.MATCH=N goes in the expect clause (got {shown(word.text)})")
             raise ScenarioError(f"an option is FIELD=VALUE (got {shown(word.text)}); usage: {self.usage()}")
@@ -287,17 +185,17 @@ class _Parser:
         table[member] = value
 
 
-def _value(field: str, word: _Word) -> Any:
+def _value(field: str, word: Word) -> Any:
     """A name field's value is a string; others are ints and true/false where they read
     so (anything else stays a string for ``StepAppender`` to refuse by field)."""
     text = word.text
-    if word.quoted or field in _name_fields():
+    if word.quoted or field in name_fields():
         return text
-    if _INT.fullmatch(text):
+    if INT.fullmatch(text):
         return int(text)
-    if _ID_LIST.fullmatch(text):  # an LRU order: [3,1,2] (no spaces), most recent first
+    if ID_LIST.fullmatch(text):  # an LRU order: [3,1,2] (no spaces), most recent first
         return [int(v) for v in text[1:-1].split(",") if v]
-    if _NAME_LIST.fullmatch(text):  # session ids: [s1,t]
+    if NAME_LIST.fullmatch(text):  # session ids: [s1,t]
         return text[1:-1].split(",")
     if text == "{}":  # an empty table: a session with no frontier
         return {}
@@ -311,117 +209,6 @@ def _bad_token(shown: str) -> NoReturn:
 def _check_count(count: int) -> None:
     if count > MAX_KEY_TOKENS:
         raise ScenarioError(f"{count:,} tokens is more than the {MAX_KEY_TOKENS:,} a key may hold")
-
-
-# ---- formatting ---------------------------------------------------------------------------------
-
-
-def format_command(raw: dict[str, Any]) -> str:
-    """The command that parses back to ``raw`` (for history and echo); ValueError for a
-    dict no command can stand for (a malformed one: not a step a scenario would hold)."""
-    op = raw.get("op")
-    if op not in OPS:
-        raise ValueError(f"no command for op {op!r}")
-    rest = {k: v for k, v in raw.items() if k != "op"}
-    words = [op]
-    spec = OPS[op]
-    slot, token_field = _slot(spec), _token_field(spec)
-    if slot in rest:
-        words.append(_name(rest.pop(slot)))
-    if token_field:
-        if token_field not in rest or (slot and slot not in raw and rest[token_field]):
-            raise ValueError(f"no command for {op!r} with these {token_field}")
-        words.extend(_token_words(rest.pop(token_field)))
-    for word, (field, value) in _flags(spec).items():
-        if (slot is None or slot in raw) and field in rest and _same(rest[field], value):
-            del rest[field]
-            words.append(word)
-    expect = rest.pop("expect", None)
-    for field in _TEXT_KEYWORDS:
-        if field in rest:
-            value = rest.pop(field)
-            words += [field, _name(value) if field == "as" else _text(value)]
-    for field, value in rest.items():
-        words.append(f"{_field(field)}={_name(value) if field in _name_fields() else _literal(value)}")
-    if expect is not None:
-        words.append("expect")
-        words.extend(_expect_words(expect))
-    return " ".join(words)
-
-
-def _expect_words(expect: Any) -> list[str]:
-    if not isinstance(expect, dict):
-        raise ValueError("expect must be a table")
-    words = []
-    for field, value in expect.items():
-        if isinstance(value, dict):
-            if not value:
-                raise ValueError(f"no command for an empty expect {field!r} table")
-            for m, v in value.items():
-                if isinstance(v, dict) and v:  # a table in a table: FIELD.MEMBER.KEY=V
-                    words += [f"{_field(field)}.{_name(m)}.{_name(k)}={_literal(x)}" for k, x in v.items()]
-                else:
-                    words.append(f"{_field(field)}.{_name(m)}={_literal(v)}")
-        else:
-            words.append(f"{_field(field)}={_literal(value)}")
-    return words
-
-
-def _token_words(tokens: Any) -> list[str]:
-    """Token ids, runs of three or more consecutive ids as FIRST..LAST."""
-    if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t <= MAX_TOKEN for t in tokens):
-        raise ValueError("tokens must be a list of token ids")
-    words, i = [], 0
-    while i < len(tokens):
-        j = i
-        while j + 1 < len(tokens) and tokens[j + 1] == tokens[j] + 1:
-            j += 1
-        if j - i >= 2:
-            words.append(f"{tokens[i]}..{tokens[j]}")
-            i = j + 1
-        else:
-            words.append(str(tokens[i]))
-            i += 1
-    return words
-
-
-def _field(field: Any) -> str:
-    if not isinstance(field, str) or not _FIELD_NAME.fullmatch(field):
-        raise ValueError(f"no command for field {field!r}")
-    return field
-
-
-def _name(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"a name must be a string (got {value!r})")
-    return value if _PLAIN_NAME.fullmatch(value) and value not in _reserved() else _text(value)
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"a text must be a string (got {value!r})")
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return '"' + escaped.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r") + '"'
-
-
-def _literal(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int) and _INT.fullmatch(str(value)):
-        return str(value)
-    if isinstance(value, str):
-        return _text(value)  # quoted, so it never reads back as an int or a boolean
-    if isinstance(value, list) and all(type(v) is int and v >= 0 for v in value):
-        return "[" + ",".join(map(str, value)) + "]"
-    if isinstance(value, list) and value and all(isinstance(v, str) and _FIELD_NAME.fullmatch(v) for v in value):
-        return "[" + ",".join(value) + "]"
-    if value == {}:
-        return "{}"
-    raise ValueError(f"no command for the value {value!r}")
-
-
-def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b
 
 
 # ---- completion ---------------------------------------------------------------------------------
@@ -447,7 +234,7 @@ def complete(text: str, names: dict[str, list[str]], components: list[str]) -> l
 
 def _candidates(op: str, args: list[str], names: dict[str, list[str]], components: list[str]) -> list[str]:
     spec = ops.get(op)
-    if spec is None or (args and args[-1] in _TEXT_KEYWORDS):
+    if spec is None or (args and args[-1] in TEXT_KEYWORDS):
         return []  # a new name or a free text comes next
     if "expect" in args:
         given = {a.split("=")[0] for a in args[args.index("expect") + 1:]}
@@ -456,7 +243,7 @@ def _candidates(op: str, args: list[str], names: dict[str, list[str]], component
     for arg in args:
         if skip:
             skip = False
-        elif arg in _TEXT_KEYWORDS:
+        elif arg in TEXT_KEYWORDS:
             has_as, skip = has_as or arg == "as", True
         elif "=" not in arg:
             positional.append(arg)

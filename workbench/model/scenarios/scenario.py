@@ -1,9 +1,9 @@
 """Scenario files (schema 1): TOML by hand, JSON Lines for recordings.
 
 A scenario is data, never code: ``tomllib``/``json`` read it and this module checks
-every field before anything runs, so a bad file fails with one message that names the
-file, the line and the field. Both formats share one step schema (a ``[[step]]`` table
-is one JSONL line).
+its header and config before anything runs (``step`` checks each step), so a bad file
+fails with one message that names the file, the line and the field. Both formats share
+one step schema (a ``[[step]]`` table is one JSONL line).
 """
 
 from __future__ import annotations
@@ -21,45 +21,18 @@ except ImportError:  # pragma: no cover - tomli is a dependency; stdlib fallback
     import tomllib
 
 from .. import ops
-from ..ops import OPS  # noqa: F401  (re-exported: the registry's view, op name -> declaration)
-from .errors import ScenarioError, elide, shown, shown_name  # noqa: F401  (re-exported: the error of bad input)
+from .errors import ScenarioError, shown
+from .fields import CONFIG_FIELDS, SCENARIO_FIELDS
 from .names import GrowingSteps, Names
-from .session_fields import check_session_expect, is_session_field
+from .step import Step, check_step, component_field
 from .storage_place import ignored_path_notice, placed
 from .inputs import (DuplicateKeyError, TooLarge, check_stdin, loads_unique, read_bounded, read_regular,
                      toml_loads)
-from .fields import (  # noqa: F401  (re-exported: the schema's tables)
-    COMMON_FIELDS, STATE_FIELDS, ORDER_FIELDS, NAMED_FIELDS, CONFIG_FIELDS, SCENARIO_FIELDS, COMPONENT_COUNTERS,
-    host_state_field, metric_field,
-)
 
 SCHEMA = 1
-MAX_TOKEN = 2**31 - 1
-MAX_KEY_TOKENS = 1 << 20  # tokens in one key: a 1M-token context is the largest in use
 MAX_FILE_BYTES = 1 << 30  # a parsed trace takes ~7x its file size in memory: 1 GiB stays within a 24 GiB machine
 STDIN = "-"
 STDIN_NAME = "<stdin>"
-
-
-def component_field(key: str, components) -> Optional[tuple[str, str]]:
-    """(component, suffix) when ``key`` is a per-component field of a listed component
-    other than Full ("sidecar_evictable", "sidecar_lru", "sidecar_lock_ref"), else None."""
-    for component in components:
-        if component != "full" and key.startswith(f"{component}_"):
-            return component, key[len(component) + 1 :]
-    return None
-
-
-@dataclasses.dataclass(frozen=True)
-class Step:
-    index: int  # 1-based
-    line: int
-    op: str
-    fields: dict[str, Any]  # the op's own fields
-    expect: dict[str, Any]
-    expect_error: Optional[str]
-    description: str
-    raw: dict[str, Any]  # the step exactly as written (for recordings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +225,7 @@ def _build(meta, config, steps: list, name: str, section_line, step_line) -> Sce
     checked = []
     names = Names(config["components"], bool(config.get("hicache")), bool(config.get("session_radix_cache")))
     for i, raw in enumerate(steps):
-        checked.append(_check_step(i, raw, name, lambda field=None, i=i: step_line(i, field), config, names))
+        checked.append(check_step(i, raw, name, lambda field=None, i=i: step_line(i, field), config, names))
     notices = () if checked else (f"{name}: the scenario has no steps",)
     ignored = ignored_path_notice(config, name)
     notices += (ignored,) if ignored else ()
@@ -359,167 +332,7 @@ class StepAppender:
         if not isinstance(raw, dict):
             raise ScenarioError("each step must be a table of fields", path, line or None)
         self._names.begin()
-        return _check_step(self.count, raw, path, lambda field=None: line or None, self._scenario.config, self._names)
-
-
-def _check_step(i: int, raw: dict, name: str, line_of, config: dict, names: Names) -> Step:
-    op = raw.get("op")
-    if op is None:
-        raise ScenarioError(f"step {i + 1} has no op", name, line_of(), "op")
-    spec = ops.get(op)
-    if spec is None:
-        raise ScenarioError(f"unknown op {shown(op)}; known: {', '.join(OPS)}", name, line_of("op"), "op")
-    components = [c for c in config.get("components", []) if isinstance(c, str)]
-    per_component = _component_fields(spec, components)
-    for key in raw:
-        if spec.field(key) is None and key not in per_component and key not in COMMON_FIELDS:
-            raise ScenarioError(f"unknown field {shown(key)} for op {op!r}", name, line_of(key), key)
-    for field in spec.fields:
-        if field.required and field.name not in raw:
-            raise ScenarioError(f"op {op!r} needs {field.name!r}", name, line_of(), field.name)
-    fields = {k: raw[k] for k in raw if k not in COMMON_FIELDS}
-    for key, value in fields.items():
-        _check_field(spec.field(key), key, value, name, line_of(key))
-    error = raw.get("expect_error")
-    names.track(spec, fields, error is not None, name, line_of)  # a match may expect its own name
-    expect = raw.get("expect", {})
-    if not isinstance(expect, dict):
-        raise ScenarioError("expect must be a table of field = value", name, line_of("expect"), "expect")
-    results = spec.results_for(per_component, per_component)
-    for key, value in expect.items():
-        _check_expect(spec, results, key, value, name, line_of("expect"), names)
-    if error is not None and not isinstance(error, str):
-        raise ScenarioError("expect_error must be a string (a substring of the error)", name, line_of("expect_error"), "expect_error")
-    if error is not None and expect:
-        raise ScenarioError("a step carries expect or expect_error, not both", name, line_of("expect_error"), "expect_error")
-    description = raw.get("description", "")
-    if not isinstance(description, str):
-        raise ScenarioError("description must be a string", name, line_of("description"), "description")
-    _check_needs(spec, fields, config, name, line_of)
-    return Step(i + 1, line_of() or 0, op, fields, dict(expect), error, description, dict(raw))
-
-
-def _component_fields(spec, components: list[str]) -> tuple[str, ...]:
-    """An op's ``<component>=N`` fields: every known component may be named (one not
-    listed is refused by ``_check_needs`` with the reason), plus the listed ones."""
-    if not spec.per_component:
-        return ()
-    from cache.components import COMPONENT_REGISTRY  # names only: no torch
-
-    if spec.per_component == ops.HOST_PARTS:
-        return spec.component_fields((), ops.host_parts())
-    return spec.component_fields(tuple(COMPONENT_REGISTRY) + tuple(c for c in components if c not in COMPONENT_REGISTRY))
-
-
-def _check_field(field, key: str, value, name: str, line: Optional[int]) -> None:
-    kind = field.kind if field is not None else ops.COUNT  # a <component>=N field
-    if kind == ops.TOKENS:
-        if not isinstance(value, list):
-            raise ScenarioError("must be a list of token ids", name, line, key)
-        if len(value) > MAX_KEY_TOKENS:
-            raise ScenarioError(f"{len(value):,} tokens is more than the {MAX_KEY_TOKENS:,} a key may hold", name, line, key)
-        _check_tokens(value, name, line, key)
-        if field.nonempty and not value:
-            raise ScenarioError("needs at least one token", name, line, key)
-    elif kind == ops.NAME:
-        if not isinstance(value, str) or not value:
-            raise ScenarioError("must be a non-empty string (a name)", name, line, key)
-    elif kind == ops.COUNT:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ScenarioError("must be a non-negative int", name, line, key)
-    elif kind == ops.FLAG:
-        if not isinstance(value, bool):
-            raise ScenarioError("must be true or false", name, line, key)
-
-
-def _check_tokens(value: list, name: str, line: Optional[int], key: str) -> None:
-    """One pass over the list in C when every id is valid; find the culprit only when not."""
-    if all(type(t) is int for t in value) and (not value or (min(value) >= 0 and max(value) <= MAX_TOKEN)):
-        return
-    for tok in value:
-        if type(tok) is not int or not 0 <= tok <= MAX_TOKEN:
-            what = elide(json.dumps(tok)) if isinstance(tok, (bool, int, float, str, type(None))) else f"a {type(tok).__name__}"
-            raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {what})", name, line, key)
-
-
-def _check_expect(spec, results: tuple, key: str, value, name: str, line: Optional[int], names: Names) -> None:
-    op, owner = spec.name, ops.owner(key)
-    if owner is not None and owner not in names.components and key in results and not spec.reports_all_results:
-        raise ScenarioError(f"{key} is only reported with the {owner} component", name, line, f"expect.{key}")
-    if key in results:
-        if value is not None and (isinstance(value, bool) != (key in ops.FLAG_RESULTS) or not isinstance(value, int)):
-            kind = "true or false" if key in ops.FLAG_RESULTS else "an int"
-            raise ScenarioError(f"expected value must be {kind}", name, line, f"expect.{key}")
-        return
-    if host_state_field(key):
-        if owner is not None and owner not in names.components:
-            raise ScenarioError(f"{key} is only reported with the {owner} component", name, line, f"expect.{key}")
-        if not names.host:
-            raise ScenarioError(f"{key} needs the host tier ([config] hicache)", name, line, f"expect.{key}")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
-        return
-    if key in STATE_FIELDS or metric_field(key, names.components):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
-        return
-    if key in ORDER_FIELDS:
-        if key.split("_")[0] not in names.components:
-            raise ScenarioError(f"{key} needs the {key.split('_')[0]} component", name, line, f"expect.{key}")
-        if not isinstance(value, list) or not all(type(v) is int for v in value):
-            raise ScenarioError("expected value must be a list of node ids (most recent first)", name, line,
-                                f"expect.{key}")
-        return
-    own = component_field(key, names.components)
-    if own is not None and key not in ORDER_FIELDS + NAMED_FIELDS:
-        if own[1] in COMPONENT_COUNTERS:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
-            return
-        if own[1] == "lru":
-            if not isinstance(value, list) or not all(type(v) is int for v in value):
-                raise ScenarioError("expected value must be a list of node ids (most recent first)", name, line,
-                                    f"expect.{key}")
-            return
-    if key in NAMED_FIELDS or (own is not None and own[1] == "lock_ref"):
-        if not isinstance(value, dict) or not value:
-            raise ScenarioError("must be a table {match_name = lock_ref}", name, line, f"expect.{key}")
-        for match, ref in value.items():
-            if match not in names.matches:
-                raise ScenarioError(f"unknown match name {shown(match)}", name, line, f"expect.{key}")
-            if isinstance(ref, bool) or not isinstance(ref, int):
-                raise ScenarioError("expected lock_ref must be an int", name, line, f"expect.{key}.{match}")
-        return
-    if is_session_field(key):
-        check_session_expect(key, value, names.components, names.session_radix, name, line)
-        return
-    other = [spec.name for spec in ops.all_ops() if key in spec.results]
-    hint = f" (a result of {', '.join(other)})" if other else ""
-    raise ScenarioError(f"cannot expect {shown(key)} on op {op!r}{hint}", name, line, f"expect.{key}")
-
-
-def _check_needs(spec, fields: dict, config: dict, name: str, line_of) -> None:
-    """Components and the host tier an op, or a field as written, needs."""
-    comps = config.get("components", [])
-    for key, value in fields.items():
-        field = spec.field(key)
-        if field is None and key not in comps:  # a <component>=N field names a component the config lacks
-            raise ScenarioError(f"op {spec.name!r} as written needs the {key} component", name, line_of(key), key)
-        if field is not None and field.needs == ops.HOST and value and not config.get("hicache"):
-            raise ScenarioError(f"op {spec.name!r} as written needs the host tier ([config] hicache = {{ … }})",
-                                name, line_of(key), key)
-        if field is not None and field.needs and field.needs != ops.HOST and value and field.needs not in comps:
-            raise ScenarioError(f"op {spec.name!r} as written needs the {field.needs} component", name, line_of(), "op")
-    for need in spec.needs:
-        if need == ops.HOST and not config.get("hicache"):
-            raise ScenarioError(f"op {spec.name!r} needs the host tier ([config] hicache = {{ write_policy = … }})",
-                                name, line_of(), "op")
-        hicache = config.get("hicache")
-        if need == ops.STORAGE and not (isinstance(hicache, dict) and hicache.get("storage")):
-            raise ScenarioError(f"op {spec.name!r} needs the storage tier ([config] hicache = {{ storage = {{ … }} }})",
-                                name, line_of(), "op")
-        if need not in (ops.HOST, ops.STORAGE) and need not in comps:
-            raise ScenarioError(f"op {spec.name!r} as written needs the {need} component", name, line_of(), "op")
+        return check_step(self.count, raw, path, lambda field=None: line or None, self._scenario.config, self._names)
 
 
 class _TomlLines:

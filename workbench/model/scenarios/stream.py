@@ -18,7 +18,8 @@ from typing import Any, Optional
 from .errors import ScenarioError
 from .inputs import open_regular
 from .names import Names
-from .scenario import Scenario, Step, _build, _check_step, check_header, parse_line
+from .scenario import Scenario, _build, check_header, parse_line
+from .step import Step, check_step
 
 
 @dataclasses.dataclass
@@ -53,7 +54,7 @@ class TraceStream:
             lineno, raw = pending
             if not isinstance(raw, dict):
                 raise ScenarioError("each step line must be a JSON object", path, lineno)
-            step = _check_step(self.count, raw, path, lambda field=None, n=lineno: n, config, names)
+            step = check_step(self.count, raw, path, lambda field=None, n=lineno: n, config, names)
             self.count += 1
             yield step, following is None and refused is None
             if refused is not None:

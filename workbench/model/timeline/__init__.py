@@ -1,1 +1,1 @@
-"""Running a scenario and what it leaves: the session, the runner, the recorded states, the cursor the TUI moves, diffs, JSON export, event phrasing, a whole run's series."""
+"""Running a scenario and what it leaves: the cache driver that runs its ops, the runner, the recorded states (in memory or stored), diffs, JSON export, event phrasing, a whole run's series and the search for steps where a condition holds."""

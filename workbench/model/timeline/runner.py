@@ -20,8 +20,9 @@ from cache.observe.kv_events import event_dict
 
 from .. import ops
 from ..scenarios.session_fields import is_session_field, observe_session_field
-from ..scenarios.scenario import NAMED_FIELDS, Scenario, ScenarioError, Step, cache_config
-from .session import Session
+from ..scenarios.fields import NAMED_FIELDS
+from ..scenarios.scenario import Scenario, ScenarioError, Step, cache_config
+from .driver import CacheDriver
 from .states import StateShape, StateStore, TimelineState, all_records
 from .fmt import kv_event_text
 from .kv_router import RouterView
@@ -85,7 +86,7 @@ class Runner:
         self.sweep_at_end = sweep_at_end  # off when steps keep arriving (the fuzzer): each is "the last"
         self.refusals_ok = refusals_ok  # the fuzzer: a refused op is an outcome, if it changed nothing
         self.cache = build_cache(scenario, device)
-        self.session = Session(self.cache)
+        self.driver = CacheDriver(self.cache)
         self.log = EventLog(self.cache.events)
         self.cache.tree.take_touched()  # start recording what each step changes
         # KV events ([config] enable_kv_cache_events, or a stream to write them to): each step's
@@ -140,7 +141,7 @@ class Runner:
         result, error = None, None
         hits = dict(cache.fault_hits) if cache.fault_hits else None
         try:
-            result = self.session.run(step.op, step.fields)
+            result = self.driver.run(step.op, step.fields)
         except CacheError as exc:
             error = f"{type(exc).__name__}: {exc}"
         events = tuple(self.log.take())
@@ -157,7 +158,7 @@ class Runner:
             keeps_data = error is None and all(e.kind in _DATA_KEEPING for e in events)
             violations = check_invariants(cache) if full else check_invariants(
                 cache, touched=touched, data_touched=() if keeps_data else None)
-        match = self.session.last_match
+        match = self.driver.last_match
         if self.checks and match is not None:
             violations.extend(verify_match(cache, match.key, match.result))
         published: tuple[str, ...] = ()
@@ -228,7 +229,7 @@ class Runner:
         return out
 
     def _lock_ref(self, state: TimelineState, match: str, component: str):
-        node = self.session.node_of(match)
+        node = self.driver.node_of(match)
         record = state.record(node) if node is not None else None
         if record is None:
             return "node evicted"

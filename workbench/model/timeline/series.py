@@ -29,8 +29,8 @@ is the state after step ``i``. The series, named as a scenario expects the field
   Full) and ``requests`` (running).
 
 Markers: the failing steps (a violation, a failed expectation, an error nobody
-expected) and, given breakpoint conditions (``model.debugging.breakpoints``), the steps
-where one holds.
+expected) and, given breakpoint conditions (``model.debugging.breakpoints``, or any
+``search.StepCondition``), the steps where one holds.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ import numpy as np
 
 from cache.observe.views import NodeRecord
 
+from .search import any_holds, search
 from .timeline import Timeline
 
 POOL_COUNTERS = ("total", "available", "evictable", "protected", "held")
@@ -113,7 +114,7 @@ class RunSeries:
 
     def __init__(self, timeline: Timeline, breakpoints: Sequence = ()) -> None:
         self.timeline = timeline
-        self.breakpoints = tuple(breakpoints)  # model.debugging.breakpoints.Condition
+        self.breakpoints = tuple(breakpoints)  # search.StepCondition: a breakpoint's Condition
         store = timeline.store
         self._maker = RowMaker(store.shape, store.keyframes[0], store.globals[0])
         self.pools: tuple[str, ...] = self._maker.pools
@@ -173,16 +174,12 @@ class RunSeries:
     def _all_hits(self) -> list[int]:
         """Every step where a breakpoint holds, found by ``search`` (which a stored run
         answers from its index of failing steps for the default conditions)."""
-        from ..debugging.breakpoints import search
-
         hits, at = [], 0
         while self.breakpoints and (hit := search(self.timeline, self.breakpoints, at)) is not None:
             hits.append(at := hit[0])
         return hits
 
     def _breakpoint_holds(self, index: int) -> bool:
-        from ..debugging.breakpoints import any_holds
-
         return any_holds(self.timeline, self.breakpoints, index) is not None
 
     # ---- the series ------------------------------------------------------------------------------

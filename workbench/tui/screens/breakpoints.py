@@ -14,7 +14,7 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ...model.debugging.breakpoints import ConditionError
-from ...model.timeline.cursor import DEFAULT_BREAKPOINTS, TimelineCursor
+from ...model.debugging.cursor import DEFAULT_BREAKPOINTS, TimelineCursor
 
 EXAMPLES = (
     "violation · fingerprint · failed · error",

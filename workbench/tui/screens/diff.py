@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, Label, Static
 
 from ...model.scenarios.errors import printable
-from ...model.timeline.cursor import TimelineCursor
+from ...model.debugging.cursor import TimelineCursor
 from ...model.timeline.diff import ChangeRow, StateDiff, change_rows, diff_text
 from ..widgets.badges import node_label
 

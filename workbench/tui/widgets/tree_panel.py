@@ -207,29 +207,31 @@ class TreePanel(Panel, Tree):
             node.remove_children()
 
     # ---- the user's hands ----------------------------------------------------------------------------
-    def on_tree_node_expanded(self, event: Tree.NodeExpanded) -> None:
-        node = event.node
+    def _toggled_by_hand(self, node, opened: bool) -> bool:
+        """Remember a node the user opened or closed (not one this panel toggled
+        itself), for every tree node its row stands for; False for the panel's own."""
         if node.id in self._ours:
             self._ours.discard(node.id)
-            return
+            return False
         if node.data and node.data[0] == "node" and self.rows is not None:
             members = self.rows.row(node.data[1]).members
-            self.opened.update(members)
-            self.closed.difference_update(members)
-            self._open.update(members)
-        if node.data and node.data[0] in ("node", "ghost") and not node.children and self.rows is not None:
+            now, before = (self.opened, self.closed) if opened else (self.closed, self.opened)
+            now.update(members)
+            before.difference_update(members)
+            if opened:
+                self._open.update(members)
+            else:
+                self._open.difference_update(members)
+        return True
+
+    def on_tree_node_expanded(self, event: Tree.NodeExpanded) -> None:
+        node = event.node
+        if self._toggled_by_hand(node, opened=True) and node.data and node.data[0] in ("node", "ghost") \
+                and not node.children and self.rows is not None:
             self._sync_children(node, node.data[1])
 
     def on_tree_node_collapsed(self, event: Tree.NodeCollapsed) -> None:
-        node = event.node
-        if node.id in self._ours:
-            self._ours.discard(node.id)
-            return
-        if node.data and node.data[0] == "node" and self.rows is not None:
-            members = self.rows.row(node.data[1]).members
-            self.opened.difference_update(members)
-            self.closed.update(members)
-            self._open.difference_update(members)
+        self._toggled_by_hand(event.node, opened=False)
 
     def on_tree_node_selected(self, event: Tree.NodeSelected) -> None:
         kind, row_id, start = event.node.data or ("", None, 0)

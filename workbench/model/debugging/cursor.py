@@ -14,17 +14,18 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional
 
-from ..debugging.breakpoints import Condition, parse_condition, search
-from .diff import StateDiff
 from ..scenarios.scenario import Scenario, ScenarioError, StepAppender
-from .states import TimelineState
-from .step_view import StepView
-from .stored import DiskTimeline, StoredRun
-from .timeline import StepRecord, Timeline
-from ..debugging.why import node_steps
+from ..timeline.diff import StateDiff
+from ..timeline.search import search
+from ..timeline.states import TimelineState
+from ..timeline.step_view import StepView
+from ..timeline.stored import DiskTimeline, StoredRun
+from ..timeline.timeline import StepRecord, Timeline
+from .breakpoints import Condition, parse_condition
+from .why import node_steps
 
 if TYPE_CHECKING:
-    from .runner import Runner
+    from ..timeline.runner import Runner
 
 
 @dataclasses.dataclass
@@ -53,7 +54,7 @@ def _chapter(source: Scenario | DiskTimeline) -> Chapter:
     cache (and torch with it): opening a stored run stays quick."""
     if isinstance(source, DiskTimeline):
         return Chapter(StoredRun(source), loaded=True)
-    from .runner import Runner
+    from ..timeline.runner import Runner
 
     return Chapter(Runner(source))
 
@@ -88,7 +89,7 @@ class TimelineCursor:
                 progress(len(target.timeline), total)
         target.loaded = target.runner.done
         if target.loaded:
-            from .runner import settle
+            from ..timeline.runner import settle
 
             settle(target.timeline)
 

@@ -1,4 +1,5 @@
-"""Runs scenario ops on a cache, keeping the names a scenario refers to.
+"""Drives a cache the way a scheduler does, one scenario op at a time, keeping the
+names a scenario refers to (matches, locks, requests).
 
 Each op is the sequence of calls a scheduler would make (allocate, write KV, insert,
 free the tail …), so a scenario reads like the scheduler code it reproduces; those
@@ -36,7 +37,7 @@ class LockHandle:
     receipt: IncLockRefResult
 
 
-class Session:
+class CacheDriver:
     """The names a scenario has defined (matches, locks, requests) and the cache they
     live on; each op's executor (``ops/``) reads and updates them."""
 
