@@ -8,21 +8,37 @@ from typing import Optional
 import pytest
 import torch
 
-from cache import (
-    CacheError,
-    EvictParams,
-    InsertParams,
-    MatchPrefixParams,
-    RadixKey,
-    UnifiedRadixCache,
-    check_invariants,
-    verify_match,
-)
+from cache import (CacheError, EvictParams, InsertParams, MatchPrefixParams, RadixKey, UnifiedRadixCache,
+                   check_invariants, verify_match)
 
 
 def seq(start: int, pages: int, page_size: int) -> list[int]:
     """``pages`` pages of consecutive tokens starting at ``start`` (upstream's seq())."""
     return list(range(start, start + pages * page_size))
+
+
+def walk(snap, tokens: list[int]):
+    """The nodes a match of ``tokens`` walks, read from a snapshot taken before it:
+    ``(node, offset, common)`` each, ``common`` the page-aligned tokens it shares (the
+    last may stop inside the node). The SWA and Mamba match oracles share this walk;
+    only their rules for where the match may end differ."""
+    ps = snap.page_size
+    limit = len(tokens) - len(tokens) % ps
+    by_id = {n.id: n for n in snap.nodes}
+    node, off = snap.root, 0
+    while off < limit:
+        page = tuple(tokens[off : off + ps])
+        child = next((c for c in map(by_id.get, node.children) if c.extra_key is None and c.key[:ps] == page), None)
+        if child is None:
+            return
+        common = 0
+        while common < child.tokens and off + common < limit and child.key[common] == tokens[off + common]:
+            common += 1
+        common -= common % ps
+        yield child, off, common
+        if common < child.tokens:
+            return
+        node, off = child, off + common
 
 
 class Checked:
@@ -38,13 +54,18 @@ class Checked:
         violations = check_invariants(self.cache)
         assert not violations, "\n".join(map(str, violations))
 
+    def fresh(self, tokens: list[int], start: int = 0) -> torch.Tensor:
+        """Fresh slots (in every pool) with the KV of tokens[start:] written."""
+        value = self.cache.alloc_kv(len(tokens) - start)
+        self.cache.write_kv(value, tokens, start)
+        return value
+
     def insert(self, tokens: list[int], prev_prefix_len: int = 0, value: torch.Tensor | None = None, **kw):
         """Allocate fresh slots for the whole key, write its KV, insert, free the
         unaligned tail (as the request flow would)."""
         cache = self.cache
         if value is None:
-            value = cache.alloc_kv(len(tokens))
-            cache.write_kv(value, tokens)
+            value = self.fresh(tokens)
         result = cache.insert(InsertParams(RadixKey(tokens), value, prev_prefix_len=prev_prefix_len, **kw))
         aligned = len(tokens) - len(tokens) % self.ps
         if aligned < len(tokens):
@@ -72,6 +93,21 @@ class Checked:
     def unlock(self, node_id: int, receipt) -> None:
         self.cache.dec_lock_ref(node_id, receipt)
         self.ok()
+
+    def release_window(self, node_id: int, receipt) -> None:
+        self.cache.release_window(node_id, receipt)
+        self.ok()
+
+    def node(self, node_id: int):
+        return self.cache.snapshot().node(node_id)
+
+    def node_at(self, path: list[int]) -> int:
+        """The node whose root path is exactly ``path``."""
+        target = tuple(path)
+        for node in self.cache.snapshot().nodes:
+            if node.path == target:
+                return node.id
+        raise KeyError(f"no node ends at a {len(path)}-token path")
 
 
 def lock_ref(cache, node_id: int) -> int:

@@ -21,7 +21,7 @@ import torch
 from cache import EvictParams, InsertParams, MatchPrefixParams, RadixKey, Req, check_invariants, verify_match
 from cache.pools.kv_buffer import prefix_fingerprints
 
-from conftest import Checked, seq
+from conftest import Checked, seq, walk
 
 # (page_size, sliding_window, kv_size, mamba_size): upstream's FULL+MAMBA (ps 1, and ps 4
 # with the extra buffer and mamba cache 60) and FULL+SWA+MAMBA configs (spec §8.1).
@@ -72,11 +72,6 @@ class MambaChecked(Checked):
         return seq(start, pages, self.ps)
 
     # ---- driving -------------------------------------------------------------
-    def fresh(self, tokens: list[int], start: int = 0) -> torch.Tensor:
-        value = self.cache.alloc_kv(len(tokens) - start)
-        self.cache.write_kv(value, tokens, start)
-        return value
-
     def insert(self, tokens, prev_prefix_len: int = 0, value=None, **kw):
         """Fresh KV for the key and a fresh state slot holding the state after its
         page-aligned part; the caller's state is freed when the tree already had one
@@ -134,19 +129,17 @@ class MambaChecked(Checked):
         assert result.mamba_branching_seqlen == (aligned if aligned > expected else None)
         assert self.node(best).path == tuple(tokens[:expected])
 
-    def evict(self, num_tokens: int = 0, swa: int = 0, mamba: int = 0):
+    def evict(self, num_tokens: int = 0, swa: int = 0, mamba: int = 0, call: str = "evict"):
+        """``cache.evict`` (or ``call``, e.g. ``evict_for_alloc``), then invariants and
+        the pool deltas checked against the reported counts."""
         before = self.avail()
-        result = self.cache.evict(EvictParams(num_tokens=num_tokens, swa_num_tokens=swa, mamba_num=mamba))
+        result = getattr(self.cache, call)(EvictParams(num_tokens=num_tokens, swa_num_tokens=swa, mamba_num=mamba))
         self.ok()
         self.assert_freed(before, result)
         return result
 
     def evict_for_alloc(self, num_tokens: int = 0, swa: int = 0, mamba: int = 0):
-        before = self.avail()
-        result = self.cache.evict_for_alloc(EvictParams(num_tokens=num_tokens, swa_num_tokens=swa, mamba_num=mamba))
-        self.ok()
-        self.assert_freed(before, result)
-        return result
+        return self.evict(num_tokens, swa, mamba, call="evict_for_alloc")
 
     def assert_freed(self, before: dict, result) -> None:
         """A free goes back to its pool exactly once: reported == pool deltas."""
@@ -155,14 +148,20 @@ class MambaChecked(Checked):
         assert after.get("swa", 0) - before.get("swa", 0) == result.swa_num_tokens_evicted
         assert after["mamba"] - before["mamba"] == result.mamba_num_evicted
 
+    def short_and_long(self, tail_pages: int = 2) -> tuple[list[int], list[int], int, int]:
+        """Two states, one on an internal node and one on the leaf below it: ``short``
+        (2 pages) and ``long`` (``tail_pages`` more), inserted in that order, with
+        their nodes. The layout most eviction and lock cases start from."""
+        short = self.seq(1, 2)
+        long = short + self.seq(500, tail_pages)
+        self.insert(short)
+        self.insert(long)
+        return short, long, self.node_at(short), self.node_at(long)
+
     def lock(self, node_id: int, skip: tuple[str, ...] = ()):
         receipt = self.cache.inc_lock_ref(node_id, skip)
         self.ok()
         return receipt
-
-    def release_window(self, node_id: int, receipt) -> None:
-        self.cache.release_window(node_id, receipt)
-        self.ok()
 
     # ---- requests ------------------------------------------------------------
     def new_request(self, tokens: list[int]) -> Req:
@@ -191,9 +190,6 @@ class MambaChecked(Checked):
     def totals(self) -> dict[str, int]:
         return {name: self.cache.total_size(name) for name in self.names}
 
-    def node(self, node_id: int):
-        return self.cache.snapshot().node(node_id)
-
     def view(self, node_id: int, component: str = "mamba"):
         return self.node(node_id).components[component]
 
@@ -207,13 +203,6 @@ class MambaChecked(Checked):
         """lock_ref per component, in registry order (Full, [SWA,] Mamba)."""
         comps = self.node(node_id).components
         return tuple(comps[name].lock_ref for name in self.names)
-
-    def node_at(self, path: list[int]) -> int:
-        target = tuple(path)
-        for node in self.cache.snapshot().nodes:
-            if node.path == target:
-                return node.id
-        raise KeyError(f"no node ends at a {len(path)}-token path")
 
     def state_nodes(self) -> list[int]:
         return [n.id for n in self.cache.snapshot().non_root() if not n.components["mamba"].tombstone]
@@ -255,28 +244,18 @@ class MambaChecked(Checked):
         assert check_invariants(self.cache) == []
 
 
+def evicted(result) -> tuple[int, int, int]:
+    """An eviction's reported counts (Full tokens, SWA tokens, Mamba states), one tuple
+    to compare against."""
+    return result.num_tokens_evicted, result.swa_num_tokens_evicted, result.mamba_num_evicted
+
+
 def expected_match(snap, tokens: list[int], sw: Optional[int]) -> tuple[int, int, int]:
     """(prefix_len, tokens walked, best node id) by the Mamba (and SWA) validator rule,
     from a snapshot taken before the match."""
-    ps = snap.page_size
-    limit = len(tokens) - len(tokens) % ps
-    by_id = {n.id: n for n in snap.nodes}
-    node, off, walked = snap.root, 0, 0
-    run = float("inf")
+    run, walked = float("inf"), 0
     best, best_id = 0, snap.root.id
-    while off < limit:
-        child = None
-        for cid in node.children:
-            c = by_id[cid]
-            if c.extra_key is None and tuple(c.key[:ps]) == tuple(tokens[off : off + ps]):
-                child = c
-                break
-        if child is None:
-            break
-        common = 0
-        while common < child.tokens and off + common < limit and child.key[common] == tokens[off + common]:
-            common += 1
-        common -= common % ps
+    for child, off, common in walk(snap, tokens):
         walked += common
         whole = common == child.tokens  # a node stopped inside is split: its new parent has no state
         swa_ok = True
@@ -288,10 +267,9 @@ def expected_match(snap, tokens: list[int], sw: Optional[int]) -> tuple[int, int
                 swa_ok = run >= sw
         if whole and swa_ok and not child.components["mamba"].tombstone:
             best, best_id = off + common, child.id
-        if not whole:
-            break
-        node, off = child, off + common
     return best, walked, best_id
 
 
-__all__ = ["HYBRID_CONFIGS", "MAMBA_CONFIGS", "MambaChecked", "config_id", "expected_match", "fp", "grid_of", "seq"]
+__all__ = [
+    "HYBRID_CONFIGS", "MAMBA_CONFIGS", "MambaChecked", "config_id", "evicted", "expected_match", "fp", "grid_of", "seq",
+]

@@ -16,7 +16,7 @@ import torch
 
 from cache import EvictParams, InsertParams, RadixKey
 
-from conftest import Checked, seq
+from conftest import Checked, seq, walk
 
 # (page_size, sliding_window, kv_size): upstream's FULL+SWA configs this project runs
 # (kv 256 like the fixture, 512 at page 16, 1024 for window 128).
@@ -31,6 +31,12 @@ def config_id(cfg) -> str:
 def tail_len(ps: int, sw: int) -> int:
     """The leaf window cap: ceil(sw / ps) * ps (spec §2.3 step 7)."""
     return -(-sw // ps) * ps
+
+
+def pages(n_tokens: int, P: int) -> int:
+    """How many pages ``n_tokens`` fill (a whole number of them, asserted)."""
+    assert n_tokens % P == 0
+    return n_tokens // P
 
 
 def ceil_page(n: int, ps: int) -> int:
@@ -59,12 +65,6 @@ class SWAChecked(Checked):
         self.tail = tail_len(page_size, sliding_window)
 
     # ---- driving -------------------------------------------------------------
-    def fresh(self, tokens: list[int], start: int = 0) -> torch.Tensor:
-        """Fresh slots (Full and SWA) with the KV of tokens[start:] written."""
-        value = self.cache.alloc_kv(len(tokens) - start)
-        self.cache.write_kv(value, tokens, start)
-        return value
-
     def insert(self, tokens, prev_prefix_len: int = 0, value=None, swa_evicted_seqlen: int = 0, **kw):
         """Like ``Checked.insert``; with ``swa_evicted_seqlen`` E the fresh slots'
         SWA side below E is freed first (the request slid past them)."""
@@ -114,19 +114,12 @@ class SWAChecked(Checked):
         assert after[1] - before[1] == result.swa_num_tokens_evicted
         return result
 
-    def release_window(self, node_id: int, receipt) -> None:
-        self.cache.release_window(node_id, receipt)
-        self.ok()
-
     # ---- reading -------------------------------------------------------------
     def avail(self) -> tuple[int, int]:
         return self.cache.available_size("full"), self.cache.available_size("swa")
 
     def totals(self) -> tuple[int, int]:
         return self.cache.total_size("full"), self.cache.total_size("swa")
-
-    def node(self, node_id: int):
-        return self.cache.snapshot().node(node_id)
 
     def swa(self, node_id: int):
         return self.node(node_id).components["swa"]
@@ -141,14 +134,6 @@ class SWAChecked(Checked):
 
     def boundary(self, node_id: int) -> Optional[int]:
         return self.swa(node_id).extras.get("boundary")
-
-    def node_at(self, path: list[int]) -> int:
-        """The node whose root path is exactly ``path``."""
-        target = tuple(path)
-        for node in self.cache.snapshot().nodes:
-            if node.path == target:
-                return node.id
-        raise KeyError(f"no node ends at a {len(path)}-token path")
 
     def full_value(self, node_id: int) -> torch.Tensor:
         return self.cache.tree.node_by_id(node_id).data[0].value.clone()
@@ -165,25 +150,8 @@ def expected_match(snap, tokens: list[int], sw: int) -> tuple[int, int]:
     """(prefix_len, tokens walked) by the SWA validator rule, from a snapshot taken
     before the match: a node stopped inside is split, and its upper part keeps the
     node's SWA presence."""
-    ps = snap.page_size
-    limit = len(tokens) - len(tokens) % ps
-    by_id = {n.id: n for n in snap.nodes}
-    node, off, walked = snap.root, 0, 0
-    run = float("inf")
-    best = 0
-    while off < limit:
-        child = None
-        for cid in node.children:
-            c = by_id[cid]
-            if c.extra_key is None and tuple(c.key[:ps]) == tuple(tokens[off : off + ps]):
-                child = c
-                break
-        if child is None:
-            break
-        common = 0
-        while common < child.tokens and off + common < limit and child.key[common] == tokens[off + common]:
-            common += 1
-        common -= common % ps
+    run, best, walked = float("inf"), 0, 0
+    for child, off, common in walk(snap, tokens):
         walked += common
         if child.components["swa"].tombstone:
             run = 0
@@ -191,9 +159,6 @@ def expected_match(snap, tokens: list[int], sw: int) -> tuple[int, int]:
             run += common
             if run >= sw:
                 best = off + common
-        if common < child.tokens:
-            break
-        node, off = child, off + common
     return best, walked
 
 
@@ -203,6 +168,7 @@ __all__ = [
     "ceil_page",
     "config_id",
     "expected_match",
+    "pages",
     "reference_evicted_seqlen",
     "seq",
     "tail_len",

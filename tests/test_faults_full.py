@@ -33,7 +33,7 @@ from cache.components.full.component import FullComponent
 from cache.controller.unified_radix_cache import UnifiedRadixCache as ControllerClass
 from cache.faults import catalogue
 from cache.tree.core import UnifiedTreeCore
-from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults
+from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults, run_with_fault
 from urc_util import urc
 from workbench.model.timeline.runner import Runner
 from workbench.model.scenarios.scenario import load_scenario
@@ -109,9 +109,8 @@ def test_scenario_passes_without_the_fault(case):
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_fault_fires_and_is_caught(case):
-    timeline = Runner(scenario_of(case, [case.fault])).run()
-    assert not timeline.passed
-    fired = first(timeline.records, lambda r: case.fault in r.faults_fired)
+    timeline, fired_at = run_with_fault(case.scenario, case.fault)
+    fired = fired_at[0] if fired_at else None
     flagged = first(timeline.records, lambda r: not r.passed)
     assert fired is not None, "the fault never fired"
     assert flagged >= fired, "flagged before the fault changed anything"

@@ -18,8 +18,9 @@ import dataclasses
 
 import pytest
 
-from cache.faults import catalogue
-from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults, bug_scenario
+from fault_util import (
+    BUGS, assert_imports_no_torch, assert_passes_without_faults, bug_scenario, cited_fault, run_with_fault,
+)
 from workbench.model.scenarios.scenario import load_scenario
 from workbench.model.timeline.runner import Runner
 
@@ -44,13 +45,10 @@ IDS = [c.fault for c in CASES]
 
 
 def test_catalogue_entries_cite_their_source_and_name_their_policy():
-    known = catalogue()
     for case in CASES:
-        fault = known[case.fault]
-        assert fault.source == case.source and fault.components == ("full",)
-        assert fault.options == (("eviction_policy", case.policy),)
-        scenario = load_scenario(BUGS / f"{case.scenario}.toml")
-        assert scenario.source == case.source and scenario.config["eviction_policy"] == case.policy
+        fault = cited_fault(case)
+        assert fault.components == ("full",) and fault.options == (("eviction_policy", case.policy),)
+        assert load_scenario(BUGS / f"{case.scenario}.toml").config["eviction_policy"] == case.policy
 
 
 def test_the_policies_faults_module_imports_no_torch():
@@ -64,9 +62,7 @@ def test_scenario_passes_without_the_fault(case):
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_fault_fires_and_a_later_expectation_fails(case):
-    timeline = Runner(bug_scenario(case.scenario, [case.fault])).run()
-    assert not timeline.passed
-    fired = [r.index for r in timeline.records if case.fault in r.faults_fired]
+    timeline, fired = run_with_fault(case.scenario, case.fault)
     assert fired[0] == case.first_fired
     flagged = {v.name for r in timeline.records for v in r.violations}
     assert flagged == ({case.violation} if case.violation else set())

@@ -15,25 +15,7 @@ Measured (first step the fault fired / first failing step / what names it there)
 
 from __future__ import annotations
 
-import dataclasses
-
-import pytest
-
-from cache.faults import catalogue
-from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults, bug_scenario
-from workbench.model.scenarios.scenario import load_scenario
-from workbench.model.timeline.runner import Runner
-
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    fault: str
-    source: str
-    scenario: str
-    fired_and_flagged: int
-    violation: str
-    field: str
+from fault_util import BugCase as Case, assert_imports_no_torch, bug_case_tests, cited_fault
 
 
 CASES = [
@@ -46,36 +28,16 @@ CASES = [
     Case("abort-chunked-not-released", "sgl-project/sglang-jax#984", "sglang-jax-984-abort-chunked-leak", 4,
          "pool.full.balance", "full_protected"),
 ]
-IDS = [c.fault for c in CASES]
-
-
-def scenario_of(case: Case, faults=()):
-    return bug_scenario(case.scenario, faults)
 
 
 def test_catalogue_entries_cite_their_source_and_the_scenario_says_it_too():
-    known = catalogue()
     for case in CASES:
-        assert known[case.fault].source == case.source and known[case.fault].components == ("full",)
-        assert load_scenario(BUGS / f"{case.scenario}.toml").source == case.source
+        assert cited_fault(case).components == ("full",)
 
 
 def test_the_requests_faults_module_imports_no_torch():
     assert_imports_no_torch("cache.faults.requests")
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_scenario_passes_without_the_fault(case):
-    assert_passes_without_faults(scenario_of(case))
-
-
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_fault_fires_and_is_caught_where_it_fires(case):
-    timeline = Runner(scenario_of(case, [case.fault])).run()
-    assert not timeline.passed
-    fired = [r.index for r in timeline.records if case.fault in r.faults_fired]
-    flagged = [r.index for r in timeline.records if not r.passed]
-    assert fired == [case.fired_and_flagged] and flagged[0] == case.fired_and_flagged
-    record = timeline.records[case.fired_and_flagged - 1]
-    assert case.violation in {v.name for v in record.violations}
-    assert case.field in {f.field for f in record.failures}
+# each case: its scenario passes without the fault; with it, the fault is caught where it fires
+test_scenario_passes_without_the_fault, test_fault_fires_and_is_caught_where_it_fires = bug_case_tests(CASES)

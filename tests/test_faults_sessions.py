@@ -16,76 +16,42 @@ Measured (first step the fault fired = first flagged / what names it / a later e
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from cache.faults import catalogue
-from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults, bug_scenario
+from fault_util import BUGS, BugCase as Case, assert_imports_no_torch, bug_case_tests, cited_fault
 from workbench.model.fuzzing.fuzz import fuzz
 from workbench.model.fuzzing.sweep import SCALE_CONFIGS, SESSION_CONFIGS, configs_for
 from workbench.model.scenarios.scenario import load_scenario
 from workbench.model.timeline.runner import Runner
 
 
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    fault: str
-    source: str
-    scenario: str
-    fired_and_flagged: int
-    violation: str
-    failed_step: int
-    field: str
-
-
 CASES = [
     Case("late-finish-retags-closed-session", "sgl-project/sglang#29173",
-         "sglang-29173-late-finish-retags-closed-session", 4, "session.closed", 7, "prefix_len"),
+         "sglang-29173-late-finish-retags-closed-session", 4, "session.closed", "prefix_len", 7),
     Case("close-drops-shared-prefix-refs", "sgl-project/sglang#27058",
-         "sglang-27058-close-drops-shared-prefix-refs", 7, "session.ref_balance", 10, "prefix_len"),
+         "sglang-27058-close-drops-shared-prefix-refs", 7, "session.ref_balance", "prefix_len", 10),
     Case("streaming-borrow-leaks-stale-tail", "sgl-project/sglang#22862",
-         "sglang-22862-streaming-borrow-stale-tail", 5, "pool.full.balance", 5, "full_available"),
+         "sglang-22862-streaming-borrow-stale-tail", 5, "pool.full.balance", "full_available", 5),
     Case("slot-lock-outlives-close", "sgl-project/sglang#27024",
-         "sglang-27024-slot-lock-outlives-close", 5, "session.closed_holds_slot", 5, "full_protected"),
+         "sglang-27024-slot-lock-outlives-close", 5, "session.closed_holds_slot", "full_protected", 5),
 ]
-IDS = [c.fault for c in CASES]
-
-
-def scenario_of(case: Case, faults=()):
-    return bug_scenario(case.scenario, faults)
 
 
 def test_catalogue_entries_cite_their_source_need_sessions_and_the_scenario_says_it_too():
     known = catalogue()
     assert {c.fault for c in CASES} == {f.name for f in known.values() if f.sessions}
     for case in CASES:
-        fault = known[case.fault]
-        assert fault.source == case.source and fault.components == ("full",) and fault.sessions
-        assert load_scenario(BUGS / f"{case.scenario}.toml").source == case.source
+        fault = cited_fault(case)
+        assert fault.components == ("full",) and fault.sessions
 
 
 def test_the_sessions_faults_module_imports_no_torch():
     assert_imports_no_torch("cache.faults.sessions")
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_scenario_passes_without_the_fault(case):
-    assert_passes_without_faults(scenario_of(case))
-
-
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_fault_fires_and_is_caught_where_it_fires(case):
-    timeline = Runner(scenario_of(case, [case.fault])).run()
-    assert not timeline.passed
-    fired = [r.index for r in timeline.records if case.fault in r.faults_fired]
-    flagged = [r.index for r in timeline.records if r.violations]
-    assert fired == [case.fired_and_flagged] and flagged[0] == case.fired_and_flagged
-    assert case.violation in {v.name for v in timeline.records[case.fired_and_flagged - 1].violations}
-    failed = [r.index for r in timeline.records if r.failures]
-    assert failed[0] == case.failed_step
-    assert case.field in {f.field for f in timeline.records[case.failed_step - 1].failures}
+# each case: its scenario passes without the fault; with it, the fault is caught where it fires
+test_scenario_passes_without_the_fault, test_fault_fires_and_is_caught_where_it_fires = bug_case_tests(CASES)
 
 
 def test_sglangs_rejected_turn_lets_a_third_turn_share_the_record_and_that_is_flagged(tmp_path):

@@ -14,27 +14,13 @@ Measured (step the fault fired and was flagged / what names it there):
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from cache import UnifiedRadixCache
 from cache.config.cache_config import CacheConfig
 from cache.faults import catalogue
-from fault_util import BUGS, assert_imports_no_torch, assert_passes_without_faults, bug_scenario
+from fault_util import BugCase as Case, assert_imports_no_torch, bug_case_tests, cited_fault
 from workbench.model.fuzzing.sweep import STORAGE_CONFIGS, configs_for
-from workbench.model.scenarios.scenario import load_scenario
-from workbench.model.timeline.runner import Runner
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    fault: str
-    source: str
-    scenario: str
-    fired_and_flagged: int
-    violation: str  # "" when only an expectation names it
-    field: str  # "" when only an invariant names it
 
 
 CASES = [
@@ -49,15 +35,11 @@ CASES = [
     Case("prefetch-past-the-prefix-limit", "sgl-project/sglang#27291", "sglang-27291-prefetch-past-the-prefix-limit", 5,
          "", "prefetch_tokens"),
 ]
-IDS = [c.fault for c in CASES]
 
 
 def test_catalogue_entries_cite_their_source_and_name_a_stop_policy():
-    known = catalogue()
     for case in CASES:
-        fault = known[case.fault]
-        assert fault.source == case.source and fault.storage in ("best_effort", "wait_complete", "timeout")
-        assert load_scenario(BUGS / f"{case.scenario}.toml").source == case.source
+        assert cited_fault(case).storage in ("best_effort", "wait_complete", "timeout")
 
 
 def test_a_storage_fault_is_searched_on_the_storage_configs_under_its_policy():
@@ -79,20 +61,5 @@ def test_the_storage_faults_module_imports_no_torch():
     assert_imports_no_torch("cache.faults.storage")
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_scenario_passes_without_the_fault(case):
-    assert_passes_without_faults(bug_scenario(case.scenario))
-
-
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_fault_fires_and_is_caught_where_it_fires(case):
-    timeline = Runner(bug_scenario(case.scenario, [case.fault])).run()
-    assert not timeline.passed
-    fired = [r.index for r in timeline.records if case.fault in r.faults_fired]
-    flagged = [r.index for r in timeline.records if not r.passed]
-    assert fired == [case.fired_and_flagged] and flagged[0] == case.fired_and_flagged
-    record = timeline.records[case.fired_and_flagged - 1]
-    if case.violation:
-        assert case.violation in {v.name for v in record.violations}
-    if case.field:
-        assert case.field in {f.field for f in record.failures}
+# each case: its scenario passes without the fault; with it, the fault is caught where it fires
+test_scenario_passes_without_the_fault, test_fault_fires_and_is_caught_where_it_fires = bug_case_tests(CASES)

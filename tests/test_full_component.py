@@ -46,16 +46,25 @@ def test_match_result_nodes_coincide_without_host_tier(full):
     assert miss.last_device_node == full.cache.tree.root.id
 
 
+def _fork_twice(full, base_pages: int, fork_pages: int) -> int:
+    """A base key, then two forks off its end (tokens 100… and 200…): each fork's insert
+    shares the whole base, each fork then matches whole and a third only the base.
+    Returns the base's node (what the split tests look at next)."""
+    P = full.ps
+    base = seq(1, base_pages, P)
+    base_id = full.insert(base).last_device_node
+    forks = [base + seq(start, fork_pages, P) for start in (100, 200)]
+    for fork in forks:
+        assert full.insert(fork).prefix_len == base_pages * P
+    for fork in forks:
+        assert matched(full, fork) == (base_pages + fork_pages) * P
+    assert matched(full, base + seq(9000, 1, P)) == base_pages * P
+    return base_id
+
+
 def test_shared_prefix_split(full):
     P = full.ps
-    base = seq(1, 2, P)
-    full.insert(base)
-    a, b = base + seq(100, 2, P), base + seq(200, 2, P)
-    assert full.insert(a).prefix_len == 2 * P
-    assert full.insert(b).prefix_len == 2 * P
-    assert matched(full, a) == 4 * P
-    assert matched(full, b) == 4 * P
-    assert matched(full, base + seq(999, 1, P)) == 2 * P
+    _fork_twice(full, base_pages=2, fork_pages=2)
     snap = full.cache.snapshot()
     (top,) = snap.root.children
     assert snap.node(top).tokens == 2 * P
@@ -83,14 +92,7 @@ def test_split_inside_a_node(full):
 
 def test_node_split_at_boundary(full):
     P = full.ps
-    base = seq(1, 3, P)
-    base_id = full.insert(base).last_device_node
-    f1, f2 = base + seq(100, 1, P), base + seq(200, 1, P)
-    assert full.insert(f1).prefix_len == 3 * P
-    assert full.insert(f2).prefix_len == 3 * P
-    assert matched(full, f1) == 4 * P
-    assert matched(full, f2) == 4 * P
-    assert matched(full, base + seq(9000, 1, P)) == 3 * P
+    base_id = _fork_twice(full, base_pages=3, fork_pages=1)
     # the forks sit exactly at the end of the base node: no split was needed
     snap = full.cache.snapshot()
     assert snap.root.children == (base_id,)

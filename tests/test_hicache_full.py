@@ -10,21 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
+from hicache_util import insert
+
+from cache import EvictParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
 from cache.basics.errors import CacheError
 
 
 def make(policy="write_through", kv_size=64, page_size=1, **host) -> UnifiedRadixCache:
     return UnifiedRadixCache(kv_size=kv_size, page_size=page_size, device="cpu",
                              hicache={"write_policy": policy, **host})
-
-
-def insert(cache, tokens):
-    slots = cache.alloc_kv(len(tokens))
-    cache.write_kv(slots, tokens)
-    result = cache.insert(InsertParams(RadixKey(tokens), slots))
-    assert check_invariants(cache) == []
-    return result
 
 
 def node_of(cache, first_token):

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hicache_util import host_rows
+from hicache_util import host_rows, insert
 
-from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
+from cache import EvictParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
 from cache.basics.errors import CacheError
 
 A, B = [1, 2, 3, 4, 5, 6, 7, 8], [21, 22, 23, 24]
@@ -20,17 +20,6 @@ A, B = [1, 2, 3, 4, 5, 6, 7, 8], [21, 22, 23, 24]
 def make(policy="write_through", kv_size=64, mamba_size=20, **host) -> UnifiedRadixCache:
     return UnifiedRadixCache(kv_size=kv_size, components=("full", "mamba"), mamba_size=mamba_size, device="cpu",
                              hicache={"write_policy": policy, "load_back_threshold": 1, **host})
-
-
-def insert(cache, tokens):
-    slots = cache.alloc_kv(len(tokens))
-    cache.write_kv(slots, tokens)
-    state = cache.alloc_mamba_state(tokens)
-    result = cache.insert(InsertParams(RadixKey(tokens), slots, state))
-    if result.mamba_exist:
-        cache.free_mamba_state(state)
-    assert check_invariants(cache) == []
-    return result
 
 
 def node_at(cache, tokens):

@@ -7,9 +7,9 @@ marked "oracle" come from SGLang 0.5.23's real host tier
 
 from __future__ import annotations
 
-from hicache_util import host_rows
+from hicache_util import host_rows, insert
 
-from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
+from cache import EvictParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
 
 P, C1, C2 = [1, 2, 3, 4], [5, 6, 7, 8], [21, 22, 23, 24]
 
@@ -18,19 +18,6 @@ def make(policy="write_through", components=("full", "swa"), kv_size=64, swa_kv_
     return UnifiedRadixCache(kv_size=kv_size, swa_kv_size=swa_kv_size, sliding_window=4, components=components,
                              mamba_size=20 if "mamba" in components else None, device="cpu",
                              hicache={"write_policy": policy, "load_back_threshold": 1, **host})
-
-
-def insert(cache, tokens, floor=0):
-    slots = cache.alloc_kv(len(tokens))
-    cache.write_kv(slots, tokens)
-    if floor:
-        cache.free_swa(slots[:floor])
-    state = cache.alloc_mamba_state(tokens) if "mamba" in cache.by_name else None
-    result = cache.insert(InsertParams(RadixKey(tokens), slots, state, swa_evicted_seqlen=floor))
-    if state is not None and result.mamba_exist:
-        cache.free_mamba_state(state)
-    assert check_invariants(cache) == []
-    return result
 
 
 def rows(cache) -> list[tuple]:

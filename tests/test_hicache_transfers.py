@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
+from hicache_util import insert
+
+from cache import EvictParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
 from cache.observe.events import EventKind
 from cache.basics.params import MatchPrefixParams
 
@@ -20,14 +22,6 @@ def make(policy="write_through", transfers="held", kv_size=32, **host) -> Unifie
     return UnifiedRadixCache(kv_size=kv_size, device="cpu",
                              hicache={"write_policy": policy, "transfers": transfers, "load_back_threshold": 1,
                                       **host})
-
-
-def insert(cache, tokens):
-    slots = cache.alloc_kv(len(tokens))
-    cache.write_kv(slots, tokens)
-    result = cache.insert(InsertParams(RadixKey(tokens), slots))
-    assert check_invariants(cache) == []
-    return result
 
 
 def marked(cache) -> dict[tuple[int, ...], str]:

@@ -35,10 +35,12 @@ def order(lru: LRUList) -> list[int]:
     return [n.id for n in lru]
 
 
-def fill(lru: LRUList, mru_first: list[TreeNode]) -> None:
-    """Insert so that iteration (MRU first) yields ``mru_first``."""
+def filled(mru_first: list[TreeNode]) -> LRUList:
+    """A new LRU (on ``SLOT``) holding ``mru_first``: iteration (MRU first) yields it."""
+    lru = LRUList(SLOT, SLOTS)
     for n in reversed(mru_first):
         lru.insert_mru(n)
+    return lru
 
 
 def check_links(lru: LRUList) -> None:
@@ -86,9 +88,8 @@ def test_insert_twice_is_refused():
 
 
 def test_insert_after_places_on_the_lru_side():
-    lru = LRUList(SLOT, SLOTS)
     a, b, c, x = node(1), node(2), node(3), node(4)
-    fill(lru, [a, b, c])
+    lru = filled([a, b, c])
     lru.insert_after(a, x)
     assert order(lru) == [1, 4, 2, 3]
     y = node(5)
@@ -99,9 +100,8 @@ def test_insert_after_places_on_the_lru_side():
 
 
 def test_remove_and_reinsert():
-    lru = LRUList(SLOT, SLOTS)
     a, b, c = node(1), node(2), node(3)
-    fill(lru, [a, b, c])
+    lru = filled([a, b, c])
     lru.remove(b)
     assert order(lru) == [1, 3] and b not in lru
     assert b.lru_prev[SLOT] is None and b.lru_next[SLOT] is None
@@ -116,9 +116,8 @@ def test_remove_and_reinsert():
 
 
 def test_promote_moves_to_mru():
-    lru = LRUList(SLOT, SLOTS)
     a, b, c = node(1), node(2), node(3)
-    fill(lru, [a, b, c])
+    lru = filled([a, b, c])
     lru.promote(c)
     assert order(lru) == [3, 1, 2]
     lru.promote(c)  # already MRU: stays
@@ -131,9 +130,8 @@ def test_promote_moves_to_mru():
 
 
 def test_lru_first_and_prev_of_skip_locked():
-    lru = LRUList(SLOT, SLOTS)
     a, b, c = node(1), node(2), node(3)
-    fill(lru, [a, b, c])  # c is the LRU end
+    lru = filled([a, b, c])  # c is the LRU end
     c.data[SLOT].lock_ref = 1
     assert lru.lru_first() is b
     assert lru.lru_first(skip_locked=False) is c
@@ -153,40 +151,28 @@ def member(lru):
     return lambda n: n in lru
 
 
-def test_promote_path_without_window_refreshes_whole_path():
-    root, (a, b, c) = chain([2, 2, 2])
-    x = node(9)
-    lru = LRUList(SLOT, SLOTS)
-    fill(lru, [x, a, b, c])
-    lru.promote_path(c, root, member(lru))
-    assert order(lru) == [c.id, b.id, a.id, x.id]
-    check_links(lru)
-
-
-def test_bounded_refresh_a_window_5_lengths_2():
-    root, (a, b, c, d) = chain([2, 2, 2, 2])
-    lru = LRUList(SLOT, SLOTS)
-    fill(lru, [d, c, b, a])
-    lru.promote_path(d, root, member(lru), window=5)
-    assert order(lru) == [d.id, c.id, b.id, a.id]
-    check_links(lru)
-
-
-def test_bounded_refresh_a_leaves_the_ancestor_past_the_window():
-    """Same chain with an unrelated MRU node x in front: D, C, B jump ahead of x, A not."""
-    root, (a, b, c, d) = chain([2, 2, 2, 2])
-    x = node(9)
-    lru = LRUList(SLOT, SLOTS)
-    fill(lru, [x, d, c, b, a])
-    lru.promote_path(d, root, member(lru), window=5)
-    assert order(lru) == [d.id, c.id, b.id, x.id, a.id]
+@pytest.mark.parametrize("lengths, held, window, expected", [
+    ([2, 2, 2], "xabc", None, "cbax"),
+    ([2, 2, 2, 2], "dcba", 5, "dcba"),
+    ([2, 2, 2, 2], "xdcba", 5, "dcbxa"),  # the chain with an unrelated MRU node x in front
+    ([3, 3, 3, 3], "abcd", 5, "dcab"),
+], ids=["without_window_refreshes_whole_path", "bounded_a_window_5_lengths_2",
+        "bounded_a_leaves_the_ancestor_past_the_window", "bounded_c_lengths_3_window_5"])
+def test_promote_path_from_the_deepest_node(lengths, held, window, expected):
+    """A chain a <- b <- c (<- d) with the given lengths, and x, an unrelated node, in the
+    LRU as ``held`` (MRU first): promoting the deepest node's path moves it and its
+    ancestors up to ``window`` tokens (all without one) ahead, giving ``expected``."""
+    root, chain_nodes = chain(lengths)
+    nodes = {**dict(zip("abcd", chain_nodes)), "x": node(9)}
+    lru = filled([nodes[k] for k in held])
+    lru.promote_path(chain_nodes[-1], root, member(lru), window=window)
+    assert order(lru) == [nodes[k].id for k in expected]
     check_links(lru)
 
 
 def test_bounded_refresh_b_absent_node_counts_but_is_skipped():
     root, (a, b, c, d) = chain([2, 2, 2, 2])
-    lru = LRUList(SLOT, SLOTS)
-    fill(lru, [d, c, a])
+    lru = filled([d, c, a])
     visited = []
 
     def include(n):
@@ -204,19 +190,9 @@ def test_bounded_refresh_b_absent_node_counts_but_is_skipped():
     check_links(lru)
 
 
-def test_bounded_refresh_c_lengths_3_window_5():
-    root, (a, b, c, d) = chain([3, 3, 3, 3])
-    lru = LRUList(SLOT, SLOTS)
-    fill(lru, [a, b, c, d])
-    lru.promote_path(d, root, member(lru), window=5)
-    assert order(lru) == [d.id, c.id, a.id, b.id]
-    check_links(lru)
-
-
 def test_bounded_refresh_d_large_window_stops_at_root():
     root, (a, b) = chain([2, 2])
-    lru = LRUList(SLOT, SLOTS)
-    fill(lru, [a, b])
+    lru = filled([a, b])
     visited = []
 
     def include(n):
@@ -232,8 +208,7 @@ def test_bounded_refresh_d_large_window_stops_at_root():
 
 def test_bounded_refresh_e_window_zero_is_a_noop():
     root, (a, b, c) = chain([2, 2, 2])
-    lru = LRUList(SLOT, SLOTS)
-    fill(lru, [a, b, c])
+    lru = filled([a, b, c])
     visited = []
     lru.promote_path(c, root, lambda n: visited.append(n) or True, window=0)
     assert order(lru) == [a.id, b.id, c.id]
@@ -245,8 +220,7 @@ def test_promote_path_window_equal_to_first_node():
     """The node whose length reaches the window is refreshed; the next one is not."""
     root, (a, b, c) = chain([4, 4, 4])
     x = node(9)
-    lru = LRUList(SLOT, SLOTS)
-    fill(lru, [x, a, b, c])
+    lru = filled([x, a, b, c])
     lru.promote_path(c, root, member(lru), window=4)
     assert order(lru) == [c.id, x.id, a.id, b.id]
 

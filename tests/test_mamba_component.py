@@ -19,7 +19,7 @@ import torch
 from cache import CacheError, InsertParams, MatchPrefixParams, RadixKey, Req, check_invariants, verify_match
 from cache.basics.errors import InvalidValueError
 
-from mamba_util import MAMBA_CONFIGS, MambaChecked, config_id, fp
+from mamba_util import MAMBA_CONFIGS, MambaChecked, config_id, evicted, fp
 
 
 @pytest.fixture(params=MAMBA_CONFIGS, ids=config_id)
@@ -92,16 +92,12 @@ def test_mamba_lru_refreshes_only_the_state_used(mc):
 
 def test_mamba_evict_only(mc):
     P = mc.ps
-    short = mc.seq(1, 2)
-    long = short + mc.seq(500, 2)
-    mc.insert(short)
-    mc.insert(long)
-    s, leaf = mc.node_at(short), mc.node_at(long)
+    short, long, s, leaf = mc.short_and_long()
     assert mc.cache.evictable_size("mamba") == 2
     full_before = mc.cache.full_evictable_size()
     r = mc.evict(mamba=1)
     # the LRU state is short's, on an internal node: tombstoned, nothing cascades
-    assert (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted) == (0, 0, 1)
+    assert evicted(r) == (0, 0, 1)
     assert not mc.has_state(s) and mc.has_state(leaf)
     assert mc.cache.full_evictable_size() == full_before == 4 * P
     assert mc.match(short).prefix_len == 0
@@ -111,13 +107,10 @@ def test_mamba_evict_only(mc):
 
 def test_mamba_evict_breaks_match(mc):
     P = mc.ps
-    short = mc.seq(1, 2)
-    long = short + mc.seq(500, 1)
-    mc.insert(short)
-    mc.insert(long)
+    short, long, _, _ = mc.short_and_long(tail_pages=1)
     r = mc.evict(mamba=10)
     # short's state is tombstoned, then the leaf goes whole (its Full KV included)
-    assert (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted) == (P, _swa(mc, P), 2)
+    assert evicted(r) == (P, _swa(mc, P), 2)
     assert mc.cache.evictable_size("mamba") == 0
     assert mc.match(long).prefix_len == 0
     assert mc.cache.full_evictable_size() == 2 * P  # short's Full KV stays
@@ -129,20 +122,17 @@ def test_mamba_evict_result_accounting(mc):
     X = mc.seq(1, 3)
     mc.insert(X)
     r = mc.evict(num_tokens=3 * P)
-    assert (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted) == (3 * P, _swa(mc, 3 * P), 1)
+    assert evicted(r) == (3 * P, _swa(mc, 3 * P), 1)
     assert mc.avail() == mc.totals()
     assert len(mc.cache.snapshot().nodes) == 1
 
 
 def test_mamba_evict_cascades_on_full_leaf(mc):
     P = mc.ps
-    short = mc.seq(1, 2)
-    long = short + mc.seq(500, 2)
-    mc.insert(short)
-    mc.insert(long)
+    short, long, _, _ = mc.short_and_long()
     r = mc.evict(num_tokens=2 * P)
     # the Full leaf goes with its state (and SWA); short keeps its own
-    assert (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted) == (2 * P, _swa(mc, 2 * P), 1)
+    assert evicted(r) == (2 * P, _swa(mc, 2 * P), 1)
     assert mc.state_nodes() == [mc.node_at(short)]
     assert mc.match(short).prefix_len == 2 * P
     assert mc.match(long).prefix_len == 2 * P
@@ -151,14 +141,10 @@ def test_mamba_evict_cascades_on_full_leaf(mc):
 
 def test_mamba_internal_tombstone_evict(mc):
     P = mc.ps
-    short = mc.seq(1, 2)
-    long = short + mc.seq(500, 2)
-    mc.insert(short)
-    mc.insert(long)
-    s, leaf = mc.node_at(short), mc.node_at(long)
+    short, long, s, leaf = mc.short_and_long()
     receipt = mc.lock(leaf)  # the leaf's state is protected, short's is not
     r = mc.evict(mamba=10)
-    assert (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted) == (0, 0, 1)
+    assert evicted(r) == (0, 0, 1)
     assert not mc.has_state(s) and mc.has_state(leaf)
     # FULL stays: every token still cached
     assert mc.cache.full_evictable_size() + mc.cache.full_protected_size() == 4 * P
@@ -309,11 +295,7 @@ def test_mamba_split_keeps_state_on_deeper_node(mc):
 
 def test_mamba_lock_protects_only_its_state(mc):
     P = mc.ps
-    short = mc.seq(1, 2)
-    long = short + mc.seq(500, 2)
-    mc.insert(short)
-    mc.insert(long)
-    s, leaf = mc.node_at(short), mc.node_at(long)
+    short, long, s, leaf = mc.short_and_long()
     receipt = mc.lock(leaf)
     assert mc.locks(leaf) == (1,) * len(mc.names)
     assert mc.locks(s)[0] == 1 and mc.locks(s)[-1] == 0  # Full path lock, no Mamba lock
@@ -331,10 +313,7 @@ def test_mamba_lock_protects_only_its_state(mc):
 def test_mamba_lock_on_tombstone_revived_by_insert_stays_balanced(mc):
     """PR #27147: a lock taken on a stateless node counts there; a state inserted
     under it is credited as protected, and the releases balance."""
-    short = mc.seq(1, 2)
-    mc.insert(short)
-    mc.insert(short + mc.seq(500, 2))
-    s = mc.node_at(short)
+    short, _, s, _ = mc.short_and_long()
     mc.evict(mamba=1)
     assert not mc.has_state(s)
     first = mc.lock(s)
@@ -363,7 +342,7 @@ def test_mamba_evict_leaf_with_locked_full(mc):
     assert mc.locks(x) == (1,) * (len(mc.names) - 1) + (0,)
     assert not mc.node(x).evictable_leaf and mc.cache.evictable_size("mamba") == 1
     r = mc.evict(mamba=1)
-    assert (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted) == (0, 0, 1)
+    assert evicted(r) == (0, 0, 1)
     assert not mc.has_state(x) and not mc.view(x, "full").tombstone
     if mc.sw:
         assert not mc.view(x, "swa").tombstone  # SWA ranks above Mamba: not cascaded

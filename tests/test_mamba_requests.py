@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import pytest
 
-from cache import CacheError, EvictParams, MatchPrefixParams, RadixKey, Req, check_invariants
+from cache import EvictParams, MatchPrefixParams, RadixKey, Req, check_invariants
 from cache.basics.errors import PoolExhaustedError, ReferenceAssertsError
 
-from mamba_util import HYBRID_CONFIGS, MAMBA_CONFIGS, MambaChecked, config_id
+from mamba_util import HYBRID_CONFIGS, MAMBA_CONFIGS, MambaChecked, config_id, evicted
 
 
 @pytest.fixture(params=MAMBA_CONFIGS, ids=config_id)
@@ -347,13 +347,9 @@ def hc(request) -> MambaChecked:
 
 def test_swa_eviction_of_internal_node_takes_its_state(hc):
     P = hc.ps
-    short = hc.seq(1, 2)
-    long = short + hc.seq(500, 2)
-    hc.insert(short)
-    hc.insert(long)
-    s, leaf = hc.node_at(short), hc.node_at(long)
+    long, s, leaf = hc.short_and_long()[1:]
     r = hc.evict(swa=2 * P)
-    assert (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted) == (0, 2 * P, 1)
+    assert evicted(r) == (0, 2 * P, 1)
     assert hc.view(s, "swa").tombstone and not hc.has_state(s) and not hc.view(s, "full").tombstone
     assert hc.has_state(leaf) and not hc.view(leaf, "swa").tombstone
     hc.match(long)  # the oracle decides whether the leaf alone covers a window
@@ -365,7 +361,7 @@ def test_full_leaf_eviction_takes_every_component(hc):
     X = hc.seq(1, 1)
     hc.insert(X)
     r = hc.evict(num_tokens=P)
-    assert (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted) == (P, P, 1)
+    assert evicted(r) == (P, P, 1)
     assert hc.avail() == hc.totals() and len(hc.cache.snapshot().nodes) == 1
 
 
@@ -396,7 +392,7 @@ def test_early_window_release_drops_the_colocated_mamba_lock(hc):
     assert hc.cache.protected_size("mamba") == 0 and hc.cache.evictable_size("mamba") == 1
     assert not hc.node(x).evictable_leaf
     r = hc.evict(swa=P)
-    assert (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted) == (0, P, 1)
+    assert evicted(r) == (0, P, 1)
     assert not hc.view(x, "full").tombstone and not hc.has_state(x)
     hc.unlock(x, receipt)
     assert hc.locks(x) == (0, 0, 0)

@@ -22,18 +22,17 @@ import os
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, event, settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
-from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
+from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, verify_match
 from cache.basics.errors import LockError, PoolExhaustedError, StateSlotsAssertError
 
-from conftest import take_request_slots
+from conftest import walk
 from mamba_util import expected_match, fp, grid_of
+from stateful_util import CacheMachineBase, page_tokens
 
-STEMS = [[1, 2, 3, 4], [1, 2, 5, 6], [7, 8, 9, 10], [1, 2, 3, 4, 11, 12, 13, 14]]
 
-
-class MambaCacheMachine(RuleBasedStateMachine):
+class MambaCacheMachine(CacheMachineBase):
     page_size = 1
     window = None
     kv_size = 64
@@ -53,44 +52,21 @@ class MambaCacheMachine(RuleBasedStateMachine):
         self.mamba = self.cache.by_name["mamba"]
         self.extra_buffer = self.page_size > 1
         self.grid = grid_of(self.page_size)
-        self.locks: list[tuple[int, object]] = []
-        self.reqs = []
 
     # ---- helpers ---------------------------------------------------------------
     def tokens(self, data) -> list[int]:
-        ps = self.page_size
-        stem = STEMS[data.draw(st.integers(0, len(STEMS) - 1))]
-        tail = data.draw(st.lists(st.integers(1, 4), max_size=self.max_pages - 4))
-        extra = data.draw(st.integers(0, ps - 1)) if ps > 1 else 0
-        out = [sym * 100 + j for sym in stem + tail for j in range(ps)]
-        return out + [7777 + j for j in range(extra)]
+        return page_tokens(data, self.page_size, self.max_pages)
 
     def avail(self) -> dict[str, int]:
         return {n: self.cache.available_size(n) for n in self.names}
-
-    def pick(self, data, items):
-        return items[data.draw(st.integers(0, len(items) - 1))]
 
     def state_fp(self, slot) -> int:
         return self.mamba.pool.fingerprint_of(slot.reshape(-1)[:1])
 
     def diverges_inside_a_state(self, tokens) -> bool:
         """The walk stops partway through a node that holds a state."""
-        snap, ps = self.cache.snapshot(), self.page_size
-        by_id = {n.id: n for n in snap.nodes}
-        node, off = snap.root, 0
-        limit = len(tokens) - len(tokens) % ps
-        while off < limit:
-            child = next((by_id[c] for c in node.children if by_id[c].key[:ps] == tuple(tokens[off : off + ps])), None)
-            if child is None:
-                return False
-            common = 0
-            while common < child.tokens and off + common < limit and child.key[common] == tokens[off + common]:
-                common += 1
-            if common - common % ps < child.tokens:
-                return not child.components["mamba"].tombstone
-            node, off = child, off + child.tokens
-        return False
+        return any(common < child.tokens and not child.components["mamba"].tombstone
+                   for child, _, common in walk(self.cache.snapshot(), tokens))
 
     def protected_past_checkpoint(self, req) -> bool:
         """The known bug's trigger: caching would insert a key shorter than the
@@ -101,12 +77,9 @@ class MambaCacheMachine(RuleBasedStateMachine):
     # ---- tree ops ---------------------------------------------------------------
     @rule(data=st.data(), reuse=st.booleans())
     def insert(self, data, reuse):
-        cache, ps = self.cache, self.page_size
-        tokens = self.tokens(data)
-        aligned = len(tokens) - len(tokens) % ps
-        slots = take_request_slots(cache, tokens, reuse)
+        cache = self.cache
+        tokens, aligned, slots = self.key_and_slots(data, reuse)
         if slots is None:
-            event("insert: KV pool exhausted")
             return
         prev, value = slots.prev, slots.value
         try:
@@ -119,7 +92,7 @@ class MambaCacheMachine(RuleBasedStateMachine):
             return
         evicted = 0
         if self.window:  # a request that slid past some of its SWA
-            evicted = data.draw(st.integers(0, aligned // ps)) * ps
+            evicted = self.swa_floor(data, aligned)
             if evicted > prev:
                 cache.free_swa(slots.fresh[: evicted - prev])
         params = InsertParams(
@@ -157,12 +130,6 @@ class MambaCacheMachine(RuleBasedStateMachine):
         node = self.pick(data, sorted(self.cache.tree.nodes))
         skip = ("mamba",) if skip_mamba else ()
         self.locks.append((node, self.cache.inc_lock_ref(node, skip)))
-
-    @precondition(lambda self: self.locks)
-    @rule(data=st.data())
-    def unlock(self, data):
-        node, receipt = self.locks.pop(data.draw(st.integers(0, len(self.locks) - 1)))
-        self.cache.dec_lock_ref(node, receipt)
 
     @precondition(lambda self: self.window and any(not r.swa_released for _, r in self.locks))
     @rule(data=st.data())
@@ -289,8 +256,7 @@ class MambaCacheMachine(RuleBasedStateMachine):
 
     @invariant()
     def invariants_hold(self):
-        violations = check_invariants(self.cache)
-        assert not violations, "\n".join(map(str, violations))
+        super().invariants_hold()
         for req in self.reqs:  # a running state is the state after every computed token
             assert self.state_fp(req.mamba_pool_idx) == fp(req.fill_ids[: req.kv_len])
             if self.extra_buffer and req.mamba_last_track_seqlen:
@@ -299,20 +265,7 @@ class MambaCacheMachine(RuleBasedStateMachine):
                 assert self.state_fp(req.mamba_ping_pong[keep : keep + 1]) == fp(tracked)
 
     def teardown(self):
-        cache = self.cache
-        for node, receipt in self.locks:
-            cache.dec_lock_ref(node, receipt)
-        for req in self.reqs:
-            cache.release_kv_cache(req, checkpoint=not self.protected_past_checkpoint(req))
-        assert check_invariants(cache) == []
-        for name in self.names:
-            assert cache.protected_size(name) == 0, f"{name} still protected"
-        total = self.kv_size + self.mamba_size
-        cache.evict(EvictParams(num_tokens=total, swa_num_tokens=total if self.window else 0, mamba_num=total))
-        assert len(cache.tree.nodes) == 1, "nodes left after evicting everything"
-        for name in self.names:
-            assert cache.available_size(name) == cache.total_size(name), f"{name} slots leaked"
-        assert check_invariants(cache) == []
+        self.drain(checkpoint=lambda req: not self.protected_past_checkpoint(req))
 
 
 class PagedMambaCacheMachine(MambaCacheMachine):

@@ -10,7 +10,7 @@ import json
 from cache import EvictParams, InsertParams, RadixKey, UnifiedRadixCache
 from cache.observe.metrics import metric_fields
 
-from urc_util import urc
+from urc_util import full_header, urc
 
 A = list(range(1, 17))
 
@@ -63,14 +63,8 @@ def test_swa_evictions_count_apart_from_full():
     assert freed > 0 and totals(cache) == {"swa_evicted_total": freed} == {"swa_evicted_total": result.swa_num_tokens_evicted}
 
 
-SCENARIO = """schema = 1
-[scenario]
-name = "metrics"
-[config]
-components = ["full"]
-kv_size = 32
-page_size = 4
-hicache = {{ write_policy = "write_through" }}
+# a format string: its braces are doubled
+SCENARIO = full_header("metrics", kv_size=32, page_size=4, hicache='{{ write_policy = "write_through" }}') + """\
 [[step]]
 op = "insert"
 key = [1, 2, 3, 4, 5, 6, 7, 8]

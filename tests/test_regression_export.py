@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from urc_util import full_header
 from workbench.model.timeline.runner import run_scenario
 from workbench.model.scenarios.scenario import ScenarioError
 from workbench.model.debugging.regression_test import (departures, regression_test_name, regression_test_source,
@@ -142,13 +143,7 @@ def test_every_step_pins_its_actual_results(tmp_path):
     run_in_process(source, tmp_path)
 
 
-SURPRISES = """schema = 1
-[scenario]
-name = "9 surprises: the cache's way"
-[config]
-components = ["full"]
-page_size = 1
-kv_size = 16
+SURPRISES = full_header("9 surprises: the cache's way", page_size=1, kv_size=16) + """\
 [[step]]
 op = "insert"
 key = [1, 2, 3]
@@ -223,12 +218,7 @@ def test_refuses_a_step_that_has_not_run():
         regression_test_source(timeline, -1)
 
 
-MATCHES = """schema = 1
-[scenario]
-name = "matches"
-[config]
-components = ["full"]
-kv_size = 32
+MATCHES = full_header("matches", kv_size=32) + """\
 [[step]]
 op = "insert"
 key = [1, 2, 3, 4, 5, 6, 7, 8]

@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
 from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
+
+from stateful_util import CacheMachineBase
 
 STEMS = [[1, 2, 3], [1, 2, 3, 4, 5, 6], [1, 2, 7], [8, 9, 10, 11]]
 STRIDE = 3
 
 
-class SidecarCacheMachine(RuleBasedStateMachine):
+class SidecarCacheMachine(CacheMachineBase):
     components = ("full", "sidecar")
     kv_size = 96
     sidecar_size = 8
+    drain_evicts = ("full",)  # the entries must go with the Full nodes
 
     def __init__(self) -> None:
         super().__init__()
@@ -32,8 +35,6 @@ class SidecarCacheMachine(RuleBasedStateMachine):
         self.cache = UnifiedRadixCache(components=self.components, kv_size=self.kv_size, sidecar_stride=STRIDE,
                                        sidecar_size=self.sidecar_size, device="cpu", **extra)
         self.cache.tree.take_touched()
-        self.locks: list[tuple[int, object]] = []
-        self.reqs = []
 
     def tokens(self, data) -> list[int]:
         stem = STEMS[data.draw(st.integers(0, len(STEMS) - 1))]
@@ -85,12 +86,6 @@ class SidecarCacheMachine(RuleBasedStateMachine):
             node = child
         return best
 
-    @precondition(lambda self: self.locks)
-    @rule(data=st.data())
-    def unlock(self, data):
-        node, receipt = self.locks.pop(data.draw(st.integers(0, len(self.locks) - 1)))
-        self.cache.dec_lock_ref(node, receipt)
-
     @rule(full=st.integers(0, 12), entries=st.integers(0, 4))
     def evict(self, full, entries):
         self.cache.evict(EvictParams.of({"full": full, "sidecar": entries}))
@@ -106,7 +101,7 @@ class SidecarCacheMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.reqs)
     @rule(data=st.data(), finish=st.booleans(), grow=st.integers(0, 4))
     def step_request(self, data, finish, grow):
-        req = self.reqs[data.draw(st.integers(0, len(self.reqs) - 1))]
+        req = self.pick(data, self.reqs)
         try:
             if grow:
                 self.cache.extend_request(req, [1 + k % 3 for k in range(grow)])
@@ -119,21 +114,9 @@ class SidecarCacheMachine(RuleBasedStateMachine):
             pass
 
     @invariant()
-    def consistent(self):
+    def consistent(self):  # the incremental probe (the full sweep: invariants_hold, run after it)
         cache = self.cache
         assert check_invariants(cache, touched=cache.tree.take_touched()) == []
-        assert check_invariants(cache) == []
-
-    def teardown(self):
-        cache = self.cache
-        for node, receipt in self.locks:
-            cache.dec_lock_ref(node, receipt)
-        for req in self.reqs:
-            cache.release_kv_cache(req)
-        cache.evict(EvictParams.of({"full": self.kv_size}))
-        assert len(cache.tree.nodes) == 1 and check_invariants(cache) == []
-        assert cache.available_size("sidecar") == self.sidecar_size, "sidecar entries leaked"
-        assert cache.available_size("full") == self.kv_size, "Full slots leaked"
 
 
 class SWASidecarCacheMachine(SidecarCacheMachine):

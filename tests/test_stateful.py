@@ -8,25 +8,23 @@ from __future__ import annotations
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import precondition, rule
 
-from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
+from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, verify_match
 
 from conftest import take_request_slots
+from stateful_util import STEMS, CacheMachineBase
 
-STEMS = [[1, 2, 3, 4], [1, 2, 5, 6], [7, 8, 9, 10], [1, 2, 3, 4, 11, 12, 13, 14]]
 keys = st.builds(lambda stem, tail: STEMS[stem] + tail, st.integers(0, len(STEMS) - 1), st.lists(st.integers(1, 4), max_size=10))
 
 
-class CacheMachine(RuleBasedStateMachine):
+class CacheMachine(CacheMachineBase):
     page_size = 1
     kv_size = 64
 
     def __init__(self) -> None:
         super().__init__()
         self.cache = UnifiedRadixCache(page_size=self.page_size, kv_size=self.kv_size, device="cpu")
-        self.locks: list[tuple[int, object]] = []
-        self.reqs = []
 
     @rule(tokens=keys, reuse=st.booleans())
     def insert(self, tokens, reuse):
@@ -48,12 +46,6 @@ class CacheMachine(RuleBasedStateMachine):
         if hold:
             self.locks.append((m.last_device_node, self.cache.inc_lock_ref(m.last_device_node)))
 
-    @precondition(lambda self: self.locks)
-    @rule(data=st.data())
-    def unlock(self, data):
-        node, receipt = self.locks.pop(data.draw(st.integers(0, len(self.locks) - 1)))
-        self.cache.dec_lock_ref(node, receipt)
-
     @rule(n=st.integers(0, 80))
     def evict(self, n):
         before = self.cache.full_evictable_size()
@@ -71,7 +63,7 @@ class CacheMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.reqs)
     @rule(data=st.data(), tokens=st.lists(st.integers(1, 4), min_size=1, max_size=5))
     def decode(self, data, tokens):
-        req = self.reqs[data.draw(st.integers(0, len(self.reqs) - 1))]
+        req = self.pick(data, self.reqs)
         try:
             self.cache.extend_request(req, tokens)
         except CacheError:
@@ -80,27 +72,13 @@ class CacheMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.reqs)
     @rule(data=st.data())
     def chunk(self, data):
-        self.cache.checkpoint(self.reqs[data.draw(st.integers(0, len(self.reqs) - 1))])
+        self.cache.checkpoint(self.pick(data, self.reqs))
 
     @precondition(lambda self: self.reqs)
     @rule(data=st.data(), insert=st.booleans())
     def finish(self, data, insert):
         req = self.reqs.pop(data.draw(st.integers(0, len(self.reqs) - 1)))
         self.cache.release_kv_cache(req, checkpoint=insert)
-
-    @invariant()
-    def invariants_hold(self):
-        violations = check_invariants(self.cache)
-        assert not violations, "\n".join(map(str, violations))
-
-    def teardown(self):
-        for node, receipt in self.locks:
-            self.cache.dec_lock_ref(node, receipt)
-        for req in self.reqs:
-            self.cache.release_kv_cache(req)
-        self.cache.evict(EvictParams(num_tokens=self.kv_size))
-        assert self.cache.available_size() == self.kv_size, "slots leaked"
-        assert check_invariants(self.cache) == []
 
 
 class PagedCacheMachine(CacheMachine):

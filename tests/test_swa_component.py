@@ -19,7 +19,7 @@ from cache.tree.lru import LRUList
 from cache.tree.node import TreeNode
 
 from conftest import matched, seq
-from swa_util import SWA_CONFIGS, SWAChecked, config_id
+from swa_util import SWA_CONFIGS, SWAChecked, config_id, pages
 
 
 @pytest.fixture(params=SWA_CONFIGS, ids=config_id)
@@ -28,15 +28,10 @@ def swa(request) -> SWAChecked:
     return SWAChecked(*request.param)
 
 
-def _pages(n_tokens: int, P: int) -> int:
-    assert n_tokens % P == 0
-    return n_tokens // P
-
-
 def _capped(swa) -> tuple[list[int], int, int]:
     """A key of T + 2 pages: the cap splits it into A (2 pages) and leaf L (T)."""
     P, T = swa.ps, swa.tail
-    long = seq(1, _pages(T, P) + 2, P)
+    long = seq(1, pages(T, P) + 2, P)
     leaf = swa.insert(long).last_device_node
     return long, swa.node(leaf).parent, leaf
 
@@ -73,7 +68,7 @@ def test_swa_leaf_capped_to_window_on_insert(swa):
     assert cache.snapshot().lru["swa"] == (leaf, parent)
     assert cache.evictable_size("swa") == cache.full_evictable_size() == len(long)
 
-    short = seq(5000, _pages(T, P), P)
+    short = seq(5000, pages(T, P), P)
     sid = swa.insert(short).last_device_node
     assert swa.node(sid).parent == root and swa.node(sid).tokens == T  # no split at exactly T
 
@@ -250,7 +245,7 @@ def test_swa_combined_evict_counts_the_cascade(swa):
 
 def test_swa_full_eviction_follows_lru(swa):
     P, T = swa.ps, swa.tail
-    a, b = seq(1, _pages(T, P), P), seq(500, _pages(T, P), P)
+    a, b = seq(1, pages(T, P), P), seq(500, pages(T, P), P)
     swa.insert(a)
     swa.insert(b)
     matched(swa, a)  # a is now the more recent
@@ -279,9 +274,9 @@ def _chain_of_windows(swa, swa_kv_size: int | None = None):
     """first, second, leaf: three nodes of T tokens each, inserted as a request would
     (only the new part gets fresh slots)."""
     P, T = swa.ps, swa.tail
-    keys = [seq(1, _pages(T, P), P)]
-    keys.append(keys[0] + seq(100, _pages(T, P), P))
-    keys.append(keys[1] + seq(200, _pages(T, P), P))
+    keys = [seq(1, pages(T, P), P)]
+    keys.append(keys[0] + seq(100, pages(T, P), P))
+    keys.append(keys[1] + seq(200, pages(T, P), P))
     ids, prev = [], 0
     for key in keys:
         value = swa.fresh(key, prev)
@@ -303,7 +298,7 @@ def test_swa_evict_for_alloc_stops_at_the_shortfall(cfg):
     keys, (first, second, leaf) = _chain_of_windows(swa)
     tf, ts = swa.totals()
     assert swa.avail() == (tf - 3 * T, ps)
-    req = swa.cache.new_request(seq(9000, _pages(T, ps) + 1, ps))  # T + P fresh: T short
+    req = swa.cache.new_request(seq(9000, pages(T, ps) + 1, ps))  # T + P fresh: T short
     swa.ok()
     assert swa.swa(first).tombstone
     assert swa.swa(second).value_len == T and swa.swa(leaf).value_len == T
@@ -344,7 +339,7 @@ def test_swa_insert_with_unaligned_evicted_seqlen_is_refused_cleanly():
 def test_swa_match_stops_before_a_short_run_after_a_gap(swa):
     """Path X (live), G (tombstone), Y (1 page), Z (T), G2 (tombstone), Y2 (1 page)."""
     P, W, T = swa.ps, swa.sw, swa.tail
-    X, G, Y, Z = seq(1, 2, P), seq(100, 1, P), seq(200, 1, P), seq(300, _pages(T, P), P)
+    X, G, Y, Z = seq(1, 2, P), seq(100, 1, P), seq(200, 1, P), seq(300, pages(T, P), P)
     G2, Y2 = seq(400, 1, P), seq(500, 1, P)
     XG, XGY = X + G, X + G + Y
     XGYZ = XGY + Z
@@ -407,7 +402,7 @@ def test_swa_recovery_of_a_tombstone_in_window(swa, extend):
 def test_swa_partial_recovery_splits_at_the_window_edge(swa):
     """Case 2 (s < e < s+p): split at e; only the in-window lower part recovers."""
     P, T = swa.ps, swa.tail
-    key = seq(1, 1 + _pages(T, P), P)  # P + T
+    key = seq(1, 1 + pages(T, P), P)  # P + T
     n = len(key)
     node = swa.insert(key, swa_evicted_seqlen=n).last_device_node
     assert swa.node(node).tokens == n  # a tombstone leaf is not capped
@@ -458,7 +453,7 @@ def test_swa_recovery_fully_outside_window_stays_tombstone(swa, extend):
 def _locked_tombstone(swa):
     """t (T tokens, internal: a one-page child below) with its SWA evicted."""
     P, T = swa.ps, swa.tail
-    t = seq(1, _pages(T, P), P)
+    t = seq(1, pages(T, P), P)
     node = swa.insert(t).last_device_node
     child = swa.insert(t + seq(700, 1, P)).last_device_node
     r = swa.evict(swa=1)
@@ -491,7 +486,7 @@ def test_swa_locked_full_partial_recovery(swa):
     """A locked tombstone recovered from inside: the split copies the locks, the
     boundary uuid moves to the upper half, the lower half gets SWA with its old Full."""
     cache, P, T = swa.cache, swa.ps, swa.tail
-    key = seq(1, 1 + _pages(T, P), P)
+    key = seq(1, 1 + pages(T, P), P)
     n = len(key)
     node = swa.insert(key, swa_evicted_seqlen=n).last_device_node
     swa.insert(key + seq(700, 1, P), swa_evicted_seqlen=n)  # a child; the node stays a tombstone

@@ -13,18 +13,13 @@ import pytest
 from cache.basics.errors import LockError
 
 from conftest import matched, seq
-from swa_util import SWA_CONFIGS, SWAChecked, ceil_page, config_id, reference_evicted_seqlen
+from swa_util import SWA_CONFIGS, SWAChecked, ceil_page, config_id, pages, reference_evicted_seqlen
 
 
 @pytest.fixture(params=SWA_CONFIGS, ids=config_id)
 def swa(request) -> SWAChecked:
     """A FULL+SWA cache per config (kv 256; 512 at page 16; 1024 for window 128)."""
     return SWAChecked(*request.param)
-
-
-def _pages(n_tokens: int, P: int) -> int:
-    assert n_tokens % P == 0
-    return n_tokens // P
 
 
 # ---- the window lock and its boundary ---------------------------------------------
@@ -71,7 +66,7 @@ def test_swa_window_lock_boundary_follows_a_split(swa):
     U = seq(1, 1, P)
     u = swa.insert(U).last_device_node
     if P < W:  # anchor Z (one page, under a window) below B (T): B is the boundary
-        B = seq(100, _pages(T, P), P)
+        B = seq(100, pages(T, P), P)
         b = swa.insert_after(u, U + B).last_device_node
         anchor = swa.insert_after(b, U + B + seq(200, 1, P)).last_device_node
         assert swa.node(b).tokens == T and swa.node(anchor).tokens == P
@@ -123,7 +118,7 @@ def test_swa_release_of_a_foreign_receipt_is_refused(swa):
 
 def test_swa_release_window_keeps_the_full_lock(swa):
     cache, P, T = swa.cache, swa.ps, swa.tail
-    long = seq(1, _pages(T, P) + 2, P)
+    long = seq(1, pages(T, P) + 2, P)
     n = len(long)
     leaf = swa.insert(long).last_device_node
     a = swa.node(leaf).parent
@@ -160,7 +155,7 @@ def test_swa_release_window_keeps_the_full_lock(swa):
 def test_swa_release_window_then_full_evict_leaves_a_locked_leaf(swa):
     """leaf_transition_swa_evict_spares_locked_full."""
     cache, P, T = swa.cache, swa.ps, swa.tail
-    seq_a = seq(1, _pages(T, P), P)
+    seq_a = seq(1, pages(T, P), P)
     seq_ab = seq_a + seq(500, 2, P)
     a = swa.insert(seq_a).last_device_node
     swa.insert_after(a, seq_ab)
@@ -315,7 +310,7 @@ def test_swa_decode_past_the_window_then_release_the_prefix(cfg, grain, evict_mi
     cache, P, W, T = swa.cache, swa.ps, swa.sw, swa.tail
     step = P if grain == "page" else 1
     tf, ts = swa.totals()
-    prompt = seq(1, _pages(T, P) + 1, P)  # capped: A (P) and L (T)
+    prompt = seq(1, pages(T, P) + 1, P)  # capped: A (P) and L (T)
     lp = len(prompt)
     leaf = swa.insert(prompt).last_device_node
     a = swa.node(leaf).parent

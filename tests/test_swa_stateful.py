@@ -17,22 +17,20 @@ from __future__ import annotations
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, event, settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import precondition, rule
 
-from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, check_invariants, verify_match
+from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, verify_match
 from cache.basics.errors import LockError
 
-from conftest import take_request_slots
+from stateful_util import CacheMachineBase, page_tokens
 from swa_util import expected_match
-
-STEMS = [[1, 2, 3, 4], [1, 2, 5, 6], [7, 8, 9, 10], [1, 2, 3, 4, 11, 12, 13, 14]]
 
 
 def _tombstoned_tokens(cache) -> int:
     return sum(n.tokens for n in cache.snapshot().non_root() if n.components["swa"].tombstone)
 
 
-class SWACacheMachine(RuleBasedStateMachine):
+class SWACacheMachine(CacheMachineBase):
     page_size = 1
     window = 4
     kv_size = 64
@@ -48,37 +46,21 @@ class SWACacheMachine(RuleBasedStateMachine):
             swa_kv_size=self.swa_kv_size,
             device="cpu",
         )
-        self.locks: list[tuple[int, object]] = []
-        self.reqs = []
         self.released_rids: set[str] = set()  # requests whose prefix window was released early
 
     # ---- keys ------------------------------------------------------------------
-    def tokens(self, data, max_pages: int = 10) -> list[int]:
-        """Page symbols over shared stems, each symbol a page of tokens, plus an
-        optional unaligned tail."""
-        ps = self.page_size
-        stem = STEMS[data.draw(st.integers(0, len(STEMS) - 1))]
-        tail = data.draw(st.lists(st.integers(1, 4), max_size=max_pages - 4))
-        extra = data.draw(st.integers(0, ps - 1)) if ps > 1 else 0
-        out = [sym * 100 + j for sym in stem + tail for j in range(ps)]
-        return out + [7777 + j for j in range(extra)]
-
-    def evicted(self, data, aligned: int) -> int:
-        pages = data.draw(st.integers(0, aligned // self.page_size))
-        return pages * self.page_size
+    def tokens(self, data) -> list[int]:
+        return page_tokens(data, self.page_size)
 
     # ---- tree ops ---------------------------------------------------------------
     @rule(data=st.data(), reuse=st.booleans())
     def insert(self, data, reuse):
-        cache, ps = self.cache, self.page_size
-        tokens = self.tokens(data)
-        aligned = len(tokens) - len(tokens) % ps
-        slots = take_request_slots(cache, tokens, reuse)
+        cache = self.cache
+        tokens, aligned, slots = self.key_and_slots(data, reuse)
         if slots is None:
-            event("insert: pool exhausted")
             return
         prev, value = slots.prev, slots.value
-        evicted = self.evicted(data, aligned)
+        evicted = self.swa_floor(data, aligned)
         if evicted > prev:
             cache.free_swa(slots.fresh[: evicted - prev])
         before = cache.available_size("swa")
@@ -109,22 +91,15 @@ class SWACacheMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def lock_any_node(self, data):
-        ids = sorted(self.cache.tree.nodes)
-        node = ids[data.draw(st.integers(0, len(ids) - 1))]
+        node = self.pick(data, sorted(self.cache.tree.nodes))
         self.locks.append((node, self.cache.inc_lock_ref(node)))
-
-    @precondition(lambda self: self.locks)
-    @rule(data=st.data())
-    def unlock(self, data):
-        node, receipt = self.locks.pop(data.draw(st.integers(0, len(self.locks) - 1)))
-        self.cache.dec_lock_ref(node, receipt)
 
     @precondition(lambda self: any(not r.swa_released for _, r in self.locks))
     @rule(data=st.data(), again=st.booleans())
     def release_window(self, data, again):
         cache = self.cache
         held = [(n, r) for n, r in self.locks if not r.swa_released]
-        node, receipt = held[data.draw(st.integers(0, len(held) - 1))]
+        node, receipt = self.pick(data, held)
         full_protected, swa_protected = cache.full_protected_size(), cache.protected_size("swa")
         cache.release_window(node, receipt)
         assert receipt.swa_released
@@ -166,7 +141,7 @@ class SWACacheMachine(RuleBasedStateMachine):
     @rule(data=st.data(), n=st.integers(1, 9), slide=st.booleans())
     def decode(self, data, n, slide):
         cache, ps = self.cache, self.page_size
-        req = self.reqs[data.draw(st.integers(0, len(self.reqs) - 1))]
+        req = self.pick(data, self.reqs)
         try:
             cache.extend_request(req, [9000 + len(req.output_ids) + i for i in range(n)])
         except CacheError:
@@ -189,7 +164,7 @@ class SWACacheMachine(RuleBasedStateMachine):
         """The opt-in early release of a request's prefix window (release_swa_prefix_lock)."""
         cache = self.cache
         reqs = [r for r in self.reqs if r.lock is not None and not r.lock.swa_released]
-        req = reqs[data.draw(st.integers(0, len(reqs) - 1))]
+        req = self.pick(data, reqs)
         full_protected = cache.full_protected_size()
         cache.release_window(req.last_node, req.lock)
         assert req.lock.swa_released and cache.full_protected_size() == full_protected
@@ -199,7 +174,7 @@ class SWACacheMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.reqs)
     @rule(data=st.data())
     def chunk(self, data):
-        req = self.reqs[data.draw(st.integers(0, len(self.reqs) - 1))]
+        req = self.pick(data, self.reqs)
         branch, protected_before = req.swa_branching_seqlen, req.cache_protected_len
         self.cache.checkpoint(req)
         assert req.swa_evicted_seqlen % self.page_size == 0
@@ -221,25 +196,6 @@ class SWACacheMachine(RuleBasedStateMachine):
     def finish(self, data, insert):
         req = self.reqs.pop(data.draw(st.integers(0, len(self.reqs) - 1)))
         self.cache.release_kv_cache(req, checkpoint=insert)
-
-    @invariant()
-    def invariants_hold(self):
-        violations = check_invariants(self.cache)
-        assert not violations, "\n".join(map(str, violations))
-
-    def teardown(self):
-        cache = self.cache
-        for node, receipt in self.locks:
-            cache.dec_lock_ref(node, receipt)
-        for req in self.reqs:
-            cache.release_kv_cache(req)
-        assert check_invariants(cache) == []
-        assert cache.full_protected_size() == 0 and cache.protected_size("swa") == 0
-        cache.evict(EvictParams(num_tokens=self.kv_size, swa_num_tokens=self.swa_kv_size))
-        assert len(cache.tree.nodes) == 1, "nodes left after evicting everything"
-        assert cache.available_size("full") == self.kv_size, "Full slots leaked"
-        assert cache.available_size("swa") == self.swa_kv_size, "SWA slots leaked"
-        assert check_invariants(cache) == []
 
 
 class PagedSWACacheMachine(SWACacheMachine):

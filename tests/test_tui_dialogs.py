@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from textual.widgets import Label, Static
 
+from urc_util import full_header
 from workbench.model.debugging.why import why_match
-from workbench.model.scenarios.scenario import load_scenario, scenario_from_records
+from workbench.model.scenarios.scenario import load_scenario
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.bindings import COMMANDS
 from workbench.tui.screens.breakpoints import BreakpointScreen
@@ -127,12 +128,7 @@ async def test_t_at_step_0_says_there_is_nothing_to_export_yet():
         assert not any("1–0" in n for n in notes(app))
 
 
-WRONG_MATCH = """schema = 1
-[scenario]
-name = "wrong match"
-[config]
-components = ["full"]
-kv_size = 32
+WRONG_MATCH = full_header("wrong match", kv_size=32) + """\
 [[step]]
 op = "insert"
 key = [1, 2, 3, 4]

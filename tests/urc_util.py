@@ -28,6 +28,14 @@ kv_size = 64
 JSONL_HEADER = {"schema": 1, "scenario": {"name": "t"}, "config": {"components": ["full"], "kv_size": 64}}
 
 
+def full_header(name: str, **config) -> str:
+    """The head of a Full-only scenario text, compact (no blank lines): schema,
+    ``[scenario]`` with ``name``, ``[config]`` with ``components = ["full"]`` then each
+    ``config`` item as ``key = value``, the value written as given (TOML text or a number)."""
+    lines = ["schema = 1", "[scenario]", f"name = {json.dumps(name)}", "[config]", 'components = ["full"]']
+    return "\n".join(lines + [f"{key} = {value}" for key, value in config.items()]) + "\n"
+
+
 def write(name: str, text: str) -> str:
     """Write ``text`` (dedented) to ``name`` in the current directory; return the name."""
     Path(name).write_text(textwrap.dedent(text), encoding="utf-8")
