@@ -65,8 +65,8 @@ bridge-setup: $(SGL_STAMP)
 
 # URC_REQUIRE_SGLANG: a bridge test file that would skip (SGLang not importable) fails instead
 bridge-test: $(SGL_STAMP)
-	@URC_REQUIRE_SGLANG=1 $(SGL_BIN)/python -m pytest -p no:cacheprovider tests/test_bridge_sglang.py tests/test_op_registry.py tests/test_fuzz_against_sglang.py \
-		tests/test_bridge_storage.py tests/test_bridge_prefetch.py tests/test_storage_backends.py
+	@URC_REQUIRE_SGLANG=1 $(SGL_BIN)/python -m pytest -p no:cacheprovider tests/bridge/test_bridge_sglang.py tests/model/test_op_registry.py tests/bridge/test_fuzz_against_sglang.py \
+		tests/bridge/test_bridge_storage.py tests/bridge/test_bridge_prefetch.py tests/tiers/test_storage_backends.py
 
 # urc fuzz --ray on a small local Ray instance (the optional [ray] extra, added to .venv).
 # URC_REQUIRE_RAY: the Ray tests fail instead of skipping when Ray cannot be imported.
@@ -78,7 +78,7 @@ $(RAY_STAMP): $(STAMP)
 	@touch $(RAY_STAMP)
 
 ray-test: $(RAY_STAMP)
-	@URC_REQUIRE_RAY=1 $(BIN)/python -m pytest -p no:cacheprovider tests/test_fuzz_ray.py
+	@URC_REQUIRE_RAY=1 $(BIN)/python -m pytest -p no:cacheprovider tests/fuzz/test_fuzz_ray.py
 
 clean:
 	rm -rf $(VENV) $(SGL_VENV) .pytest_cache .hypothesis

@@ -187,7 +187,7 @@ class TreePanel(Panel, Tree):
         """``set_label``, without its one deferred repaint callback per node: every row
         of a page is relabelled on most steps (an insert moves every LRU rank), and 100
         callbacks cost more than the rest of the redraw. ``TreeNode.refresh`` repaints the
-        row's line now (tests/test_tree_panel_updates.py checks the painted line follows)."""
+        row's line now (tests/render/test_tree_panel_updates.py checks the painted line follows)."""
         node._label = self.process_label(label)
         node.refresh()
 
