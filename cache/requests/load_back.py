@@ -57,6 +57,9 @@ class RequestLoadBack(_Flows):
             for component in self.hooks.release_request:  # the COW or the loaded state slot
                 component.release_request(req)
             raise
+        finally:  # v0.5.23 acks the load at the next poll, after the admission's own eviction
+            host.end_of_op()
+            host.drain()
 
     def _admit_at(self, req: Req, anchor: int, prefix: torch.Tensor, swa_branching_seqlen, chunk=None) -> None:
         """Lock the prefix ending on ``anchor``, check the KV for the rest of the prompt

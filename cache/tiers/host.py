@@ -346,7 +346,8 @@ class HostTier:
         # held: the loaded nodes stay locked on both tiers until the ack; immediate: acked now
         lock = self._transfer_lock(best, "load") if self.held else None
         self._hold("load", best, loaded, lock, path or [best], host_locks, bool(path))
-        self.end_of_op()
+        if req is None:  # an admission's load is acknowledged when the admission ends (load_back.py)
+            self.end_of_op()
         self.drain()
         return LoadBackResult(loaded, hit, best.id)
 

@@ -78,29 +78,12 @@ def test_the_divergences_the_campaigns_found_now_agree():
     """Found by ``urc fuzz --against sglang`` (README: "Differential fuzzing of SGLang")
     and kept in ``scenarios/against/`` once both sides agreed: a key-only load_back whose
     carrier row took a Mamba slot SGLang then asserted on (page 1, and the extra buffer's
-    count at page 2), the load called off when the node's state finds no slot, and a
-    load-back admission refused before a state is evicted for it."""
+    count at page 2), the load called off when the node's state finds no slot, a
+    load-back admission refused before a state is evicted for it, and three write-back
+    runs where a load-back was acknowledged before the admission's own eviction."""
     found = sorted((ROOT / "scenarios" / "against").glob("*.toml"))
-    assert len(found) >= 4
+    assert len(found) >= 7
     for path in found:
         scenario = load_scenario(path)
         report = run_against(scenario)
         assert report.agrees and report.run == len(scenario.steps), (path.name, report.divergence)
-
-
-KNOWN = {  # tests/divergences/: found by urc fuzz --against sglang with a write-back host tier
-    "write-back-swa-host-pool-after-insert.toml": (22, "insert", "host_pools.full.available"),
-    "write-back-swa-evict-host-count.toml": (16, "evict_host", "result.full_host_evicted"),
-    "write-back-full-node-kept-after-load-back.toml": (37, "req_prefill", "nodes"),
-}
-
-
-@pytest.mark.parametrize("name", sorted(KNOWN))
-def test_the_known_divergences_are_still_there(name):
-    """A write-back host tier (Full, Full+SWA) still parts from SGLang 0.5.23 in which
-    host copies and nodes it keeps and reclaims (README: "Differential fuzzing of SGLang", the
-    divergences left). Kept so that when either side changes, this fails and the
-    README's list is brought up to date (a fixed one moves to scenarios/against/)."""
-    report = run_against(load_scenario(ROOT / "tests" / "divergences" / name))
-    d = report.divergence
-    assert d is not None and (d.step, d.op, d.difference.field) == KNOWN[name], d
