@@ -20,6 +20,7 @@ from ..observe.actions import BackupKV
 from ..observe.events import Cause, EventKind
 from ..observe.kv_events import CPU
 from .lru import LRUList
+from .session_lru import PartitionedLRUList
 
 if TYPE_CHECKING:
     from ..observe.eviction_batch import EvictionBatch
@@ -64,9 +65,17 @@ class TreeHostTier:
         self.host_duplicates: dict[int, TreeNode] = {}
         # per auxiliary component: the nodes with its data on the host only, in the order they got there
         n = len(self.components)
-        self.host_lru: dict[str, LRUList] = {c.name: LRUList(n + c.index, 2 * n) for c in self.host_components}
+        self.host_lru: dict[str, LRUList] = {c.name: self._new_host_lru(c, n) for c in self.host_components}
         self.host_frees: list[tuple[str, torch.Tensor]] = []  # (component, host slots) for the controller
         self.host_units = {c.name: 0 for c in self.host_components}  # each auxiliary's units with a host copy
+
+    def _new_host_lru(self, component, n: int) -> LRUList:
+        """With session refs on, a host copy a session refers to keeps to the MRU side,
+        as on the device (v0.5.23 partitions its host LRUs the same way)."""
+        if not self.session_radix_cache:
+            return LRUList(n + component.index, 2 * n)
+        i = component.index
+        return PartitionedLRUList(n + i, 2 * n, lambda node: node.data[i].session_ref > 0)
 
     # ---- state -------------------------------------------------------------------
     @staticmethod

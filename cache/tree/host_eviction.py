@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..observe.events import Cause, EventKind
 from ..observe.kv_events import CPU
+from .session_refs import can_evict_leaf_atomically
 
 if TYPE_CHECKING:
     from ..observe.eviction_batch import EvictionBatch
@@ -85,17 +86,50 @@ class TreeHostEviction:
         return parent
 
     def _evict_aux_host(self, num: int, component) -> int:
+        if self.session_radix_cache:
+            return self._evict_aux_host_around_sessions(num, component)
         freed = 0
         while freed < num and (node := self.host_lru_first(component)) is not None:
             freed += component.value_len(node)
             if self.is_host_leaf(node):
                 self.evict_host_leaf(node, f"{component.name} host eviction, need {num}")
                 continue
-            self.drop_host_value(node, component, Cause.CAPACITY, f"need {num}")
-            for lower in self.host_components:  # the cascade: lower-ranked host copies go too
-                if lower.internal_priority < component.internal_priority and node.data[lower.index].host_value is not None:
-                    self.drop_host_value(node, lower, Cause.CASCADE, f"from {component.name}")
+            self._drop_aux_host(node, component, num, False)
         return freed
+
+    def _evict_aux_host_around_sessions(self, num: int, component) -> int:
+        """v0.5.23's walk with session refs on: a cursor climbs the partitioned host LRU
+        (the unreferenced side first); a host leaf goes whole only when no session pins
+        a component ranked at or above this one there that this one lacks."""
+        lru, freed = self.host_lru[component.name], 0
+        lru.cursor_begin()
+        try:
+            node = lru.cursor_next(skip_locked=False)  # a host lock takes a copy off the list
+            while freed < num and node is not None and node in lru:
+                freed += component.value_len(node)
+                if self.is_host_leaf(node) and can_evict_leaf_atomically(component, node):
+                    self.evict_host_leaf(node, f"{component.name} host eviction, need {num}")
+                else:
+                    self._drop_aux_host(node, component, num, self.is_host_leaf(node))
+                node = lru.cursor_next(skip_locked=False)
+        finally:
+            lru.cursor_end()
+        return freed
+
+    def _drop_aux_host(self, node: TreeNode, component, num: int, is_leaf: bool) -> None:
+        """Drop ``component``'s host copy on ``node`` and cascade to the host copies ranked
+        at or below it (on a host leaf ranks tie); one ranked at or above it internally
+        stays while a host lock or a session ref this one lacks holds it."""
+        self.drop_host_value(node, component, Cause.CAPACITY, f"need {num}")
+        rank, own_ref = component.eviction_priority(is_leaf), node.data[component.index].session_ref
+        for other in self.host_components:
+            cd = node.data[other.index]
+            if other is component or cd.host_value is None or other.eviction_priority(is_leaf) > rank:
+                continue
+            if other.eviction_priority(False) >= component.eviction_priority(False) and (
+                    cd.host_lock_ref or (cd.session_ref > 0 and own_ref == 0)):
+                continue
+            self.drop_host_value(node, other, Cause.CASCADE, f"from {component.name}")
 
     def _reclaim_duplicates(self, num_tokens: int) -> int:
         """Write-back under host pressure: drop the Full host copies of nodes back on

@@ -162,14 +162,13 @@ class PartitionedLRUList(LRUList):
             self._unlink_member(self.cursor)
         self._link(self.tail.lru_prev[self.slot], self.cursor)
 
-    def cursor_next(self, host_lock: bool = False) -> Optional[TreeNode]:
-        """The next unlocked member above the cursor (across ``mid``); the cursor moves
-        just above it. None (cursor unmoved) at the MRU end."""
+    def cursor_next(self, skip_locked: bool = True) -> Optional[TreeNode]:
+        """The next member above the cursor (across ``mid``), unlocked unless told not to
+        look; the cursor moves just above it. None (cursor unmoved) at the MRU end."""
         s = self.slot
         x = self.cursor.lru_prev[s]
         while x is not self.head:
-            cd = x.data[s]
-            if (cd.host_lock_ref if host_lock else cd.lock_ref) == 0:
+            if x is not self.mid and (not skip_locked or x.data[s].lock_ref == 0):
                 break
             x = x.lru_prev[s]
         if x is self.head:

@@ -28,7 +28,13 @@ CONFIGS = [FuzzConfig(("full",), 1), FuzzConfig(("full", "swa"), 2, 4), FuzzConf
            FuzzConfig(("full", "swa", "mamba"), 1, 4)]
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.label())
+# sessions on a host tier: the host LRUs partitioned by session refs, a session's host copies kept
+SESSIONS_ON_THE_HOST = [FuzzConfig(("full", "swa"), 1, 4, hicache="write_through", sessions=True),
+                        FuzzConfig(("full", "mamba"), 4, hicache="write_back", sessions=True),
+                        FuzzConfig(("full", "swa", "mamba"), 1, 4, hicache="write_through_selective", sessions=True)]
+
+
+@pytest.mark.parametrize("config", CONFIGS + SESSIONS_ON_THE_HOST, ids=lambda c: c.label())
 def test_generated_episodes_agree_with_sglang(config):
     result = differential_episode(config, seed=0, episode=0, steps=300)
     assert result.steps_run == 300 and result.finding is None, result.finding

@@ -182,3 +182,16 @@ def test_the_fuzzer_draws_the_host_ops_only_with_a_host_tier():
     assert not host_ops & {without.next_step()["op"] for _ in range(400)}
     result = fuzz(FuzzConfig(("full", "swa", "mamba"), hicache="write_back"), seed=1, steps=600)
     assert result.finding is None and result.steps_run == 600
+
+
+def test_the_generator_learns_what_our_cache_refused():
+    """A decode refused for want of room decoded nothing, and a streaming turn refused
+    before admission never ran: told so, the generator draws no stop past a request's
+    real output and sends no turn into a session whose turn still runs (which SGLang
+    would reject and then let a third turn share the running one's record)."""
+    from workbench.model.fuzzing.fuzz import run_episode
+
+    result = run_episode(FuzzConfig(("full",), 1, sessions=True), 1, 1, 700)
+    errors = [step.get("expect_error", "") for step in result.run_steps]
+    assert result.finding is None, result.finding
+    assert not [e for e in errors if "output tokens" in e]

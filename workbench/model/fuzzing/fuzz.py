@@ -216,7 +216,9 @@ def run_episode(config: FuzzConfig, seed: int, episode: int, steps: int, time_bu
     run = LockstepRun(config, checks=checks, full_checks=full_checks)
     generator = OpGenerator(config, episode_seed(seed, episode))
     for _ in range(steps):
-        record = run.step(generator.next_step())
+        record = run.step(step := generator.next_step())
+        if record.error is not None:
+            generator.refused(step, run.runner.driver.reqs.keys())
         result.steps_run += 1
         if record.faults_fired and result.first_fired is None:
             result.first_fired = record.index

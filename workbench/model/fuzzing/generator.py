@@ -10,7 +10,7 @@ own draw is its declaration's fuzz rule (``ops/``). It is deterministic for a se
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from .. import ops
@@ -43,6 +43,7 @@ class OpGenerator:
         self.turn_blocked: set[str] = set()  # sessions that rejected a turn while one runs (ops/streaming.py)
         self.prefetches: list[str] = []  # the latest prefetch ids drawn (ops/storage.py)
         self.count = 0
+        self.last_rule = None  # the rule that drew the latest step (refused() asks it)
         # the draw's rules in rank order, sorted once: the registry does not change mid-episode
         self.rules = sorted((rule for spec in ops.all_ops() for rule in spec.fuzz), key=lambda rule: rule.rank)
 
@@ -75,7 +76,14 @@ class OpGenerator:
         """One weighted draw over every op's fuzz rules (``ops/``), then the rule's step."""
         self.count += 1
         rules = self.rules
-        return self.rng.choices(rules, [rule.weight(self) for rule in rules])[0].make(self)
+        self.last_rule = self.rng.choices(rules, [rule.weight(self) for rule in rules])[0]
+        return self.last_rule.make(self)
+
+    def refused(self, step: dict[str, Any], running: Collection[str]) -> None:
+        """Our cache refused ``step``, the last one drawn, leaving ``running`` the requests
+        that run: its rule puts the model right."""
+        if self.last_rule.refused is not None:
+            self.last_rule.refused(self, step, running)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         while True:

@@ -170,6 +170,13 @@ def _decoding(gen) -> list[str]:
     return [name for name in gen.running if name not in gen.chunked]
 
 
+def _decode_refused(gen, step: dict, running) -> None:
+    """A decode refused (no room for its KV) decoded nothing: a later stop must fall inside
+    what did, or the release is refused and the request runs on unseen."""
+    gen.computed[step["req"]] -= len(step["tokens"])
+    gen.outputs[step["req"]] -= len(step["tokens"])
+
+
 def fuzz_decode(gen) -> dict:
     rng = gen.rng
     name = rng.choice(_decoding(gen))
@@ -187,7 +194,7 @@ DECODE = declare(OpSpec(
     fields=(REQ, Field("tokens", TOKENS, required=True, nonempty=True),
             Field("slide_window", FLAG, flag_word="slide", needs="swa")),
     run_sglang=sglang_decode,
-    fuzz=(FuzzRule(8, lambda gen: 9 if _decoding(gen) else 0, fuzz_decode),),
+    fuzz=(FuzzRule(8, lambda gen: 9 if _decoding(gen) else 0, fuzz_decode, refused=_decode_refused),),
     record=recorded_by("request_calls", "record_decode"),  # what a request computed between its calls
 ))
 

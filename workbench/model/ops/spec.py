@@ -10,7 +10,7 @@ else. A test can declare an op of its own and ``withdraw`` it afterwards.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Optional
 
 # field kinds: how a value is checked, parsed from a live command and shrunk
@@ -55,6 +55,10 @@ class FuzzRule:
     rank: int
     weight: Callable[[Any], int]
     make: Callable[[Any], dict]
+    # the model put right when our cache refused the step ``make`` drew (a decode with no
+    # room adds no output tokens), so later draws stay valid: (generator, step, the
+    # names of the requests running after it) -> None
+    refused: Optional[Callable[[Any, dict, Collection[str]], None]] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,8 +19,14 @@ def run_turn(driver, f: dict) -> dict:
     name = f["req"]
     if name in driver.reqs:
         raise driver.refused(f"request {name!r} is already running")
-    turn = driver.cache.stream_turn(f["session"], name, f["tokens"], max_new_tokens=f.get("max_new_tokens"),
-                                     priority=f.get("priority", 0), checkpoint=f.get("checkpoint", True))
+    try:
+        turn = driver.cache.stream_turn(f["session"], name, f["tokens"], max_new_tokens=f.get("max_new_tokens"),
+                                         priority=f.get("priority", 0), checkpoint=f.get("checkpoint", True))
+    except BaseException:
+        admitted = driver.cache.requests.get(name)
+        if admitted is not None:  # its post-prefill checkpoint asserted: the turn was admitted and runs on
+            driver.reqs[name] = admitted
+        raise
     from cache.sessions.controller import TurnRejected  # (the cache loads torch: only when a step runs)
 
     if isinstance(turn, TurnRejected):  # TurnRejected: another turn of the session runs
@@ -72,9 +78,10 @@ def sglang_turn(side, f: dict) -> dict:
         if side.r2t.alloc([req]) is None:
             raise side.refused("no free req_to_token row")
         fresh = side.take_slots(entry, fill_len - prefix_len)
-    except BaseException:
+    except BaseException:  # not admitted: dropped as an abort drops it (Session.abort_req: not in flight)
         if not borrowed:
             side.abandon(req)
+        owner.abort_req()
         raise
     row = req.kv.req_pool_idx
     if prefix is not None:
@@ -82,9 +89,9 @@ def sglang_turn(side, f: dict) -> dict:
     side.r2t.write((row, slice(prefix_len, fill_len)), fresh.to(torch.int32))
     req.kv.kv_allocated_len = req.kv.kv_committed_len = fill_len
     side.cache.maybe_hand_to_session(req)
+    side.reqs[name] = entry  # admitted: it runs on even when its post-prefill checkpoint asserts
     if f.get("checkpoint", True):
         sg.checkpoint_kv_cache(req, side.cache)
-    side.reqs[name] = entry
     return {"aborted": False, "prefix_len": prefix_len, "borrowed": borrowed}
 
 
@@ -119,6 +126,15 @@ def fuzz_turn(gen) -> dict:
     return step
 
 
+def _turn_refused(gen, step: dict, running) -> None:
+    """A turn refused before it was admitted never runs: its session is free for the next
+    turn (one admitted whose post-prefill checkpoint then asserted runs on)."""
+    name = step["req"]
+    if name not in running and gen.turn_of.get(step["session"]) == name:
+        gen.running.remove(name)
+        turn_ended(gen, name)
+
+
 def turn_ended(gen, name: str) -> None:
     """The generator's record of a finished (or retracted) turn."""
     for sid, turn in list(gen.turn_of.items()):
@@ -148,5 +164,5 @@ TURN = declare(OpSpec(
     refusal_changes="SGLang matches a turn in its scheduling pass, before it knows the row fits: a refused first "
     "turn keeps its match's split and LRU refresh (as req_prefill's), a refused later turn its record rewound "
     "to the borrowed prefix (the tail past it freed)",
-    fuzz=(FuzzRule(33, _turn_weight, fuzz_turn),),
+    fuzz=(FuzzRule(33, _turn_weight, fuzz_turn, refused=_turn_refused),),
 ))
