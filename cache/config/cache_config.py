@@ -6,12 +6,13 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from ..basics.base_component import FULL
 from ..basics.limits import size_bound
 
 
 @dataclasses.dataclass(frozen=True)
 class CacheConfig:
-    components: tuple[str, ...] = ("full",)
+    components: tuple[str, ...] = (FULL,)
     page_size: int = 1
     kv_size: int = 1024  # Full KV pool, tokens
     sliding_window: Optional[int] = None  # required with "swa"
@@ -48,7 +49,7 @@ class CacheConfig:
 
         comps = tuple(self.components)
         object.__setattr__(self, "components", comps)
-        if not comps or comps[0] != "full":
+        if not comps or comps[0] != FULL:
             raise ValueError(f"components must start with 'full' (got {list(comps)})")
         unknown = [c for c in comps if c not in COMPONENT_REGISTRY]
         if unknown:

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ..basics.base_component import FULL
 from ..basics.limits import MAX_POOL, MAX_STATES, size_bound
 from ..tree.leaf_policies import POLICIES
 
@@ -169,7 +170,7 @@ def config_line(config: Mapping[str, Any]) -> str:
     """One line naming the cache a scenario builds: its components, page, window and
     every model option it sets away from the default ("full+swa · page 4 · window 4 ·
     eviction_policy=lfu")."""
-    parts = ["+".join(config.get("components", ("full",))), f"page {config.get('page_size', 1)}"]
+    parts = ["+".join(config.get("components", (FULL,))), f"page {config.get('page_size', 1)}"]
     if config.get("sliding_window") is not None:
         parts.append(f"window {config['sliding_window']}")
     for option in OPTIONS:
@@ -188,5 +189,5 @@ def config_line(config: Mapping[str, Any]) -> str:
                 parts.append(f"{option.name}={_shown(value)}")
     components = config.get("components", ())  # fields a component documents itself, as given
     parts += [f"{name}={_shown(value)}" for name, value in config.items()
-              if name not in BY_NAME and any(name.startswith(f"{c}_") for c in components if c != "full")]
+              if name not in BY_NAME and any(name.startswith(f"{c}_") for c in components if c != FULL)]
     return " · ".join(parts)

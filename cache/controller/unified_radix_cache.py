@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from ..basics.base_component import FULL
 from ..observe.actions import BackupKV, ComponentAction, FreeDeviceKV
 from ..components import COMPONENT_REGISTRY
 from ..config.cache_config import CacheConfig
@@ -56,7 +57,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self.bigram_keys = cfg.bigram_keys  # EAGLE's token-pair keys (CacheConfig.is_eagle)
         self.events = EventBus()
         self.metrics = CacheMetrics()  # hits, misses, evictions and tier traffic (metrics.py)
-        self.kv_pool = PagedAllocator(cfg.kv_size, cfg.page_size, self.device, "full")
+        self.kv_pool = PagedAllocator(cfg.kv_size, cfg.page_size, self.device, FULL)
         self.kv_buffer = KVFingerprintBuffer(cfg.kv_size, self.device)
         self.components = [COMPONENT_REGISTRY[name](self, i) for i, name in enumerate(cfg.components)]
         self.by_name = {c.name: c for c in self.components}
@@ -152,7 +153,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
                 component.peer_free(indices, cause, node)
         freed = self.kv_pool.free(indices, trusted)
         if self.events.enabled and freed:
-            self.events.emit(EventKind.FREE, "full", node, cause, int(indices.shape[0]), "pool=full")
+            self.events.emit(EventKind.FREE, FULL, node, cause, int(indices.shape[0]), "pool=full")
         return freed
 
     def alloc_kv(self, num_tokens: int, evict: Optional[bool] = None) -> torch.Tensor:
@@ -176,7 +177,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
                 self.free_kv([slots])
                 raise
             if bus.enabled and num_tokens:
-                bus.emit(EventKind.ALLOC, "full", None, Cause.REQUEST, num_tokens, "pool=full")
+                bus.emit(EventKind.ALLOC, FULL, None, Cause.REQUEST, num_tokens, "pool=full")
             return slots
 
     def shortfalls(self, num_tokens: int, states: int = 0) -> dict[str, int]:
@@ -293,7 +294,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             request = params.request_for(name)
             if request == 0:
                 continue
-            to_target = targets is not None and name == "full"
+            to_target = targets is not None and name == FULL
             if (targets is not None and reached(name)) or (not to_target and counts[name] >= request):
                 continue
             # an allocation-driven Full walk runs until the pool reaches its target
@@ -317,7 +318,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             finally:
                 component.evict_end()
         self._drain(batch)
-        return EvictResult(counts["full"], counts.get("swa", 0), counts.get("mamba", 0), dict(counts))
+        return EvictResult(counts[FULL], counts.get("swa", 0), counts.get("mamba", 0), dict(counts))
 
     def _drain(self, batch) -> None:
         """Execute the batch's pending frees on the pools, component by component
@@ -358,15 +359,15 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self._drain(batch)
 
     # ---- sizes ------------------------------------------------------------------
-    def available_size(self, component: str = "full") -> int:
-        if component == "full":
+    def available_size(self, component: str = FULL) -> int:
+        if component == FULL:
             return self.kv_pool.available_size()
         return self.by_name[component].available_size()
 
-    def evictable_size(self, component: str = "full") -> int:
+    def evictable_size(self, component: str = FULL) -> int:
         return self.tree.evictable_size(component)
 
-    def protected_size(self, component: str = "full") -> int:
+    def protected_size(self, component: str = FULL) -> int:
         return self.tree.protected_size(component)
 
     def full_evictable_size(self) -> int:
@@ -375,8 +376,8 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
     def full_protected_size(self) -> int:
         return self.tree.protected[0]
 
-    def total_size(self, component: str = "full") -> int:
-        if component == "full":
+    def total_size(self, component: str = FULL) -> int:
+        if component == FULL:
             return self.kv_pool.size
         return self.by_name[component].pool_size()
 

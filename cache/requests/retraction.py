@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
+from ..basics.base_component import FULL
 from ..basics.errors import CacheError
 from ..observe.events import Cause, EventKind
 from ..basics.keys import ceil_align
@@ -118,7 +119,7 @@ class RequestRetraction(_Flows):
         whole need from host copies once when short; the copy; None when it cannot fit."""
         host: HostTier = self.host
         device = _padded(req.kv_indices, self.page_size)
-        full_host = self._take_retraction_slots(host, "full", int(device.shape[0]))
+        full_host = self._take_retraction_slots(host, FULL, int(device.shape[0]))
         if full_host is None:
             return None
         saved = RetractionBackup(req.kv_len, full_host)
@@ -128,13 +129,13 @@ class RequestRetraction(_Flows):
             swa_host = self._take_retraction_slots(host, "swa", int(swa_device.shape[0]))
             if swa_host is None:
                 host.kv.free(full_host)
-                self._emit_host(EventKind.FREE, "full", int(full_host.shape[0]), f"{req.rid}: backup refused")
+                self._emit_host(EventKind.FREE, FULL, int(full_host.shape[0]), f"{req.rid}: backup refused")
                 return None
             host.aux["swa"].copy_in(self.by_name["swa"].device_store, swa_device, swa_host)
             saved.swa_start, saved.swa_host_indices = start, swa_host
         host.kv.copy_in(self.kv_buffer, device, full_host)
         if self.events.enabled:
-            self.events.emit(EventKind.BACKUP, "full", None, Cause.RETRACT, req.kv_len,
+            self.events.emit(EventKind.BACKUP, FULL, None, Cause.RETRACT, req.kv_len,
                              f"{req.rid}: row backed up (device -> host)")
         return saved
 
@@ -188,7 +189,7 @@ class RequestRetraction(_Flows):
                 swa_device = _padded(swa.pool.translate(slots[start:]), self.page_size)
                 host.aux["swa"].load(swa.device_store, saved.swa_host_indices, swa_device)
             if self.events.enabled:
-                self.events.emit(EventKind.LOAD, "full", None, Cause.RETRACT, n, f"{req.rid}: row restored (host -> device)")
+                self.events.emit(EventKind.LOAD, FULL, None, Cause.RETRACT, n, f"{req.rid}: row restored (host -> device)")
             self._discard_backup(req)
             req.kv_indices = slots
             req.released = False
@@ -216,7 +217,7 @@ class RequestRetraction(_Flows):
         if saved is None:
             return
         host: HostTier = self.host
-        for name, slots in (("full", saved.host_indices), ("swa", saved.swa_host_indices)):
+        for name, slots in ((FULL, saved.host_indices), ("swa", saved.swa_host_indices)):
             if slots is not None:
                 host.pool(name).free(slots)
                 self._emit_host(EventKind.FREE, name, int(slots.shape[0]), f"{req.rid}: backup freed")

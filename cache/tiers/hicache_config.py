@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional, Protocol
 
+from ..basics.base_component import FULL
 from ..basics.limits import size_bound
 from ..components.base_host import hicache_ratio_size
 from ..components.cache_view import ConfigView
@@ -36,12 +37,12 @@ def host_components(components: Optional[Iterable[str]] = None) -> tuple[str, ..
     from ..components import COMPONENT_REGISTRY
 
     names = COMPONENT_REGISTRY if components is None else components
-    return ("full", *(c for c in names if c != "full" and COMPONENT_REGISTRY.host_part(c) is not None))
+    return (FULL, *(c for c in names if c != FULL and COMPONENT_REGISTRY.host_part(c) is not None))
 
 
 def host_size_field(component: str) -> str:
     """The hicache field sizing a component's host pool."""
-    return "host_kv_size" if component == "full" else f"host_{component}_size"
+    return "host_kv_size" if component == FULL else f"host_{component}_size"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +98,7 @@ class HiCacheConfig:
             raise ValueError(f"hicache transfers must be one of {', '.join(TRANSFER_MODES)} (got {config.transfers!r})")
         sizes = {}
         for field, name in sized.items():
-            part = None if name == "full" else COMPONENT_REGISTRY.host_part(name)
+            part = None if name == FULL else COMPONENT_REGISTRY.host_part(name)
             page = cache.page_size if part is None or part.host_paged else None
             default = hicache_ratio_size(cache.kv_size, page) if part is None else part.default_host_size(cache)
             sizes[name] = _host_size(field, default if fields.get(field) is None else fields[field], page)
@@ -105,10 +106,10 @@ class HiCacheConfig:
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
             raise ValueError(f"hicache load_back_threshold must be a non-negative int (got {threshold!r})")
         storage = None if config.storage is None else StorageConfig.of(config.storage, cache)
-        return dataclasses.replace(config, host_kv_size=sizes.pop("full"), host_sizes=sizes, storage=storage)
+        return dataclasses.replace(config, host_kv_size=sizes.pop(FULL), host_sizes=sizes, storage=storage)
 
 
-STORED_COMPONENTS = ("full", "swa", "mamba")  # what the storage tier keeps (staging.py)
+STORED_COMPONENTS = (FULL, "swa", "mamba")  # what the storage tier keeps (staging.py)
 
 
 @dataclasses.dataclass(frozen=True)

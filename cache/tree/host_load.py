@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
+from ..basics.base_component import FULL
 from ..observe.events import Cause, EventKind
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ class TreeHostLoad:
         if self._touched is not None:
             self._touched.add(node.id)
         if self.events.enabled:
-            self.events.emit(EventKind.LOAD, "full", node.id, Cause.REQUEST, node.length, detail)
+            self.events.emit(EventKind.LOAD, FULL, node.id, Cause.REQUEST, node.length, detail)
         if self.kv_events.enabled:  # a load publishes at its commit, before the ack
             self.kv_events.store(node, session_id=session_id)
         self.update_leaf_state(node)

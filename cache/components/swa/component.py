@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import torch
 
-from ...observe.actions import ComponentAction, FreeDeviceKVFullOnly, RebuildSWA, RecoverLockedSWA
+from ...observe.actions import ComponentAction, FreeDeviceKVFullOnly
 from ...observe.events import Cause, EventKind
 from ...basics.keys import ceil_align
 from ...basics.numpy_views import distinct, gather
 from ...basics.request import own_slots
 from ...pools.swa_pool import SWAPool
 from ..base import LRUEvictionMixin, TreeComponent
+from .actions import RebuildSWA, RecoverLockedSWA
 from ..own_pool import OwnPoolMixin
 from . import fields
 from .host import SWAHostMixin
