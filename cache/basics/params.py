@@ -11,6 +11,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from .evict_fields import params_field, result_field
 from .keys import RadixKey
 
 NodeId = int
@@ -87,15 +88,12 @@ class EvictParams:
     @classmethod
     def of(cls, amounts: dict[str, int]) -> EvictParams:
         """Units to evict per component name, into the named fields where there is one."""
-        named = {_EVICT_FIELDS[k]: v for k, v in amounts.items() if k in _EVICT_FIELDS}
-        return cls(**named, by_component={k: v for k, v in amounts.items() if k not in _EVICT_FIELDS})
+        named = {params_field(k): v for k, v in amounts.items() if params_field(k)}
+        return cls(**named, by_component={k: v for k, v in amounts.items() if not params_field(k)})
 
     def request_for(self, component: str) -> int:
-        field = _EVICT_FIELDS.get(component)
+        field = params_field(component)
         return getattr(self, field) if field else self.by_component.get(component, 0)
-
-
-_EVICT_FIELDS = {"full": "num_tokens", "swa": "swa_num_tokens", "mamba": "mamba_num"}
 
 
 @dataclasses.dataclass
@@ -105,6 +103,12 @@ class EvictResult:
     mamba_num_evicted: int = 0
     # units evicted per component name, every component (the fields above included)
     by_component: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, counts: dict[str, int]) -> EvictResult:
+        """Units evicted per component name: the named fields where there is one, and all."""
+        named = {result_field(k): v for k, v in counts.items() if result_field(k)}
+        return cls(**named, by_component=dict(counts))
 
 
 class IncLockRefResult:

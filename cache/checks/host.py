@@ -185,9 +185,8 @@ def _backups(cache: UnifiedRadixCache) -> dict[str, list]:
     for req in cache.retracted.values():
         saved = req.retraction_backup
         if saved is not None:
-            out.setdefault(FULL, []).append(saved.host_indices)
-            if saved.swa_host_indices is not None:
-                out.setdefault("swa", []).append(saved.swa_host_indices)
+            for name, slots in saved.host_parts():
+                out.setdefault(name, []).append(slots)
     return out
 
 

@@ -55,6 +55,8 @@ class TreeComponent:
     has_window_lock = False  # a lock part release_window lets go early (SWA's window)
     sets_checkpoints = False  # caching stops at this component's own boundaries (Mamba states)
     prompt_split_ok = True  # a finished request's leaf may be split at its prompt's end
+    keeps_retraction_window = False  # a retraction backup keeps its trailing window (SWA)
+    refuses_retraction_backup = False  # SGLang backs up no retracted request holding it (Mamba)
     # What a session's frontier node holds with the session radix cache on (session_refs.py):
     # "path" (Full), "window" (SWA), or "node", the default: that node only, as Mamba's state.
     session_coverage = "node"

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from ..basics.base_component import FULL
-from ..basics.limits import size_bound
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +61,9 @@ class CacheConfig:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int (got {value!r})")
-            if value > size_bound(name):
-                raise ValueError(f"{name} {value} is larger than this workbench supports ({size_bound(name):,}: "
+            if value > COMPONENT_REGISTRY.size_bound(name):
+                raise ValueError(f"{name} {value} is larger than this workbench supports "
+                                 f"({COMPONENT_REGISTRY.size_bound(name):,}: "
                                  "its pools are allocated whole)")
         if not isinstance(self.session_radix_cache, bool):
             raise ValueError(f"session_radix_cache must be true or false (got {self.session_radix_cache!r})")
@@ -112,9 +112,11 @@ class CacheConfig:
 
     @property
     def bigram_keys(self) -> bool:
-        """Whether the tree keys bigrams: is_eagle, except with Mamba (v0.5.23's tree
-        core: ``is_eagle and MAMBA not in components``)."""
-        return self.is_eagle and "mamba" not in self.components
+        """Whether the tree keys bigrams: is_eagle, except with a component that turns
+        it off (Mamba; v0.5.23's tree core: ``is_eagle and MAMBA not in components``)."""
+        from ..components import COMPONENT_REGISTRY
+
+        return self.is_eagle and "is_eagle" not in COMPONENT_REGISTRY.turned_off(self.components)
 
     @property
     def swa_pool_size(self) -> int:

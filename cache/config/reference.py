@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..basics.base_component import FULL
-from ..basics.limits import MAX_POOL, MAX_STATES, size_bound
+from ..basics.limits import MAX_POOL, MAX_STATES
+from ..components import COMPONENT_REGISTRY
 from ..tree.leaf_policies import POLICIES
 
 REQUIRED = object()  # a field with no default
@@ -60,10 +61,11 @@ OPTIONS: tuple[ConfigOption, ...] = (
     _opt("hicache.write_policy", "write_through", '`"write_through"`', "`--hicache-write-policy`",
          "`write_through`, `write_through_selective` (backed up on the second hit) or `write_back` (on eviction)"),
     _opt("hicache.host_kv_size", None, "twice `kv_size` plus a page", "`--hicache-ratio` / `--hicache-size`",
-         f"Full KV's host pool, in tokens (at most {size_bound('host_kv_size'):,})"),
+         f"Full KV's host pool, in tokens (at most {COMPONENT_REGISTRY.size_bound('host_kv_size'):,})"),
     _opt("hicache.host_<component>_size", None, "its host part's", "`--hicache-ratio`",
          f"each other component's host pool (`host_swa_size`, `host_mamba_size`, …; at most "
-         f"{size_bound('host_swa_size'):,}, `host_mamba_size` {size_bound('host_mamba_size'):,})"),
+         f"{COMPONENT_REGISTRY.size_bound('host_swa_size'):,}, `host_mamba_size` "
+         f"{COMPONENT_REGISTRY.size_bound('host_mamba_size'):,})"),
     _opt("hicache.load_back_threshold", 10, "10", "`--hicache-load-back-threshold`",
          "a match whose host part is shorter is not loaded back"),
     _opt("hicache.transfers", "immediate", '`"immediate"`', "this workbench", "`immediate` completes each copy in its "
@@ -131,7 +133,7 @@ def did_you_mean(name: str, names=FIELD_NAMES) -> str:
 def inert(name: str, components) -> bool:
     """An option the cache ignores with these components (``is_eagle`` with Mamba, see
     ``CacheConfig.bigram_keys``): the config line leaves it out, as the cache runs without it."""
-    return name == "is_eagle" and "mamba" in components
+    return name in COMPONENT_REGISTRY.turned_off(c for c in components if c in COMPONENT_REGISTRY)
 
 
 def component_options() -> tuple[ConfigOption, ...]:

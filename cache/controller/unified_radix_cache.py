@@ -184,7 +184,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         """Slots each pool lacks for ``num_tokens`` Full slots (and their peers') plus
         ``states`` slots of each pool that gives requests their own (Mamba's states)."""
         pool = self.kv_pool
-        shorts = {"full": pool.pages_for(num_tokens) * self.page_size - pool.available_size()}
+        shorts = {FULL: pool.pages_for(num_tokens) * self.page_size - pool.available_size()}
         for component in self.hooks.kv_peers:
             shorts[component.name] = component.peer_shortfall(num_tokens)
         if states:
@@ -217,22 +217,24 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
                     f"{name} pool exhausted: {short} more slot(s) needed, {self.available_size(name)} free"
                     + (f", {reclaimable} evictable" if evict else " (auto_evict is off)"), pool=name)
 
-    # SGLang's names for two components' own pool calls, kept as the cache API
+    # SGLang's names for two components' own pool calls, kept as the cache API; each
+    # needs the component whose folder lists it (``CALLS``)
     def alloc_mamba_state(self, tokens: list[int]) -> torch.Tensor:
         """A fresh state slot holding the state after ``tokens`` (for a direct insert)."""
-        mamba = self._needs("mamba", "alloc_mamba_state")
+        mamba = self._needs("alloc_mamba_state")
         slot = mamba.alloc_slot()
         mamba.pool.write(slot, int(prefix_hashes(tokens)[-1]) if len(tokens) else -1)  # hashed on the host
         return slot
 
     def free_mamba_state(self, slot: torch.Tensor) -> None:
-        self._needs("mamba", "free_mamba_state").pool.free(slot)
+        self._needs("free_mamba_state").pool.free(slot)
 
     def free_swa(self, full_slots: torch.Tensor) -> None:
         """Free only the SWA side of these Full slots (a request's out-of-window KV)."""
-        self._needs("swa", "free_swa").peer_free(full_slots, Cause.WINDOW, None)
+        self._needs("free_swa").peer_free(full_slots, Cause.WINDOW, None)
 
-    def _needs(self, name: str, call: str):
+    def _needs(self, call: str):
+        name = COMPONENT_REGISTRY.offering(call)
         component = self.by_name.get(name)
         if component is None:
             raise CacheError(f"{call} needs the {name} component")
@@ -318,7 +320,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             finally:
                 component.evict_end()
         self._drain(batch)
-        return EvictResult(counts[FULL], counts.get("swa", 0), counts.get("mamba", 0), dict(counts))
+        return EvictResult.of(counts)
 
     def _drain(self, batch) -> None:
         """Execute the batch's pending frees on the pools, component by component

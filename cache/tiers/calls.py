@@ -41,7 +41,7 @@ class HostCalls:
         host = self.require_host("host_available_size")
         if component != FULL and component not in host.aux:
             raise CacheError(f"host_available_size: no host pool for {component!r} (host tier components: "
-                             f"{', '.join(['full', *host.aux])})")
+                             f"{', '.join([FULL, *host.aux])})")
         return host.available_size(component)
 
     def check_hicache_events(self) -> int:

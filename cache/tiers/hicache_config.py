@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Optional, Protocol
 
 from ..basics.base_component import FULL
-from ..basics.limits import size_bound
+from ..components import COMPONENT_REGISTRY
 from ..components.base_host import hicache_ratio_size
 from ..components.cache_view import ConfigView
 
@@ -34,8 +34,6 @@ class CacheShape(ConfigView, Protocol):
 def host_components(components: Optional[Iterable[str]] = None) -> tuple[str, ...]:
     """Of ``components`` (default: every registered one), in their order: Full and
     those with a host part, i.e. the ones a host tier keeps copies of. Torch-free."""
-    from ..components import COMPONENT_REGISTRY
-
     names = COMPONENT_REGISTRY if components is None else components
     return (FULL, *(c for c in names if c != FULL and COMPONENT_REGISTRY.host_part(c) is not None))
 
@@ -109,7 +107,6 @@ class HiCacheConfig:
         return dataclasses.replace(config, host_kv_size=sizes.pop(FULL), host_sizes=sizes, storage=storage)
 
 
-STORED_COMPONENTS = (FULL, "swa", "mamba")  # what the storage tier keeps (staging.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,9 +144,10 @@ class StorageConfig:
         unknown = [key for key in fields if key not in STORAGE_FIELDS]
         if unknown:
             raise ValueError(f"unknown hicache storage field {unknown[0]!r}; known: {', '.join(STORAGE_FIELDS)}")
-        others = [c for c in cache.components if c not in STORED_COMPONENTS]
+        stored = COMPONENT_REGISTRY.stored_components()  # what the storage tier keeps (staging.py)
+        others = [c for c in cache.components if c not in stored]
         if others:
-            raise ValueError(f"hicache storage stores {', '.join(STORED_COMPONENTS)} so far: storing "
+            raise ValueError(f"hicache storage stores {', '.join(stored)} so far: storing "
                              f"{', '.join(others)} is not supported yet")
         if cache.is_eagle:
             raise ValueError("hicache storage does not store EAGLE bigram keys yet (is_eagle = true)")
@@ -197,7 +195,8 @@ def _host_size(field: str, size, page: Optional[int]) -> int:
     if isinstance(size, bool) or not isinstance(size, int) or size <= 0 or size % (page or 1):
         what = "a positive int" if page is None else f"a positive multiple of page_size {page}"
         raise ValueError(f"hicache {field} must be {what} (got {size!r})")
-    if size > size_bound(field):
-        raise ValueError(f"hicache {field} {size} is larger than this workbench supports ({size_bound(field):,}: "
+    if size > COMPONENT_REGISTRY.size_bound(field):
+        raise ValueError(f"hicache {field} {size} is larger than this workbench supports "
+                         f"({COMPONENT_REGISTRY.size_bound(field):,}: "
                          "its pools are allocated whole)")
     return size

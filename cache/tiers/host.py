@@ -247,7 +247,7 @@ class HostTier:
             raise CacheError(f"evict_host: the amount must be a non-negative int (got {num!r})")
         if component != FULL and component not in self.aux:
             raise CacheError(f"evict_host: no host copies of {component!r} (host tier components: "
-                             f"{', '.join(['full', *self.aux])})")
+                             f"{', '.join([FULL, *self.aux])})")
         freed = self.cache.tree.evict_host(num, component)
         self.drain()
         return freed
@@ -380,7 +380,7 @@ class HostTier:
         pool is checked first, then eviction covers the shortfalls."""
         cache = self.cache
         pool = cache.kv_pool
-        shorts = {"full": pool.pages_for(kv_tokens) * cache.page_size - pool.available_size()}
+        shorts = {FULL: pool.pages_for(kv_tokens) * cache.page_size - pool.available_size()}
         for component, nodes in aux:
             shorts[component.name] = component.load_shortfall(nodes, req)
         if any(short > 0 for short in shorts.values()):
