@@ -22,7 +22,11 @@ def params_field(component: str) -> Optional[str]:
     return _FIELDS.get(component)
 
 
-def result_field(component: str) -> Optional[str]:
-    """The component's EvictResult field, or None."""
-    field = _FIELDS.get(component)
-    return None if field is None else f"{field}_evicted"
+def params_fields(amounts: Mapping[str, int]) -> dict[str, int]:
+    """Per component -> per EvictParams field, for the components that have one."""
+    return {_FIELDS[name]: n for name, n in amounts.items() if name in _FIELDS}
+
+
+def result_fields(counts: Mapping[str, int]) -> dict[str, int]:
+    """Per component -> per EvictResult field, for the components that have one."""
+    return {f"{field}_evicted": n for field, n in params_fields(counts).items()}

@@ -11,7 +11,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .evict_fields import params_field, result_field
+from .evict_fields import params_field, params_fields
 from .keys import RadixKey
 
 NodeId = int
@@ -88,8 +88,8 @@ class EvictParams:
     @classmethod
     def of(cls, amounts: dict[str, int]) -> EvictParams:
         """Units to evict per component name, into the named fields where there is one."""
-        named = {params_field(k): v for k, v in amounts.items() if params_field(k)}
-        return cls(**named, by_component={k: v for k, v in amounts.items() if not params_field(k)})
+        return cls(**params_fields(amounts),
+                   by_component={k: v for k, v in amounts.items() if not params_field(k)})
 
     def request_for(self, component: str) -> int:
         field = params_field(component)
@@ -103,12 +103,6 @@ class EvictResult:
     mamba_num_evicted: int = 0
     # units evicted per component name, every component (the fields above included)
     by_component: dict[str, int] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def of(cls, counts: dict[str, int]) -> EvictResult:
-        """Units evicted per component name: the named fields where there is one, and all."""
-        named = {result_field(k): v for k, v in counts.items() if result_field(k)}
-        return cls(**named, by_component=dict(counts))
 
 
 class IncLockRefResult:

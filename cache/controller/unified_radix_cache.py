@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 
 from ..basics.base_component import FULL
+from ..basics.evict_fields import result_fields
 from ..observe.actions import BackupKV, ComponentAction, FreeDeviceKV
 from ..components import COMPONENT_REGISTRY
 from ..config.cache_config import CacheConfig
@@ -320,7 +321,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             finally:
                 component.evict_end()
         self._drain(batch)
-        return EvictResult.of(counts)
+        return EvictResult(**result_fields(counts), by_component=dict(counts))
 
     def _drain(self, batch) -> None:
         """Execute the batch's pending frees on the pools, component by component

@@ -36,7 +36,7 @@ from .node import TreeNode
 from .prefetch_placement import TreePrefetch
 from .session_lru import PartitionedLRUList
 from .session_refs import SessionRefTracker
-from .walk import walk_key
+from .walk import accepted, walk_key
 
 
 def _child_order(node: TreeNode):
@@ -229,11 +229,7 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
             for child in path:
                 walked += child.length
                 chunks.append(child.data[0].value)
-                ok = True
-                for validate in validators:  # every one sees every node: they keep state
-                    if not validate(child, child.length):
-                        ok = False
-                if ok:
+                if accepted(validators, child):
                     best, best_chunks = child, len(chunks)
             del chunks[best_chunks:]
         else:

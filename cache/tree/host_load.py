@@ -15,6 +15,7 @@ import torch
 
 from ..basics.base_component import FULL
 from ..observe.events import Cause, EventKind
+from .walk import accepted
 
 if TYPE_CHECKING:
     from ..basics.params import MatchResult
@@ -39,17 +40,9 @@ class TreeHostLoad:
             on_device = node.data[0].value is not None
             if on_device:
                 chunks.append(node.data[0].value)
-            ok = on_device
-            for check in device_checks:  # every one sees every node: they keep state
-                if not check(node, node.length):
-                    ok = False
-            if ok:
+            if accepted(device_checks, node) and on_device:
                 device, device_chunks = node, len(chunks)
-            ok = True
-            for check in host_checks:
-                if not check(node, node.length):
-                    ok = False
-            if ok:
+            if accepted(host_checks, node):
                 best = node
         host_hit = 0
         node = best
