@@ -4,3 +4,5 @@ part: the host tier treats Full itself, so the registry names no host part).
 """
 
 COMPONENT = ".component:FullComponent"
+EVICT_FIELD = "num_tokens"  # EvictParams' field for it (SGLang's name)
+IN_STORAGE = True  # the storage tier keeps its pages
