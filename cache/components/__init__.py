@@ -8,7 +8,8 @@ base_host.py: the config reads its host pool's size field and default), ``CHECKS
 never imports it) and ``FIELDS`` (a module of its [config] fields' defaults and rules,
 which the config checks a given value by before a cache is built). A part loads the
 first time it is asked for, so checking a config (a scenario file in the CLI) never
-imports torch.
+imports torch. Below its parts a folder may declare facts the workbench reads instead
+of naming components (``declared``, ``declaring``): docs/how-to/extend-the-cache.md.
 
 May import: ``basics``, ``observe``, ``pools``, ``tree``.
 """
@@ -84,6 +85,20 @@ class ComponentRegistry(Mapping):
         """The torch-free module of the component's [config] fields (``FIELDS``: field
         -> default; ``check(field, value, page_size)``), or None."""
         return self._part(name, "fields")
+
+    def declared(self, name: str, constant: str, default=None):
+        """A constant the component's folder declares (its ``__init__``, torch-free), or
+        ``default`` when it declares none. A component registered at run time has no
+        folder here: the module its class lives in declares its constants, if any."""
+        if name in self._built_in:
+            declaring = f".{name}"
+        else:
+            declaring = self.parts(name).component.partition(":")[0]
+        return getattr(importlib.import_module(declaring, package=__name__), constant, default)
+
+    def declaring(self, constant: str) -> tuple[str, ...]:
+        """The components whose folder declares ``constant`` true, in registry order."""
+        return tuple(name for name in self._parts if self.declared(name, constant))
 
     def register(self, name: str, component: type | str, checks: Optional[str] = None) -> None:
         """Add a component at run time: a class, or ``"package.module:Class"`` (imported
