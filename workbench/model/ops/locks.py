@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Hashable
 
-from .spec import NAME, Field, FuzzRule, OpSpec, declare
+from .spec import NAME, Field, FuzzRule, OpSpec, declare, windowed
 
 
 # ---- lock ---------------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ RELEASE_WINDOW = declare(OpSpec(
     fields=(Field("lock", NAME, required=True, uses="locks", positional=True),),
     needs=("swa",),
     run_sglang=sglang_release_window,
-    fuzz=(FuzzRule(7, lambda gen: 3 if gen.held and "swa" in gen.config.components else 0,
+    fuzz=(FuzzRule(7, lambda gen: 3 if gen.held and windowed(gen.config.components) else 0,
                    lambda gen: {"op": RELEASE_WINDOW.name, "lock": gen.rng.choice(gen.held)}),),
     records=("release_swa",), record=_recorded_release, record_before=_window_already_released,
 ))
