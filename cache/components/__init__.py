@@ -8,7 +8,8 @@ base_host.py: the config reads its host pool's size field and default), ``CHECKS
 never imports it) and ``FIELDS`` (a module of its [config] fields' defaults and rules,
 which the config checks a given value by before a cache is built). A part loads the
 first time it is asked for, so checking a config (a scenario file in the CLI) never
-imports torch.
+imports torch. Below its parts a folder may declare facts the workbench reads instead
+of naming components (``declared``, ``declaring``): docs/how-to/extend-the-cache.md.
 
 A folder also declares the facts the rooms outside it ask for instead of testing its
 name (each optional; read by ``declared`` and the helpers below it): ``EVICT_FIELD``
@@ -96,12 +97,18 @@ class ComponentRegistry(Mapping):
         return self._part(name, "fields")
 
     def declared(self, name: str, constant: str, default=None):
-        """A fact the component's folder declares (a constant of its torch-free
-        ``__init__``), or ``default``: none declared, or a component registered at
-        run time (it has no folder)."""
-        if name not in self._built_in:
-            return default
-        return getattr(importlib.import_module(f".{name}", package=__name__), constant, default)
+        """A constant the component's folder declares (its ``__init__``, torch-free), or
+        ``default`` when it declares none. A component registered at run time has no
+        folder here: the module its class lives in declares its constants, if any."""
+        if name in self._built_in:
+            declaring = f".{name}"
+        else:
+            declaring = self.parts(name).component.partition(":")[0]
+        return getattr(importlib.import_module(declaring, package=__name__), constant, default)
+
+    def declaring(self, constant: str) -> tuple[str, ...]:
+        """The components whose folder declares ``constant`` true, in registry order."""
+        return tuple(name for name in self._parts if self.declared(name, constant))
 
     def register(self, name: str, component: type | str, checks: Optional[str] = None) -> None:
         """Add a component at run time: a class, or ``"package.module:Class"`` (imported
