@@ -11,6 +11,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from .evict_fields import params_field, params_fields
 from .keys import RadixKey
 
 NodeId = int
@@ -87,15 +88,12 @@ class EvictParams:
     @classmethod
     def of(cls, amounts: dict[str, int]) -> EvictParams:
         """Units to evict per component name, into the named fields where there is one."""
-        named = {_EVICT_FIELDS[k]: v for k, v in amounts.items() if k in _EVICT_FIELDS}
-        return cls(**named, by_component={k: v for k, v in amounts.items() if k not in _EVICT_FIELDS})
+        return cls(**params_fields(amounts),
+                   by_component={k: v for k, v in amounts.items() if not params_field(k)})
 
     def request_for(self, component: str) -> int:
-        field = _EVICT_FIELDS.get(component)
+        field = params_field(component)
         return getattr(self, field) if field else self.by_component.get(component, 0)
-
-
-_EVICT_FIELDS = {"full": "num_tokens", "swa": "swa_num_tokens", "mamba": "mamba_num"}
 
 
 @dataclasses.dataclass

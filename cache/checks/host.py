@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..basics.base_component import FULL
 from ..basics.violation import Violation
 from ..tree.columns import NodeColumns
 from . import component_checks
@@ -45,7 +46,7 @@ def check_host_tier(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Viola
         out.append(Violation("host.counter", f"host tokens held {tree.host_held} != recomputed {held}"))
     used = host.kv.size - host.kv.available_size()
     backups = _backups(cache)
-    kept = backups.get("full", [])
+    kept = backups.get(FULL, [])
     held_by_backups = sum(int(b.shape[0]) for b in kept)
     fetching = _prefetch_rows(cache)
     if used != pages * ps + held_by_backups + fetching:
@@ -95,7 +96,7 @@ def _chain_broken(tree, node) -> bool:
             and parent.data[0].host_value is None)
 
 
-def _prefetch_rows(cache: UnifiedRadixCache, name: str = "full") -> int:
+def _prefetch_rows(cache: UnifiedRadixCache, name: str = FULL) -> int:
     """Host slots of ``name``'s pool the prefetches in flight took and the tree does not
     hold yet (KV for the hit, SWA's and Mamba's staging)."""
     storage = cache.host.storage
@@ -184,9 +185,8 @@ def _backups(cache: UnifiedRadixCache) -> dict[str, list]:
     for req in cache.retracted.values():
         saved = req.retraction_backup
         if saved is not None:
-            out.setdefault("full", []).append(saved.host_indices)
-            if saved.swa_host_indices is not None:
-                out.setdefault("swa", []).append(saved.swa_host_indices)
+            for name, slots in saved.host_parts():
+                out.setdefault(name, []).append(slots)
     return out
 
 
@@ -195,7 +195,7 @@ def probe_host_tier(cache: UnifiedRadixCache, nodes: list) -> bool:
     and each host pool's balance from the tree's counters. False: the sweep names it."""
     tree, host = cache.tree, cache.host
     backups = cache.backup_held() if cache.retracted else {}
-    if host.kv.size - host.kv.available_size() != tree.host_held + backups.get("full", 0) + _prefetch_rows(cache):
+    if host.kv.size - host.kv.available_size() != tree.host_held + backups.get(FULL, 0) + _prefetch_rows(cache):
         return False
     for component in tree.host_components:
         pool = host.aux[component.name]

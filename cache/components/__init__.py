@@ -8,7 +8,15 @@ base_host.py: the config reads its host pool's size field and default), ``CHECKS
 never imports it) and ``FIELDS`` (a module of its [config] fields' defaults and rules,
 which the config checks a given value by before a cache is built). A part loads the
 first time it is asked for, so checking a config (a scenario file in the CLI) never
-imports torch.
+imports torch. Below its parts a folder may declare facts the workbench reads instead
+of naming components (``declared``, ``declaring``): docs/how-to/extend-the-cache.md.
+
+A folder also declares the facts the rooms outside it ask for instead of testing its
+name (each optional; read by ``declared`` and the helpers below it): ``EVICT_FIELD``
+(the EvictParams field its eviction count goes to; EvictResult's is it plus
+``_evicted``), ``CALLS`` (the cache calls that need it, SGLang's names), ``POOL_BOUND``
+(the most units its pools' size fields may give), ``TURNS_OFF`` (the config options the
+cache ignores when it is a component) and ``IN_STORAGE`` (the storage tier keeps its data).
 
 May import: ``basics``, ``observe``, ``pools``, ``tree``.
 """
@@ -20,6 +28,9 @@ import importlib
 from collections.abc import Iterator, Mapping
 from types import ModuleType
 from typing import Optional
+
+from ..basics import evict_fields
+from ..basics.limits import HOST_FACTOR, MAX_POOL
 
 _BUILT_IN = ("full", "swa", "mamba", "sidecar")  # each a folder of this package, in this order
 
@@ -85,6 +96,20 @@ class ComponentRegistry(Mapping):
         -> default; ``check(field, value, page_size)``), or None."""
         return self._part(name, "fields")
 
+    def declared(self, name: str, constant: str, default=None):
+        """A constant the component's folder declares (its ``__init__``, torch-free), or
+        ``default`` when it declares none. A component registered at run time has no
+        folder here: the module its class lives in declares its constants, if any."""
+        if name in self._built_in:
+            declaring = f".{name}"
+        else:
+            declaring = self.parts(name).component.partition(":")[0]
+        return getattr(importlib.import_module(declaring, package=__name__), constant, default)
+
+    def declaring(self, constant: str) -> tuple[str, ...]:
+        """The components whose folder declares ``constant`` true, in registry order."""
+        return tuple(name for name in self._parts if self.declared(name, constant))
+
     def register(self, name: str, component: type | str, checks: Optional[str] = None) -> None:
         """Add a component at run time: a class, or ``"package.module:Class"`` (imported
         on first lookup). Its ``name`` must be the registry name. ``checks``: the module
@@ -109,6 +134,30 @@ class ComponentRegistry(Mapping):
         for key in [key for key in self._loaded if key[0] == name]:
             del self._loaded[key]
 
+    def evict_fields(self) -> dict[str, str]:
+        """Component -> the EvictParams field its count goes to, where its folder names one."""
+        return {name: field for name in self if (field := self.declared(name, "EVICT_FIELD")) is not None}
+
+    def offering(self, call: str) -> Optional[str]:
+        """The component the cache call ``call`` needs (its folder's ``CALLS``), or None."""
+        return next((name for name in self if call in self.declared(name, "CALLS", ())), None)
+
+    def size_bound(self, field: str) -> int:
+        """The most units a size field may give: its component's ``POOL_BOUND`` (the
+        field names it: ``<name>_size``, ``host_<name>_size``) or any pool's bound; a
+        host pool's (``host_...``) is ``HOST_FACTOR`` times it."""
+        words = field.split("_")
+        bound = next((b for name in self if name in words and (b := self.declared(name, "POOL_BOUND"))), MAX_POOL)
+        return bound * HOST_FACTOR if field.startswith("host_") else bound
+
+    def turned_off(self, components) -> frozenset[str]:
+        """The config options the cache ignores with these components (their ``TURNS_OFF``)."""
+        return frozenset(option for name in components for option in self.declared(name, "TURNS_OFF", ()))
+
+    def stored_components(self) -> tuple[str, ...]:
+        """The components whose data the storage tier keeps (their folders' ``IN_STORAGE``)."""
+        return tuple(name for name in self if self.declared(name, "IN_STORAGE", False))
+
     def __contains__(self, name: object) -> bool:
         return name in self._parts
 
@@ -128,6 +177,7 @@ def _load(path: str):
 
 
 COMPONENT_REGISTRY = ComponentRegistry(_BUILT_IN)
+evict_fields.declare(COMPONENT_REGISTRY.evict_fields())
 _CLASSES = {"FullComponent": "full", "SWAComponent": "swa", "MambaComponent": "mamba"}
 
 

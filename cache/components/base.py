@@ -55,6 +55,8 @@ class TreeComponent:
     has_window_lock = False  # a lock part release_window lets go early (SWA's window)
     sets_checkpoints = False  # caching stops at this component's own boundaries (Mamba states)
     prompt_split_ok = True  # a finished request's leaf may be split at its prompt's end
+    keeps_retraction_window = False  # a retraction backup keeps its trailing window (SWA)
+    refuses_retraction_backup = False  # SGLang backs up no retracted request holding it (Mamba)
     # What a session's frontier node holds with the session radix cache on (session_refs.py):
     # "path" (Full), "window" (SWA), or "node", the default: that node only, as Mamba's state.
     session_coverage = "node"
@@ -418,14 +420,19 @@ class AnchorLockMixin:
     """A lock on one node only, the match's anchor (Mamba's state, a per-stride entry):
     unlike Full's path lock no ancestor is touched, and the root is never locked."""
 
-    def acquire_lock(self, node: TreeNode, receipt) -> None:
-        if node is self.tree.root:
-            return
+    def _step_lock(self, node: TreeNode, step: int, kind: EventKind) -> int:
+        """Move ``node``'s lock_ref by ``step`` (1 or -1); its value changes side as the
+        count leaves or reaches 0. Returns the new count."""
         cd = node.data[self.index]
-        if cd.lock_ref == 0 and cd.value is not None:
-            self._move_to_protected(node)
-        cd.lock_ref += 1
-        self._emit(EventKind.LOCK, node, Cause.REQUEST, self.value_len(node), f"lock_ref={cd.lock_ref}")
+        if cd.lock_ref == (0 if step > 0 else 1) and cd.value is not None:
+            (self._move_to_protected if step > 0 else self._move_to_evictable)(node)
+        cd.lock_ref += step
+        self._emit(kind, node, Cause.REQUEST, self.value_len(node), f"lock_ref={cd.lock_ref}")
+        return cd.lock_ref
+
+    def acquire_lock(self, node: TreeNode, receipt) -> None:
+        if node is not self.tree.root:
+            self._step_lock(node, 1, EventKind.LOCK)
 
     def locked_nodes(self, node: TreeNode, receipt) -> list:
         return [] if node is self.tree.root else [node]
@@ -436,12 +443,5 @@ class AnchorLockMixin:
         return None
 
     def release_lock(self, node: TreeNode, receipt) -> None:
-        if node is self.tree.root:
-            return
-        cd = node.data[self.index]
-        if cd.lock_ref == 1 and cd.value is not None:
-            self._move_to_evictable(node)
-        cd.lock_ref -= 1
-        self._emit(EventKind.UNLOCK, node, Cause.REQUEST, self.value_len(node), f"lock_ref={cd.lock_ref}")
-        if cd.lock_ref == 0:
+        if node is not self.tree.root and self._step_lock(node, -1, EventKind.UNLOCK) == 0:
             self.tree.update_leaf_state(node)

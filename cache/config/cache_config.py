@@ -6,12 +6,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from ..basics.limits import size_bound
+from ..basics.base_component import FULL
 
 
 @dataclasses.dataclass(frozen=True)
 class CacheConfig:
-    components: tuple[str, ...] = ("full",)
+    components: tuple[str, ...] = (FULL,)
     page_size: int = 1
     kv_size: int = 1024  # Full KV pool, tokens
     sliding_window: Optional[int] = None  # required with "swa"
@@ -48,7 +48,7 @@ class CacheConfig:
 
         comps = tuple(self.components)
         object.__setattr__(self, "components", comps)
-        if not comps or comps[0] != "full":
+        if not comps or comps[0] != FULL:
             raise ValueError(f"components must start with 'full' (got {list(comps)})")
         unknown = [c for c in comps if c not in COMPONENT_REGISTRY]
         if unknown:
@@ -61,8 +61,9 @@ class CacheConfig:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int (got {value!r})")
-            if value > size_bound(name):
-                raise ValueError(f"{name} {value} is larger than this workbench supports ({size_bound(name):,}: "
+            if value > COMPONENT_REGISTRY.size_bound(name):
+                raise ValueError(f"{name} {value} is larger than this workbench supports "
+                                 f"({COMPONENT_REGISTRY.size_bound(name):,}: "
                                  "its pools are allocated whole)")
         if not isinstance(self.session_radix_cache, bool):
             raise ValueError(f"session_radix_cache must be true or false (got {self.session_radix_cache!r})")
@@ -111,9 +112,11 @@ class CacheConfig:
 
     @property
     def bigram_keys(self) -> bool:
-        """Whether the tree keys bigrams: is_eagle, except with Mamba (v0.5.23's tree
-        core: ``is_eagle and MAMBA not in components``)."""
-        return self.is_eagle and "mamba" not in self.components
+        """Whether the tree keys bigrams: is_eagle, except with a component that turns
+        it off (Mamba; v0.5.23's tree core: ``is_eagle and MAMBA not in components``)."""
+        from ..components import COMPONENT_REGISTRY
+
+        return self.is_eagle and "is_eagle" not in COMPONENT_REGISTRY.turned_off(self.components)
 
     @property
     def swa_pool_size(self) -> int:

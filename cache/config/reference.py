@@ -13,7 +13,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from ..basics.limits import MAX_POOL, MAX_STATES, size_bound
+from ..basics.base_component import FULL
+from ..basics.limits import MAX_POOL, MAX_STATES
+from ..components import COMPONENT_REGISTRY
 from ..tree.leaf_policies import POLICIES
 
 REQUIRED = object()  # a field with no default
@@ -59,10 +61,11 @@ OPTIONS: tuple[ConfigOption, ...] = (
     _opt("hicache.write_policy", "write_through", '`"write_through"`', "`--hicache-write-policy`",
          "`write_through`, `write_through_selective` (backed up on the second hit) or `write_back` (on eviction)"),
     _opt("hicache.host_kv_size", None, "twice `kv_size` plus a page", "`--hicache-ratio` / `--hicache-size`",
-         f"Full KV's host pool, in tokens (at most {size_bound('host_kv_size'):,})"),
+         f"Full KV's host pool, in tokens (at most {COMPONENT_REGISTRY.size_bound('host_kv_size'):,})"),
     _opt("hicache.host_<component>_size", None, "its host part's", "`--hicache-ratio`",
          f"each other component's host pool (`host_swa_size`, `host_mamba_size`, …; at most "
-         f"{size_bound('host_swa_size'):,}, `host_mamba_size` {size_bound('host_mamba_size'):,})"),
+         f"{COMPONENT_REGISTRY.size_bound('host_swa_size'):,}, `host_mamba_size` "
+         f"{COMPONENT_REGISTRY.size_bound('host_mamba_size'):,})"),
     _opt("hicache.load_back_threshold", 10, "10", "`--hicache-load-back-threshold`",
          "a match whose host part is shorter is not loaded back"),
     _opt("hicache.transfers", "immediate", '`"immediate"`', "this workbench", "`immediate` completes each copy in its "
@@ -130,7 +133,7 @@ def did_you_mean(name: str, names=FIELD_NAMES) -> str:
 def inert(name: str, components) -> bool:
     """An option the cache ignores with these components (``is_eagle`` with Mamba, see
     ``CacheConfig.bigram_keys``): the config line leaves it out, as the cache runs without it."""
-    return name == "is_eagle" and "mamba" in components
+    return name in COMPONENT_REGISTRY.turned_off(c for c in components if c in COMPONENT_REGISTRY)
 
 
 def component_options() -> tuple[ConfigOption, ...]:
@@ -169,7 +172,7 @@ def config_line(config: Mapping[str, Any]) -> str:
     """One line naming the cache a scenario builds: its components, page, window and
     every model option it sets away from the default ("full+swa · page 4 · window 4 ·
     eviction_policy=lfu")."""
-    parts = ["+".join(config.get("components", ("full",))), f"page {config.get('page_size', 1)}"]
+    parts = ["+".join(config.get("components", (FULL,))), f"page {config.get('page_size', 1)}"]
     if config.get("sliding_window") is not None:
         parts.append(f"window {config['sliding_window']}")
     for option in OPTIONS:
@@ -188,5 +191,5 @@ def config_line(config: Mapping[str, Any]) -> str:
                 parts.append(f"{option.name}={_shown(value)}")
     components = config.get("components", ())  # fields a component documents itself, as given
     parts += [f"{name}={_shown(value)}" for name, value in config.items()
-              if name not in BY_NAME and any(name.startswith(f"{c}_") for c in components if c != "full")]
+              if name not in BY_NAME and any(name.startswith(f"{c}_") for c in components if c != FULL)]
     return " · ".join(parts)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Optional
 
+from ..basics.base_component import FULL
 from ..basics.keys import TOKEN_BYTES, namespace_parts
 from ..observe.views import (VALUE_END, CacheSnapshot, ComponentRecord, ComponentView, GlobalRecord, NodeRecord,
                              NodeView, PoolView, RequestView, SessionsView, SessionView, SlotView, StorageView,
@@ -135,7 +136,7 @@ def take_snapshot(cache) -> CacheSnapshot:
     ranks: dict[str, dict[int, int]] = {}
     lru: dict[str, tuple[int, ...]] = {}
     by_time = sorted((n for n in order if n is not root), key=lambda n: (-n.last_access_time, n.id))
-    lru["full"] = tuple(n.id for n in by_time)
+    lru[FULL] = tuple(n.id for n in by_time)
     for component in cache.components[1:]:
         if component.uses_lru:
             lru[component.name] = tuple(n.id for n in tree.lru[component.name])
@@ -249,8 +250,8 @@ def pool_views(cache) -> dict[str, PoolView]:
     pool = cache.kv_pool
     held = own_slots(cache.kv_holders())  # on the host: numpy views on the CPU
     views = {
-        "full": PoolView(
-            "full",
+        FULL: PoolView(
+            FULL,
             pool.size,
             pool.available_size(),
             cache.tree.evictable[0],

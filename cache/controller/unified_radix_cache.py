@@ -15,6 +15,8 @@ from typing import Optional
 
 import torch
 
+from ..basics.base_component import FULL
+from ..basics.evict_fields import result_fields
 from ..observe.actions import BackupKV, ComponentAction, FreeDeviceKV
 from ..components import COMPONENT_REGISTRY
 from ..config.cache_config import CacheConfig
@@ -56,7 +58,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self.bigram_keys = cfg.bigram_keys  # EAGLE's token-pair keys (CacheConfig.is_eagle)
         self.events = EventBus()
         self.metrics = CacheMetrics()  # hits, misses, evictions and tier traffic (metrics.py)
-        self.kv_pool = PagedAllocator(cfg.kv_size, cfg.page_size, self.device, "full")
+        self.kv_pool = PagedAllocator(cfg.kv_size, cfg.page_size, self.device, FULL)
         self.kv_buffer = KVFingerprintBuffer(cfg.kv_size, self.device)
         self.components = [COMPONENT_REGISTRY[name](self, i) for i, name in enumerate(cfg.components)]
         self.by_name = {c.name: c for c in self.components}
@@ -152,7 +154,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
                 component.peer_free(indices, cause, node)
         freed = self.kv_pool.free(indices, trusted)
         if self.events.enabled and freed:
-            self.events.emit(EventKind.FREE, "full", node, cause, int(indices.shape[0]), "pool=full")
+            self.events.emit(EventKind.FREE, FULL, node, cause, int(indices.shape[0]), "pool=full")
         return freed
 
     def alloc_kv(self, num_tokens: int, evict: Optional[bool] = None) -> torch.Tensor:
@@ -176,14 +178,14 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
                 self.free_kv([slots])
                 raise
             if bus.enabled and num_tokens:
-                bus.emit(EventKind.ALLOC, "full", None, Cause.REQUEST, num_tokens, "pool=full")
+                bus.emit(EventKind.ALLOC, FULL, None, Cause.REQUEST, num_tokens, "pool=full")
             return slots
 
     def shortfalls(self, num_tokens: int, states: int = 0) -> dict[str, int]:
         """Slots each pool lacks for ``num_tokens`` Full slots (and their peers') plus
         ``states`` slots of each pool that gives requests their own (Mamba's states)."""
         pool = self.kv_pool
-        shorts = {"full": pool.pages_for(num_tokens) * self.page_size - pool.available_size()}
+        shorts = {FULL: pool.pages_for(num_tokens) * self.page_size - pool.available_size()}
         for component in self.hooks.kv_peers:
             shorts[component.name] = component.peer_shortfall(num_tokens)
         if states:
@@ -216,22 +218,24 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
                     f"{name} pool exhausted: {short} more slot(s) needed, {self.available_size(name)} free"
                     + (f", {reclaimable} evictable" if evict else " (auto_evict is off)"), pool=name)
 
-    # SGLang's names for two components' own pool calls, kept as the cache API
+    # SGLang's names for two components' own pool calls, kept as the cache API; each
+    # needs the component whose folder lists it (``CALLS``)
     def alloc_mamba_state(self, tokens: list[int]) -> torch.Tensor:
         """A fresh state slot holding the state after ``tokens`` (for a direct insert)."""
-        mamba = self._needs("mamba", "alloc_mamba_state")
+        mamba = self._needs("alloc_mamba_state")
         slot = mamba.alloc_slot()
         mamba.pool.write(slot, int(prefix_hashes(tokens)[-1]) if len(tokens) else -1)  # hashed on the host
         return slot
 
     def free_mamba_state(self, slot: torch.Tensor) -> None:
-        self._needs("mamba", "free_mamba_state").pool.free(slot)
+        self._needs("free_mamba_state").pool.free(slot)
 
     def free_swa(self, full_slots: torch.Tensor) -> None:
         """Free only the SWA side of these Full slots (a request's out-of-window KV)."""
-        self._needs("swa", "free_swa").peer_free(full_slots, Cause.WINDOW, None)
+        self._needs("free_swa").peer_free(full_slots, Cause.WINDOW, None)
 
-    def _needs(self, name: str, call: str):
+    def _needs(self, call: str):
+        name = COMPONENT_REGISTRY.offering(call)
         component = self.by_name.get(name)
         if component is None:
             raise CacheError(f"{call} needs the {name} component")
@@ -293,7 +297,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             request = params.request_for(name)
             if request == 0:
                 continue
-            to_target = targets is not None and name == "full"
+            to_target = targets is not None and name == FULL
             if (targets is not None and reached(name)) or (not to_target and counts[name] >= request):
                 continue
             # an allocation-driven Full walk runs until the pool reaches its target
@@ -317,7 +321,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             finally:
                 component.evict_end()
         self._drain(batch)
-        return EvictResult(counts["full"], counts.get("swa", 0), counts.get("mamba", 0), dict(counts))
+        return EvictResult(**result_fields(counts), by_component=dict(counts))
 
     def _drain(self, batch) -> None:
         """Execute the batch's pending frees on the pools, component by component
@@ -358,15 +362,15 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self._drain(batch)
 
     # ---- sizes ------------------------------------------------------------------
-    def available_size(self, component: str = "full") -> int:
-        if component == "full":
+    def available_size(self, component: str = FULL) -> int:
+        if component == FULL:
             return self.kv_pool.available_size()
         return self.by_name[component].available_size()
 
-    def evictable_size(self, component: str = "full") -> int:
+    def evictable_size(self, component: str = FULL) -> int:
         return self.tree.evictable_size(component)
 
-    def protected_size(self, component: str = "full") -> int:
+    def protected_size(self, component: str = FULL) -> int:
         return self.tree.protected_size(component)
 
     def full_evictable_size(self) -> int:
@@ -375,8 +379,8 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
     def full_protected_size(self) -> int:
         return self.tree.protected[0]
 
-    def total_size(self, component: str = "full") -> int:
-        if component == "full":
+    def total_size(self, component: str = FULL) -> int:
+        if component == FULL:
             return self.kv_pool.size
         return self.by_name[component].pool_size()
 

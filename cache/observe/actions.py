@@ -17,6 +17,7 @@ from typing import ClassVar, Optional
 
 import torch
 
+from ..basics.base_component import FULL
 from .events import Cause
 
 
@@ -32,7 +33,7 @@ class FreeDeviceKV:
     node: Optional[int] = None
     cause: Cause = Cause.DUPLICATE
     deferrable: ClassVar[bool] = True
-    component: ClassVar[str] = "full"
+    component: ClassVar[str] = FULL
     full_only: ClassVar[bool] = False  # leave the peers' (SWA's) slots alone
 
     @property
@@ -52,7 +53,7 @@ class BackupKV:
     node: Optional[int] = None
     cause: Cause = Cause.REQUEST
     deferrable: ClassVar[bool] = False  # a barrier, as in v0.5.23: copied before the insert commits
-    component: ClassVar[str] = "full"
+    component: ClassVar[str] = FULL
 
     @property
     def tokens(self) -> int:
@@ -92,40 +93,4 @@ class ComponentAction:
         raise NotImplementedError
 
 
-@dataclasses.dataclass(frozen=True, slots=True, eq=False)
-class RebuildSWA(ComponentAction):
-    """Give ``node`` SWA data: the SWA slots its Full slots ``source`` map to."""
-
-    node: int
-    source: torch.Tensor
-    component: ClassVar[str] = "swa"
-    cause: ClassVar[Cause] = Cause.WINDOW
-
-    @property
-    def tokens(self) -> int:
-        return int(self.source.shape[0])
-
-    def describe(self) -> str:
-        return f"RebuildSWA: the node takes the SWA slots of its {self.tokens} Full slot(s)"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, eq=False)
-class RecoverLockedSWA(ComponentAction):
-    """Recover a tombstone whose Full KV is locked: ``kept`` (the node's Full slots)
-    takes over the SWA slots of ``incoming``, whose Full side is then freed."""
-
-    node: int
-    kept: torch.Tensor
-    incoming: torch.Tensor
-    component: ClassVar[str] = "swa"
-    cause: ClassVar[Cause] = Cause.WINDOW
-
-    @property
-    def tokens(self) -> int:
-        return int(self.incoming.shape[0])
-
-    def describe(self) -> str:
-        return f"RecoverLockedSWA: the node keeps its locked Full slots and takes {self.tokens} incoming SWA slot(s)"
-
-
-Action = FreeDeviceKV | RebuildSWA | RecoverLockedSWA  # FreeDeviceKVFullOnly is a FreeDeviceKV
+Action = FreeDeviceKV | ComponentAction  # FreeDeviceKVFullOnly is a FreeDeviceKV

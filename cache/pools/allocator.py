@@ -16,12 +16,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..basics.base_component import FULL
 from ..basics.errors import DoubleFreeError, ForeignIndexError, PoolError, PoolExhaustedError
 from ..basics.numpy_views import gather, host_ints
 
 
 class PagedAllocator:
-    def __init__(self, size: int, page_size: int, device: torch.device, name: str = "full") -> None:
+    def __init__(self, size: int, page_size: int, device: torch.device, name: str = FULL) -> None:
         if size <= 0 or page_size <= 0 or size % page_size:
             raise ValueError(f"{name} pool size {size} must be a positive multiple of page_size {page_size}")
         self.name = name

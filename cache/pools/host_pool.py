@@ -85,9 +85,9 @@ class HostKVPool:
 class HostMambaPool(MambaStatePool):
     """Mamba states in host memory, one slot each, copied whole to and from the device pool."""
 
-    def __init__(self, size: int) -> None:
-        super().__init__(size, HOST)
-        self.allocator.name = "mamba_host"
+    def __init__(self, size: int, name: str) -> None:
+        super().__init__(size, HOST, name)
+        self.allocator.name = f"{name}_host"
         self.conv, self.ssm = _pinned(self.conv), _pinned(self.ssm)
         self.fingerprint = _pinned(self.fingerprint)
 

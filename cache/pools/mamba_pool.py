@@ -18,8 +18,8 @@ SSM_SHAPE = (2, 8, 8)
 
 
 class MambaStatePool(FingerprintedSlotPool):
-    def __init__(self, size: int, device: torch.device) -> None:
-        super().__init__(size, device, "mamba")
+    def __init__(self, size: int, device: torch.device, name: str) -> None:
+        super().__init__(size, device, name)  # named by its component
         self.conv = torch.zeros((size, *CONV_SHAPE), dtype=torch.float32, device=device)
         self.ssm = torch.zeros((size, *SSM_SHAPE), dtype=torch.float32, device=device)
 

@@ -23,8 +23,8 @@ UNMAPPED = -1
 
 
 class SWAPool:
-    def __init__(self, size: int, full_size: int, page_size: int, device: torch.device) -> None:
-        self.allocator = PagedAllocator(size, page_size, device, "swa")
+    def __init__(self, size: int, full_size: int, page_size: int, device: torch.device, name: str) -> None:
+        self.allocator = PagedAllocator(size, page_size, device, name)  # named by its component
         self.buffer = KVFingerprintBuffer(size, device)
         self.full_size = full_size
         self.device = device

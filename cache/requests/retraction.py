@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
+from ..basics.base_component import FULL
 from ..basics.errors import CacheError
 from ..observe.events import Cause, EventKind
 from ..basics.keys import ceil_align
@@ -41,19 +42,26 @@ else:
 @dataclasses.dataclass
 class RetractionBackup:
     """A retracted request's KV on the host (SGLang's ``RetractionBackup``): the row's
-    Full KV page-padded, and the SWA window (positions ``[swa_start, length)``)."""
+    Full KV page-padded, and the window (positions ``[swa_start, length)``) of the
+    component that keeps one (``keeps_retraction_window``: SWA), in that component's
+    host pool."""
 
     length: int  # tokens backed up: the row's length at retraction
     host_indices: torch.Tensor  # Full host slots, page-padded
     swa_start: int = 0
-    swa_host_indices: Optional[torch.Tensor] = None  # SWA host slots, page-padded
+    swa_host_indices: Optional[torch.Tensor] = None  # the window's host slots, page-padded
+    window_component: Optional[str] = None  # whose host pool holds them
+
+    def host_parts(self) -> list[tuple[str, torch.Tensor]]:
+        """(host pool, its slots) for each part it holds."""
+        out = [(FULL, self.host_indices)]
+        if self.swa_host_indices is not None:
+            out.append((self.window_component, self.swa_host_indices))
+        return out
 
     def host_slots(self) -> dict[str, int]:
         """Host slots it holds, per host pool."""
-        out = {"full": int(self.host_indices.shape[0])}
-        if self.swa_host_indices is not None:
-            out["swa"] = int(self.swa_host_indices.shape[0])
-        return out
+        return {name: int(slots.shape[0]) for name, slots in self.host_parts()}
 
 
 class RequestRetraction(_Flows):
@@ -80,7 +88,7 @@ class RequestRetraction(_Flows):
             saved = self._backup_kv_cache(req, window) if backup else None
             self.release_kv_cache(req, checkpoint=False)
             # evict_from_tree_cache: each KV pool's own shortfall below ``evict`` (SWA's too)
-            shorts = {"full": max(0, evict - self.kv_pool.available_size())}
+            shorts = {FULL: max(0, evict - self.kv_pool.available_size())}
             for component in self.hooks.kv_peers:
                 shorts[component.name] = max(0, evict - component.available_size())
             if any(shorts.values()):
@@ -93,16 +101,21 @@ class RequestRetraction(_Flows):
             return True
 
     def _check_backup_possible(self, call: str) -> None:
-        """SGLang's supports_retraction_backup: a host tier, and no Mamba."""
+        """SGLang's supports_retraction_backup: a host tier, and no component that
+        refuses a backup (Mamba)."""
         if self.host is None:
             raise CacheError(f"{call}: a backup needs the host tier (config hicache)")
-        if "mamba" in self.by_name:
+        if any(c.refuses_retraction_backup for c in self.components):
             raise CacheError(f"{call}: SGLang 0.5.23 backs up no request with Mamba state (supports_retraction_backup)")
+
+    def _window_keeper(self):
+        """The component whose trailing window a backup keeps (SWA), or None."""
+        return next((c for c in self.components if c.keeps_retraction_window), None)
 
     def _backup_window(self, req: Req) -> Optional[tuple[int, torch.Tensor]]:
         """The SWA window's start and its SWA slots (None without SWA); refused when a
         window position has no SWA slot (SGLang asserts the same)."""
-        swa = self.by_name.get("swa")
+        swa = self._window_keeper()
         if swa is None:
             return None
         n, ps = req.kv_len, self.page_size
@@ -118,23 +131,24 @@ class RequestRetraction(_Flows):
         whole need from host copies once when short; the copy; None when it cannot fit."""
         host: HostTier = self.host
         device = _padded(req.kv_indices, self.page_size)
-        full_host = self._take_retraction_slots(host, "full", int(device.shape[0]))
+        full_host = self._take_retraction_slots(host, FULL, int(device.shape[0]))
         if full_host is None:
             return None
         saved = RetractionBackup(req.kv_len, full_host)
         if window is not None:
             start, swa_slots = window
+            swa = self._window_keeper()
             swa_device = _padded(swa_slots, self.page_size)
-            swa_host = self._take_retraction_slots(host, "swa", int(swa_device.shape[0]))
+            swa_host = self._take_retraction_slots(host, swa.name, int(swa_device.shape[0]))
             if swa_host is None:
                 host.kv.free(full_host)
-                self._emit_host(EventKind.FREE, "full", int(full_host.shape[0]), f"{req.rid}: backup refused")
+                self._emit_host(EventKind.FREE, FULL, int(full_host.shape[0]), f"{req.rid}: backup refused")
                 return None
-            host.aux["swa"].copy_in(self.by_name["swa"].device_store, swa_device, swa_host)
-            saved.swa_start, saved.swa_host_indices = start, swa_host
+            host.aux[swa.name].copy_in(swa.device_store, swa_device, swa_host)
+            saved.swa_start, saved.swa_host_indices, saved.window_component = start, swa_host, swa.name
         host.kv.copy_in(self.kv_buffer, device, full_host)
         if self.events.enabled:
-            self.events.emit(EventKind.BACKUP, "full", None, Cause.RETRACT, req.kv_len,
+            self.events.emit(EventKind.BACKUP, FULL, None, Cause.RETRACT, req.kv_len,
                              f"{req.rid}: row backed up (device -> host)")
         return saved
 
@@ -179,16 +193,16 @@ class RequestRetraction(_Flows):
             host: HostTier = self.host
             device = _padded(slots, self.page_size)
             host.kv.load(self.kv_buffer, saved.host_indices, device)
-            swa = self.by_name.get("swa")
+            swa = self._window_keeper()
             if swa is not None and saved.swa_host_indices is not None:
                 start = saved.swa_start
                 # below the window SGLang leaves whatever the fresh slots held (nothing
                 # reads it); ours writes it so every SWA slot verifies
                 self.write_kv_peers(slots[:start], req.fill_ids[:start])
                 swa_device = _padded(swa.pool.translate(slots[start:]), self.page_size)
-                host.aux["swa"].load(swa.device_store, saved.swa_host_indices, swa_device)
+                host.aux[swa.name].load(swa.device_store, saved.swa_host_indices, swa_device)
             if self.events.enabled:
-                self.events.emit(EventKind.LOAD, "full", None, Cause.RETRACT, n, f"{req.rid}: row restored (host -> device)")
+                self.events.emit(EventKind.LOAD, FULL, None, Cause.RETRACT, n, f"{req.rid}: row restored (host -> device)")
             self._discard_backup(req)
             req.kv_indices = slots
             req.released = False
@@ -216,10 +230,9 @@ class RequestRetraction(_Flows):
         if saved is None:
             return
         host: HostTier = self.host
-        for name, slots in (("full", saved.host_indices), ("swa", saved.swa_host_indices)):
-            if slots is not None:
-                host.pool(name).free(slots)
-                self._emit_host(EventKind.FREE, name, int(slots.shape[0]), f"{req.rid}: backup freed")
+        for name, slots in saved.host_parts():
+            host.pool(name).free(slots)
+            self._emit_host(EventKind.FREE, name, int(slots.shape[0]), f"{req.rid}: backup freed")
         req.retraction_backup = None
 
     # ---- abort ------------------------------------------------------------------------

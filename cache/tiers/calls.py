@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+from ..basics.base_component import FULL
 from ..basics.errors import CacheError
 from ..basics.keys import as_key
 from .host import HostTier, LoadBackResult
@@ -29,18 +30,18 @@ class HostCalls:
         with self.events.op("load_back"):
             return self.require_host("load_back").load_back(as_key(key), mem_quota)
 
-    def evict_host(self, num: int, component: str = "full") -> int:
+    def evict_host(self, num: int, component: str = FULL) -> int:
         """Free ``num`` host units of ``component`` (Full: tokens, write-back's
         redundant copies first, then host-only leaves, least recent first; Mamba:
         states, oldest host-only first)."""
         with self.events.op("evict_host"):
             return self.require_host("evict_host").evict_host(num, component)
 
-    def host_available_size(self, component: str = "full") -> int:
+    def host_available_size(self, component: str = FULL) -> int:
         host = self.require_host("host_available_size")
-        if component != "full" and component not in host.aux:
+        if component != FULL and component not in host.aux:
             raise CacheError(f"host_available_size: no host pool for {component!r} (host tier components: "
-                             f"{', '.join(['full', *host.aux])})")
+                             f"{', '.join([FULL, *host.aux])})")
         return host.available_size(component)
 
     def check_hicache_events(self) -> int:

@@ -9,7 +9,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional, Protocol
 
-from ..basics.limits import size_bound
+from ..basics.base_component import FULL
+from ..components import COMPONENT_REGISTRY
 from ..components.base_host import hicache_ratio_size
 from ..components.cache_view import ConfigView
 
@@ -33,15 +34,13 @@ class CacheShape(ConfigView, Protocol):
 def host_components(components: Optional[Iterable[str]] = None) -> tuple[str, ...]:
     """Of ``components`` (default: every registered one), in their order: Full and
     those with a host part, i.e. the ones a host tier keeps copies of. Torch-free."""
-    from ..components import COMPONENT_REGISTRY
-
     names = COMPONENT_REGISTRY if components is None else components
-    return ("full", *(c for c in names if c != "full" and COMPONENT_REGISTRY.host_part(c) is not None))
+    return (FULL, *(c for c in names if c != FULL and COMPONENT_REGISTRY.host_part(c) is not None))
 
 
 def host_size_field(component: str) -> str:
     """The hicache field sizing a component's host pool."""
-    return "host_kv_size" if component == "full" else f"host_{component}_size"
+    return "host_kv_size" if component == FULL else f"host_{component}_size"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +96,7 @@ class HiCacheConfig:
             raise ValueError(f"hicache transfers must be one of {', '.join(TRANSFER_MODES)} (got {config.transfers!r})")
         sizes = {}
         for field, name in sized.items():
-            part = None if name == "full" else COMPONENT_REGISTRY.host_part(name)
+            part = None if name == FULL else COMPONENT_REGISTRY.host_part(name)
             page = cache.page_size if part is None or part.host_paged else None
             default = hicache_ratio_size(cache.kv_size, page) if part is None else part.default_host_size(cache)
             sizes[name] = _host_size(field, default if fields.get(field) is None else fields[field], page)
@@ -105,10 +104,9 @@ class HiCacheConfig:
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
             raise ValueError(f"hicache load_back_threshold must be a non-negative int (got {threshold!r})")
         storage = None if config.storage is None else StorageConfig.of(config.storage, cache)
-        return dataclasses.replace(config, host_kv_size=sizes.pop("full"), host_sizes=sizes, storage=storage)
+        return dataclasses.replace(config, host_kv_size=sizes.pop(FULL), host_sizes=sizes, storage=storage)
 
 
-STORED_COMPONENTS = ("full", "swa", "mamba")  # what the storage tier keeps (staging.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,9 +144,10 @@ class StorageConfig:
         unknown = [key for key in fields if key not in STORAGE_FIELDS]
         if unknown:
             raise ValueError(f"unknown hicache storage field {unknown[0]!r}; known: {', '.join(STORAGE_FIELDS)}")
-        others = [c for c in cache.components if c not in STORED_COMPONENTS]
+        stored = COMPONENT_REGISTRY.stored_components()  # what the storage tier keeps (staging.py)
+        others = [c for c in cache.components if c not in stored]
         if others:
-            raise ValueError(f"hicache storage stores {', '.join(STORED_COMPONENTS)} so far: storing "
+            raise ValueError(f"hicache storage stores {', '.join(stored)} so far: storing "
                              f"{', '.join(others)} is not supported yet")
         if cache.is_eagle:
             raise ValueError("hicache storage does not store EAGLE bigram keys yet (is_eagle = true)")
@@ -196,7 +195,8 @@ def _host_size(field: str, size, page: Optional[int]) -> int:
     if isinstance(size, bool) or not isinstance(size, int) or size <= 0 or size % (page or 1):
         what = "a positive int" if page is None else f"a positive multiple of page_size {page}"
         raise ValueError(f"hicache {field} must be {what} (got {size!r})")
-    if size > size_bound(field):
-        raise ValueError(f"hicache {field} {size} is larger than this workbench supports ({size_bound(field):,}: "
+    if size > COMPONENT_REGISTRY.size_bound(field):
+        raise ValueError(f"hicache {field} {size} is larger than this workbench supports "
+                         f"({COMPONENT_REGISTRY.size_bound(field):,}: "
                          "its pools are allocated whole)")
     return size

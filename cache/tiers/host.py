@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import torch
 
+from ..basics.base_component import FULL
 from .hicache_config import HiCacheConfig
 from ..basics.errors import CacheError, PoolExhaustedError
 from ..observe.kv_events import CPU
@@ -82,7 +83,7 @@ class HostTier:
             self.storage.reset()
 
     def pool(self, name: str):
-        return self.kv if name == "full" else self.aux[name]
+        return self.kv if name == FULL else self.aux[name]
 
     # ---- backups -------------------------------------------------------------------
     def backup(self, nodes) -> bool:
@@ -105,8 +106,8 @@ class HostTier:
                 written = False
                 break
             if full is not None:
-                self.kv.copy_in(cache.kv_buffer, full, taken["full"])
-                tree.set_host_value(node, cache.components[0], taken["full"])
+                self.kv.copy_in(cache.kv_buffer, full, taken[FULL])
+                tree.set_host_value(node, cache.components[0], taken[FULL])
             for component, copied in aux:
                 host, i, start = taken[component.name], component.index, 0
                 values = [n.data[i].value for n in copied]
@@ -136,7 +137,7 @@ class HostTier:
                 self.evict_host(need - self.kv.available_size())
                 if need > self.kv.available_size():
                     return None
-            taken["full"] = self.kv.allocator.alloc(int(full.shape[0]))
+            taken[FULL] = self.kv.allocator.alloc(int(full.shape[0]))
         for component, copied in sorted(aux, key=lambda cn: cn[0].name):
             pool = self.aux[component.name]
             need = pool.allocator.pages_for(_total([n.data[component.index].value for n in copied]))
@@ -206,7 +207,7 @@ class HostTier:
     def _emit_transfer(self, transfer: Transfer, stage: str) -> None:
         if self.cache.events.enabled:
             way = "device -> host" if transfer.kind == "backup" else "host -> device"
-            self.cache.events.emit(EventKind.TRANSFER, "full", transfer.node.id, Cause.REQUEST, transfer.tokens,
+            self.cache.events.emit(EventKind.TRANSFER, FULL, transfer.node.id, Cause.REQUEST, transfer.tokens,
                                    f"{transfer.kind} {stage} ({way})")
 
     def before_device_eviction(self, node: TreeNode) -> bool:
@@ -239,14 +240,14 @@ class HostTier:
                 self.storage.queue(ancestors_first(self.published), "after its write-back backup")
 
     # ---- host eviction ---------------------------------------------------------------
-    def evict_host(self, num: int, component: str = "full") -> int:
+    def evict_host(self, num: int, component: str = FULL) -> int:
         """Free host copies until ``num`` units of ``component`` are free (Full:
         tokens; write-back takes redundant copies first); returns the units freed."""
         if type(num) is not int or num < 0:
             raise CacheError(f"evict_host: the amount must be a non-negative int (got {num!r})")
-        if component != "full" and component not in self.aux:
+        if component != FULL and component not in self.aux:
             raise CacheError(f"evict_host: no host copies of {component!r} (host tier components: "
-                             f"{', '.join(['full', *self.aux])})")
+                             f"{', '.join([FULL, *self.aux])})")
         freed = self.cache.tree.evict_host(num, component)
         self.drain()
         return freed
@@ -380,7 +381,7 @@ class HostTier:
         pool is checked first, then eviction covers the shortfalls."""
         cache = self.cache
         pool = cache.kv_pool
-        shorts = {"full": pool.pages_for(kv_tokens) * cache.page_size - pool.available_size()}
+        shorts = {FULL: pool.pages_for(kv_tokens) * cache.page_size - pool.available_size()}
         for component, nodes in aux:
             shorts[component.name] = component.load_shortfall(nodes, req)
         if any(short > 0 for short in shorts.values()):
@@ -401,7 +402,7 @@ class HostTier:
         return slots, taken
 
     # ---- sizes -----------------------------------------------------------------------
-    def available_size(self, component: str = "full") -> int:
+    def available_size(self, component: str = FULL) -> int:
         return self.pool(component).available_size()
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Protocol
 
+from ..basics.base_component import FULL
+
 if TYPE_CHECKING:
     import torch
 
@@ -35,7 +37,7 @@ class HostSide(Protocol):
 
     def pool(self, name: str): ...
 
-    def evict_host(self, num: int, component: str = "full") -> int: ...
+    def evict_host(self, num: int, component: str = FULL) -> int: ...
 
 
 class StorageSide(Protocol):

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import torch
 
+from ..basics.base_component import FULL
 from ..observe.events import Cause, EventKind
 from ..basics.keys import RadixKey
 from ..basics.page_hash import chain, storage_seed
@@ -361,9 +362,9 @@ class StoragePrefetch:
         return tuple((p.rid, p.anchor.id, len(p.key), _stage(p)) for p in self.ongoing.values())
 
     # ---- what the invariants read ----------------------------------------------------
-    def rows_held(self, name: str = "full") -> int:
+    def rows_held(self, name: str = FULL) -> int:
         """Host slots of ``name``'s pool taken for hits the tree does not hold yet."""
-        if name == "full":
+        if name == FULL:
             return sum(int(p.rows.shape[0]) for p in self.ongoing.values() if p.rows is not None)
         return sum(int(s.slots.shape[0]) for p in self.ongoing.values() for s in p.stagings
                    if s.name == name and s.slots is not None)
@@ -396,7 +397,7 @@ class StoragePrefetch:
         events = self.cache.events
         if events.enabled:
             with events.for_request(rid):
-                events.emit(EventKind.TRANSFER, "full", anchor.id, Cause.REQUEST, tokens, detail)
+                events.emit(EventKind.TRANSFER, FULL, anchor.id, Cause.REQUEST, tokens, detail)
 
 
 def _stage(prefetch: Prefetch) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import torch
 
+from ..basics.base_component import FULL
 from ..basics.errors import StorageDirError
 from ..observe.events import Cause, EventKind
 from .backends import BATCH_PAGES, Rule, StorageInjector, make_backend
@@ -182,6 +183,6 @@ class StorageTier:
         events = self.cache.events
         if events.enabled:
             with events.for_request(f"store #{store.ack}"):
-                events.emit(EventKind.TRANSFER, "full", store.node.id, Cause.REQUEST, tokens,
+                events.emit(EventKind.TRANSFER, FULL, store.node.id, Cause.REQUEST, tokens,
                             f"store {stage} (host -> storage): {detail}")
 

@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from ..basics.base_component import FULL
 from ..basics.errors import UnknownNodeError
 from ..basics.keys import TOKEN_BYTES, RadixKey, namespace_order, unpack_tokens
 from ..basics.params import DecLockRefParams, IncLockRefResult, MatchResult
@@ -35,7 +36,7 @@ from .node import TreeNode
 from .prefetch_placement import TreePrefetch
 from .session_lru import PartitionedLRUList
 from .session_refs import SessionRefTracker
-from .walk import walk_key
+from .walk import accepted, walk_key
 
 
 def _child_order(node: TreeNode):
@@ -51,7 +52,7 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
 
     def __init__(self, components: list[TreeComponentAPI], page_size: int, device: torch.device, events: EventBus,
                  session_radix_cache: bool = False, eviction_policy: Optional[EvictionPolicy] = None):
-        if not components or components[0].name != "full":
+        if not components or components[0].name != FULL:
             raise ValueError("the first component must be 'full'")
         self.components = components
         self.by_name = {c.name: c for c in components}
@@ -228,11 +229,7 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
             for child in path:
                 walked += child.length
                 chunks.append(child.data[0].value)
-                ok = True
-                for validate in validators:  # every one sees every node: they keep state
-                    if not validate(child, child.length):
-                        ok = False
-                if ok:
+                if accepted(validators, child):
                     best, best_chunks = child, len(chunks)
             del chunks[best_chunks:]
         else:
@@ -288,7 +285,7 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
             t -= 1e-5
             node = node.parent
         if self.events.enabled and best is not self.root:
-            self.events.emit(EventKind.PROMOTE, "full", best.id, Cause.REQUEST, 0, "access time, path to root")
+            self.events.emit(EventKind.PROMOTE, FULL, best.id, Cause.REQUEST, 0, "access time, path to root")
         if not chunks:
             indices = self._empty
         elif len(chunks) == 1:
@@ -338,10 +335,10 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
         return self.locks.lock_groups
 
     # ---- sizes --------------------------------------------------------------
-    def evictable_size(self, name: str = "full") -> int:
+    def evictable_size(self, name: str = FULL) -> int:
         return self.evictable[self.by_name[name].index]
 
-    def protected_size(self, name: str = "full") -> int:
+    def protected_size(self, name: str = FULL) -> int:
         return self.protected[self.by_name[name].index]
 
     def path_device_indices(self, node_id: int) -> torch.Tensor:

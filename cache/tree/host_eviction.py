@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
+from ..basics.base_component import FULL
 from ..observe.events import Cause, EventKind
 from ..observe.kv_events import CPU
 from .session_refs import can_evict_leaf_atomically
@@ -37,7 +38,7 @@ class TreeHostEviction:
             if self.events.enabled:
                 kept = "host copy kept" if node.data[component.index].host_value is not None else "no host copy"
                 if component.index == 0:
-                    self.events.emit(EventKind.DEMOTE, "full", node.id, batch.cause, n, f"device data freed, {kept}")
+                    self.events.emit(EventKind.DEMOTE, FULL, node.id, batch.cause, n, f"device data freed, {kept}")
                 else:
                     self.events.emit(EventKind.CASCADE, component.name, node.id, Cause.CASCADE, n, f"from full; {kept}")
         for component in present:
@@ -51,14 +52,14 @@ class TreeHostEviction:
         self.update_leaf_state(node.parent)
 
     # ---- host eviction -------------------------------------------------------------
-    def evict_host(self, num_tokens: int, component: str = "full") -> int:
+    def evict_host(self, num_tokens: int, component: str = FULL) -> int:
         """Free host copies until ``num_tokens`` units of ``component`` are freed (or
         nothing more can go); the slots wait in ``host_frees``. Full: host leaves,
         in the eviction policy's order, whole (an ancestor left host-only and childless is
         a host leaf in turn); write-back first reclaims redundant copies. Auxiliary:
         its host LRU, oldest first; a host leaf goes whole, anything else loses only
         that component's host copy."""
-        if component != "full":
+        if component != FULL:
             return self._evict_aux_host(num_tokens, self.by_name[component])
         freed = self._reclaim_duplicates(num_tokens) if self.host_policy == "write_back" else 0
         # one heap per call (not a scan per victim), keyed by the eviction policy (as Full's

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
+from ..basics.base_component import FULL
 from ..observe.events import Cause, EventKind
+from .walk import accepted
 
 if TYPE_CHECKING:
     from ..basics.params import MatchResult
@@ -38,17 +40,9 @@ class TreeHostLoad:
             on_device = node.data[0].value is not None
             if on_device:
                 chunks.append(node.data[0].value)
-            ok = on_device
-            for check in device_checks:  # every one sees every node: they keep state
-                if not check(node, node.length):
-                    ok = False
-            if ok:
+            if accepted(device_checks, node) and on_device:
                 device, device_chunks = node, len(chunks)
-            ok = True
-            for check in host_checks:
-                if not check(node, node.length):
-                    ok = False
-            if ok:
+            if accepted(host_checks, node):
                 best = node
         host_hit = 0
         node = best
@@ -149,7 +143,7 @@ class TreeHostLoad:
         if self._touched is not None:
             self._touched.add(node.id)
         if self.events.enabled:
-            self.events.emit(EventKind.LOAD, "full", node.id, Cause.REQUEST, node.length, detail)
+            self.events.emit(EventKind.LOAD, FULL, node.id, Cause.REQUEST, node.length, detail)
         if self.kv_events.enabled:  # a load publishes at its commit, before the ack
             self.kv_events.store(node, session_id=session_id)
         self.update_leaf_state(node)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Optional
 
+from ..basics.base_component import FULL
 from ..basics.errors import LockError, UnknownNodeError
 from ..basics.params import DecLockRefParams, IncLockRefResult
 from .hooks import overriding
@@ -86,7 +87,7 @@ class TreeLocks:
         if node.data[0].value is None and not host_only:  # the host tier's host-only nodes: nothing on the device to lock
             raise LockError(f"node {node_id} is host-only: lock the match's last_device_node, or load it back first")
         if skip:
-            unknown = [name for name in skip if name not in tree.by_name or name == "full"]
+            unknown = [name for name in skip if name not in tree.by_name or name == FULL]
             if unknown:
                 raise LockError(f"cannot skip {unknown}: skip only auxiliary components of this cache {list(tree.by_name)[1:]}")
         self._next_receipt += 1

@@ -62,8 +62,7 @@ class LRUList:
         self._link(anchor, node)
         s = self.slot
         if anchor is self.head:
-            self.head.lru_label[s] += LABEL_GAP
-            node.lru_label[s] = self.head.lru_label[s]
+            self._label_on_top(self.head, node)
             return
         low, high = self._below(node).lru_label[s], anchor.lru_label[s]
         mid = (low + high) // 2
@@ -71,6 +70,21 @@ class LRUList:
             node.lru_label[s] = mid
         else:
             self._relabel()
+
+    def _label_on_top(self, owner, node) -> None:
+        """``node`` takes a fresh label from ``owner``'s counter: the top of its side."""
+        s = self.slot
+        owner.lru_label[s] += LABEL_GAP
+        node.lru_label[s] = owner.lru_label[s]
+
+    def _label_block_on_top(self, owner, block: list) -> None:
+        """Label a block just moved to the top of ``owner``'s side, first member highest."""
+        s = self.slot
+        top = owner.lru_label[s] + LABEL_GAP * len(block)
+        owner.lru_label[s] = top
+        for node in block:
+            node.lru_label[s] = top
+            top -= LABEL_GAP
 
     def _below(self, node: TreeNode):
         """The labelled entry on ``node``'s LRU side (a subclass may skip a marker)."""
@@ -82,11 +96,17 @@ class LRUList:
         label = 0
         cur = self.tail.lru_prev[s]
         while cur is not self.head:
-            label += LABEL_GAP
-            cur.lru_label[s] = label
+            label = self._relabel_entry(cur, label)
             cur = cur.lru_prev[s]
         self.head.lru_label[s] = label
         self.relabels += 1
+
+    def _relabel_entry(self, entry, label: int) -> int:
+        """Label ``entry`` (the walk goes up from the LRU end) one gap above ``label``,
+        the label below it; returns the label the next one up is placed above."""
+        label += LABEL_GAP
+        entry.lru_label[self.slot] = label
+        return label
 
     def _unlink_member(self, node) -> None:
         """Join ``node``'s neighbours (its own links stay: a marker is re-linked at once)."""
@@ -147,11 +167,7 @@ class LRUList:
             seen += node.length
             node = node.parent
         if moved:  # the moved block sits on top, deepest first: label it top-down
-            top = self.head.lru_label[s] + LABEL_GAP * len(moved)
-            self.head.lru_label[s] = top
-            for node in moved:
-                node.lru_label[s] = top
-                top -= LABEL_GAP
+            self._label_block_on_top(self.head, moved)
 
     def lru_first(self, skip_locked: bool = True) -> Optional[TreeNode]:
         """The least recently used member (unlocked for this component, by default)."""
@@ -167,10 +183,16 @@ class LRUList:
             cur = cur.lru_prev[s]
         return None
 
-    def __iter__(self) -> Iterator[TreeNode]:
-        """Members from MRU to LRU."""
+    def _entries(self, stop=None) -> Iterator:
+        """Every linked entry from the MRU end down to ``stop`` (default: the LRU end),
+        a subclass's markers included."""
         s = self.slot
+        stop = self.tail if stop is None else stop
         cur = self.head.lru_next[s]
-        while cur is not self.tail:
+        while cur is not stop:
             yield cur
             cur = cur.lru_next[s]
+
+    def __iter__(self) -> Iterator[TreeNode]:
+        """Members from MRU to LRU."""
+        return self._entries()

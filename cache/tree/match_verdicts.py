@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..basics.base_component import FULL
 from ..observe.events import Cause, EventKind
 from ..basics.keys import TOKEN_BYTES, RadixKey, unpack_tokens
 from .walk import WalkStop, walk_stop
@@ -42,7 +43,7 @@ def emit_verdicts(tree: TreeAPI, key: RadixKey, last: TreeNode, split_child: Tre
     for node in path:
         ends.append(ends[-1] + node.length)
     bus = tree.events
-    bus.emit(EventKind.VERDICT, "full", last.id, Cause.REQUEST, ends[-1], _full_reason(tree, key, last, ends[-1], split_child))
+    bus.emit(EventKind.VERDICT, FULL, last.id, Cause.REQUEST, ends[-1], _full_reason(tree, key, last, ends[-1], split_child))
     for component in tree.components[1:]:
         if path:
             verdict = component.match_verdict(path)

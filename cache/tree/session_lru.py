@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Optional
 
-from .lru import LABEL_GAP, LRUList
+from .lru import LRUList
 from .node import TreeNode
 
 REFERENCED_BASE = 1 << 96
@@ -62,11 +62,9 @@ class PartitionedLRUList(LRUList):
 
     # ---- labels -------------------------------------------------------------
     def _link_after(self, anchor, node: TreeNode) -> None:
-        s = self.slot
         if anchor is self.mid:  # the unreferenced side's MRU end: mid hands out its labels
             self._link(anchor, node)
-            self.mid.lru_label[s] += LABEL_GAP
-            node.lru_label[s] = self.mid.lru_label[s]
+            self._label_on_top(self.mid, node)
             return
         super()._link_after(anchor, node)
 
@@ -74,20 +72,15 @@ class PartitionedLRUList(LRUList):
         below = node.lru_next[self.slot]
         return below.lru_next[self.slot] if below is self.cursor else below  # the cursor has no label of its own
 
-    def _relabel(self) -> None:
-        s = self.slot
-        label = 0
-        cur = self.tail.lru_prev[s]
-        while cur is not self.head:
-            if cur is self.mid:
-                cur.lru_label[s] = label
-                label = REFERENCED_BASE
-            elif cur is not self.cursor:
-                label += LABEL_GAP
-                cur.lru_label[s] = label
-            cur = cur.lru_prev[s]
-        self.head.lru_label[s] = label
-        self.relabels += 1
+    def _relabel_entry(self, entry, label: int) -> int:
+        """``mid`` keeps the unreferenced side's top and the referenced side starts again
+        from ``REFERENCED_BASE``; the cursor has no label of its own."""
+        if entry is self.mid:
+            entry.lru_label[self.slot] = label
+            return REFERENCED_BASE
+        if entry is self.cursor:
+            return label
+        return super()._relabel_entry(entry, label)
 
     # ---- filing by partition --------------------------------------------------
     def _file(self, node: TreeNode) -> None:
@@ -140,11 +133,7 @@ class PartitionedLRUList(LRUList):
         for side, top_owner in ((True, self.head), (False, self.mid)):
             block = moved[side]
             if block:  # label the moved block top-down from its side's counter
-                top = top_owner.lru_label[s] + LABEL_GAP * len(block)
-                top_owner.lru_label[s] = top
-                for member in block:
-                    member.lru_label[s] = top
-                    top -= LABEL_GAP
+                self._label_block_on_top(top_owner, block)
 
     # ---- walks ----------------------------------------------------------------
     def prev_of(self, node, skip_locked: bool = True) -> Optional[TreeNode]:
@@ -185,18 +174,7 @@ class PartitionedLRUList(LRUList):
 
     def referenced_count(self) -> int:
         """Members on the referenced side (above ``mid``)."""
-        s, n = self.slot, 0
-        cur = self.head.lru_next[s]
-        while cur is not self.mid:
-            if cur is not self.cursor:
-                n += 1
-            cur = cur.lru_next[s]
-        return n
+        return sum(1 for entry in self._entries(self.mid) if entry is not self.cursor)
 
     def __iter__(self) -> Iterator[TreeNode]:
-        s = self.slot
-        cur = self.head.lru_next[s]
-        while cur is not self.tail:
-            if not self._is_marker(cur):
-                yield cur
-            cur = cur.lru_next[s]
+        return (entry for entry in self._entries() if not self._is_marker(entry))

@@ -60,3 +60,10 @@ def walk_stop(walked: int, whole_page_tokens: int, partial: bool) -> WalkStop:
     if partial:
         return WalkStop.PARTIAL
     return WalkStop.KEY_ENDS if walked == whole_page_tokens else WalkStop.NO_CHILD
+
+
+def accepted(validators, node: TreeNode) -> bool:
+    """Whether every match validator accepts ``node``; each sees every node, even after
+    one refuses, because they keep state along the path."""
+    verdicts = [validate(node, node.length) for validate in validators]
+    return all(verdicts)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from cache import Cause, EvictParams, InsertParams, RadixKey, UnifiedRadixCache
-from cache.observe.actions import ComponentAction, FreeDeviceKV, FreeDeviceKVFullOnly, RebuildSWA, RecoverLockedSWA
+from cache.components.swa.actions import RebuildSWA, RecoverLockedSWA
+from cache.observe.actions import ComponentAction, FreeDeviceKV, FreeDeviceKVFullOnly
 from cache.observe.eviction_batch import EvictionBatch
 
 SLOTS = torch.arange(4, dtype=torch.int64)

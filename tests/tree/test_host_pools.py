@@ -57,7 +57,7 @@ def test_a_mamba_state_round_trips_through_the_host():
     device = cache.by_name["mamba"].pool
     slot = device.alloc(1)
     device.write(slot, 123_456)
-    host = HostMambaPool(2)
+    host = HostMambaPool(2, "mamba")
     copy = host.backup(device, slot)
     assert host.available_size() == 1 and host.fingerprint_of(copy) == 123_456 and host.consistent(copy)
     other = device.alloc(1)
@@ -72,4 +72,4 @@ def test_host_memory_is_pinned_only_where_cuda_can_use_it():
     host = HostKVPool(8, 1)
     assert host.buffer.data.device.type == "cpu"
     assert host.pinned == torch.cuda.is_available()
-    assert HostMambaPool(1).conv.is_pinned() == torch.cuda.is_available()
+    assert HostMambaPool(1, "mamba").conv.is_pinned() == torch.cuda.is_available()

@@ -22,6 +22,7 @@ from ..model.scenarios import workload
 from ..model.ops.evict import EVICT
 from ..model.ops.keys import INSERT, MATCH
 from ..model.ops.locks import LOCK, UNLOCK
+from ..model.ops.spec import BASE, stateful, windowed
 
 OPS = tuple(spec.name for spec in (MATCH, LOCK, EVICT, INSERT, UNLOCK))
 
@@ -35,16 +36,16 @@ class BenchConfig:
     max_len: int = 2048
     page_size: int = 1
     kv_size: int = 65536
-    components: tuple[str, ...] = ("full",)
+    components: tuple[str, ...] = (BASE,)
     sliding_window: int = 128
     mamba_size: int = 256
     device: str = "cpu"
 
     def cache(self) -> UnifiedRadixCache:
         extra = {}
-        if "swa" in self.components:
+        if windowed(self.components):
             extra["sliding_window"] = self.sliding_window
-        if "mamba" in self.components:
+        if stateful(self.components):
             extra["mamba_size"] = self.mamba_size
         return UnifiedRadixCache(
             components=self.components, page_size=self.page_size, kv_size=self.kv_size, device=self.device, **extra
@@ -81,8 +82,8 @@ def run_workload(cfg: BenchConfig, observe: bool = False, workload: Optional[lis
     ps = cfg.page_size
     matched = total = 0
     pool = cache.kv_pool
-    swa = cache.by_name.get("swa")
-    mamba = cache.by_name.get("mamba")
+    swa = cache.by_name.get(windowed(cfg.components))
+    mamba = cache.by_name.get(stateful(cfg.components))
     gc_was = gc.isenabled()
     gc.disable()
     try:
@@ -240,8 +241,8 @@ def full_report(cfg: BenchConfig, tree_sizes: tuple[int, ...] = (1_000, 100_000)
         "no_observer": plain,
         "with_observer": observed,
         "tree_size": scaling,
-        "sglang_v0_5_23": {"python": SGLANG_PYTHON, "rust": SGLANG_RUST} if cfg.components == ("full",) else None,
-        "targets_met": targets_met(plain["ops"]) if cfg.components == ("full",) else {},
+        "sglang_v0_5_23": {"python": SGLANG_PYTHON, "rust": SGLANG_RUST} if cfg.components == (BASE,) else None,
+        "targets_met": targets_met(plain["ops"]) if cfg.components == (BASE,) else {},
     }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any, Optional
+from ..model.ops.spec import BASE
 
 Ident = tuple  # (namespace: extra_key, or (extra_key, cache_salt) when salted; path tokens)
 
@@ -76,7 +77,7 @@ def from_snapshot(snapshot, components: list[str]) -> CanonicalState:
         nodes[ident] = NodeState(len(view.key), view.id, comps, host, tagged, (view.hit_count, view.priority))
     leaves = frozenset(ident_of[i] for i in snapshot.evictable_leaves)
     evict_order = tuple(ident_of[i] for i in snapshot.evictable_leaves)
-    lru = {name: tuple(ident_of[i] for i in snapshot.lru[name]) for name in components if name != "full"}
+    lru = {name: tuple(ident_of[i] for i in snapshot.lru[name]) for name in components if name != BASE}
     pools = {name: (p.available, p.evictable, p.protected) for name, p in snapshot.pools.items() if name in components}
     host_pools = {name: (p.available, p.total) for name in components
                   if (p := snapshot.pools.get(f"{name}_host")) is not None}

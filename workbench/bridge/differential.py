@@ -25,8 +25,9 @@ from cache.observe.kv_events import event_dict
 
 from .canonical import Difference, first_difference, from_snapshot
 from .sglang_env import BridgeError, check_version
-from .sglang_side import COMPONENTS, SGLangSide
+from .sglang_side import SGLangSide
 from .sglang_storage import unbridged_storage_field
+from ..model.ops.spec import in_sglang
 
 # what ours refuses that SGLang 0.5.23 does not check (sent to it, it would go on and
 # change its state): error class -> why the step is not sent
@@ -101,7 +102,7 @@ def run_against(scenario: Scenario, core: str = "python", allow_version: bool = 
     events, turned on once built, and each step's batches are compared event by event."""
     version = check_version(allow_version)
     report = DifferentialReport(scenario.path, version, core, len(scenario.steps))
-    missing = [c for c in scenario.config["components"] if c not in COMPONENTS]
+    missing = [c for c in scenario.config["components"] if not in_sglang(c)]
     if missing:
         report.skipped = f"SGLang's unified cache has no {missing[0]!r} component"
         return report

@@ -32,9 +32,11 @@ from cache.tiers.hicache_config import HiCacheConfig
 from .sglang_env import BridgeError
 from . import sglang_storage
 from .sglang_storage import StorageSide
+from ..model.ops.spec import BASE
 
 MEM_LAYOUT = "page_first"  # SGLang's Mamba host pool takes only page-first layouts
 IO_BACKEND = "kernel"
+FULL_POOL_NAMES = ("kv", "full")  # what SGLang may name the Full KV host pool's entry
 SLACK = 1e-9  # keeps int(size * ratio) from rounding one below an exact ratio
 
 
@@ -114,7 +116,7 @@ class HostTier:
             self.storage.close()
 
     def _check_sizes(self, config: dict) -> None:
-        ours = {"full": self.config.host_kv_size, **self.config.host_sizes}
+        ours = {BASE: self.config.host_kv_size, **self.config.host_sizes}
         for name in config["components"]:
             pool = self.pools.get(self._pool_name(name))
             theirs = None if pool is None else int(pool.size)
@@ -128,7 +130,7 @@ class HostTier:
         if matches:
             return matches[0]
         # SGLang names pool entries by pool kind: the Full KV pool may be "kv"
-        return next((name for name in self.pools if component == "full" and name.lower() in ("kv", "full")), component)
+        return next((name for name in self.pools if component == BASE and name.lower() in FULL_POOL_NAMES), component)
 
     # ---- ops -------------------------------------------------------------------------
     def after_op(self) -> None:
@@ -153,9 +155,9 @@ class HostTier:
 
     def op_evict_host(self, f: dict) -> dict:
         sg = self.side.sg
-        out = {"full_host_evicted": int(self.cache.evict_host(f.get("full", 0), sg.ComponentType.FULL))}
+        out = {f"{BASE}_host_evicted": int(self.cache.evict_host(f.get(BASE, 0), sg.ComponentType.FULL))}
         for name, amount in f.items():  # in the step's order, as ours (ops/host.py)
-            if name != "full":
+            if name != BASE:
                 out[f"{name}_host_evicted"] = int(self.cache.evict_host(amount, self.side.types[name]))
         return out
 

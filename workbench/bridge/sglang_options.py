@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from ..model.ops.spec import stateful, windowed
+
 
 def init_params_options(config: dict) -> dict:
     """``CacheInitParams`` fields for the options (the tree reads these)."""
     out = {"eviction_policy": config.get("eviction_policy", "lru"), "eviction_policy_config": _policy_config(config)}
-    if "swa" in config["components"]:  # the SWA options (retain window = max(window, draft))
+    if windowed(config["components"]):  # the SWA options (retain window = max(window, draft))
         out["draft_swa_window"] = config.get("swa_draft_window", 0)
         out["swa_gates_prefix_match"] = config.get("swa_gates_prefix_match", True)
     if config.get("is_eagle"):  # the tree core turns it off itself when Mamba is a component
@@ -27,7 +29,7 @@ def server_args_options(config: dict) -> dict:
     """``ServerArgs`` fields for the options (components read these via ``get_exec()``)."""
     out = {"radix_eviction_policy": config.get("eviction_policy", "lru"),
            "radix_eviction_policy_config": _policy_config(config)}
-    if "mamba" in config["components"]:  # MambaComponent reads the cap at construction
+    if stateful(config["components"]):  # MambaComponent reads the cap at construction
         out["mamba_max_states_per_path"] = check_mamba_cap(config.get("mamba_max_states_per_path", -1))
     if config.get("is_eagle"):  # production derives CacheInitParams.is_eagle from it
         out["speculative_algorithm"] = "EAGLE"
@@ -51,7 +53,7 @@ def check_mamba_cap(cap: int) -> int:
 
 def mamba_extra_buffer(config: dict) -> bool:
     """Whether SGLang's Mamba pool keeps the extra buffer: ours decides the same way."""
-    if "mamba" not in config["components"]:
+    if not stateful(config["components"]):
         return False
     return bool(config.get("mamba_extra_buffer", config.get("page_size", 1) > 1))
 
@@ -60,10 +62,10 @@ def mamba_extra_buffer(config: dict) -> bool:
 def option_env(sg, config: dict) -> Iterator[None]:
     """SGLang's environment switches the options set, held while an op runs."""
     with contextlib.ExitStack() as stack:
-        if "mamba" in config["components"]:  # read at each checkpoint's re-lock
+        if stateful(config["components"]):  # read at each checkpoint's re-lock
             stack.enter_context(sg.envs.SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK.override(
                 bool(config.get("mamba_skip_decode_lock", False))))
-        if "swa" in config["components"]:  # read at each checkpoint
+        if windowed(config["components"]):  # read at each checkpoint
             stack.enter_context(sg.envs.SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS.override(
                 bool(config.get("swa_free_out_of_window", True))))
         yield

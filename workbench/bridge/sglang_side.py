@@ -21,8 +21,8 @@ from .canonical import leaf_order, CanonicalState, NodeState
 from .sglang_env import BridgeError, sglang_api
 from .sglang_host import HostTier, server_args_fields
 from .sglang_options import init_params_options, mamba_extra_buffer, option_env, server_args_options
+from ..model.ops.spec import BASE, in_sglang, stateful, windowed
 
-COMPONENTS = ("full", "swa", "mamba")  # what SGLang 0.5.23's unified cache has
 SHAPE = dict(layers=2, full_layers=(1,), heads=1, head_dim=8)  # one Full and one SWA/Mamba layer
 MAMBA_SHAPE = dict(intermediate_size=32, n_groups=1, num_heads=2, head_dim=16, state_size=16, conv_kernel=4)
 MAMBA_CHUNK = 64  # SGLang's FLA chunk; the Mamba grid is max(chunk, page)
@@ -37,7 +37,7 @@ class SGLangSide:
 
     def __init__(self, config: dict, core: str = "python", max_requests: int = 16, max_context: int = 4096,
                  allow_version: bool = False) -> None:
-        unsupported = [c for c in config["components"] if c not in COMPONENTS]
+        unsupported = [c for c in config["components"] if not in_sglang(c)]
         if unsupported:
             raise BridgeError(f"SGLang's unified cache has no {unsupported[0]!r} component")
         self.sg = sg = sglang_api(allow_version)
@@ -46,7 +46,8 @@ class SGLangSide:
         self.ps = config.get("page_size", 1)
         self.kv_size = config["kv_size"]
         self.swa_size = config.get("swa_kv_size") or self.kv_size
-        self.has_swa, self.has_mamba = "swa" in self.names, "mamba" in self.names
+        self.window, self.states = windowed(self.names), stateful(self.names)  # the SWA and Mamba names, or None
+        self.has_swa, self.has_mamba = self.window is not None, self.states is not None
         self.auto_evict = config.get("auto_evict", True)
         self.session_radix = bool(config.get("session_radix_cache", False))
         self.is_eagle = bool(config.get("is_eagle", False)) and not self.has_mamba  # bigram keys, as its tree core
@@ -195,19 +196,19 @@ class SGLangSide:
 
     def available(self) -> dict[str, int]:
         if self.has_swa:
-            out = {"full": int(self.alloc.full_available_size()), "swa": int(self.alloc.swa_available_size())}
+            out = {BASE: int(self.alloc.full_available_size()), self.window: int(self.alloc.swa_available_size())}
         else:
-            out = {"full": int(self.alloc.available_size())}
+            out = {BASE: int(self.alloc.available_size())}
         if self.has_mamba:
-            out["mamba"] = int(self.r2t.mamba_allocator.available_size())
+            out[self.states] = int(self.r2t.mamba_allocator.available_size())
         return out
 
     def _shortfalls(self, n: int, states: int = 0) -> dict[str, int]:
         need = ceil_align(n, self.ps)
         available = self.available()
-        short = {name: need - available[name] for name in ("full", "swa") if name in available}
+        short = {name: need - n for name, n in available.items() if name != self.states}
         if states:
-            short["mamba"] = states - available["mamba"]
+            short[self.states] = states - available[self.states]
         return short
 
     def check_capacity(self, n: int, states: int = 0) -> None:
@@ -230,7 +231,7 @@ class SGLangSide:
         short = self._shortfalls(n)
         if any(value > 0 for value in short.values()):
             self.check_capacity(n)
-            self.evict_short(full=max(0, short["full"]), swa=max(0, short.get("swa", 0)))
+            self.evict_short(full=max(0, short[BASE]), swa=max(0, short.get(self.window, 0)))
             if any(value > 0 for value in self._shortfalls(n).values()):
                 raise SGLangOpError(f"out of slots after eviction: need {need}, available {self.available()}")
         if self.has_swa and self.ps > 1:  # its alloc() is page-1 only: pair whole pages by hand
@@ -304,7 +305,7 @@ class SGLangSide:
         evict_order = tuple(ident_of[id(n)] for n in self._eviction_order(core) if id(n) in ident_of)
         lru = {}
         for name, kind in self.types.items():
-            if name == "full":
+            if name == BASE:
                 continue  # SGLang keeps no Full list: a heap over access times
             lst = core.lru_lists[kind]
             pt, order, x = lst._pt, [], lst.head.lru_next[lst._pt]

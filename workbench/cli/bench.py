@@ -7,9 +7,10 @@ import sys
 
 from ..model.scenarios.scenario import ScenarioError
 from .against import add_against_options, check_against_use
-from .common import EXIT_CHECK_FAILED, EXIT_OK, load_all
+from .common import EXIT_CHECK_FAILED, EXIT_OK, component_sets, load_all
+from ..model.ops.spec import BASE
+
 DEVICES = ("cpu", "cuda", "auto")
-COMPONENT_SETS = ("full", "full,swa", "full,mamba", "full,swa,mamba")
 
 
 def add_parser(command) -> None:
@@ -21,8 +22,8 @@ def add_parser(command) -> None:
     bench.add_argument("--seed", type=int, default=0, metavar="S", help="workload seed (default 0)")
     bench.add_argument("--device", default="cpu", choices=DEVICES,
                        help="where the pools live: cpu (default), cuda, or auto (cuda when present)")
-    bench.add_argument("--components", default="full", choices=COMPONENT_SETS, metavar="LIST",
-                       help="the cache's components: " + " | ".join(COMPONENT_SETS)
+    bench.add_argument("--components", default=BASE, choices=component_sets(), metavar="LIST",
+                       help="the cache's components: " + " | ".join(component_sets())
                        + " (default full; SWA window 128, 256 Mamba slots)")
     bench.add_argument("--tree-sizes", default="1000,100000", metavar="N,N",
                        help="node counts for the per-op scaling run, comma-separated (Full only; default 1000,100000)")
@@ -161,7 +162,7 @@ def run(args) -> int:
     from ..bench.synthetic import BenchConfig, full_report, print_report
 
     config = BenchConfig(requests=args.requests, seed=args.seed, device=args.device, components=components)
-    report = full_report(config, sizes if components == ("full",) else ())
+    report = full_report(config, sizes if components == (BASE,) else ())
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -15,8 +15,8 @@ from typing import Optional
 
 from ..model.scenarios.errors import printable
 from ..model.scenarios.scenario import ScenarioError
-
-COMPONENT_SETS = ("full", "full,swa", "full,mamba", "full,swa,mamba")
+from ..model.ops.spec import BASE, sglang_components
+from .common import component_sets
 
 
 def add_parser(command) -> None:
@@ -25,8 +25,8 @@ def add_parser(command) -> None:
                    "check invariants, fingerprints and - with faults on - a fault-free twin's results after every "
                    "step; shrink the first failure to a minimal scenario that fails `urc run` the same way and "
                    "passes with faults = [].")
-    fuzz.add_argument("--config", choices=COMPONENT_SETS, metavar="COMPONENTS",
-                      help="the cache's components: " + " | ".join(COMPONENT_SETS) + " (default full; with no "
+    fuzz.add_argument("--config", choices=component_sets(), metavar="COMPONENTS",
+                      help="the cache's components: " + " | ".join(component_sets()) + " (default full; with no "
                            "config option at all, the configs are swept: see the README)")
     fuzz.add_argument("--page-size", type=int, metavar="N", help="page size (default 1)")
     fuzz.add_argument("--sliding-window", type=int, metavar="N", help="SWA window (default 4)")
@@ -122,7 +122,7 @@ def run(args) -> int:
         episode = FAULT_EPISODE if args.fault else None
         steps = args.steps or (10 * FAULT_EPISODE if args.fault else 2_000)
     else:
-        configs = [FuzzConfig(tuple((args.config or "full").split(",")), args.page_size or 1, args.sliding_window or 4,
+        configs = [FuzzConfig(tuple((args.config or BASE).split(",")), args.page_size or 1, args.sliding_window or 4,
                               args.kv_size, args.swa_kv_size, args.mamba_size, tuple(args.fault),
                               args.hicache).with_options(options)]
         episode, steps = None, args.steps or 10_000
@@ -137,14 +137,13 @@ def _bridged(configs: list) -> list:
     """The configs SGLang's side can run (its components, its storage rules); none is
     bad input, said before fuzzing."""
     from ..bridge.sglang_env import BridgeError, sglang_api
-    from ..bridge.sglang_side import COMPONENTS
     from ..bridge.sglang_storage import unbridged_storage_field
 
     try:
         sglang_api(False)  # imported here, once (~14 s): forked workers inherit it
     except BridgeError as exc:
         raise ScenarioError(f"--against sglang: {exc}") from None
-    kept = [c for c in configs if set(c.components) <= set(COMPONENTS)
+    kept = [c for c in configs if set(c.components) <= set(sglang_components())
             and not unbridged_storage_field(c.scenario_config())]
     if not kept:
         raise ScenarioError(f"--against sglang: SGLang has no cache for {configs[0].label()}")
@@ -211,7 +210,7 @@ def _list_faults() -> int:
     from cache.faults import catalogue
 
     for fault in catalogue().values():
-        needs = "+".join(("full",) + tuple(c for c in fault.components if c != "full"))
+        needs = "+".join((BASE,) + tuple(c for c in fault.components if c != BASE))
         print(f"{fault.name}\t{needs}\t{fault.source}\t{fault.summary}")
     return 0
 

@@ -27,6 +27,7 @@ from ..model import ops
 from .mapping import Line, RecordedCall, TraceMapper, call_arg, state_expect
 from ..model.ops.requests import CHECKPOINT, DECODE, PREFILL, RELEASE
 from ..model.ops.request_view import view_of_first_arg
+from ..model.ops.spec import sglang_components, stateful, windowed
 
 NOTED = ("release_swa_prefix_lock",)  # no op of ours: noted, its tree calls recorded
 CHECKPOINT_CALL, RELEASE_END = CHECKPOINT.records[0], RELEASE.records[0]  # SGLang's checkpoint and on_release
@@ -46,10 +47,10 @@ def cache_config(cache) -> dict:
     allocator = cache.token_to_kv_pool_allocator
     config: dict[str, Any] = {"components": names, "page_size": int(cache.page_size),
                               "kv_size": int(getattr(allocator, "size_full", None) or allocator.size)}
-    if "swa" in names:
+    if windowed(names):
         config["sliding_window"] = int(cache.sliding_window_size)
         config["swa_kv_size"] = int(allocator.size_swa)
-    if "mamba" in names:
+    if stateful(names):
         config["mamba_size"] = int(cache.req_to_token_pool.mamba_pool.size)
     return config
 
@@ -302,12 +303,10 @@ class Recorder:
 
     def _sizes(self) -> dict[str, tuple[int, int]]:
         c = self.cache
-        sizes = {"full": (c.full_evictable_size(), c.full_protected_size())}
-        if "swa" in self.config["components"]:
-            sizes["swa"] = (c.swa_evictable_size(), c.swa_protected_size())
-        if "mamba" in self.config["components"]:
-            sizes["mamba"] = (c.mamba_evictable_size(), c.mamba_protected_size())
-        return {k: (int(a), int(b)) for k, (a, b) in sizes.items()}
+        listed = self.config["components"]
+        # SGLang's cache reads each component's sizes as <component>_evictable_size() and _protected_size()
+        return {name: (int(getattr(c, f"{name}_evictable_size")()), int(getattr(c, f"{name}_protected_size")()))
+                for name in sglang_components() if name in listed}
 
     # ---- SGLang's objects to steps: each op's ``record`` ------------------------------------
     def _map(self, name: str, args: tuple, kwargs: dict, result, already=None) -> Line:

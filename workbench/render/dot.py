@@ -19,6 +19,8 @@ from typing import Optional
 import graphviz
 import networkx as nx
 
+from cache.components import COMPONENT_REGISTRY
+
 from ..model.scenarios.errors import printable
 from ..model.timeline.fmt import KEY_HEAD, KEY_SHOW_ALL, KEY_TAIL, plural, tokens_text
 from ..model.timeline.shown_tree import CHANGE_MEANING, CHANGE_ORDER
@@ -29,7 +31,7 @@ CHANGE_FILL = {  # what the step did: a fill per change kind (the model's CHANGE
     "added": "#d9f2d9", "split": "#fff2b3", "tombstoned": "#e6e0f0", "recovered": "#d6f0f5",
     "lock_ref": "#fde2c8", "removed": "#f2f2f2", "value": "#f5f5dc", "lru": "#edf2f8",
 }
-COMPONENT_COLOR = {"full": "#1f6fb2", "swa": "#8e3b9e", "mamba": "#2e7d32"}
+COMPONENT_COLOR = dict(zip(COMPONENT_REGISTRY, ("#1f6fb2", "#8e3b9e", "#2e7d32")))  # in registry order
 HOST_FILL = "#1565c0"  # a host-only value: white on blue, as in the tree view
 SESSION_COLOR = "#e65100"  # a session badge, §n, as the tree view's
 LEGEND = [  # (label, fill, border, style): identical on every picture; every change kind, in the model's order

@@ -12,13 +12,14 @@ from rich.console import Group
 from rich.text import Text
 from rich.tree import Tree
 
+from cache.components import COMPONENT_REGISTRY
 from cache.observe.views import CacheSnapshot, NodeView
 
 from ..model.scenarios.errors import printable
 from ..model.timeline.fmt import key_text, tokens_text
 from ..model.timeline.shown_tree import eviction_order_text, policy_badge
 
-COMPONENT_STYLE = {"full": "cyan", "swa": "magenta", "mamba": "green"}
+COMPONENT_STYLE = dict(zip(COMPONENT_REGISTRY, ("cyan", "magenta", "green")))  # in registry order
 SESSION_STYLE = "bold dark_orange"  # a session badge, §n
 
 

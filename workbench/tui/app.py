@@ -211,9 +211,7 @@ class WorkbenchApp(ExportActions, App[None]):
         self.selected = message.node_id
         if self.view is not None:
             self.view = self.view.selecting(message.node_id)
-            for panel in self.panels:
-                if panel.follows_selection:
-                    panel.show(self.view)
+            self._show_in_panels("follows_selection")
 
     @on(SessionChosen)
     def session_chosen(self, message: SessionChosen) -> None:
@@ -222,9 +220,13 @@ class WorkbenchApp(ExportActions, App[None]):
         self.selected_session = message.sid
         if self.view is not None:
             self.view = self.view.choosing_session(message.sid)
-            for panel in self.panels:
-                if panel.follows_session:
-                    panel.show(self.view)
+            self._show_in_panels("follows_session")
+
+    def _show_in_panels(self, follows: str) -> None:
+        """Show the view in the panels that follow what changed (``follows_selection``, ``follows_session``)."""
+        for panel in self.panels:
+            if getattr(panel, follows):
+                panel.show(self.view)
 
     @on(StepChosen)
     def step_chosen(self, message: StepChosen) -> None:

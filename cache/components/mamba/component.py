@@ -46,6 +46,7 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionM
     internal_priority = 0
     sets_checkpoints = True  # a request is cached up to its last tracked state
     prompt_split_ok = False  # a split leaves the upper part without a state
+    refuses_retraction_backup = True  # SGLang 0.5.23 (supports_retraction_backup): a state is not backed up
     config_fields = fields.FIELDS  # the model options (fields.py)
 
     def __init__(self, cache, index: int) -> None:
@@ -58,7 +59,7 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionM
         self.skips_decode_lock = self.config_value("mamba_skip_decode_lock")
         chunk = max(CHUNK_SIZE, cfg.page_size)
         self.grid = chunk * cfg.page_size // math.gcd(chunk, cfg.page_size)
-        self.pool = MambaStatePool(cfg.mamba_size, cache.device)
+        self.pool = MambaStatePool(cfg.mamba_size, cache.device, self.name)
 
     def check_config_value(self, field: str, value):
         if field in fields.FIELDS:  # the rules CacheConfig checks a given value by

@@ -28,7 +28,7 @@ class MambaHostMixin(HostPart):
     def make_host_pool(self, size: int):
         from ...pools.host_pool import HostMambaPool
 
-        return HostMambaPool(size)
+        return HostMambaPool(size, self.name)
 
     def create_host_match_validator(self):
         i = self.index

@@ -5,3 +5,6 @@
 COMPONENT = ".component:SidecarComponent"
 HOST_PART = ".host:SidecarHostMixin"
 CHECKS = ".checks"
+
+# what the workbench reads to label, group and compare this component without naming it
+IN_SGLANG = False  # ours only: SGLang has no such component, so the bridge leaves it out

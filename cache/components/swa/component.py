@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import torch
 
-from ...observe.actions import ComponentAction, FreeDeviceKVFullOnly, RebuildSWA, RecoverLockedSWA
+from ...observe.actions import ComponentAction, FreeDeviceKVFullOnly
 from ...observe.events import Cause, EventKind
 from ...basics.keys import ceil_align
 from ...basics.numpy_views import distinct, gather
 from ...basics.request import own_slots
 from ...pools.swa_pool import SWAPool
 from ..base import LRUEvictionMixin, TreeComponent
+from .actions import RebuildSWA, RecoverLockedSWA
 from ..own_pool import OwnPoolMixin
 from . import fields
 from .host import SWAHostMixin
@@ -41,6 +42,7 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
     internal_priority = 1
     has_window_lock = True
     prompt_split_ok = False  # a leaf is capped to one live window; a split would cut it
+    keeps_retraction_window = True  # a retraction backup keeps the window, not the row
     session_coverage = "window"  # a session holds its last window plus a page (session_refs.py)
     config_fields = fields.FIELDS  # the model options (fields.py)
 
@@ -54,7 +56,7 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
         self.page_size = cfg.page_size
         # a fresh leaf is capped to this many tokens of live SWA (one page-aligned window)
         self.window_tail = ceil_align(self.window, self.page_size)
-        self.pool = SWAPool(cfg.swa_pool_size, cfg.kv_size, cfg.page_size, cache.device)
+        self.pool = SWAPool(cfg.swa_pool_size, cfg.kv_size, cfg.page_size, cache.device, self.name)
 
     def check_config_value(self, field: str, value):
         if field in fields.FIELDS:  # the rules CacheConfig checks a given value by

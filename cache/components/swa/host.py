@@ -114,7 +114,7 @@ class SWAHostMixin(HostPart):
     def recover_after_unevict(self, node: TreeNode, start: int, end: int, value, params, actions) -> None:
         """An insert brought a host-only node's Full KV back: its in-window part gets
         the incoming SWA (the host copy stays)."""
-        from ...observe.actions import RebuildSWA
+        from .actions import RebuildSWA
 
         live = self._clip_to_window(node, start, end, params.swa_evicted_seqlen)
         if live is not None:

@@ -48,6 +48,9 @@ from ..scenarios.errors import shown
 from ..scenarios.fields import HOST_NODE_FIELDS, host_state_field
 from ..timeline.state_fields import globals_field, state_field
 from ..timeline.timeline import StepRecord, Timeline
+from ..ops.spec import BASE, sglang_components
+
+DEFAULT_COMPONENTS = sglang_components()  # what a condition may name when no cache is given
 
 COMPARISONS: dict[str, Callable[[int, int], bool]] = {
     "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "=": operator.eq, "<": operator.lt, ">": operator.gt,
@@ -106,7 +109,7 @@ class Condition:
         return self.failed or self.violation is not None
 
 
-def parse_condition(text: str, components: Sequence[str] = ("full", "swa", "mamba"), host: bool = False) -> Condition:
+def parse_condition(text: str, components: Sequence[str] = DEFAULT_COMPONENTS, host: bool = False) -> Condition:
     """``event=cascade component=swa`` -> Condition; a bad term raises ConditionError.
     ``host``: the cache has a host tier, so its state fields are known too."""
     words = text.split()
@@ -166,7 +169,7 @@ def _state_field(name: str, components: Sequence[str], host: bool) -> bool:
     if host and host_state_field(name):
         return name.partition("_host_")[0] in components
     component, _, counter = name.partition("_")
-    return component in components and (counter in POOL_COUNTERS or component != "full" and counter == "tombstones")
+    return component in components and (counter in POOL_COUNTERS or component != BASE and counter == "tombstones")
 
 
 def _int(value: str, word: str) -> int:
@@ -176,7 +179,7 @@ def _int(value: str, word: str) -> int:
         raise ConditionError(f"{word!r}: {value!r} is not a whole number") from None
 
 
-def parse_conditions(texts: Iterable[str], components: Sequence[str] = ("full", "swa", "mamba"),
+def parse_conditions(texts: Iterable[str], components: Sequence[str] = DEFAULT_COMPONENTS,
                      host: bool = False) -> list[Condition]:
     return [parse_condition(t, components, host) for t in texts]
 

@@ -22,9 +22,10 @@ from ..ops.keys import MATCH
 from ..timeline.fmt import event_text, plural
 from ..timeline.timeline import StepRecord, Timeline
 from .why_text import (
-    CAUSE_TEXT, STAYS_BELOW, Explanation, _amount, _at, _cascade_source, _check_step, _name, _noun, _record,
-    _removal_text, _same_node, _split_child, _took_text,
+    CAUSE_TEXT, Explanation, _amount, _at, _cascade_source, _check_step, _name, _noun, _record,
+    _removal_text, _same_node, _split_child, _took_text, stays_below,
 )
+from ..ops.spec import BASE, holds_states
 
 StepsTouching = Callable[[int], list[int]]  # node id -> steps (ascending) whose events name it
 DATA_KINDS = (EventKind.SET, EventKind.TOMBSTONE, EventKind.CASCADE, EventKind.EVICT, EventKind.DEMOTE,
@@ -154,7 +155,7 @@ def _component_line(timeline: Timeline, node: int, component: str, value_len, se
     """Where this component's current data (or its absence) on the node came from."""
     origin = None
     for s, k, e in seen:
-        if e.kind is EventKind.SPLIT or (e.kind is EventKind.ADD and component == "full"):
+        if e.kind is EventKind.SPLIT or (e.kind is EventKind.ADD and component == BASE):
             origin = (s, e)
         elif e.component == component and e.kind in DATA_KINDS:
             origin = (s, e)
@@ -164,7 +165,7 @@ def _component_line(timeline: Timeline, node: int, component: str, value_len, se
     elif value_len is None:
         now = f"{name}: none"
     else:
-        now = f"{name}: a state" if component == "mamba" else f"{name}: {plural(value_len, 'token')} of KV"
+        now = f"{name}: a state" if holds_states(component) else f"{name}: {plural(value_len, 'token')} of KV"
     if origin is None:
         return f"{now}; no event of its steps set any since its creation"
     s, event = origin
@@ -177,11 +178,11 @@ def _component_line(timeline: Timeline, node: int, component: str, value_len, se
         child = _split_child(event)
         if value_len is not None:
             return f"{now}, the upper part of node #{child}'s {_noun(component)}, split off at {at}"
-        if component in STAYS_BELOW:
+        if stays_below(component):
             return f"{now}: the split at {at} left the {_noun(component)} on the deeper node #{child}"
         return f"{now}: node #{child}'s part above the cut had none when it was split at {at}"
     if event.kind is EventKind.SET:
-        if component == "full":  # Full is set at creation; a later SET replaced its slots
+        if component == BASE:  # Full is set at creation; a later SET replaced its slots
             return f"{now}, its slots replaced at {at}: {event.detail or event.cause.value}"
         when = "by the op that created it" if s == seen[0][0] else "(it had none before)"
         why = f"; {event.detail}" if event.detail else ""
@@ -213,7 +214,7 @@ def _holder(record: StepRecord, event: Event) -> str:
 def _held_locks(timeline: Timeline, node: int, seen, touching: StepsTouching, depth: int = 0) -> dict:
     """component -> holder -> steps whose lock on the node is not yet released, replayed
     from the node's lock events; a node made by a split starts with the locks its lower
-    part held at that moment (but for STAYS_BELOW)."""
+    part held at that moment (but for what a split leaves below: stays_below)."""
     held: dict[str, dict[str, list[int]]] = {}
     for s, k, e in seen:
         if e.kind is EventKind.SPLIT and depth < 64:
@@ -223,7 +224,7 @@ def _held_locks(timeline: Timeline, node: int, seen, touching: StepsTouching, de
                       for j, x in _same_node(_record(timeline, t), child) if t < s or j < k]
             inherited = _held_locks(timeline, child, before, touching, depth + 1)
             for component, holders in inherited.items():
-                if component not in STAYS_BELOW:
+                if not stays_below(component):
                     held[component] = {h: list(v) for h, v in holders.items()}
         elif e.kind in (EventKind.LOCK, EventKind.UNLOCK):
             holders = held.setdefault(e.component, {})
@@ -274,7 +275,7 @@ def why_match(timeline: Timeline, step: int) -> Explanation:
     groups: list[list[tuple[int, Event]]] = []
     for k, e in enumerate(events):
         if e.kind is EventKind.VERDICT:
-            if e.component == "full" or not groups:
+            if e.component == BASE or not groups:
                 groups.append([])
             groups[-1].append((k, e))
     if not groups:

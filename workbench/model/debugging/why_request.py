@@ -18,6 +18,7 @@ from ..timeline.fmt import plural
 from ..timeline.request_diff import ADDED, ENDED, RequestChange, request_diff
 from ..timeline.timeline import Timeline
 from .why_text import CAUSE_TEXT, Explanation, _at, _check_step, _record
+from ..ops.spec import BASE
 
 ABOUT = ("prefix", "tail")  # what a question may narrow to; None: the whole story
 TAIL_CAUSE_TEXT = {
@@ -145,13 +146,13 @@ def _tail_lines(timeline: Timeline, history) -> list[tuple[int, str]]:
     for s, change in history:
         at = _at(_record(timeline, s))
         before = change.before
-        full_tail = change.freed.get(("full", Cause.TAIL.value), 0)
+        full_tail = change.freed.get((BASE, Cause.TAIL.value), 0)
         for (component, cause), n in change.freed.items():
             text = f"{at}: {_verb(timeline, s)} freed {plural(n, component + ' slot')} [cause {cause}]"
             why = TAIL_CAUSE_TEXT.get(cause, CAUSE_TEXT.get(Cause(cause), cause) if cause in Cause._value2member_map_
                                       else cause)
-            if cause == Cause.TAIL.value and component == "full" and before is not None:
-                if ("full", Cause.STOP.value) in change.freed:  # the row's end is not what it owned
+            if cause == Cause.TAIL.value and component == BASE and before is not None:
+                if (BASE, Cause.STOP.value) in change.freed:  # the row's end is not what it owned
                     why = (f"its tail of {plural(n, 'slot')} past the whole pages it cached, up to its stop "
                            f"({before.tokens} committed) — nothing could match them")
                 else:

@@ -22,7 +22,7 @@ from cache.observe.events import Cause, EventKind
 from ..ops.sessions import OPEN, RELEASE
 from ..timeline.fmt import plural
 from ..timeline.timeline import Timeline
-from .why_text import STAYS_BELOW, Explanation, _at, _check_step, _name, _noun, _record, _removal_text, _split_child
+from .why_text import Explanation, _at, _check_step, _name, _noun, _record, _removal_text, _split_child, stays_below
 
 LOSS_KINDS = (EventKind.EVICT, EventKind.TOMBSTONE, EventKind.DEMOTE)
 MAX_SPARED_LINES = 8  # evictions told that took untagged data instead (the rest are counted)
@@ -87,7 +87,7 @@ class _Replay:
         if child is None:
             return
         for component, node in list(self.total):
-            if node == child and component not in STAYS_BELOW:
+            if node == child and not stays_below(component):
                 upper = (component, event.node)
                 self.total[upper] = self.total[(component, child)]
                 if self.mine[(component, child)]:

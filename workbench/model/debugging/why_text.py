@@ -15,11 +15,8 @@ from .. import ops
 from ..ops.evict import EVICT
 from ..timeline.fmt import plural
 from ..timeline.timeline import StepRecord, Timeline
+from ..ops.spec import BASE, fact, holds_states
 
-NAME = {"full": "Full", "swa": "SWA", "mamba": "Mamba"}
-NOUN = {"full": "Full KV", "swa": "SWA KV", "mamba": "Mamba state"}
-UNIT = {"full": ("token", "tokens"), "swa": ("slot", "slots"), "mamba": ("state", "states")}
-STAYS_BELOW = {"mamba"}  # a split leaves this data (and its locks) on the lower node
 CAUSE_TEXT = {
     Cause.REQUEST: "the op asked for it directly",
     Cause.CAPACITY: "eviction to make room",
@@ -70,7 +67,7 @@ def _at(record: StepRecord) -> str:
 
 
 def _amount(component: Optional[str], n: int) -> str:
-    one, many = UNIT.get(component, ("unit", "units"))
+    one, many = fact(component, "UNIT", ("unit", "units"))
     return plural(n, one, many)
 
 
@@ -91,11 +88,16 @@ def _split_child(event: Event) -> Optional[int]:
 
 
 def _name(component: Optional[str]) -> str:
-    return NAME.get(component, component or "?")
+    return fact(component, "DISPLAY_NAME", component or "?")
 
 
 def _noun(component: Optional[str]) -> str:
-    return NOUN.get(component, f"{component} data")
+    return fact(component, "NOUN", f"{component} data")
+
+
+def stays_below(component: Optional[str]) -> bool:
+    """A split leaves this component's data (and its locks) on the lower node."""
+    return bool(fact(component, "SPLIT_STAYS_BELOW"))
 
 
 def _capacity_text(event: Event) -> str:
@@ -107,7 +109,7 @@ def _capacity_text(event: Event) -> str:
 
 
 def _chosen_text(node: int, component: Optional[str], deleted: bool, record: Optional[StepRecord] = None) -> str:
-    if component == "full":
+    if component == BASE:
         return f"{_full_choice(node, record)}, so it was deleted whole"
     order = f"node #{node} was the least recently used unlocked {_name(component)} holder left"
     if deleted:
@@ -135,7 +137,7 @@ def _full_choice(node: int, record: Optional[StepRecord]) -> str:
 
 
 def _took_text(events: list[Event]) -> str:
-    parts = [_noun(e.component) if e.component == "mamba" else f"{_noun(e.component)} ({plural(e.tokens, 'token')})"
+    parts = [_noun(e.component) if holds_states(e.component) else f"{_noun(e.component)} ({plural(e.tokens, 'token')})"
              for e in events]
     return " and ".join(parts) if len(parts) < 3 else ", ".join(parts[:-1]) + " and " + parts[-1]
 

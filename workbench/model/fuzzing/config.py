@@ -9,6 +9,8 @@ from typing import Any, Optional
 
 from cache.config.reference import inert
 
+from ..ops.spec import BASE, fact, stateful, windowed
+
 
 # FuzzConfig.delayed: every hit query waits 2 flushes
 DELAY_RULE = {"call": "exists", "outcome": "delay", "steps": 2, "times": 1_000_000}
@@ -16,7 +18,7 @@ DELAY_RULE = {"call": "exists", "outcome": "delay", "steps": 2, "times": 1_000_0
 
 @dataclasses.dataclass(frozen=True)
 class FuzzConfig:
-    components: tuple[str, ...] = ("full",)
+    components: tuple[str, ...] = (BASE,)
     page_size: int = 1
     sliding_window: int = 4
     kv_size: Optional[int] = None  # tokens; default 48 pages: eviction runs often
@@ -44,10 +46,10 @@ class FuzzConfig:
         page = self.page_size
         kv = self.kv_size or 48 * page
         config: dict[str, Any] = {"components": list(self.components), "page_size": page, "kv_size": kv}
-        if "swa" in self.components:
+        if windowed(self.components):
             config["sliding_window"] = self.sliding_window
             config["swa_kv_size"] = self.swa_kv_size or max(page, kv * 3 // 4 // page * page)
-        if "mamba" in self.components:
+        if stateful(self.components):
             config["mamba_size"] = self.mamba_size or 4
         faults = self.faults if faults is None else faults
         if faults:
@@ -69,8 +71,8 @@ class FuzzConfig:
         return 16 * self.page_size + self.sliding_window
 
     def label(self) -> str:
-        comps = "+".join(c.capitalize() if c != "swa" else "SWA" for c in self.components)
-        window = f" w{self.sliding_window}" if "swa" in self.components else ""
+        comps = "+".join(fact(c, "DISPLAY_NAME", c.capitalize()) for c in self.components)
+        window = f" w{self.sliding_window}" if windowed(self.components) else ""
         host = f" {self.hicache}" if self.hicache else ""
         sessions = " sessions" if self.sessions else ""
         sessions += f" storage {self.storage}" if self.storage else ""

@@ -24,6 +24,7 @@ from .generator import OpGenerator
 from .shrink import Shrinker, Steps
 from .sweep import configs_for, sweep_configs
 from ..timeline.timeline import StepRecord
+from ..ops.spec import BASE
 
 SANITY_PREFIXES = ("counter.", "lru.")  # what upstream's sanity check looks at: counters and LRU order
 SANITY_SUFFIXES = (".balance",)  # … and its idle memory check: available + cached + held == total
@@ -75,7 +76,7 @@ def pinned(record: StepRecord, components: tuple[str, ...], cache=None) -> dict[
     for c in components:
         for counter in ("available", "evictable", "protected", "held"):
             expect[f"{c}_{counter}"] = state_field(state, f"{c}_{counter}")
-        if c != "full":
+        if c != BASE:
             expect[f"{c}_tombstones"] = state_field(state, f"{c}_tombstones")
         expect[f"{c}_lru"] = state_field(state, f"{c}_lru")  # the order eviction will follow
     expect["nodes"] = state_field(state, "nodes")

@@ -15,13 +15,14 @@ from typing import Any
 
 from cache.tree.leaf_policies import POLICIES
 
+from ..ops.spec import BASE
 from .config import FuzzConfig, frozen
 
 
 @dataclasses.dataclass(frozen=True)
 class OptionSet:
     options: tuple[tuple[str, Any], ...]
-    needs: tuple[str, ...] = ("full",)  # the components the options belong to
+    needs: tuple[str, ...] = (BASE,)  # the components the options belong to
     pages: tuple[int, ...] = (1, 4)  # the page sizes it is swept at
 
     def fits(self, components: tuple[str, ...]) -> bool:
@@ -31,7 +32,7 @@ class OptionSet:
         return FuzzConfig(options=self.options).label().split(" p1", 1)[1].strip()
 
 
-def option_set(needs: tuple[str, ...] = ("full",), pages: tuple[int, ...] = (1, 4), **options: Any) -> OptionSet:
+def option_set(needs: tuple[str, ...] = (BASE,), pages: tuple[int, ...] = (1, 4), **options: Any) -> OptionSet:
     return OptionSet(tuple(sorted((k, frozen(v)) for k, v in options.items())), needs, pages)
 
 

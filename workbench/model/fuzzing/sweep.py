@@ -14,7 +14,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from cache.components import COMPONENT_REGISTRY
+
 from .config import FuzzConfig
+from ..ops.spec import BASE, stateful, windowed
 
 FAULT_EPISODE = 300  # steps per episode with a fault on: a fault found early in a fresh cache shrinks fast
 ROOMY_PAGES = 256  # a pool that rarely evicts: the paths where nothing is under pressure
@@ -31,9 +34,9 @@ def pool_twins(config: FuzzConfig) -> list[FuzzConfig]:
     twins = []
     for kv, states in ((tight, 2), (ROOMY_PAGES * page, 16)):
         twin = dataclasses.replace(config, kv_size=kv)
-        if "swa" in config.components:  # the SWA pool must hold the longest prompt too
+        if windowed(config.components):  # the SWA pool must hold the longest prompt too
             twin = dataclasses.replace(twin, swa_kv_size=kv)
-        if "mamba" in config.components:
+        if stateful(config.components):
             twin = dataclasses.replace(twin, mamba_size=states)
         twins.append(twin)
     return twins
@@ -96,11 +99,11 @@ def fault_needs(faults: tuple[str, ...]) -> dict:
 
     known = catalogue()
     entries = [known[name] for name in faults]
-    components = tuple(sorted({c for f in entries for c in f.components}, key=("full", "swa", "mamba").index))
+    components = tuple(sorted({c for f in entries for c in f.components}, key=list(COMPONENT_REGISTRY).index))
     options: dict = {}
     storage: Optional[str] = None
     for fault in entries:
         options.update(dict(fault.options))
         storage = storage or fault.storage
-    return {"components": components or ("full",), "sessions": any(f.sessions for f in entries),
+    return {"components": components or (BASE,), "sessions": any(f.sessions for f in entries),
             "options": tuple(options.items()), "storage": storage}

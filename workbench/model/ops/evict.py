@@ -3,31 +3,36 @@ step that only checks: the state fields and invariants after everything before i
 
 from __future__ import annotations
 
-from .spec import DEVICE, FuzzRule, OpSpec, declare
+from .spec import DEVICE, FuzzRule, OpSpec, declare, holds_states, windowed
+
+# the components SGLang 0.5.23's evict takes: ours -> (its EvictParams field, its EvictResult field)
+SGLANG_FIELDS = {"full": ("num_tokens", "num_tokens_evicted"), "swa": ("swa_num_tokens", "swa_num_tokens_evicted"),
+                 "mamba": ("mamba_num", "mamba_num_evicted")}
 
 
 def run_evict(driver, f: dict) -> dict:
     from cache import EvictParams  # torch: only once an op runs
 
     result = driver.cache.evict(EvictParams.of(f))
-    named = {"full_evicted": result.num_tokens_evicted, "swa_evicted": result.swa_num_tokens_evicted,
-             "mamba_evicted": result.mamba_num_evicted}  # reported whatever the components, as SGLang does
+    named = _evicted(result)  # reported whatever the components, as SGLang does
     return {**named, **{f"{c}_evicted": n for c, n in result.by_component.items() if f"{c}_evicted" not in named}}
 
 
 def sglang_evict(side, f: dict) -> dict:
-    params = side.sg.EvictParams(num_tokens=f.get("full", 0), swa_num_tokens=f.get("swa", 0),
-                                 mamba_num=f.get("mamba", 0))
-    result = side.cache.evict(params)
-    return {"full_evicted": int(result.num_tokens_evicted), "swa_evicted": int(result.swa_num_tokens_evicted),
-            "mamba_evicted": int(result.mamba_num_evicted)}
+    params = side.sg.EvictParams(**{asked: f.get(c, 0) for c, (asked, _) in SGLANG_FIELDS.items()})
+    return {name: int(n) for name, n in _evicted(side.cache.evict(params)).items()}
+
+
+def _evicted(result) -> dict:
+    """``<component>_evicted`` for each component an EvictResult (ours or SGLang's) reports."""
+    return {f"{c}_evicted": getattr(result, evicted) for c, (_, evicted) in SGLANG_FIELDS.items()}
 
 
 def fuzz_evict(gen) -> dict:
     step = {"op": EVICT.name}
     comps = gen.config.components
     for c in gen.rng.sample(list(comps), gen.rng.randint(1, len(comps))):
-        step[c] = gen.rng.randint(1, 3 if c == "mamba" else 4 * gen.page)
+        step[c] = gen.rng.randint(1, 3 if holds_states(c) else 4 * gen.page)
     return step
 
 
@@ -37,7 +42,7 @@ def record_evict(mapper, asked: dict[str, int], evicted: dict[str, int], for_all
     the same order, when the two trees agree."""
     amounts = evicted if for_alloc else asked
     step: dict = {"op": EVICT.name, **{c: n for c, n in amounts.items() if c in mapper.components and n}}
-    step["expect"] = {f"{c}_evicted": evicted.get(c, 0) for c in ("full", "swa", "mamba") if c in mapper.components}
+    step["expect"] = {f"{c}_evicted": evicted.get(c, 0) for c in SGLANG_FIELDS if c in mapper.components}
     if for_alloc:
         asked_text = ", ".join(f"{c}={n}" for c, n in asked.items() if n) or "nothing"
         step["description"] = f"evict_for_alloc({asked_text}): recorded as what it evicted"
@@ -46,9 +51,8 @@ def record_evict(mapper, asked: dict[str, int], evicted: dict[str, int], for_all
 
 def _recorded_evict(mapper, call):
     params, result = call.arg(0, "params"), call.result
-    asked = {"full": params.num_tokens, "swa": params.swa_num_tokens, "mamba": params.mamba_num}
-    evicted = {"full": result.num_tokens_evicted, "swa": result.swa_num_tokens_evicted,
-               "mamba": result.mamba_num_evicted}
+    asked = {c: getattr(params, field) for c, (field, _) in SGLANG_FIELDS.items()}
+    evicted = {c: getattr(result, field) for c, (_, field) in SGLANG_FIELDS.items()}
     return record_evict(mapper, asked, evicted, call.name == "evict_for_alloc")
 
 
@@ -56,9 +60,9 @@ EVICT = declare(OpSpec(
     "evict", "free at least N units of each named component, least recently used first",
     run_evict,
     per_component=DEVICE, per_component_result="_evicted",
-    results=("full_evicted", "swa_evicted", "mamba_evicted"), reports_all_results=True,
+    results=tuple(f"{c}_evicted" for c in SGLANG_FIELDS), reports_all_results=True,
     run_sglang=sglang_evict,
-    fuzz=(FuzzRule(2, lambda gen: 10 if "swa" in gen.config.components else 7, fuzz_evict),),
+    fuzz=(FuzzRule(2, lambda gen: 10 if windowed(gen.config.components) else 7, fuzz_evict),),
     records=("evict", "evict_for_alloc"), record=_recorded_evict, records_nested=True,
     describe=lambda f: " ".join([EVICT.name] + [f"{k}={v}" for k, v in f.items()]),
 ))

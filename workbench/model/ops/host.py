@@ -4,7 +4,7 @@ back to the device), ``evict_host`` (free host copies) and ``flush``
 
 from __future__ import annotations
 
-from .spec import COUNT, HOST, HOST_PARTS, NAME, TOKENS, Field, FuzzRule, OpSpec, declare, host_parts
+from .spec import BASE, COUNT, HOST, HOST_PARTS, NAME, TOKENS, Field, FuzzRule, OpSpec, declare, holds_states, host_parts
 
 
 def _hosted(weight: int):
@@ -23,7 +23,7 @@ def fuzz_evict_host(gen) -> dict:
     parts = host_parts(gen.config.components)
     step = {"op": EVICT_HOST.name}
     for c in gen.rng.sample(list(parts), gen.rng.randint(1, len(parts))):
-        step[c] = gen.rng.randint(1, 2 if c == "mamba" else 4 * gen.page)
+        step[c] = gen.rng.randint(1, 2 if holds_states(c) else 4 * gen.page)
     return step
 
 
@@ -50,9 +50,9 @@ LOAD_BACK = declare(OpSpec(
 
 def run_evict_host(driver, f: dict) -> dict:
     cache = driver.cache
-    out = {"full_host_evicted": cache.evict_host(f.get("full", 0))}
+    out = {f"{BASE}_host_evicted": cache.evict_host(f.get(BASE, 0))}
     for component, amount in f.items():
-        if component != "full":
+        if component != BASE:
             out[f"{component}_host_evicted"] = cache.evict_host(amount, component)
     return out
 

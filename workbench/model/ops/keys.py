@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .spec import COUNT, NAME, TOKENS, Field, FuzzRule, OpSpec, declare
+from .spec import COUNT, NAME, TOKENS, Field, FuzzRule, OpSpec, declare, stateful, windowed
 
 
 # ---- insert -------------------------------------------------------------------------------------
@@ -30,7 +30,7 @@ def run_insert(driver, f: dict) -> dict:
     aligned = len(tokens) - len(tokens) % cache.page_size
     window_floor = f.get("swa_evicted_seqlen", 0)
     if window_floor:  # a request whose window slid: its SWA KV below the floor is gone
-        if "swa" not in cache.by_name:
+        if not windowed(cache.by_name):
             raise CacheError("swa_evicted_seqlen needs the swa component")
         if type(window_floor) is not int or window_floor < 0 or window_floor % cache.page_size:
             # freeing part of a page's SWA would free the whole page under the rest
@@ -38,7 +38,7 @@ def run_insert(driver, f: dict) -> dict:
                 f"swa_evicted_seqlen must be a non-negative multiple of page_size {cache.page_size}"
                 f" (got {window_floor!r})"
             )
-    mamba = "mamba" in cache.by_name
+    mamba = stateful(cache.by_name)
     cache.check_capacity(len(tokens), mamba_states=1 if mamba else 0)
     slots = cache.alloc_kv(len(tokens))
     state = None
@@ -121,7 +121,7 @@ def sglang_insert(side, f: dict) -> dict:
 
 def fuzz_insert(gen) -> dict:
     step: dict[str, Any] = {"op": INSERT.name, "key": gen.key(), **gen.salt()}
-    if "swa" in gen.config.components and gen.rng.random() < 0.3 and len(step["key"]) >= gen.page:
+    if windowed(gen.config.components) and gen.rng.random() < 0.3 and len(step["key"]) >= gen.page:
         step["swa_evicted_seqlen"] = gen.rng.randint(0, len(step["key"]) // gen.page) * gen.page
     priority = draw_priority(gen)
     if priority is not None:
@@ -187,9 +187,9 @@ def run_match(driver, f: dict) -> dict:
     result = cache.match_prefix(MatchPrefixParams(key))
     driver.last_match = driver.name_match(f.get("as"), result.last_device_node, result.prefix_len, key, result)
     out = {"prefix_len": result.prefix_len, "host_hit_length": result.host_hit_length}
-    if "swa" in cache.by_name:
+    if windowed(cache.by_name):
         out["swa_host_hit_length"] = result.swa_host_hit_length
-    if "mamba" in cache.by_name:
+    if stateful(cache.by_name):
         out["mamba_branching_seqlen"] = result.mamba_branching_seqlen
         out["mamba_host_hit_length"] = result.mamba_host_hit_length
     return out
@@ -225,7 +225,7 @@ def record_match(mapper, tokens: list[int], extra_key: Optional[str], node: Any,
     if cache_salt is not None:
         step["cache_salt"] = cache_salt
     expect = {"prefix_len": prefix_len}
-    if "mamba" in mapper.components:
+    if stateful(mapper.components):
         expect["mamba_branching_seqlen"] = mamba_branching_seqlen
     step["expect"] = expect
     if cow:

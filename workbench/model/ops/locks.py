@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Hashable
 
-from .spec import NAME, Field, FuzzRule, OpSpec, declare
+from .spec import NAME, Field, FuzzRule, OpSpec, declare, windowed
 
 
 # ---- lock ---------------------------------------------------------------------------------------
@@ -82,13 +82,20 @@ def fuzz_stale_unlock(gen) -> dict:
     return {"op": UNLOCK.name, "lock": gen.rng.choice(gen.released), "expect_error": ""}
 
 
-def record_unlock(mapper, node: Any, receipt: Hashable, is_root: bool = False):
+def _held_lock_step(mapper, op: str, call: str, node: Any, receipt: Hashable, is_root: bool, keep: bool,
+                    what: str, root_note: str):
+    """The step an op on a recorded lock replays as, or a comment where the trace holds no such lock."""
     if is_root:
-        return "dec_lock_ref on the root: nothing to unlock"
-    name = mapper.find_lock(node, receipt, keep=False)
+        return f"{call} on the root: {root_note}"
+    name = mapper.find_lock(node, receipt, keep=keep)
     if name is None:
-        return f"dec_lock_ref(node {node}): releases a lock the trace does not hold (taken before recording, or not recordable)"
-    return {"op": UNLOCK.name, "lock": name}
+        return f"{call}(node {node}): {what} the trace does not hold (taken before recording, or not recordable)"
+    return {"op": op, "lock": name}
+
+
+def record_unlock(mapper, node: Any, receipt: Hashable, is_root: bool = False):
+    return _held_lock_step(mapper, UNLOCK.name, "dec_lock_ref", node, receipt, is_root, False,
+                           "releases a lock", "nothing to unlock")
 
 
 def _recorded_unlock(mapper, call):
@@ -121,14 +128,10 @@ def sglang_release_window(side, f: dict) -> None:
 
 
 def record_release_window(mapper, node: Any, receipt: Hashable, is_root: bool = False, already: bool = False):
-    if is_root:
-        return "release_swa on the root: nothing to release"
-    if already:
+    if already and not is_root:
         return f"release_swa(node {node}) on a lock whose window part is already released: SGLang does nothing"
-    name = mapper.find_lock(node, receipt, keep=True)
-    if name is None:
-        return f"release_swa(node {node}): a lock the trace does not hold (taken before recording, or not recordable)"
-    return {"op": RELEASE_WINDOW.name, "lock": name}
+    return _held_lock_step(mapper, RELEASE_WINDOW.name, "release_swa", node, receipt, is_root, True, "a lock",
+                           "nothing to release")
 
 
 def _recorded_release(mapper, call):
@@ -151,7 +154,7 @@ RELEASE_WINDOW = declare(OpSpec(
     fields=(Field("lock", NAME, required=True, uses="locks", positional=True),),
     needs=("swa",),
     run_sglang=sglang_release_window,
-    fuzz=(FuzzRule(7, lambda gen: 3 if gen.held and "swa" in gen.config.components else 0,
+    fuzz=(FuzzRule(7, lambda gen: 3 if gen.held and windowed(gen.config.components) else 0,
                    lambda gen: {"op": RELEASE_WINDOW.name, "lock": gen.rng.choice(gen.held)}),),
     records=("release_swa",), record=_recorded_release, record_before=_window_already_released,
 ))

@@ -10,7 +10,7 @@ from array import array
 
 from .keys import draw_priority
 from .request_view import view_of_first_arg
-from .spec import COUNT, FLAG, HOST, NAME, TOKENS, Field, FuzzRule, OpSpec, declare, recorded_by
+from .spec import COUNT, FLAG, HOST, NAME, TOKENS, Field, FuzzRule, OpSpec, declare, recorded_by, stateful, windowed
 
 REQ = Field("req", NAME, required=True, uses="requests", positional=True)
 
@@ -116,7 +116,7 @@ def fuzz_prefill(gen) -> dict:
 
 
 def _prefill_weight(gen) -> int:
-    max_running = 5 if "mamba" in gen.config.components else 3  # enough requests to exhaust a small state pool
+    max_running = 5 if stateful(gen.config.components) else 3  # enough requests to exhaust a small state pool
     return 7 if len(gen.running) < max_running else 0
 
 
@@ -183,7 +183,7 @@ def fuzz_decode(gen) -> dict:
     step = {"op": DECODE.name, "req": name, "tokens": [rng.randint(1, 3) for _ in range(rng.randint(1, 2 * gen.page))]}
     gen.computed[name] += len(step["tokens"])
     gen.outputs[name] += len(step["tokens"])
-    if "swa" in gen.config.components and rng.random() < 0.4:
+    if windowed(gen.config.components) and rng.random() < 0.4:
         step["slide_window"] = True
     return step
 
@@ -262,7 +262,7 @@ def fuzz_checkpoint(gen) -> dict:
     step = {"op": CHECKPOINT.name, "req": name}
     # a checkpoint short of what it has computed; not with Mamba, whose state is taken after all of it
     # (SGLang would key it at up_to: the checker flags that, and its scheduler never asks for it)
-    if gen.rng.random() < 0.1 and name not in gen.chunked and "mamba" not in gen.config.components:
+    if gen.rng.random() < 0.1 and name not in gen.chunked and not stateful(gen.config.components):
         done = gen.computed[name]
         step["up_to"] = gen.rng.randint(max(0, done - 2 * gen.page), done)
     return step
@@ -329,7 +329,7 @@ def fuzz_release(gen) -> dict:
     outputs = gen.outputs.get(name, 0)
     # a stop before the last token: the KV past it is freed (not with Mamba at page 1, where the state
     # cached is the one after every committed token: SGLang keys it at the stop, which the checker flags)
-    mamba_running_state = "mamba" in gen.config.components and gen.page == 1
+    mamba_running_state = stateful(gen.config.components) and gen.page == 1
     if outputs and gen.rng.random() < 0.2 and not mamba_running_state:
         step["stop_at"] = gen.rng.randint(0, outputs - 1)
     if gen.config.sessions and gen.rng.random() < 0.15:  # an aborted finish registers no session reference

@@ -10,7 +10,7 @@ around the backup and the restore, so SGLang backs up exactly the row ours does.
 
 from __future__ import annotations
 
-from .spec import COUNT, FLAG, NAME, Field, FuzzRule, OpSpec, declare
+from .spec import COUNT, FLAG, NAME, Field, FuzzRule, OpSpec, declare, stateful
 
 REQ = Field("req", NAME, required=True, uses="requests", positional=True)
 
@@ -78,7 +78,7 @@ def fuzz_retract(gen) -> dict:
     name = _take_plain(gen)
     gen.chunked.discard(name)
     step = {"op": RETRACT.name, "req": name}
-    if gen.config.hicache and "mamba" not in gen.config.components and gen.rng.random() < 0.7:
+    if gen.config.hicache and not stateful(gen.config.components) and gen.rng.random() < 0.7:
         step["backup"] = True
     if gen.rng.random() < 0.3:
         step["evict"] = gen.rng.randint(1, 8 * gen.page)

@@ -13,6 +13,8 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Optional
 
+from cache.components import COMPONENT_REGISTRY  # names and folder facts only: no torch
+
 # field kinds: how a value is checked, parsed from a live command and shrunk
 TOKENS = "tokens"  # a list of token ids
 NAME = "name"  # a non-empty string: a name or a namespace
@@ -26,6 +28,7 @@ NAMESPACES = {"matches": "m", "locks": "L", "requests": "r"}
 HOST = "host tier"  # an op's need: the config has [config] hicache
 STORAGE = "storage tier"  # an op's need: the config has hicache.storage
 DEVICE, HOST_PARTS = "device", "host"  # per-component fields: every listed component, or those with a host part
+BASE = COMPONENT_REGISTRY.declaring("BASE")[0]  # the component every cache lists first (Full)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,10 +239,8 @@ def flag_words() -> frozenset[str]:
 def owner(field: str) -> Optional[str]:
     """The non-Full component a result or state field belongs to (``swa_evicted`` -> swa):
     a step may expect it only when that component is listed."""
-    from cache.components import COMPONENT_REGISTRY  # names only: no torch
-
     head = field.split("_")[0]
-    return head if head != "full" and head in COMPONENT_REGISTRY else None
+    return head if head in COMPONENT_REGISTRY and not is_base(head) else None
 
 
 def reference_table() -> str:
@@ -259,3 +260,48 @@ def host_parts(components=None) -> tuple[str, ...]:
     from cache.tiers.hicache_config import host_components  # names only: no torch
 
     return tuple(host_components(components))
+
+
+# ---- components: what the workbench asks of each, from the facts its folder declares ----------
+def fact(name: Optional[str], constant: str, default=None):
+    """What the component's folder declares as ``constant``; ``default`` for a component
+    that declares none, or a name no component has."""
+    if name not in COMPONENT_REGISTRY:
+        return default
+    return COMPONENT_REGISTRY.declared(name, constant, default)
+
+
+def is_base(name: Optional[str]) -> bool:
+    """It is the component every cache has, first (Full): the others hang their data on its nodes."""
+    return name == BASE
+
+
+def has_window(name: Optional[str]) -> bool:
+    """It keeps only a trailing window (SWA): its pool is sized by sliding_window."""
+    return bool(fact(name, "HAS_WINDOW"))
+
+
+def holds_states(name: Optional[str]) -> bool:
+    """It holds one state slot per node (Mamba): its amounts count states, not tokens."""
+    return bool(fact(name, "HOLDS_STATES"))
+
+
+def in_sglang(name: Optional[str]) -> bool:
+    """SGLang 0.5.23's unified cache has it, so the bridge can compare it."""
+    return bool(fact(name, "IN_SGLANG"))
+
+
+def windowed(components) -> Optional[str]:
+    """The listed component that keeps a trailing window, or None."""
+    return next((c for c in components if has_window(c)), None)
+
+
+def stateful(components) -> Optional[str]:
+    """The listed component that holds states, or None."""
+    return next((c for c in components if holds_states(c)), None)
+
+
+def sglang_components() -> tuple[str, ...]:
+    """The components SGLang 0.5.23's unified cache has, in registry order: the bridge
+    compares only these."""
+    return COMPONENT_REGISTRY.declaring("IN_SGLANG")

@@ -4,6 +4,8 @@ and completion read them too. Ops are declared in ``ops/``."""
 
 from __future__ import annotations
 
+from ..ops.spec import sglang_components
+
 # The ops themselves, their fields and results, are declared in ``ops/``.
 HOST_SUFFIXES = ("available", "total", "evictable")  # "<component>_host_<suffix>": a host pool's counters
 # State fields of the host tier (only with [config] hicache): host-only nodes, and nodes in
@@ -16,7 +18,7 @@ COMMON_FIELDS = ("op", "expect", "expect_error", "description")
 
 # State fields any step may expect (all ints). Per-name tables come after.
 STATE_FIELDS = tuple(
-    f"{c}_{k}" for c in ("full", "swa", "mamba") for k in ("evictable", "protected", "available", "held", "total")
+    f"{c}_{k}" for c in sglang_components() for k in ("evictable", "protected", "available", "held", "total")
 ) + (
     "nodes",
     "swa_tombstones",

@@ -28,6 +28,7 @@ from .step import Step, check_step, component_field
 from .storage_place import ignored_path_notice, placed
 from .inputs import (DuplicateKeyError, TooLarge, check_stdin, loads_unique, read_bounded, read_regular,
                      toml_loads)
+from ..ops.spec import BASE, windowed
 
 SCHEMA = 1
 MAX_FILE_BYTES = 1 << 30  # a parsed trace takes ~7x its file size in memory: 1 GiB stays within a 24 GiB machine
@@ -65,7 +66,7 @@ def cache_config(scenario: Scenario, device: Optional[str] = None):
         built = placed(CacheConfig.of(**cfg))  # never the file's own storage path (storage_place.py)
     except (ValueError, TypeError) as exc:
         raise ScenarioError(f"config cannot be built: {exc}", scenario.path, scenario.config_line) from None
-    if "swa" in built.components and built.sliding_window > built.swa_pool_size:
+    if windowed(built.components) and built.sliding_window > built.swa_pool_size:
         # the cache itself runs such a pool (unit tests refuse requests with it), but in a
         # scenario it is a typo: every request past the pool's size would be refused
         raise ScenarioError(f"config cannot be built: sliding_window {built.sliding_window} is larger than the SWA "
@@ -255,8 +256,8 @@ def _check_config(config, name: str, section_line) -> dict[str, Any]:
         if required not in config:
             raise ScenarioError(f"[config] needs {required}", name, section_line("config"), required)
     comps = config["components"]
-    if not all(isinstance(c, str) for c in comps) or "full" not in comps:
-        raise ScenarioError('must list component names and include "full"', name, section_line("config", "components"), "components")
+    if not all(isinstance(c, str) for c in comps) or BASE not in comps:
+        raise ScenarioError(f'must list component names and include "{BASE}"', name, section_line("config", "components"), "components")
     faults = config.get("faults", [])
     if not all(isinstance(f, str) for f in faults):
         raise ScenarioError("must list fault names (strings)", name, section_line("config", "faults"), "faults")

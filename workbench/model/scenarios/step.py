@@ -16,6 +16,7 @@ from .fields import (
 )
 from .names import Names
 from .session_fields import check_session_expect, is_session_field
+from ..ops.spec import BASE
 
 MAX_TOKEN = 2**31 - 1
 MAX_KEY_TOKENS = 1 << 20  # tokens in one key: a 1M-token context is the largest in use
@@ -25,7 +26,7 @@ def component_field(key: str, components) -> Optional[tuple[str, str]]:
     """(component, suffix) when ``key`` is a per-component field of a listed component
     other than Full ("sidecar_evictable", "sidecar_lru", "sidecar_lock_ref"), else None."""
     for component in components:
-        if component != "full" and key.startswith(f"{component}_"):
+        if component != BASE and key.startswith(f"{component}_"):
             return component, key[len(component) + 1 :]
     return None
 

@@ -16,6 +16,7 @@ from ..ops.evict import CHECK, EVICT
 from ..ops.keys import INSERT, MATCH
 from ..ops.locks import LOCK, UNLOCK
 from ..ops.requests import DECODE, PREFILL, RELEASE
+from ..ops.spec import BASE, stateful, windowed
 
 VOCAB = 32000
 
@@ -41,14 +42,14 @@ def trace_config(components: tuple[str, ...], kv_size: int = 65536, sliding_wind
                  mamba_size: int = 256) -> dict[str, Any]:
     config: dict[str, Any] = {"components": list(components), "page_size": 1, "kv_size": kv_size,
                               "auto_evict": True, "device": "cpu"}
-    if "swa" in components:
+    if windowed(components):
         config.update(sliding_window=sliding_window, swa_kv_size=kv_size)
-    if "mamba" in components:
+    if stateful(components):
         config["mamba_size"] = mamba_size
     return config
 
 
-def trace_records(requests: int, seed: int = 0, components: tuple[str, ...] = ("full",)) -> Iterator[dict[str, Any]]:
+def trace_records(requests: int, seed: int = 0, components: tuple[str, ...] = (BASE,)) -> Iterator[dict[str, Any]]:
     """The header, then four steps per request."""
     name = f"bench-{','.join(components)}-{requests}"
     yield {"schema": 1, "scenario": {"name": name, "description": "urc bench --write-trace workload"},
@@ -60,7 +61,7 @@ def trace_records(requests: int, seed: int = 0, components: tuple[str, ...] = ("
         yield UNLOCK.step(lock=f"L{i}")
 
 
-def write_trace(stream: TextIO, requests: int, seed: int = 0, components: tuple[str, ...] = ("full",)) -> int:
+def write_trace(stream: TextIO, requests: int, seed: int = 0, components: tuple[str, ...] = (BASE,)) -> int:
     """Write the trace; returns the number of steps."""
     steps = -1
     for record in trace_records(requests, seed, components):
@@ -69,15 +70,15 @@ def write_trace(stream: TextIO, requests: int, seed: int = 0, components: tuple[
     return steps
 
 
-def random_records(steps: int, seed: int = 0, components: tuple[str, ...] = ("full",)) -> Iterator[dict[str, Any]]:
+def random_records(steps: int, seed: int = 0, components: tuple[str, ...] = (BASE,)) -> Iterator[dict[str, Any]]:
     """A fuzzer-like trace: small keys over a 4-token alphabet (so prefixes collide and
     nodes split), matches, locks and unlocks on live names, evictions, and requests
     that prefill, decode and finish; the pools are small so eviction runs often."""
     rng = random.Random(seed)
     config: dict[str, Any] = {"components": list(components), "page_size": 1, "kv_size": 256}
-    if "swa" in components:
+    if windowed(components):
         config.update(sliding_window=4, swa_kv_size=192)
-    if "mamba" in components:
+    if stateful(components):
         config["mamba_size"] = 24
     yield {"schema": 1, "scenario": {"name": f"random-{steps}-{seed}"}, "config": config}
     held: list[str] = []
@@ -104,7 +105,7 @@ def random_records(steps: int, seed: int = 0, components: tuple[str, ...] = ("fu
             yield PREFILL.step(req=f"r{i}", tokens=key())
         elif roll < 0.93 and running:
             step = DECODE.step(req=rng.choice(running), tokens=key(1, 4))
-            if "swa" in components and rng.random() < 0.5:
+            if windowed(components) and rng.random() < 0.5:
                 step["slide_window"] = True
             yield step
         elif running:

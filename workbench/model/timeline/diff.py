@@ -24,6 +24,7 @@ from cache.observe.views import NodeRecord, PoolView
 from .fmt import plural, tokens_text
 from .packed import PackedTokens
 from .states import TimelineState
+from ..ops.spec import BASE, holds_states
 
 CHANGE_KINDS = ("added", "removed", "split", "tombstoned", "recovered", "value", "lock_ref", "lru")
 POOL_COUNTERS = ("total", "available", "evictable", "protected", "held")
@@ -134,7 +135,7 @@ def diff_states(timeline, a: int, b: int) -> StateDiff:
                 note("lock_ref", name, node_id, (cb.lock_ref, ca.lock_ref))
 
     lru_moves, moved_to_mru = {}, {}
-    for name in (("full", *old.shape.lru_components) if changed else ()):
+    for name in ((BASE, *old.shape.lru_components) if changed else ()):
         moves, front = _lru_changes(old, new, name, both, before, after)
         for node_id in moves:
             mark(node_id, "lru")
@@ -193,7 +194,7 @@ def _lru_changes(old: TimelineState, new: TimelineState, name: str, both, before
     order_old = old.sorted_order(name)
     host = name.endswith("_host")  # a host LRU: its relabels follow the components'
     i = old.components.index(name.removesuffix("_host")) + (len(old.components) if host else 0)
-    relabelled = name != "full" and old.globals.lru_relabels[i] != new.globals.lru_relabels[i]
+    relabelled = name != BASE and old.globals.lru_relabels[i] != new.globals.lru_relabels[i]
     moves, refreshed = {}, set()
     for node_id in both:
         kb, ka = old.order_key(name, before[node_id]), new.order_key(name, after[node_id])
@@ -331,7 +332,7 @@ def _tokens(record: NodeRecord) -> str:
 
 def _units(component: str, n: int) -> str:
     """A value's length in its component's unit: Mamba keeps one state slot per node."""
-    return plural(n, "state slot") if component == "mamba" else plural(n, "token")
+    return plural(n, "state slot") if holds_states(component) else plural(n, "token")
 
 
 def _rank(rank: Optional[int]) -> str:

@@ -10,6 +10,7 @@ from cache.observe.views import CacheSnapshot
 
 from .states import TimelineState
 from .timeline import StepRecord, Timeline
+from ..ops.spec import BASE
 
 
 def state_json(snapshot: CacheSnapshot | TimelineState) -> dict[str, Any]:
@@ -25,7 +26,7 @@ def state_json(snapshot: CacheSnapshot | TimelineState) -> dict[str, Any]:
         }
         for n in all_nodes[1:]
     ]
-    lru = {name: [paths[i] for i in ids] for name, ids in snapshot.lru.items() if name != "full"}
+    lru = {name: [paths[i] for i in ids] for name, ids in snapshot.lru.items() if name != BASE}
     pools = {
         name: {"total": p.total, "available": p.available, "evictable": p.evictable, "protected": p.protected}
         for name, p in snapshot.pools.items()

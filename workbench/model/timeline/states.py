@@ -29,6 +29,7 @@ from cache.observe.views import CacheSnapshot, ComponentView, GlobalRecord, Node
 from cache.controller.snapshot import eviction_order
 
 from .packed import PackedTokens
+from ..ops.spec import BASE
 
 Records = dict[int, NodeRecord]
 Delta = dict[int, Optional[NodeRecord]]
@@ -54,7 +55,7 @@ class StateShape:
     @property
     def order_names(self) -> tuple[str, ...]:
         """The LRU orders a state sorts: Full's access order, then each listed LRU."""
-        return tuple(dict.fromkeys(("full", *self.lru_components)))
+        return tuple(dict.fromkeys((BASE, *self.lru_components)))
 
     @classmethod
     def of(cls, cache) -> StateShape:
@@ -302,7 +303,7 @@ class TimelineState:
         """Where a record sorts in a component's LRU order (MRU first); None: not listed."""
         if record.id == self.root_id:
             return None
-        if name == "full":
+        if name == BASE:
             return (-record.last_access_time, record.id)
         if name.endswith("_host"):
             label = record.components[self.components.index(name.removesuffix("_host"))].host_lru_label

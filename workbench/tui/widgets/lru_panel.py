@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from ...model.ops.spec import BASE
 from ...model.timeline.shown_tree import eviction_order_text
 from ...model.timeline.step_view import StepView
 from .badges import COMPONENT_STYLE
@@ -19,7 +20,7 @@ class LRUPanel(TextPanel):
     def show(self, view: StepView) -> None:
         state, diff = view.state, view.diff
         text = Text()
-        for name in ("full", *state.shape.lru_components):
+        for name in (BASE, *state.shape.lru_components):
             order = [node_id for _, node_id in state.sorted_order(name)[:SHOWN]]
             total = len(state.sorted_order(name))
             moved = set(diff.lru_moves.get(name, {})) | set(diff.moved_to_mru.get(name, ())) if diff else set()
@@ -40,5 +41,5 @@ class LRUPanel(TextPanel):
 def eviction_line(text: Text, state) -> None:
     """Full's evictable leaves, first victim first, under the policy's name."""
     head, _, rest = eviction_order_text(state, SHOWN // 2).partition(": ")
-    text.append(f"{head}: ", style=f"bold {COMPONENT_STYLE.get('full', 'white')}")
+    text.append(f"{head}: ", style=f"bold {COMPONENT_STYLE.get(BASE, 'white')}")
     text.append(rest + "\n")
