@@ -40,6 +40,19 @@ def test_generated_episodes_agree_with_sglang(config):
     assert result.steps_run == 300 and result.finding is None, result.finding
 
 
+def test_the_sweep_against_sglang_agrees_in_short():
+    """``urc fuzz --against sglang``'s sweep (every component set × no host tier and each
+    write policy × sessions off and on × pages 1 and 4), 150 steps a config."""
+    from workbench.model.fuzzing.sweep import against_configs
+
+    configs = against_configs()
+    assert len({(c.components, c.hicache, c.sessions, c.page_size) for c in configs}) == len(configs) == 64
+    tasks = plan(configs, [0], 150, episode_steps=150)
+    campaign = run_campaign(tasks, 2, shrink=False, episode=differential_episode)
+    assert campaign.steps_run == 64 * 150
+    assert not campaign.findings, [(r.config.label(), r.finding) for r in campaign.findings]
+
+
 def _evict_a_token_once_the_tree_has_two_nodes(session, step_index):
     """Our side drifts from SGLang's: a token evicted that SGLang still holds."""
     if len(session.cache.tree.nodes) > 2:

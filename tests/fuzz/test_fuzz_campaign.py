@@ -121,12 +121,12 @@ def test_a_fault_is_swept_over_the_configs_its_detection_searches():
 
 
 def test_with_no_config_given_urc_fuzz_finds_a_fault_on_the_config_that_exposes_it(capsys, tmp_path, monkeypatch):
-    """swa-branch-tail-evicted-first needs SWA: `urc fuzz --fault F` alone sweeps the SWA configs."""
+    """swa-run-not-reset-at-tombstone needs SWA: `urc fuzz --fault F` alone sweeps the SWA configs."""
     monkeypatch.chdir(tmp_path)
-    rc, out, err = urc(capsys, "fuzz", "--fault", "swa-branch-tail-evicted-first", "--seed", "1", "--steps", "1200",
+    rc, out, err = urc(capsys, "fuzz", "--fault", "swa-run-not-reset-at-tombstone", "--seed", "1", "--steps", "1200",
                        "--shrink-budget", "3")
     assert rc == 1, err
-    assert out.startswith("FAIL Full+SWA p1 w4, seed 1: expectation swa_lru") and "configs swept" in out
+    assert out.startswith("FAIL Full+SWA p1 w4, seed 1: fingerprint match.swa_window") and "configs swept" in out
 
 
 def test_with_no_config_given_an_unfaulted_run_sweeps_every_config(capsys):

@@ -13,7 +13,7 @@ import threading
 
 from ..model.scenarios.errors import elide, one_line
 from ..model.scenarios.scenario import STDIN, ScenarioError
-from ..model.ops.spec import sglang_components
+from ..model.ops.spec import sglang_component_sets
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process the signal ended
@@ -188,8 +188,4 @@ def component_sets() -> tuple[str, ...]:
     """The component lists urc fuzz and bench offer (``full,swa``): the base component
     alone, with each other component SGLang has, and with all of them. A component
     SGLang lacks (the sidecar) is a test's own, not offered here."""
-    base, *others = sglang_components()
-    sets = [(base,), *((base, other) for other in others)]
-    if len(others) > 1:
-        sets.append((base, *others))
-    return tuple(",".join(components) for components in sets)
+    return tuple(",".join(components) for components in sglang_component_sets())

@@ -116,9 +116,10 @@ def run(args) -> int:
     options = parse_options(args.option)
     if all(getattr(args, flag) is None for flag in CONFIG_FLAGS):  # no config given: sweep them
         _check_fault_names(args.fault)
-        from ..model.fuzzing.sweep import FAULT_EPISODE, sweep_configs
+        from ..model.fuzzing.sweep import FAULT_EPISODE, against_configs, sweep_configs
 
-        configs = [c.with_options(options) for c in sweep_configs(tuple(args.fault))]
+        swept = against_configs() if args.against else sweep_configs(tuple(args.fault))
+        configs = [c.with_options(options) for c in swept]
         episode = FAULT_EPISODE if args.fault else None
         steps = args.steps or (10 * FAULT_EPISODE if args.fault else 2_000)
     else:

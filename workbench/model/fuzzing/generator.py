@@ -37,6 +37,7 @@ class OpGenerator:
         self.chunked: set[str] = set()  # running requests whose prompt is not all computed yet
         self.computed: dict[str, int] = {}  # per request: tokens computed (when not chunked)
         self.outputs: dict[str, int] = {}  # per request: output tokens decoded
+        self.undecoded: dict[str, int] = {}  # per request: of those, the tokens whose decode our cache refused
         self.open_sessions: set[str] = set()  # sessions the steps so far opened and did not close
         self.streaming: set[str] = set()  # … of them, the streaming ones
         self.turn_of: dict[str, str] = {}  # streaming session -> its running turn

@@ -17,7 +17,7 @@ from typing import Optional
 from cache.components import COMPONENT_REGISTRY
 
 from .config import FuzzConfig
-from ..ops.spec import BASE, stateful, windowed
+from ..ops.spec import BASE, sglang_component_sets, stateful, windowed
 
 FAULT_EPISODE = 300  # steps per episode with a fault on: a fault found early in a fresh cache shrinks fast
 ROOMY_PAGES = 256  # a pool that rarely evicts: the paths where nothing is under pressure
@@ -79,6 +79,18 @@ def configs_for(components: tuple[str, ...], sessions: bool = False, options: tu
     fits = [c for c in pool if set(components) <= set(c.components)]
     return [c.with_options(dict(options)) for c in sorted(fits, key=lambda c: len(c.components))]
 
+
+
+HOST_POLICIES = (None, "write_through", "write_through_selective", "write_back")  # None: no host tier
+AGAINST_PAGES = (1, 4)
+
+
+def against_configs(pages: tuple[int, ...] = AGAINST_PAGES) -> list[FuzzConfig]:
+    """What ``urc fuzz --against sglang`` sweeps when no config is given: every set of
+    the components SGLang has (the base alone, with each other, with all) × no host
+    tier and each write policy × sessions off and on × ``pages``; a window of 4."""
+    return [FuzzConfig(components, page, 4, hicache=policy, sessions=sessions) for components in sglang_component_sets()
+            for policy in HOST_POLICIES for sessions in (False, True) for page in pages]
 
 
 def sweep_configs(faults: tuple[str, ...] = ()) -> list[FuzzConfig]:

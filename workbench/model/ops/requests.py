@@ -171,10 +171,11 @@ def _decoding(gen) -> list[str]:
 
 
 def _decode_refused(gen, step: dict, running) -> None:
-    """A decode refused (no room for its KV) decoded nothing: a later stop must fall inside
-    what did, or the release is refused and the request runs on unseen."""
-    gen.computed[step["req"]] -= len(step["tokens"])
-    gen.outputs[step["req"]] -= len(step["tokens"])
+    """A decode refused (no room for its KV) decoded nothing: a later stop or checkpoint
+    must fall inside what did, or it is refused and the request runs on unseen. The
+    counts the draws read stay as drawn (so a seed draws what it always drew); the
+    tokens that never came are counted apart and taken off the value drawn."""
+    gen.undecoded[step["req"]] = gen.undecoded.get(step["req"], 0) + len(step["tokens"])
 
 
 def fuzz_decode(gen) -> dict:
@@ -264,7 +265,7 @@ def fuzz_checkpoint(gen) -> dict:
     # (SGLang would key it at up_to: the checker flags that, and its scheduler never asks for it)
     if gen.rng.random() < 0.1 and name not in gen.chunked and not stateful(gen.config.components):
         done = gen.computed[name]
-        step["up_to"] = gen.rng.randint(max(0, done - 2 * gen.page), done)
+        step["up_to"] = min(gen.rng.randint(max(0, done - 2 * gen.page), done), done - gen.undecoded.get(name, 0))
     return step
 
 
@@ -331,7 +332,9 @@ def fuzz_release(gen) -> dict:
     # cached is the one after every committed token: SGLang keys it at the stop, which the checker flags)
     mamba_running_state = stateful(gen.config.components) and gen.page == 1
     if outputs and gen.rng.random() < 0.2 and not mamba_running_state:
-        step["stop_at"] = gen.rng.randint(0, outputs - 1)
+        stop, decoded = gen.rng.randint(0, outputs - 1), outputs - gen.undecoded.get(name, 0)
+        if decoded > 0:
+            step["stop_at"] = min(stop, decoded - 1)
     if gen.config.sessions and gen.rng.random() < 0.15:  # an aborted finish registers no session reference
         step["abort"] = True
     return step

@@ -305,3 +305,11 @@ def sglang_components() -> tuple[str, ...]:
     """The components SGLang 0.5.23's unified cache has, in registry order: the bridge
     compares only these."""
     return COMPONENT_REGISTRY.declaring("IN_SGLANG")
+
+
+def sglang_component_sets() -> list[tuple[str, ...]]:
+    """The caches worth comparing with SGLang's: the base component alone, with each
+    other component SGLang has, and with all of them."""
+    base, *others = sglang_components()
+    sets = [(base,), *((base, other) for other in others)]
+    return sets + [(base, *others)] if len(others) > 1 else sets
