@@ -171,12 +171,14 @@ class TreeHostTier:
         """Write-back: an internal node about to lose an auxiliary component's only
         copy (and not backed up itself) is backed up first, Full KV with it, as
         v0.5.23's InternalStateBackup does; it loses its device data even when the
-        host could not take it. A node the backup changed is left to the walk."""
-        cd = node.data[component.index]
+        host could not take it. A leaf is tombstoned only where a session pins it (its
+        walk cannot take the leaf whole), and is backed up the same way. A node the
+        backup changed is left to the walk."""
+        cd, was_leaf = node.data[component.index], node.in_leaf_set
         if (component in self.host_components and cd.host_value is None and not self.backed_up(node)
-                and node.data[0].value is not None and not node.in_leaf_set):
+                and node.data[0].value is not None and (not was_leaf or self.session_radix_cache)):
             self.backup_before_tombstone(node, component)
-            if self.nodes.get(node.id) is not node or cd.value is None or node.in_leaf_set:
+            if self.nodes.get(node.id) is not node or cd.value is None or node.in_leaf_set != was_leaf:
                 return
         type(self).tombstone(self, node, component, batch, cascade)
 

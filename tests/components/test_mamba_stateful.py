@@ -21,11 +21,12 @@ from __future__ import annotations
 import os
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import invariant, precondition, rule
 
 from cache import CacheError, EvictParams, InsertParams, RadixKey, UnifiedRadixCache, verify_match
-from cache.basics.errors import LockError, PoolExhaustedError, StateSlotsAssertError
+from cache.basics.errors import LockError, PoolExhaustedError, ReferenceAssertsError, StateSlotsAssertError
 
 from conftest import walk
 from mamba_util import expected_match, fp, grid_of
@@ -219,11 +220,15 @@ class MambaCacheMachine(CacheMachineBase):
     def chunk(self, data):
         cache = self.cache
         req = self.pick(data, self.reqs)
-        if self.protected_past_checkpoint(req):
-            event("chunk: protected prefix past the checkpoint (nothing to add)")
         before = self.avail()["mamba"]
         track = req.mamba_last_track_seqlen
         snap = cache.snapshot()
+        if self.protected_past_checkpoint(req):  # 0.5.23 asserts: ours refuses with nothing changed
+            event("chunk: protected prefix past the checkpoint (SGLang asserts)")
+            with pytest.raises(ReferenceAssertsError):
+                cache.checkpoint(req)
+            assert cache.snapshot() == snap
+            return
         try:
             cache.checkpoint(req)
         except PoolExhaustedError as exc:
@@ -244,8 +249,13 @@ class MambaCacheMachine(CacheMachineBase):
     @rule(data=st.data(), insert=st.booleans())
     def finish(self, data, insert):
         req = self.reqs.pop(data.draw(st.integers(0, len(self.reqs) - 1)))
-        if insert and self.protected_past_checkpoint(req):
-            event("finish: protected prefix past the checkpoint (nothing to add)")
+        if insert and self.protected_past_checkpoint(req):  # 0.5.23 asserts: refused, then released uncached
+            event("finish: protected prefix past the checkpoint (SGLang asserts)")
+            snap = self.cache.snapshot()
+            with pytest.raises(ReferenceAssertsError):
+                self.cache.release_kv_cache(req, checkpoint=True)
+            assert self.cache.snapshot() == snap
+            insert = False
         states = len(self.cache.tree.lru["mamba"])
         self.cache.release_kv_cache(req, checkpoint=insert)
         assert req.mamba_pool_idx is None and req.mamba_ping_pong is None
