@@ -409,3 +409,21 @@ def test_a_kv_event_ours_loses_is_a_divergence():
     report = run_against(load_scenario(ROOT / "scenarios/tour_hicache.toml"), perturb=drop_first_event,
                          kv_events=True)
     assert report.divergence.step == 1 and report.divergence.difference.field == "kv_events[0]"
+
+
+def test_the_host_lru_order_is_compared():
+    """Our side's SWA host LRU has its least recent copy moved to the most recent end
+    (pools and nodes untouched): the orders differ, and the bridge says so."""
+    moved = []
+
+    def perturb(session, step_index):
+        lru = session.cache.tree.host_lru["swa"]
+        members = list(lru)
+        if not moved and len(members) >= 2:
+            lru.promote(members[-1])
+            moved.append(step_index)
+
+    scenario = load_scenario(ROOT / "scenarios/against/write-back-swa-evict-host-count.toml")
+    assert run_against(scenario).agrees
+    d = run_against(scenario, perturb=perturb).divergence
+    assert moved and d is not None and d.difference.field == "lru.swa_host"

@@ -78,6 +78,8 @@ def from_snapshot(snapshot, components: list[str]) -> CanonicalState:
     leaves = frozenset(ident_of[i] for i in snapshot.evictable_leaves)
     evict_order = tuple(ident_of[i] for i in snapshot.evictable_leaves)
     lru = {name: tuple(ident_of[i] for i in snapshot.lru[name]) for name in components if name != BASE}
+    lru.update((f"{name}_host", tuple(ident_of[i] for i in snapshot.lru[f"{name}_host"]))  # the host tier's
+               for name in components if f"{name}_host" in snapshot.lru)
     pools = {name: (p.available, p.evictable, p.protected) for name, p in snapshot.pools.items() if name in components}
     host_pools = {name: (p.available, p.total) for name in components
                   if (p := snapshot.pools.get(f"{name}_host")) is not None}

@@ -307,14 +307,21 @@ class SGLangSide:
         for name, kind in self.types.items():
             if name == BASE:
                 continue  # SGLang keeps no Full list: a heap over access times
-            lst = core.lru_lists[kind]
-            pt, order, x = lst._pt, [], lst.head.lru_next[lst._pt]
-            while x is not None and x is not lst.tail:
-                if x is not lst.mid and x is not lst.cursor:
-                    order.append(ident_of.get(id(x), ("unreachable", x.id)))
-                x = x.lru_next[pt]
-            lru[name] = tuple(order)
+            lru[name] = self._lru_order(core.lru_lists[kind], ident_of)
+            if core.enable_hicache:  # the host tier's, its host-locked copies left out as ours leaves them out
+                lru[f"{name}_host"] = self._lru_order(core.host_lru_lists[kind], ident_of,
+                                                      lambda x: x.component_data[kind].host_lock_ref == 0)
         return CanonicalState(nodes, leaves, lru, pools, host_pools, self._sessions_state(ident_of), evict_order)
+
+    @staticmethod
+    def _lru_order(lst, ident_of: dict, keep=lambda node: True) -> tuple:
+        """An LRU list's members, most recent first (its sentinels left out)."""
+        pt, order, x = lst._pt, [], lst.head.lru_next[lst._pt]
+        while x is not None and x is not lst.tail:
+            if x is not lst.mid and x is not lst.cursor and keep(x):
+                order.append(ident_of.get(id(x), ("unreachable", x.id)))
+            x = x.lru_next[pt]
+        return tuple(order)
 
     def _eviction_order(self, core) -> list:
         """Full's evictable leaves in the order its eviction walk pops them: its heap's
