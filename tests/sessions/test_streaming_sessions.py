@@ -258,3 +258,48 @@ def test_a_streaming_turn_cannot_be_retracted():
     turn = cache.stream_turn("s", "t1", [1, 2])
     with pytest.raises(CacheError, match="not modelled"):
         cache.retract(turn)
+
+
+def test_a_turn_whose_checkpoint_asserts_runs_on_and_its_name_stays_usable(tmp_path):
+    """Admitted, a turn's post-prefill checkpoint can hit SGLang's Mamba assert: the
+    step is refused, yet the turn runs on (as on SGLang's side), so a scenario written
+    from such a run uses its name again and loads."""
+    from workbench.model.scenarios.scenario import load_scenario
+    from workbench.model.timeline.runner import Runner
+
+    path = tmp_path / "turn.toml"
+    path.write_text('''schema = 1
+[scenario]
+name = "turn"
+[config]
+components = ["full", "mamba"]
+kv_size = 48
+mamba_size = 2
+session_radix_cache = true
+[[step]]
+op = "insert"
+key = [9]
+[[step]]
+op = "req_prefill"
+req = "r0"
+tokens = [7]
+[[step]]
+op = "session_open"
+session = "s1"
+streaming = true
+[[step]]
+op = "stream_turn"
+req = "r1"
+tokens = [1, 2]
+session = "s1"
+expect_error = "cannot alloc mamba cache"
+[[step]]
+op = "req_decode"
+req = "r1"
+tokens = [3]
+[[step]]
+op = "release"
+req = "r1"
+''')
+    run = Runner(load_scenario(path)).run()
+    assert [r.error is None for r in run.records] == [True, True, True, False, True, True], [r.error for r in run.records]

@@ -83,6 +83,7 @@ class OpSpec:
     wraps: tuple[str, ...] = ()  # SGLang methods that wrap this op's recorded call (timed as it, not recorded)
     records_nested: bool = False  # made inside another recorded call, it is still its own step (after it)
     refusal_changes: str = ""  # why a refused step of it may still change the state (as SGLang's does); else it may not
+    defines_when_refused: bool = False  # a refused step of it may leave the name it defines live (later steps use it)
     read_only: bool = False  # never changes the pools (the recorder adds no sizes to it)
     describe: Optional[Callable[[dict], str]] = None  # ``why``'s words for a step of it
     aliases: tuple[str, ...] = ()  # older names a step may still use: the same op, the same fields

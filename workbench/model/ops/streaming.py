@@ -161,6 +161,7 @@ TURN = declare(OpSpec(
     results=("aborted", "prefix_len", "borrowed"),
     reports_all_results=True,
     run_sglang=sglang_turn,
+    defines_when_refused=True,  # admitted, its post-prefill checkpoint asserted: it runs on
     refusal_changes="SGLang matches a turn in its scheduling pass, before it knows the row fits: a refused first "
     "turn keeps its match's split and LRU refresh (as req_prefill's), a refused later turn its record rewound "
     "to the borrowed prefix (the tail past it freed)",

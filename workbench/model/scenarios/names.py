@@ -67,11 +67,15 @@ class Names:
         """Static name checks; a step expecting an error may reference a stale name on
         purpose (to show the cache's own error), so those skip the checks. A name is
         defined once while it is live: re-using a held lock's name would orphan its lock.
-        A match name may be defined again only by a step that is not expected to fail."""
+        A match name may be defined again only by a step that is not expected to fail,
+        and so may the names of an op whose refusal can leave what it named live (a
+        streaming turn whose post-prefill checkpoint asserts runs on)."""
         here = f"at line {line_of()}" if line_of() else "by a live op"  # a live op has no line
         for field in spec.fields:
             value, space = fields.get(field.name), field.uses or field.defines
-            if value is None or space is None or expects_error and field.defines != "matches":
+            if value is None or space is None:
+                continue
+            if expects_error and field.defines != "matches" and not (field.defines and spec.defines_when_refused):
                 continue
             live = self.live[space]
             if field.uses:
