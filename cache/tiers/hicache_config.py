@@ -195,8 +195,8 @@ def _host_size(field: str, size, page: Optional[int]) -> int:
     if isinstance(size, bool) or not isinstance(size, int) or size <= 0 or size % (page or 1):
         what = "a positive int" if page is None else f"a positive multiple of page_size {page}"
         raise ValueError(f"hicache {field} must be {what} (got {size!r})")
-    if size > COMPONENT_REGISTRY.size_bound(field):
-        raise ValueError(f"hicache {field} {size} is larger than this workbench supports "
-                         f"({COMPONENT_REGISTRY.size_bound(field):,}: "
+    bound = COMPONENT_REGISTRY.size_bound(field)
+    if size > bound:
+        raise ValueError(f"hicache {field} {size} is larger than this workbench supports ({bound:,}: "
                          "its pools are allocated whole)")
     return size

@@ -13,6 +13,8 @@ import json
 import sys
 from typing import Optional
 
+from cache.tiers.hicache_config import WRITE_POLICIES
+
 from ..model.scenarios.errors import printable
 from ..model.scenarios.scenario import ScenarioError
 from ..model.ops.spec import BASE, sglang_components
@@ -33,7 +35,7 @@ def add_parser(command) -> None:
     fuzz.add_argument("--kv-size", type=int, metavar="N", help="Full pool tokens (default 48 pages)")
     fuzz.add_argument("--swa-kv-size", type=int, metavar="N", help="SWA pool tokens (default 3/4 of --kv-size)")
     fuzz.add_argument("--mamba-size", type=int, metavar="N", help="Mamba state slots (default 4)")
-    fuzz.add_argument("--hicache", choices=("write_through", "write_through_selective", "write_back"),
+    fuzz.add_argument("--hicache", choices=WRITE_POLICIES,
                       metavar="POLICY", help="turn the host tier on with this write policy (write_through | "
                       "write_through_selective | write_back) and draw its ops too: load_back, evict_host, flush")
     fuzz.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",

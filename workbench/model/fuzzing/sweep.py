@@ -15,6 +15,7 @@ import dataclasses
 from typing import Optional
 
 from cache.components import COMPONENT_REGISTRY
+from cache.tiers.hicache_config import WRITE_POLICIES
 
 from .config import FuzzConfig
 from ..ops.spec import BASE, sglang_component_sets, stateful, windowed
@@ -81,7 +82,7 @@ def configs_for(components: tuple[str, ...], sessions: bool = False, options: tu
 
 
 
-HOST_POLICIES = (None, "write_through", "write_through_selective", "write_back")  # None: no host tier
+HOST_POLICIES = (None, *WRITE_POLICIES)  # None: no host tier
 AGAINST_PAGES = (1, 4)
 
 
