@@ -195,3 +195,23 @@ def test_the_generator_learns_what_our_cache_refused():
     errors = [step.get("expect_error", "") for step in result.run_steps]
     assert result.finding is None, result.finding
     assert not [e for e in errors if "output tokens" in e]
+
+
+
+def test_a_streaming_turn_that_has_decoded_is_never_checkpointed():
+    """SGLang checkpoints a request after an extend, never while it decodes: a streaming
+    turn's checkpoint after decoding would publish output past what the next turn's
+    history keeps (cut at max_new_tokens), and that turn would write its KV into a page
+    a tree node owns. The generator draws no such checkpoint."""
+    gen = OpGenerator(FuzzConfig(("full",), 4, sessions=True), seed=0)
+    turns, decoded, checkpoints = set(), set(), 0
+    for _ in range(6000):
+        step = gen.next_step()
+        if step["op"] == "stream_turn":
+            turns.add(step["req"])
+        elif step["op"] == "req_decode" and step["req"] in turns:
+            decoded.add(step["req"])
+        elif step["op"] == "checkpoint":
+            checkpoints += step["req"] in turns
+            assert step["req"] not in decoded, step
+    assert len(decoded) >= 5 and checkpoints >= 5

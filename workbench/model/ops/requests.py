@@ -258,8 +258,16 @@ def sglang_checkpoint(side, f: dict) -> None:
     side.cache.checkpoint(req, up_to=req.kv.kv_committed_len if up_to is None else up_to)
 
 
+def _checkpointable(gen) -> list[str]:
+    """Running requests a checkpoint may name: not a streaming turn that has decoded
+    (SGLang checkpoints after an extend only; such a turn would publish output that its
+    next turn's history, cut at max_new_tokens, does not hold)."""
+    turns = gen.turn_of.values()
+    return [name for name in gen.running if not (gen.outputs[name] and name in turns)]
+
+
 def fuzz_checkpoint(gen) -> dict:
-    name = gen.rng.choice(gen.running)
+    name = gen.rng.choice(_checkpointable(gen))
     step = {"op": CHECKPOINT.name, "req": name}
     # a checkpoint short of what it has computed; not with Mamba, whose state is taken after all of it
     # (SGLang would key it at up_to: the checker flags that, and its scheduler never asks for it)
@@ -275,7 +283,7 @@ CHECKPOINT = declare(OpSpec(
     run_checkpoint,
     fields=(REQ, Field("up_to", COUNT, placeholder="N")),
     run_sglang=sglang_checkpoint,
-    fuzz=(FuzzRule(9, lambda gen: 3 if gen.running else 0, fuzz_checkpoint),),
+    fuzz=(FuzzRule(9, lambda gen: 3 if _checkpointable(gen) else 0, fuzz_checkpoint),),
     aliases=("req_chunk",),
     records=("checkpoint",), record=recorded_by("request_calls", "record_checkpoint"), record_before=_req_before,
 ))
