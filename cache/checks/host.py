@@ -82,8 +82,9 @@ def _check_transfers(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Viol
             continue
         if mark not in open_marks:
             out.append(Violation("host.transfer", f"node {node.id} is marked in a {mark[0]} that is no longer in flight"))
-        elif not cache.host.held:
-            out.append(Violation("host.transfer", f"node {node.id} is in an immediate {mark[0]} left unacknowledged"))
+        elif not cache.host.held:  # acknowledged when its op (or the open scheduler step) ends
+            if not cache.host.step_depth:
+                out.append(Violation("host.transfer", f"node {node.id} is in an immediate {mark[0]} left unacknowledged"))
         elif cd.lock_ref == 0 or (mark[0] == "load" and not any(d.host_lock_ref for d in node.data)):
             out.append(Violation("host.transfer", f"node {node.id} is in a {mark[0]} in flight but not locked for it"))
 
@@ -119,7 +120,7 @@ def full_host_locks_expected(cache: UnifiedRadixCache, node) -> int:
 def _check_stores(cache: UnifiedRadixCache, cols: NodeColumns, out: list[Violation]) -> None:
     storage, tree = cache.host.storage, cache.tree
     if storage is not None:
-        if storage.in_flight and not storage.held:
+        if storage.in_flight and not storage.held and not cache.host.step_depth:
             out.append(Violation("storage.store", f"{len(storage.in_flight)} immediate store(s) left unacknowledged"))
         open_acks = {s.ack for s in storage.in_flight}
         for store in storage.in_flight:

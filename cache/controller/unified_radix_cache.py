@@ -329,7 +329,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self.free_batch(batch, Cause.CAPACITY)
         if self.host is not None:  # host copies that went with deleted nodes
             self.host.drain()
-            if self.host.storage is not None:  # write-back's stores of the nodes it backed up (immediate)
+            if self.host.storage is not None and not self.host.step_depth:  # write-back's stores (immediate)
                 self.host.storage.settle_immediate()
 
     def free_batch(self, batch, cause: Cause) -> None:

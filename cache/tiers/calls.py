@@ -4,7 +4,8 @@ the tier, refusing when the config has no such tier."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+import contextlib
+from typing import TYPE_CHECKING, ContextManager, Optional
 
 from ..basics.base_component import FULL
 from ..basics.errors import CacheError
@@ -53,6 +54,11 @@ class HostCalls:
             if host.storage is not None:  # and every prefetch in flight moves on (prefetch.py)
                 done += host.storage.prefetch.pump()
             return done
+
+    def scheduler_step(self) -> ContextManager[None]:
+        """Calls made inside as one scheduler iteration (what ``check_hicache_events``
+        polls after); a no-op scope without a host tier."""
+        return contextlib.nullcontext() if self.host is None else self.host.scheduler_step()
 
     def require_host(self, call: str) -> HostTier:
         if self.host is None:

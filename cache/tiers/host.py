@@ -14,6 +14,8 @@ what stays open is the locks and the ack.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import torch
@@ -66,6 +68,7 @@ class HostTier:
         self.kv = HostKVPool(config.host_kv_size, cache.page_size)
         self.in_flight: list[Transfer] = []
         self.acks = 0  # transfer ids handed out
+        self.step_depth = 0  # open scheduler steps (scheduler_step)
         cache.tree.enable_host_tier(config.write_policy, config.write_through_threshold)
         # each other component's host pool, from its host part, in name order (Mamba's before SWA's, as SGLang)
         self.aux = {c.name: c.make_host_pool(config.host_sizes[c.name])
@@ -172,9 +175,23 @@ class HostTier:
     def end_of_op(self) -> None:
         """Immediate transfers are acknowledged when the op that made them ends (as the
         scheduler polls after each step): until then a node copied by this op counts
-        as in flight, e.g. it takes no second, incremental backup."""
-        if not self.held and (self.in_flight or (self.storage is not None and self.storage.in_flight)):
+        as in flight, e.g. it takes no second, incremental backup. In an open scheduler
+        step they wait for the step's end."""
+        if not self.held and not self.step_depth and (self.in_flight or (self.storage is not None and self.storage.in_flight)):
             self.check_hicache_events()
+
+    @contextlib.contextmanager
+    def scheduler_step(self) -> Iterator[None]:
+        """Several calls made as one scheduler step: what they copy stays in flight (a
+        store's node host-locked) until the step ends, as SGLang acknowledges it at its
+        next poll, after the step's insert has split the nodes it locks."""
+        self.step_depth += 1
+        try:
+            yield
+        finally:
+            self.step_depth -= 1
+            if not self.step_depth:
+                self.end_of_op()
 
     def check_hicache_events(self) -> int:
         """Acknowledge every transfer in flight, oldest first: release its locks (a

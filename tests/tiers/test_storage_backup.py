@@ -143,6 +143,25 @@ def test_write_back_stores_what_eviction_backed_up():
     assert node.data[0].host_lock_ref == 0 and check_invariants(cache) == []
 
 
+def test_a_write_back_store_in_a_scheduler_step_is_acked_when_the_step_ends():
+    """Within one scheduler step the store an eviction queued holds its node's host lock
+    through the step's later calls (a split of that node included), as SGLang acks it
+    at its next poll; the step's end writes and releases it."""
+    cache = make(write_policy="write_back")
+    insert(cache, list(range(1, 9)))
+    with cache.scheduler_step():
+        cache.evict(EvictParams(8))
+        node = node_at(cache, 1)
+        assert node.data[0].host_lock_ref == 1 and stored(cache) == []
+        assert [s.node for s in cache.host.storage.in_flight] == [node]
+        insert(cache, [1, 2, 3, 4, 99, 98, 97, 96])  # splits the stored node under its lock
+        upper = node_at(cache, 1)
+        assert upper is not node and upper.data[0].host_lock_ref == 1
+    assert cache.host.storage.in_flight == [] and len(stored(cache)) == 2
+    assert upper.data[0].host_lock_ref == 0 and node.data[0].host_lock_ref == 0
+    assert check_invariants(cache) == []
+
+
 def test_held_write_back_store_waits_for_the_flush():
     cache = make("held", write_policy="write_back")
     insert(cache, list(range(1, 9)))

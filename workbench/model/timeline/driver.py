@@ -57,7 +57,8 @@ class CacheDriver:
         spec = ops.get(op)
         if spec is None:
             raise RunError(f"unknown op {op!r}")
-        return spec.run(self, fields)
+        with self.cache.scheduler_step():  # one scenario step: SGLang's side polls after it
+            return spec.run(self, fields)
 
     @staticmethod
     def refused(message: str) -> RunError:
