@@ -99,6 +99,7 @@ class RequestFlows(_Owner):
         try:
             self.ensure_capacity(own, pinned, True)
         except PoolExhaustedError as exc:
+            self._match_refused(req, key)  # SGLang's assert comes after its match, whose refresh stays
             raise StateSlotsAssertError(
                 f"SGLang asserts here: {exc} (HybridReqToTokenPool.alloc: 'Not enough space for mamba …', "
                 "after evicting what it could)") from None
