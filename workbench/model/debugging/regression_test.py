@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from ..scenarios.outputs import open_output
 from ..timeline.runner import state_field
-from ..ops import OPS, host_parts, owner as ops_owner
+from ..ops import DETAIL_RESULTS, OPS, host_parts, owner as ops_owner
 from ..scenarios.fields import NAMED_FIELDS, STATE_FIELDS
 from ..scenarios.scenario import Scenario, ScenarioError, Step, scenario_from_records
 from ..scenarios.writer import scenario_toml
@@ -206,11 +206,13 @@ def pin_step(record: StepRecord, components: list[str]) -> tuple[Step, list[str]
 
 def actual_results(op: str, result: dict[str, Any], components: list[str]) -> dict[str, Any]:
     """The op's result fields that a step may expect: None is left out (TOML has no
-    null), and so is what a component the config lacks reports (``mamba_evicted = 0``)."""
+    null), and so is what a component the config lacks reports (``mamba_evicted = 0``)
+    and what the pinned tree says already (``DETAIL_RESULTS``: a node's depth)."""
     results = OPS[op].results_for(components, host_parts(components))
     return {
         key: value for key, value in result.items()
-        if key in results and value is not None and (ops_owner(key) is None or ops_owner(key) in components)
+        if key in results and value is not None and key not in DETAIL_RESULTS
+        and (ops_owner(key) is None or ops_owner(key) in components)
     }
 
 
