@@ -21,7 +21,8 @@ from typing import Any, Optional
 from ..scenarios.outputs import open_output
 from ..timeline.runner import state_field
 from ..ops import DETAIL_RESULTS, OPS, host_parts, owner as ops_owner
-from ..scenarios.fields import NAMED_FIELDS, STATE_FIELDS
+from ..scenarios.fields import STATE_FIELDS
+from ..scenarios.node_fields import EVICTED_MATCH
 from ..scenarios.scenario import Scenario, ScenarioError, Step, scenario_from_records
 from ..scenarios.writer import scenario_toml
 from ..timeline.states import TimelineState
@@ -187,7 +188,7 @@ def pin_step(record: StepRecord, components: list[str]) -> tuple[Step, list[str]
         for failure in record.failures:
             if failure.field in expect:
                 notes.append(f"{where} expected {failure.field} = {failure.expected!r} but got {failure.actual!r}; pinned")
-                if _pinnable(failure.field, failure.actual):
+                if _pinnable(failure.actual):
                     expect[failure.field] = failure.actual
                 else:
                     del expect[failure.field]
@@ -216,10 +217,14 @@ def actual_results(op: str, result: dict[str, Any], components: list[str]) -> di
     }
 
 
-def _pinnable(field: str, value: Any) -> bool:
-    if field in NAMED_FIELDS:  # a match whose node was evicted reads "node evicted", not a lock_ref
-        return isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
-    return isinstance(value, int) and not isinstance(value, bool)
+def _pinnable(value: Any) -> bool:
+    """Whether the actual value reads back as an expectation: a count, or a table or
+    list as the state fields give them, unless a named match's node was evicted."""
+    if isinstance(value, dict):
+        return all(map(_pinnable, value.values()))
+    if isinstance(value, list):
+        return all(map(_pinnable, value))
+    return value != EVICTED_MATCH and value is not None
 
 
 def _check_loads(toml: str, scenario: Scenario) -> None:

@@ -27,12 +27,14 @@ from cache.observe.metrics import metric_fields
 from .. import ops
 from ..ops import OPS
 from .errors import ScenarioError, elide, shown
-from .fields import ORDER_FIELDS, STATE_FIELDS
+from .fields import STATE_FIELDS
 from .live_words import (
-    FIELD_NAME, ID_LIST, INT, NAME_LIST, RANGE, TEXT_KEYWORDS, TOKEN, Word, flag_fields, name_fields, slot_of,
+    FIELD_NAME, ID_LIST, INT, NAME_LIST, RANGE, REF_LIST, TEXT_KEYWORDS, TOKEN, Word, flag_fields, name_fields, slot_of,
     split_words, token_field_of,
 )
-from .step import MAX_KEY_TOKENS, MAX_TOKEN
+from .node_fields import order_fields
+from .node_refs import is_ref, parse_ref
+from .step import EXACT, MAX_KEY_TOKENS, MAX_TOKEN
 
 
 class _Usages(Mapping):
@@ -50,7 +52,8 @@ class _Usages(Mapping):
 
 OP_HELP = _Usages()
 # Clauses any op may end with; TOKENS are ids and inclusive ranges FIRST..LAST.
-CLAUSE_HELP = "[expect FIELD=N … FIELD.MATCH=N … swa_lru=[3,1,2]] [expect_error TEXT] [description TEXT]"
+CLAUSE_HELP = ("[expect FIELD=N … FIELD.MATCH=N … FIELD.[1,2,3]=N … full_evict_order=[[1,2],3] exact=[FIELD]]"
+               " [expect_error TEXT] [description TEXT]")
 
 
 # ---- parsing ------------------------------------------------------------------------------------
@@ -177,6 +180,8 @@ class _Parser:
             return
         table = expect.setdefault(field, {})
         member, key = member if isinstance(member, tuple) else (member, None)
+        if is_ref(member) and member.startswith("["):  # a node's token path ([1,2,3] unquoted): as a file writes it
+            member = parse_ref(member).text()
         if key is not None:
             table = table.setdefault(member, {}) if isinstance(table, dict) else None
             member = key
@@ -195,11 +200,24 @@ def _value(field: str, word: Word) -> Any:
         return int(text)
     if ID_LIST.fullmatch(text):  # an LRU order: [3,1,2] (no spaces), most recent first
         return [int(v) for v in text[1:-1].split(",") if v]
+    if REF_LIST.fullmatch(text):  # an order of nodes by path or id: [[1,2,3],4]
+        return [int(v) if v.isdigit() else parse_ref(v).text() if is_ref(v) else v for v in _ref_items(text[1:-1])]
     if NAME_LIST.fullmatch(text):  # session ids: [s1,t]
         return text[1:-1].split(",")
     if text == "{}":  # an empty table: a session with no frontier
         return {}
     return {"true": True, "false": False}.get(text, text)
+
+
+def _ref_items(text: str) -> list[str]:
+    """``[1,2],3`` -> ``["[1,2]", "3"]``: the list's items, split at its own commas."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    return items + [text[start:]]
 
 
 def _bad_token(shown: str) -> NoReturn:
@@ -263,9 +281,9 @@ def _candidates(op: str, args: list[str], names: dict[str, list[str]], component
 
 
 def _expect_fields(spec, components: list[str]) -> list[str]:
-    """Fields this op may expect with these components (per-match tables left out)."""
-    fields = list(spec.results_for(components, ops.host_parts(components))) + list(STATE_FIELDS) + list(ORDER_FIELDS)
-    fields += metric_fields(components)
+    """Fields this op may expect with these components (tables, written FIELD.KEY=V, left out)."""
+    fields = list(spec.results_for(components, ops.host_parts(components))) + list(STATE_FIELDS)
+    fields += [*order_fields(components), *metric_fields(components), EXACT]
 
     def present(field: str) -> bool:
         owner = ops.owner(field)

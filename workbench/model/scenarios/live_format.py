@@ -9,6 +9,7 @@ from ..ops import OPS
 from .live_words import (
     FIELD_NAME, INT, PLAIN_NAME, TEXT_KEYWORDS, flag_fields, name_fields, reserved_words, slot_of, token_field_of,
 )
+from .node_refs import is_ref, parse_ref
 from .step import MAX_TOKEN
 
 
@@ -111,9 +112,18 @@ def _literal(value: Any) -> str:
         return "[" + ",".join(map(str, value)) + "]"
     if isinstance(value, list) and value and all(isinstance(v, str) and FIELD_NAME.fullmatch(v) for v in value):
         return "[" + ",".join(value) + "]"
+    if isinstance(value, list) and all(type(v) is int and v >= 0 or _bare_path(v) for v in value):
+        return "[" + ",".join(str(v) if type(v) is int else _bare_path(v) for v in value) + "]"
     if value == {}:
         return "{}"
     raise ValueError(f"no command for the value {value!r}")
+
+
+def _bare_path(value: Any) -> str:
+    """A token path with no namespace as an order's item (``[1,2,3]``), or "" when it is not one."""
+    if not isinstance(value, str) or not is_ref(value) or type(ref := parse_ref(value)) is int:
+        return ""
+    return "[" + ",".join(map(str, ref.tokens)) + "]" if ref.extra_key is None and ref.cache_salt is None else ""
 
 
 def _same(a: Any, b: Any) -> bool:
