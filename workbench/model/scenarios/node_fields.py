@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ..ops.spec import BASE, host_parts
+from ..ops.spec import BASE, host_parts, is_base
 from .errors import ScenarioError, shown
 from .node_refs import NO_NODE, NodePath, is_ref, parse_ref, resolve, same_node, spell
 
@@ -60,7 +60,7 @@ def is_order_field(key: str, components) -> bool:
 
 def order_fields(components, host: bool = False) -> list[str]:
     """The node lists these components have: each LRU order (and the host tier's), Full's eviction order."""
-    hosted = host_parts(components) if host else ()
+    hosted = [c for c in host_parts(components) if not is_base(c)] if host else ()  # Full's host order is its leaves
     return [f"{c}_lru" for c in components] + [f"{c}_host_lru" for c in hosted] + [EVICT_ORDER]
 
 
@@ -77,8 +77,11 @@ def check_node_expect(key: str, value: Any, names, exact: bool, name: str, line:
         raise ScenarioError(message, name, line, field)
 
     component, what = table_component(key, names.components) or _split(key, names.components) or (None, key)
-    if what in ("host_len", "host_lru") and (not names.host or component not in host_parts(names.components)):
+    if what == "host_len" and (not names.host or component not in host_parts(names.components)):
         fail(f"{key} needs the host tier ([config] hicache) and a component with a host part")
+    if what == "host_lru" and key not in order_fields(names.components, names.host):
+        fail(f"{key} needs the host tier ([config] hicache); Full keeps no host LRU list, the other components"
+             " with a host part do")
     if what == "session_ref" and not names.session_radix:
         fail(f"{key} needs the session radix cache ([config] session_radix_cache = true)")
     if is_order_field(key, names.components):
@@ -168,3 +171,31 @@ def _order(state, key: str, want: list) -> list:
     as_path = any(isinstance(parse_ref(ref), NodePath) for ref in want)
     return [same_node(state, want[i], node, NO_NODE) if i < len(want) else spell(state, node, as_path, NO_NODE)
             for i, node in enumerate(ids)]
+
+
+# ---- the README's reference ---------------------------------------------------------------------
+def reference_table() -> str:
+    """The README's table of the node and request fields, made from the registry
+    (``urc ops --expect-markdown``)."""
+    from cache.components import COMPONENT_REGISTRY
+
+    from .request_fields import REQUEST_STATE, request_fields
+
+    every = tuple(COMPONENT_REGISTRY)
+    hosted = ", ".join(host_parts(every))
+    aux_hosted = ", ".join(c for c in host_parts(every) if not is_base(c))
+    rows = [
+        ("`COMPONENT_value_len`", "nodes", f'its value\'s length; `"{TOMBSTONE}"`: data evicted, node kept'),
+        ("`COMPONENT_lock_ref`", "nodes, match names", "its lock_ref (a match: the node it ended at)"),
+        (f"`COMPONENT_host_len` ({hosted}; host tier)", "nodes", f'its host copy\'s length; `"{NO_COPY}"`'),
+        ("`COMPONENT_session_ref` (session_radix_cache)", "nodes", "the sessions whose coverage holds it"),
+        (", ".join(f"`{f}`" for f in NODE_FIELDS), "nodes", "what Full's eviction policies read"),
+        ("`COMPONENT_lru`", "a list of nodes", "the LRU order, most recent first (Full: by access time)"),
+        (f"`COMPONENT_host_lru` ({aux_hosted}; host tier)", "a list of nodes", "the host LRU order, most recent first"),
+        (f"`{EVICT_ORDER}`", "a list of nodes", "Full's evictable leaves, in the order its eviction policy takes them"),
+        (f"`{REQUEST_STATE}`", "request names", "a table of any of " + ", ".join(
+            f"`{f}`" for f in request_fields(every)) + ' (`"not running"`)'),
+        ("`exact`", "a list of table fields", "those tables list every key with a value (below)"),
+    ]
+    return "\n".join(["| field | keyed by | expected value |", "|---|---|---|"]
+                     + [f"| {a} | {b} | {c} |" for a, b, c in rows])
