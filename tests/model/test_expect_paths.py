@@ -202,6 +202,9 @@ def test_live_expect_words_take_paths_orders_and_exact():
                              "full_evict_order": ["[1..3]", "[1 2 9]", 4], "exact": ["full_value_len"],
                              "request_state": {"r1": {"last_node": "[1 2]"}}}
     assert parse_command(format_command(raw)) == raw
+    closed = parse_command("check expect full_lock_ref={} exact=[full_lock_ref]")
+    assert closed["expect"] == {"full_lock_ref": {}, "exact": ["full_lock_ref"]}
+    assert parse_command(format_command(closed)) == closed
 
 
 def test_a_written_scenario_keeps_paths_and_exact(tmp_path):
@@ -229,3 +232,17 @@ def test_the_readme_lists_the_fields_the_registry_makes():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     found = re.search(r"<!-- expect:begin -->\n(.*?)\n<!-- expect:end -->", text, re.S)
     assert found and found.group(1) == reference_table(), "regenerate it: urc ops --expect-markdown"
+
+
+def test_each_declared_request_field_is_one_a_running_request_shows():
+    from cache.components import COMPONENT_REGISTRY
+
+    config = {"components": ["full", "swa", "mamba"], "page_size": 1, "kv_size": 32, "sliding_window": 2,
+              "mamba_size": 8}
+    timeline = run(config, {"op": "req_prefill", "req": "r1", "tokens": [1, 2, 3, 4],
+                            "expect": {"request_state": {"r1": {"swa_evicted_seqlen": 0, "kv_committed_len": 4}}}})
+    assert timeline.passed, failures(timeline)
+    (view,) = timeline.state_after(1).requests
+    declared = {(c, f) for c in config["components"] for f in COMPONENT_REGISTRY.declared(c, "REQUEST_FIELDS", ())}
+    assert declared == {("swa", "evicted_seqlen"), ("mamba", "last_track_seqlen")}
+    assert all(f in view.component(c) for c, f in declared)

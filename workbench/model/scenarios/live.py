@@ -33,7 +33,6 @@ from .live_words import (
     split_words, token_field_of,
 )
 from .node_fields import order_fields
-from .node_refs import is_ref, parse_ref
 from .step import EXACT, MAX_KEY_TOKENS, MAX_TOKEN
 
 
@@ -180,8 +179,8 @@ class _Parser:
             return
         table = expect.setdefault(field, {})
         member, key = member if isinstance(member, tuple) else (member, None)
-        if is_ref(member) and member.startswith("["):  # a node's token path ([1,2,3] unquoted): as a file writes it
-            member = parse_ref(member).text()
+        if member.startswith("[") and "=" not in member:  # a token path typed [1,2,3]: as a file writes it
+            member = member.replace(",", " ")
         if key is not None:
             table = table.setdefault(member, {}) if isinstance(table, dict) else None
             member = key
@@ -201,7 +200,7 @@ def _value(field: str, word: Word) -> Any:
     if ID_LIST.fullmatch(text):  # an LRU order: [3,1,2] (no spaces), most recent first
         return [int(v) for v in text[1:-1].split(",") if v]
     if REF_LIST.fullmatch(text):  # an order of nodes by path or id: [[1,2,3],4]
-        return [int(v) if v.isdigit() else parse_ref(v).text() if is_ref(v) else v for v in _ref_items(text[1:-1])]
+        return [int(v) if v.isdigit() else v.replace(",", " ") for v in _ref_items(text[1:-1])]
     if NAME_LIST.fullmatch(text):  # session ids: [s1,t]
         return text[1:-1].split(",")
     if text == "{}":  # an empty table: a session with no frontier

@@ -31,8 +31,7 @@ from .node_refs import NO_NODE, NodePath, is_ref, parse_ref, resolve, same_node,
 TOMBSTONE, NO_COPY = "tombstone", "no host copy"
 EVICTED_MATCH = "node evicted"  # what a lock_ref keyed by a match reads once its node left the tree
 EVICT_ORDER = f"{BASE}_evict_order"
-# per node, not per component: (the record's field, what a node not listed under exact reads)
-NODE_FIELDS = {"hit_count": 0, "priority": 0}
+NODE_FIELDS = ("hit_count", "priority")  # per node, not per component: the node's own fields
 # per node and component: suffix -> the words a value may be besides an int
 COMPONENT_TABLES = {"value_len": (TOMBSTONE,), "lock_ref": (), "host_len": (NO_COPY,), "session_ref": ()}
 
