@@ -8,6 +8,7 @@ module only does syntax (and never raises anything but ``ScenarioError`` on user
     evict full=8 mamba=1                  req_decode r1 5 6 slide
     req_finish r1 noinsert                check expect nodes=3 full_lock_ref.m1=1
     unlock L1 expect_error "not held"     match 1 2 description "why this step"
+    check expect full_value_len.[1,2,3]=3 full_evict_order=[[4,5],[1..3,9]] full_lock_ref={} exact=[full_lock_ref]
 
 Words are split on whitespace; ``"…"`` (with ``\\"``, ``\\\\``, ``\\n``, ``\\t``, ``\\r``
 escapes) and ``'…'`` quote a word, and a quoted word is always a literal string (never a
@@ -51,8 +52,7 @@ class _Usages(Mapping):
 
 OP_HELP = _Usages()
 # Clauses any op may end with; TOKENS are ids and inclusive ranges FIRST..LAST.
-CLAUSE_HELP = ("[expect FIELD=N … FIELD.MATCH=N … FIELD.[1,2,3]=N … full_evict_order=[[1,2],3] exact=[FIELD]]"
-               " [expect_error TEXT] [description TEXT]")
+CLAUSE_HELP = "[expect FIELD=N … FIELD.MATCH=N … swa_lru=[3,1,2]] [expect_error TEXT] [description TEXT]"
 
 
 # ---- parsing ------------------------------------------------------------------------------------
