@@ -442,3 +442,14 @@ def test_session_calls_are_written_as_session_ops_and_replay(tmp_path):
     m.requests.matched(turn, 0, [5, 6], None, 0, 0)
     turn.extend_end = 2
     assert "streaming session" in m.requests.admit(m.requests.admission(0))
+
+
+def test_node_depths_are_compared_only_where_the_other_side_reads_them():
+    """SGLang's Rust tree core shows no nodes: its side reports a depth as None, which
+    is left out there, while every other result still counts."""
+    from workbench.bridge.differential import _compare_results
+
+    ours, rust = {"prefix_len": 3, "last_node_depth": 3}, {"prefix_len": 3, "last_node_depth": None}
+    assert _compare_results(ours, None, rust, None, ops.NODE_RESULTS) is None
+    assert _compare_results(ours, None, rust, None).field == "result.last_node_depth"
+    assert _compare_results(ours, None, {**rust, "prefix_len": 2}, None, ops.NODE_RESULTS).field == "result.prefix_len"

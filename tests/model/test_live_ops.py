@@ -192,7 +192,7 @@ def test_format_is_one_line_and_compacts_runs():
     {"op": "req_decode", "tokens": [1]},  # the first token would read as the request name
     {"op": "lock", "match": 3, "as": "L"},
     {"op": "check", "expect": {"nodes": None}},
-    {"op": "check", "expect": {"full_lock_ref": {}}},
+    {"op": "check", "expect": {"full_evict_order": ["[1] extra_key=a"]}},  # a list item cannot be quoted
     {"op": "check", "bad field": 1},
 ])
 def test_format_refuses_dicts_no_command_stands_for(raw):

@@ -192,7 +192,7 @@ def test_json_shape(capsys, smoke):
     for s in steps[:4]:
         assert set(s) == STEP_KEYS
     assert set(steps[4]) == STEP_KEYS | {"error"} and "not held" in steps[4]["error"]
-    assert steps[0]["result"] == {"prefix_len": 0}
+    assert steps[0]["result"] == {"prefix_len": 0, "last_node_depth": 6}  # the JSON keeps every result
     assert steps[1]["result"]["prefix_len"] == 3
     assert steps[2]["result"] is None and steps[4]["result"] is None
     assert all(s["failures"] == [] and s["violations"] == [] for s in steps)
@@ -415,7 +415,7 @@ def test_runner_steps_one_at_a_time(smoke):
     runner = Runner(load_scenario(smoke))
     assert not runner.done and len(runner.timeline) == 0
     first = runner.step()
-    assert (first.index, first.step.op, first.result, first.passed) == (1, "insert", {"prefix_len": 0}, True)
+    assert (first.index, first.step.op, first.result, first.passed) == (1, "insert", {"prefix_len": 0, "last_node_depth": 6}, True)
     assert runner.timeline.state_after(1) is first.snapshot
     timeline = runner.run()
     assert runner.done and len(timeline) == 5 and timeline.records[0] is first

@@ -74,9 +74,9 @@ def test_a_streaming_slot_is_expected_field_by_field():
 
 
 BAD = [
-    ('full_session_ref = { x = 1 }', "'x' is not a node id", "expect.full_session_ref.x"),
+    ('full_session_ref = { x = 1 }', "'x' is not a node id or a token path", "expect.full_session_ref.x"),
     ('full_session_ref = { 3 = -1 }', "non-negative int", "expect.full_session_ref.3"),
-    ('full_session_ref = {}', "must be a table {node_id = session_ref}", "expect.full_session_ref"),
+    ('full_session_ref = {}', "must be a table {node = session_ref}", "expect.full_session_ref"),
     ('swa_session_ref = { 3 = 1 }', "swa_session_ref needs the swa component", "expect.swa_session_ref"),
     ('sessions_open = ["s2", "s1"]', 'list the open sessions in name order', "expect.sessions_open"),
     ('sessions_closed = ["s1", "s1"]', "a session is listed twice", "expect.sessions_closed"),

@@ -27,7 +27,7 @@ from .canonical import Difference, first_difference, from_snapshot
 from .sglang_env import BridgeError, check_version
 from .sglang_side import SGLangSide
 from .sglang_storage import unbridged_storage_field
-from ..model.ops.spec import in_sglang
+from ..model.ops.spec import NODE_RESULTS, in_sglang
 
 # what ours refuses that SGLang 0.5.23 does not check (sent to it, it would go on and
 # change its state): error class -> why the step is not sent
@@ -138,8 +138,9 @@ def _lockstep(scenario: Scenario, config: dict, report: DifferentialReport, ours
         theirs.core.kv_events.enabled = True
     report.nodes_compared = theirs.inspectable
     if not theirs.inspectable:
-        report.by_design.append(ByDesign("nodes, evictable leaves and LRU lists not compared",
-                                         "SGLang's Rust tree core has no node inspection; op results and pools are"))
+        report.by_design.append(ByDesign("nodes, evictable leaves, LRU lists and node depths not compared",
+                                         "SGLang's Rust tree core has no node inspection; other op results and pools"
+                                         " are"))
     components = list(config["components"])
     refused: dict[str, list[int]] = {}
     asserted: list[int] = []  # steps where SGLang asserted as ours said it would
@@ -167,7 +168,8 @@ def _lockstep(scenario: Scenario, config: dict, report: DifferentialReport, ours
                 break
             report.divergence = Divergence(step.index, step.line, step.op, difference)
             break
-        difference = _compare_results(mine, my_error, theirs_result, their_error)
+        difference = _compare_results(mine, my_error, theirs_result, their_error,
+                                      () if theirs.inspectable else NODE_RESULTS)
         if difference is None and kv_events:
             difference = _compare_kv_events(ours, theirs, report)
         compared_last = False
@@ -211,14 +213,16 @@ def _attempt(run, op: str, fields: dict) -> tuple[Optional[dict], Optional[BaseE
         return None, exc
 
 
-def _compare_results(mine: Optional[dict], my_error, theirs: Optional[dict], their_error) -> Optional[Difference]:
+def _compare_results(mine: Optional[dict], my_error, theirs: Optional[dict], their_error,
+                     unread=()) -> Optional[Difference]:
+    """The first result that differs, leaving out those the other side cannot read (``unread``)."""
     if (my_error is None) != (their_error is None):
         return Difference("refused", _error_text(my_error), _error_text(their_error),
                           "one side refused the step, the other ran it")
     if my_error is not None:
         return None  # both refused: messages differ by design, the fact agrees
     mine, theirs = mine or {}, theirs or {}
-    for key in sorted(set(mine) | set(theirs)):
+    for key in sorted((set(mine) | set(theirs)) - set(unread)):
         if mine.get(key) != theirs.get(key):
             return Difference(f"result.{key}", mine.get(key), theirs.get(key))
     return None

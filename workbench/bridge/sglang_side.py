@@ -153,6 +153,16 @@ class SGLangSide:
             raise SGLangOpError(f"unknown lock name {name!r}")
         return lock
 
+    def node_depth(self, node_id) -> Optional[int]:
+        """Tokens (bigram keys: pairs) from the root to a node's end; None for no node,
+        or where the tree core cannot show its nodes (the Rust one)."""
+        if node_id is None or not self.inspectable:
+            return None
+        node, depth = self.core.node_by_id(node_id), 0
+        while node.parent is not None:
+            depth, node = depth + len(node.key), node.parent
+        return depth
+
     def request_named(self, name: str) -> dict:
         entry = self.reqs.get(name)
         if entry is None:

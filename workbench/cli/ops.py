@@ -8,6 +8,8 @@ def add_parser(command) -> None:
                       "Every op a scenario, a live command or the fuzzer can use, from the op registry "
                       "(workbench/model/ops): one line each, or the README's reference table with --markdown.")
     listing.add_argument("--markdown", action="store_true", help="print the README's op reference table")
+    listing.add_argument("--expect-markdown", action="store_true",
+                         help="print the README's table of the node and request fields a step may expect")
 
 
 def run(args) -> int:
@@ -15,6 +17,11 @@ def run(args) -> int:
 
     if args.markdown:
         print(ops.reference_table())
+        return 0
+    if args.expect_markdown:
+        from ..model.scenarios.node_fields import reference_table
+
+        print(reference_table())
         return 0
     for spec in ops.all_ops():
         needs = f"  (needs {', '.join(spec.needs)})" if spec.needs else ""

@@ -21,3 +21,4 @@ UNIT = ("state", "states")  # what its sizes count, singular and plural
 IN_SGLANG = True  # SGLang 0.5.23's unified cache has it: the bridge compares it
 HOLDS_STATES = True  # one state slot per node, not a slot per token: amounts count states
 SPLIT_STAYS_BELOW = True  # a split leaves its data (and its locks) on the lower node
+REQUEST_FIELDS = ("last_track_seqlen",)  # request_extras a scenario may expect, as mamba_<field> (its checkpoint cursor)

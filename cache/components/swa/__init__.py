@@ -16,3 +16,4 @@ NOUN = "SWA KV"  # what it holds, in a sentence
 UNIT = ("slot", "slots")  # what its sizes count, singular and plural
 IN_SGLANG = True  # SGLang 0.5.23's unified cache has it: the bridge compares it
 HAS_WINDOW = True  # keeps only a trailing window: configs size its pool by sliding_window, ops may slide it
+REQUEST_FIELDS = ("evicted_seqlen",)  # request_extras a scenario may expect, as swa_<field> (its window cursor)

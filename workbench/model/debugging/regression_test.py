@@ -20,8 +20,9 @@ from typing import Any, Optional
 
 from ..scenarios.outputs import open_output
 from ..timeline.runner import state_field
-from ..ops import OPS, host_parts, owner as ops_owner
-from ..scenarios.fields import NAMED_FIELDS, STATE_FIELDS
+from ..ops import DETAIL_RESULTS, OPS, host_parts, owner as ops_owner
+from ..scenarios.fields import STATE_FIELDS
+from ..scenarios.node_fields import EVICTED_MATCH
 from ..scenarios.scenario import Scenario, ScenarioError, Step, scenario_from_records
 from ..scenarios.writer import scenario_toml
 from ..timeline.states import TimelineState
@@ -187,7 +188,7 @@ def pin_step(record: StepRecord, components: list[str]) -> tuple[Step, list[str]
         for failure in record.failures:
             if failure.field in expect:
                 notes.append(f"{where} expected {failure.field} = {failure.expected!r} but got {failure.actual!r}; pinned")
-                if _pinnable(failure.field, failure.actual):
+                if _pinnable(failure.actual):
                     expect[failure.field] = failure.actual
                 else:
                     del expect[failure.field]
@@ -206,18 +207,24 @@ def pin_step(record: StepRecord, components: list[str]) -> tuple[Step, list[str]
 
 def actual_results(op: str, result: dict[str, Any], components: list[str]) -> dict[str, Any]:
     """The op's result fields that a step may expect: None is left out (TOML has no
-    null), and so is what a component the config lacks reports (``mamba_evicted = 0``)."""
+    null), and so is what a component the config lacks reports (``mamba_evicted = 0``)
+    and what the pinned tree says already (``DETAIL_RESULTS``: a node's depth)."""
     results = OPS[op].results_for(components, host_parts(components))
     return {
         key: value for key, value in result.items()
-        if key in results and value is not None and (ops_owner(key) is None or ops_owner(key) in components)
+        if key in results and value is not None and key not in DETAIL_RESULTS
+        and (ops_owner(key) is None or ops_owner(key) in components)
     }
 
 
-def _pinnable(field: str, value: Any) -> bool:
-    if field in NAMED_FIELDS:  # a match whose node was evicted reads "node evicted", not a lock_ref
-        return isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
-    return isinstance(value, int) and not isinstance(value, bool)
+def _pinnable(value: Any) -> bool:
+    """Whether the actual value reads back as an expectation: a count, or a table or
+    list as the state fields give them, unless a named match's node was evicted."""
+    if isinstance(value, dict):
+        return all(map(_pinnable, value.values()))
+    if isinstance(value, list):
+        return all(map(_pinnable, value))
+    return value != EVICTED_MATCH and value is not None
 
 
 def _check_loads(toml: str, scenario: Scenario) -> None:

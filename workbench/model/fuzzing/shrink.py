@@ -200,8 +200,8 @@ def renumber(steps: Steps) -> Steps:
                 new[field.name] = [tokens.setdefault(t, len(tokens) + 1) for t in value]
             elif (field.defines or field.uses) and isinstance(value, str):
                 new[field.name] = name(field.defines or field.uses, value)
-        if isinstance(step.get("expect"), dict):  # per-match tables: {match name: lock_ref}
-            new["expect"] = {k: ({name("matches", m): v for m, v in val.items()} if isinstance(val, dict) else val)
-                             for k, val in step["expect"].items()}
+        if isinstance(step.get("expect"), dict):  # a lock_ref table's match names (its other keys are nodes)
+            new["expect"] = {k: ({names.get(("matches", m), m): v for m, v in val.items()} if isinstance(val, dict)
+                                 else val) for k, val in step["expect"].items()}
         out.append(new)
     return out

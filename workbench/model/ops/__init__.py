@@ -13,7 +13,7 @@ from . import sessions  # noqa: F401  isort: skip
 from . import streaming  # noqa: F401  isort: skip
 from . import storage  # noqa: F401  isort: skip
 from .spec import (  # noqa: F401
-    COUNT, DEVICE, FLAG, FLAG_RESULTS, HOST, HOST_PARTS, NAME, NAMESPACES, OPS, STORAGE, TOKENS, Field, FuzzRule, OpSpec,
-    all_ops, canonical, declare, timed_calls, flag_words, get, host_parts, name_fields, owner, reference_table,
+    COUNT, DETAIL_RESULTS, DEVICE, FLAG, FLAG_RESULTS, HOST, HOST_PARTS, NAME, NAMESPACES, OPS, STORAGE, TOKENS, Field, FuzzRule, NODE_RESULTS,
+    OpSpec,    all_ops, canonical, declare, timed_calls, flag_words, get, host_parts, name_fields, owner, reference_table,
     withdraw,
 )

@@ -64,7 +64,21 @@ def run_insert(driver, f: dict) -> dict:
         cache.free_mamba_state(state)  # the tree kept its own state
     if "as" in f:  # a name for the node the insert ended on, for a later lock
         driver.name_match(f["as"], result.last_device_node, result.prefix_len, key, None)
-    return {"prefix_len": result.prefix_len}
+    out = {"prefix_len": result.prefix_len, "last_node_depth": node_depth(cache, result.last_device_node)}
+    if mamba:
+        out["mamba_exist"] = bool(result.mamba_exist)
+    return out
+
+
+def node_depth(cache, node_id) -> Optional[int]:
+    """Tokens (bigram keys: pairs) from the root to a node's end, as SGLang's tests
+    measure where an insert or a match ended; None for no node."""
+    if node_id is None:
+        return None
+    node, depth = cache.tree.node_by_id(node_id), 0
+    while node.parent is not None:
+        depth, node = depth + node.length, node.parent
+    return depth
 
 
 def _free_tail(cache, slots, aligned: int, window_floor: int) -> None:
@@ -116,7 +130,10 @@ def sglang_insert(side, f: dict) -> dict:
         side.r2t.mamba_allocator.free(state)  # the tree kept its own state
     if "as" in f:
         side.matches[f["as"]] = result.last_device_node
-    return {"prefix_len": int(result.prefix_len)}
+    out = {"prefix_len": int(result.prefix_len), "last_node_depth": side.node_depth(result.last_device_node)}
+    if side.has_mamba:
+        out["mamba_exist"] = bool(result.mamba_exist)
+    return out
 
 
 def fuzz_insert(gen) -> dict:
@@ -171,7 +188,7 @@ INSERT = declare(OpSpec(
     fields=(Field("key", TOKENS, required=True), Field("as", NAME, defines="matches"), Field("extra_key", NAME, placeholder="NS"),
             Field("cache_salt", NAME, placeholder="SALT"),
             Field("swa_evicted_seqlen", COUNT, needs="swa", page_multiple=True), Field("priority", COUNT, placeholder="N")),
-    results=("prefix_len",),
+    results=("prefix_len", "last_node_depth", "mamba_exist"),
     run_sglang=sglang_insert,
     fuzz=(FuzzRule(0, lambda gen: 24, fuzz_insert),),
     records=("insert",), record=_recorded_insert,
@@ -186,7 +203,9 @@ def run_match(driver, f: dict) -> dict:
     key = RadixKey(f["key"], f.get("extra_key"), f.get("cache_salt"))
     result = cache.match_prefix(MatchPrefixParams(key))
     driver.last_match = driver.name_match(f.get("as"), result.last_device_node, result.prefix_len, key, result)
-    out = {"prefix_len": result.prefix_len, "host_hit_length": result.host_hit_length}
+    out = {"prefix_len": result.prefix_len, "host_hit_length": result.host_hit_length,
+           "last_node_depth": node_depth(cache, result.last_device_node),
+           "best_match_depth": node_depth(cache, result.best_match_node), "full_kv_hit_length": result.full_kv_hit_length}
     if windowed(cache.by_name):
         out["swa_host_hit_length"] = result.swa_host_hit_length
     if stateful(cache.by_name):
@@ -199,7 +218,10 @@ def sglang_match(side, f: dict) -> dict:
     result = side.cache.match_prefix(side.sg.MatchPrefixParams(key=side.key(f["key"], f.get("extra_key"), f.get("cache_salt"))))
     if "as" in f:
         side.matches[f["as"]] = result.last_device_node
-    out = {"prefix_len": int(result.device_prefix_len), "host_hit_length": int(result.host_hit_length)}
+    out = {"prefix_len": int(result.device_prefix_len), "host_hit_length": int(result.host_hit_length),
+           "last_node_depth": side.node_depth(result.last_device_node),
+           "best_match_depth": side.node_depth(result.best_match_node),
+           "full_kv_hit_length": int(result.full_kv_hit_length)}
     if side.has_swa:  # MatchResult's per-component host hits (0 without a host tier), as ours reports them
         out["swa_host_hit_length"] = int(result.swa_host_hit_length)
     if side.has_mamba:
@@ -245,7 +267,8 @@ MATCH = declare(OpSpec(
     run_match,
     fields=(Field("key", TOKENS, required=True), Field("as", NAME, defines="matches", offered=True),
             Field("extra_key", NAME, placeholder="NS"), Field("cache_salt", NAME, placeholder="SALT")),
-    results=("prefix_len", "host_hit_length", "swa_host_hit_length", "mamba_host_hit_length", "mamba_branching_seqlen"),
+    results=("prefix_len", "host_hit_length", "swa_host_hit_length", "mamba_host_hit_length", "mamba_branching_seqlen",
+             "last_node_depth", "best_match_depth", "full_kv_hit_length"),
     run_sglang=sglang_match,
     fuzz=(FuzzRule(1, lambda gen: 20, fuzz_match),),
     records=("match_prefix",), record=_recorded_match, read_only=True,

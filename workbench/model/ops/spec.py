@@ -22,7 +22,12 @@ COUNT = "count"  # a non-negative int (an amount: the shrinker lowers it)
 FLAG = "flag"  # true / false
 
 # results that are true / false (every other result is an int)
-FLAG_RESULTS = frozenset({"success", "deferred", "aborted", "borrowed", "issued", "done"})
+FLAG_RESULTS = frozenset({"success", "deferred", "aborted", "borrowed", "issued", "done", "mamba_exist"})
+# results that repeat what the tree shows (a node's depth, a hit the prefix already says):
+# expectable and compared with SGLang, left out of a step's one-line result
+DETAIL_RESULTS = frozenset({"last_node_depth", "best_match_depth", "full_kv_hit_length", "mamba_exist"})
+# results read off a node: a side that cannot show its nodes (SGLang's Rust tree core) reports None
+NODE_RESULTS = frozenset({"last_node_depth", "best_match_depth"})
 # what a name field refers to, and the prefix the shrinker renumbers it with
 NAMESPACES = {"matches": "m", "locks": "L", "requests": "r"}
 HOST = "host tier"  # an op's need: the config has [config] hicache

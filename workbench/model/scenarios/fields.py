@@ -26,11 +26,8 @@ STATE_FIELDS = tuple(
     "evictable_leaves",
     "requests",
 )
-# Lists of node ids: a component's LRU order, most recent first (Full: by access time)
-ORDER_FIELDS = ("full_lru", "swa_lru", "mamba_lru")
-# {match name: int}: the lock_ref of that match's last node, per component
-NAMED_FIELDS = ("full_lock_ref", "swa_lock_ref", "mamba_lock_ref")
-# Session state fields (<component>_session_ref, sessions_open, ...) are in session_fields.py
+# Per node (value lengths, lock_refs, LRU and eviction orders): node_fields.py; per request:
+# request_fields.py; session state (sessions_open, ...): session_fields.py
 CONFIG_FIELDS = {
     "components": list,
     "page_size": int,

@@ -8,6 +8,7 @@ module only does syntax (and never raises anything but ``ScenarioError`` on user
     evict full=8 mamba=1                  req_decode r1 5 6 slide
     req_finish r1 noinsert                check expect nodes=3 full_lock_ref.m1=1
     unlock L1 expect_error "not held"     match 1 2 description "why this step"
+    check expect full_value_len.[1,2,3]=3 full_evict_order=[[4,5],[1..3,9]] full_lock_ref={} exact=[full_lock_ref]
 
 Words are split on whitespace; ``"…"`` (with ``\\"``, ``\\\\``, ``\\n``, ``\\t``, ``\\r``
 escapes) and ``'…'`` quote a word, and a quoted word is always a literal string (never a
@@ -27,12 +28,13 @@ from cache.observe.metrics import metric_fields
 from .. import ops
 from ..ops import OPS
 from .errors import ScenarioError, elide, shown
-from .fields import ORDER_FIELDS, STATE_FIELDS
+from .fields import STATE_FIELDS
 from .live_words import (
-    FIELD_NAME, ID_LIST, INT, NAME_LIST, RANGE, TEXT_KEYWORDS, TOKEN, Word, flag_fields, name_fields, slot_of,
+    FIELD_NAME, ID_LIST, INT, NAME_LIST, RANGE, REF_LIST, TEXT_KEYWORDS, TOKEN, Word, flag_fields, name_fields, slot_of,
     split_words, token_field_of,
 )
-from .step import MAX_KEY_TOKENS, MAX_TOKEN
+from .node_fields import order_fields
+from .step import EXACT, MAX_KEY_TOKENS, MAX_TOKEN
 
 
 class _Usages(Mapping):
@@ -177,6 +179,8 @@ class _Parser:
             return
         table = expect.setdefault(field, {})
         member, key = member if isinstance(member, tuple) else (member, None)
+        if member.startswith("[") and "=" not in member:  # a token path typed [1,2,3]: as a file writes it
+            member = member.replace(",", " ")
         if key is not None:
             table = table.setdefault(member, {}) if isinstance(table, dict) else None
             member = key
@@ -195,11 +199,24 @@ def _value(field: str, word: Word) -> Any:
         return int(text)
     if ID_LIST.fullmatch(text):  # an LRU order: [3,1,2] (no spaces), most recent first
         return [int(v) for v in text[1:-1].split(",") if v]
+    if REF_LIST.fullmatch(text):  # an order of nodes by path or id: [[1,2,3],4]
+        return [int(v) if v.isdigit() else v.replace(",", " ") for v in _ref_items(text[1:-1])]
     if NAME_LIST.fullmatch(text):  # session ids: [s1,t]
         return text[1:-1].split(",")
     if text == "{}":  # an empty table: a session with no frontier
         return {}
     return {"true": True, "false": False}.get(text, text)
+
+
+def _ref_items(text: str) -> list[str]:
+    """``[1,2],3`` -> ``["[1,2]", "3"]``: the list's items, split at its own commas."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    return items + [text[start:]]
 
 
 def _bad_token(shown: str) -> NoReturn:
@@ -263,9 +280,9 @@ def _candidates(op: str, args: list[str], names: dict[str, list[str]], component
 
 
 def _expect_fields(spec, components: list[str]) -> list[str]:
-    """Fields this op may expect with these components (per-match tables left out)."""
-    fields = list(spec.results_for(components, ops.host_parts(components))) + list(STATE_FIELDS) + list(ORDER_FIELDS)
-    fields += metric_fields(components)
+    """Fields this op may expect with these components (tables, written FIELD.KEY=V, left out)."""
+    fields = list(spec.results_for(components, ops.host_parts(components))) + list(STATE_FIELDS)
+    fields += [*order_fields(components), *metric_fields(components), EXACT]
 
     def present(field: str) -> bool:
         owner = ops.owner(field)

@@ -9,6 +9,7 @@ from ..ops import OPS
 from .live_words import (
     FIELD_NAME, INT, PLAIN_NAME, TEXT_KEYWORDS, flag_fields, name_fields, reserved_words, slot_of, token_field_of,
 )
+from .node_refs import is_ref
 from .step import MAX_TOKEN
 
 
@@ -50,9 +51,7 @@ def _expect_words(expect: Any) -> list[str]:
         raise ValueError("expect must be a table")
     words = []
     for field, value in expect.items():
-        if isinstance(value, dict):
-            if not value:
-                raise ValueError(f"no command for an empty expect {field!r} table")
+        if isinstance(value, dict) and value:
             for m, v in value.items():
                 if isinstance(v, dict) and v:  # a table in a table: FIELD.MEMBER.KEY=V
                     words += [f"{_field(field)}.{_name(m)}.{_name(k)}={_literal(x)}" for k, x in v.items()]
@@ -111,9 +110,19 @@ def _literal(value: Any) -> str:
         return "[" + ",".join(map(str, value)) + "]"
     if isinstance(value, list) and value and all(isinstance(v, str) and FIELD_NAME.fullmatch(v) for v in value):
         return "[" + ",".join(value) + "]"
+    if isinstance(value, list) and all(type(v) is int and v >= 0 or _bare_path(v) for v in value):
+        return "[" + ",".join(str(v) if type(v) is int else _bare_path(v) for v in value) + "]"
     if value == {}:
         return "{}"
     raise ValueError(f"no command for the value {value!r}")
+
+
+def _bare_path(value: Any) -> str:
+    """A token path with no namespace as an order's item (``[1..3,9]``: its spaces as
+    commas, which the parser turns back), or "" when it is not one."""
+    if not isinstance(value, str) or not value.startswith("[") or "," in value or not is_ref(value):
+        return ""
+    return value.replace(" ", ",") if value.endswith("]") else ""
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -40,6 +40,8 @@ FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/@+-]*")  # written without quotes by format_command
 INT = re.compile(r"-?[0-9]{1,4000}")  # int() refuses longer digit strings
 ID_LIST = re.compile(r"\[(?:[0-9]{1,18}(?:,[0-9]{1,18})*)?\]")  # [3,1,2]: node ids
+# [[1,2,3],4]: nodes by token path (tokens and runs, comma-separated) or id, as an order lists them
+REF_LIST = re.compile(r"\[(?:(?:[0-9]{1,18}|\[[0-9.,]*\])(?:,(?:[0-9]{1,18}|\[[0-9.,]*\]))*)?\]")
 NAME_LIST = re.compile(r"\[[A-Za-z_][A-Za-z0-9_]*(?:,[A-Za-z_][A-Za-z0-9_]*)*\]")  # [s1,t]: session ids
 TOKEN = re.compile(r"[0-9]{1,20}")
 RANGE = re.compile(r"([0-9]{1,20})\.\.([0-9]{1,20})")

@@ -11,12 +11,13 @@ from typing import Any, Optional
 from .. import ops
 from ..ops import OPS
 from .errors import ScenarioError, elide, shown
-from .fields import (
-    COMMON_FIELDS, COMPONENT_COUNTERS, NAMED_FIELDS, ORDER_FIELDS, STATE_FIELDS, host_state_field, metric_field,
-)
+from .fields import COMMON_FIELDS, COMPONENT_COUNTERS, STATE_FIELDS, host_state_field, metric_field
 from .names import Names
-from .session_fields import check_session_expect, is_session_field
+from .node_fields import check_node_expect, is_node_field, table_component
+from .request_fields import REQUEST_STATE, check_request_expect
+from .session_fields import SESSION_TABLES, check_session_expect, is_session_field
 from ..ops.spec import BASE
+from cache.components import COMPONENT_REGISTRY  # names and folder facts only: no torch
 
 MAX_TOKEN = 2**31 - 1
 MAX_KEY_TOKENS = 1 << 20  # tokens in one key: a 1M-token context is the largest in use
@@ -67,8 +68,10 @@ def check_step(i: int, raw: dict, name: str, line_of, config: dict, names: Names
     if not isinstance(expect, dict):
         raise ScenarioError("expect must be a table of field = value", name, line_of("expect"), "expect")
     results = spec.results_for(per_component, per_component)
+    exact = _check_exact(expect, names.components, name, line_of("expect"))
     for key, value in expect.items():
-        _check_expect(spec, results, key, value, name, line_of("expect"), names)
+        if key != EXACT:
+            _check_expect(spec, results, key, value, name, line_of("expect"), names, key in exact)
     if error is not None and not isinstance(error, str):
         raise ScenarioError("expect_error must be a string (a substring of the error)", name, line_of("expect_error"), "expect_error")
     if error is not None and expect:
@@ -85,8 +88,6 @@ def _component_fields(spec, components: list[str]) -> tuple[str, ...]:
     listed is refused by ``_check_needs`` with the reason), plus the listed ones."""
     if not spec.per_component:
         return ()
-    from cache.components import COMPONENT_REGISTRY  # names only: no torch
-
     if spec.per_component == ops.HOST_PARTS:
         return spec.component_fields((), ops.host_parts())
     return spec.component_fields(tuple(COMPONENT_REGISTRY) + tuple(c for c in components if c not in COMPONENT_REGISTRY))
@@ -123,7 +124,31 @@ def _check_tokens(value: list, name: str, line: Optional[int], key: str) -> None
             raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {what})", name, line, key)
 
 
-def _check_expect(spec, results: tuple, key: str, value, name: str, line: Optional[int], names: Names) -> None:
+EXACT = "exact"  # expect.exact: the tables whose listed keys are all there are
+
+
+def is_table_field(key: str, components) -> bool:
+    """A field whose expected value is a table that ``exact`` can close."""
+    return key in SESSION_TABLES or key == REQUEST_STATE or table_component(key, components) is not None
+
+
+def _check_exact(expect: dict, components, name: str, line: Optional[int]) -> frozenset[str]:
+    """The tables ``expect.exact`` names, each one this step expects."""
+    exact = expect.get(EXACT, [])
+    if not isinstance(exact, list) or not all(isinstance(key, str) for key in exact):
+        raise ScenarioError("exact must be a list of the table fields whose listed keys are all there are"
+                            " (exact = [\"full_lock_ref\"])", name, line, f"expect.{EXACT}")
+    for key in exact:
+        if not is_table_field(key, components):
+            raise ScenarioError(f"{shown(key)} is not a table field this cache has (a node, session or request"
+                                " table)", name, line, f"expect.{EXACT}")
+        if key not in expect:
+            raise ScenarioError(f"exact names {key}, which this step does not expect", name, line, f"expect.{EXACT}")
+    return frozenset(exact)
+
+
+def _check_expect(spec, results: tuple, key: str, value, name: str, line: Optional[int], names: Names,
+                  exact: bool = False) -> None:
     op, owner = spec.name, ops.owner(key)
     if owner is not None and owner not in names.components and key in results and not spec.reports_all_results:
         raise ScenarioError(f"{key} is only reported with the {owner} component", name, line, f"expect.{key}")
@@ -140,39 +165,26 @@ def _check_expect(spec, results: tuple, key: str, value, name: str, line: Option
         if isinstance(value, bool) or not isinstance(value, int):
             raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
         return
+    if is_node_field(key, names.components):
+        check_node_expect(key, value, names, exact, name, line)
+        return
+    if key == REQUEST_STATE:
+        check_request_expect(value, names, exact, name, line)
+        return
     if key in STATE_FIELDS or metric_field(key, names.components):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
         return
-    if key in ORDER_FIELDS:
-        if key.split("_")[0] not in names.components:
-            raise ScenarioError(f"{key} needs the {key.split('_')[0]} component", name, line, f"expect.{key}")
-        if not isinstance(value, list) or not all(type(v) is int for v in value):
-            raise ScenarioError("expected value must be a list of node ids (most recent first)", name, line,
-                                f"expect.{key}")
-        return
     own = component_field(key, names.components)
-    if own is not None and key not in ORDER_FIELDS + NAMED_FIELDS:
-        if own[1] in COMPONENT_COUNTERS:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
-            return
-        if own[1] == "lru":
-            if not isinstance(value, list) or not all(type(v) is int for v in value):
-                raise ScenarioError("expected value must be a list of node ids (most recent first)", name, line,
-                                    f"expect.{key}")
-            return
-    if key in NAMED_FIELDS or (own is not None and own[1] == "lock_ref"):
-        if not isinstance(value, dict) or not value:
-            raise ScenarioError("must be a table {match_name = lock_ref}", name, line, f"expect.{key}")
-        for match, ref in value.items():
-            if match not in names.matches:
-                raise ScenarioError(f"unknown match name {shown(match)}", name, line, f"expect.{key}")
-            if isinstance(ref, bool) or not isinstance(ref, int):
-                raise ScenarioError("expected lock_ref must be an int", name, line, f"expect.{key}.{match}")
+    if own is not None and own[1] in COMPONENT_COUNTERS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ScenarioError("expected value must be an int", name, line, f"expect.{key}")
         return
+    missing = next((c for c in COMPONENT_REGISTRY if c not in names.components and is_node_field(key, [c])), None)
+    if missing is not None:
+        raise ScenarioError(f"{key} needs the {missing} component", name, line, f"expect.{key}")
     if is_session_field(key):
-        check_session_expect(key, value, names.components, names.session_radix, name, line)
+        check_session_expect(key, value, names.components, names.session_radix, name, line, exact)
         return
     other = [spec.name for spec in ops.all_ops() if key in spec.results]
     hint = f" (a result of {', '.join(other)})" if other else ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
+from ..ops.spec import DETAIL_RESULTS
 from ..scenarios.errors import printable
 
 KEY_HEAD = 3  # tokens shown before the ellipsis
@@ -69,8 +70,10 @@ def fields_text(fields: Mapping[str, Any]) -> str:
 
 
 def result_text(result: Mapping[str, Any]) -> str:
-    """An op's result; fields the config does not report (None) are left out."""
-    return ", ".join(f"{printable(k)}={value_text(v)}" for k, v in result.items() if v is not None)
+    """An op's result; fields the config does not report (None) are left out, and so
+    are those that repeat what the tree shows (``DETAIL_RESULTS``: a step may expect them)."""
+    return ", ".join(f"{printable(k)}={value_text(v)}" for k, v in result.items()
+                     if v is not None and k not in DETAIL_RESULTS)
 
 
 def kv_event_text(event) -> str:

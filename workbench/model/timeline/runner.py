@@ -19,9 +19,11 @@ from cache.controller.snapshot import global_record, node_record
 from cache.observe.kv_events import event_dict
 
 from .. import ops
+from ..scenarios.node_fields import is_node_field, observe_node_field
+from ..scenarios.request_fields import REQUEST_STATE, observe_request_state
 from ..scenarios.session_fields import is_session_field, observe_session_field
-from ..scenarios.fields import NAMED_FIELDS
 from ..scenarios.scenario import Scenario, ScenarioError, Step, cache_config
+from ..scenarios.step import EXACT
 from .driver import CacheDriver
 from .states import StateShape, StateStore, TimelineState, all_records
 from .fmt import kv_event_text
@@ -216,24 +218,21 @@ class Runner:
         store = self.timeline.store
         state = TimelineState(store.shape, store.current, store.globals[-1])  # a view of now, not a copy
         out: dict[str, Any] = {}
+        exact = set(fields.get(EXACT, ()))
         for key, want in fields.items():
-            if is_session_field(key):
-                out[key] = observe_session_field(key, want, state, self.cache)
-            elif key in NAMED_FIELDS or key.endswith("_lock_ref"):
-                component = key.removesuffix("_lock_ref")
-                out[key] = {m: self._lock_ref(state, m, component) for m in want}
+            if key == EXACT:
+                out[key] = want  # read by the tables it names
+            elif is_node_field(key, state.components):
+                out[key] = observe_node_field(key, want, state, key in exact, self.driver.node_of)
+            elif key == REQUEST_STATE:
+                out[key] = observe_request_state(want, state, key in exact)
+            elif is_session_field(key):
+                out[key] = observe_session_field(key, want, state, self.cache, key in exact)
             elif key in result:
                 out[key] = result[key]
             else:
                 out[key] = state_field(state, key)
         return out
-
-    def _lock_ref(self, state: TimelineState, match: str, component: str):
-        node = self.driver.node_of(match)
-        record = state.record(node) if node is not None else None
-        if record is None:
-            return "node evicted"
-        return record.components[state.components.index(component)].lock_ref
 
 
 SETTLE_STEPS = 1000  # below this a full collection is too short to notice, and settling costs ~2.5 ms
