@@ -138,6 +138,9 @@ def test_with_no_config_given_an_unfaulted_run_sweeps_every_config(capsys):
     report = json.loads(out)
     assert rc == 0, err
     assert report["configs"] == [c.label() for c in sweep_configs()] and report["steps"] == 40 * len(report["configs"])
+    rows = report["per_config"]  # each config's own figure, in plan order
+    assert [row["config"] for row in rows] == report["configs"]
+    assert all(row["steps"] == 40 and row["episodes"] == 1 and row["failed_episodes"] == 0 for row in rows)
 
 
 def test_first_stops_at_the_first_failure_the_same_way_on_any_number_of_jobs():

@@ -283,7 +283,7 @@ def _fuzz_once(configs: list, args, steps: int, episode_steps: Optional[int]) ->
                             "seeds": args.seeds, "steps": campaign.steps_run,
                             "ops_per_second": round(campaign.ops_per_second), "jobs": campaign.jobs, "finding": None,
                             "option_sets": len(sets) if sets else 0, "interrupted": campaign.interrupted,
-                            "against": args.against},
+                            "against": args.against, "per_config": campaign.per_config()},
                      f"{stopped}{nothing} in {campaign.steps_run:,} steps ({what}{swept}, {which}; {rate})")
         return EXIT_INTERRUPTED if campaign.interrupted else 0
     if campaign.interrupted:  # found, but not shrunk: say what was found, write nothing
@@ -298,7 +298,8 @@ def _fuzz_once(configs: list, args, steps: int, episode_steps: Optional[int]) ->
                  for k, (result, name) in enumerate(zip(campaign.findings, names))]
     texts = [summary.pop("text") for summary in summaries]
     for summary in summaries:
-        summary.update(steps=campaign.steps_run, ops_per_second=round(campaign.ops_per_second), jobs=campaign.jobs)
+        summary.update(steps=campaign.steps_run, ops_per_second=round(campaign.ops_per_second), jobs=campaign.jobs,
+                       per_config=campaign.per_config())
     if args.json:
         print(json.dumps({**summaries[0], "more_findings": summaries[1:]} if len(summaries) > 1 else summaries[0],
                          indent=1))

@@ -73,6 +73,18 @@ class CampaignResult:
     def ops_per_second(self) -> float:
         return self.steps_run / self.seconds if self.seconds else 0.0
 
+    def per_config(self) -> list[dict]:
+        """What each config ran, in plan order: its steps, episodes and the episodes
+        that failed (a config's figure in a sweep's report)."""
+        rows: dict[str, dict] = {}
+        for result in self.results:
+            label = result.config.label()
+            row = rows.setdefault(label, {"config": label, "steps": 0, "episodes": 0, "failed_episodes": 0})
+            row["steps"] += result.steps_run
+            row["episodes"] += 1
+            row["failed_episodes"] += result.finding is not None
+        return list(rows.values())
+
 
 def run_campaign(tasks: list[EpisodeTask], jobs: int, time_budget: Optional[float] = None,
                  on_steps: Optional[Callable[[int], None]] = None, shrink_budget: Optional[float] = 60.0,
