@@ -86,6 +86,12 @@ def shrink_divergence(result: FuzzResult, budget_s: Optional[float] = 60.0) -> F
     return result
 
 
+def first_divergence(scenario: Scenario) -> Optional[Finding]:
+    """Where ``scenario``, run on both caches (states compared every step), first parts
+    from SGLang 0.5.23 (``urc shrink --against sglang``'s target and oracle)."""
+    return divergence_finding(run_against(scenario, every=1))
+
+
 def divergence_scenario(result: FuzzResult, name: str) -> Scenario:
     """The shrunk divergence as a scenario file: its steps as run, no expectations (the
     reference is SGLang: ``urc run FILE --against sglang`` shows both sides)."""

@@ -46,8 +46,9 @@ def add_parser(command) -> None:
                       help="run the episodes through every option set the fuzzer knows for these components "
                            "(eviction policies, EAGLE, the Mamba and SWA options), one set per episode")
     fuzz.add_argument("--seed", type=int, default=0, metavar="S", help="the seed: a run is the same for a seed")
-    fuzz.add_argument("--seeds", type=int, default=1, metavar="K",
-                      help="fuzz K seeds, S to S+K-1, each for --steps (default 1)")
+    fuzz.add_argument("--seeds", type=int, default=None, metavar="K",
+                      help="fuzz K seeds, S to S+K-1, each for --steps (default 1; with --time-budget: seed after "
+                           "seed until the budget is spent)")
     fuzz.add_argument("--steps", type=int, metavar="N", help="steps to run per config and seed (default 10,000 "
                       "on one config, in episodes of 2,000 on a fresh cache; swept: 2,000, or 3,000 in episodes of "
                       "300 with a fault)")
@@ -67,7 +68,9 @@ def add_parser(command) -> None:
     fuzz.add_argument("--first", action="store_true",
                       help="stop at the first failure (in the order the episodes are planned: config, seed, episode); "
                            "the episodes after it are skipped, and the result is still the same on any --jobs")
-    fuzz.add_argument("--time-budget", type=float, metavar="SEC", help="stop after this many seconds")
+    fuzz.add_argument("--time-budget", type=float, metavar="SEC",
+                      help="stop after this many seconds; without --seeds, draw seed after seed until then (with "
+                           "--first: until one finds a failure)")
     fuzz.add_argument("--fault", action="append", default=[], metavar="NAME",
                       help="turn on a fault from the catalogue (repeatable; see --list-faults)")
     fuzz.add_argument("--faults", choices=("all", "new"),
@@ -96,6 +99,8 @@ def run(args) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise ScenarioError(f"--{name.replace('_', '-')} must be a positive int (got {value})")
+    args.until_budget = args.seeds is None and args.time_budget is not None  # seed after seed
+    args.seeds = args.seeds or 1
     check_plan(args.seed, args.seeds)
     if args.ray is not None and args.jobs is not None:
         raise ScenarioError("--ray runs on the cluster's CPUs: leave out --jobs")
@@ -270,9 +275,22 @@ def _fuzz_once(configs: list, args, steps: int, episode_steps: Optional[int]) ->
         tasks += plan([c], seeds, steps, episode_steps or EPISODE_STEPS, option_sets=sets, full_checks=args.full_checks)
     jobs = args.jobs or default_jobs()
     what = config.label() if len(configs) == 1 else f"{len(configs)} configs swept"
-    with progress(sum(t.steps for t in tasks), f"fuzz {what}", minimum=2000) as advance:
-        campaign = run_campaign(tasks, jobs, args.time_budget, advance, args.shrink_budget, first=args.first,
-                                ray=args.ray, **_differential(args))
+    if getattr(args, "until_budget", False):
+        from ..model.fuzzing.campaign import run_seeds_until
+
+        def tasks_for(seed: int) -> list:
+            return [t for c in configs for t in plan([c], [seed], steps, episode_steps or EPISODE_STEPS,
+                                                     option_sets=option_sets_for(c.components) if args.sweep_options
+                                                     else None, full_checks=args.full_checks)]
+
+        campaign = run_seeds_until(tasks_for, args.seed, jobs, args.time_budget, None, args.shrink_budget,
+                                   first=args.first, ray=args.ray, **_differential(args))
+        seeds = range(args.seed, args.seed + max(1, campaign.seeds_run))
+        args.seeds = len(seeds)
+    else:
+        with progress(sum(t.steps for t in tasks), f"fuzz {what}", minimum=2000) as advance:
+            campaign = run_campaign(tasks, jobs, args.time_budget, advance, args.shrink_budget, first=args.first,
+                                    ray=args.ray, **_differential(args))
     rate = f"{campaign.ops_per_second:,.0f} ops/s, {plural(campaign.jobs, 'job')}"
     which = f"seed {args.seed}" if args.seeds == 1 else f"seeds {args.seed}-{seeds[-1]}"
     stopped = "STOPPED (interrupted): " if campaign.interrupted else ""

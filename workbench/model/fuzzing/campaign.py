@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Optional
 
-from .config import FuzzConfig, default_jobs  # noqa: F401  (default_jobs: re-exported)
+from .config import MAX_SEED, FuzzConfig, default_jobs  # noqa: F401  (default_jobs: re-exported)
 from .fuzz import EPISODE_STEPS, FuzzResult, episode_config, run_episode, shrink_result
 
 REPORT_EVERY = 256  # steps between a worker's progress reports (a queue put costs the worker ~50 µs)
@@ -64,6 +64,7 @@ class CampaignResult:
     seconds: float  # fuzzing, not shrinking
     findings: list[FuzzResult] = dataclasses.field(default_factory=list)  # one per signature, first in plan order
     interrupted: bool = False
+    seeds_run: int = 0  # run_seeds_until: the seeds it got through
 
     @property
     def steps_run(self) -> int:
@@ -285,3 +286,32 @@ def _shrink_all(pool, findings: list[FuzzResult], budget: Optional[float], shrin
     if pool is None:
         return [shrinker(result, budget) for result in findings]
     return list(pool.map(shrinker, findings, [budget] * len(findings)))
+
+
+def run_seeds_until(tasks_for: Callable[[int], list[EpisodeTask]], first_seed: int, jobs: int, time_budget: float,
+                    on_steps: Optional[Callable[[int], None]] = None, shrink_budget: Optional[float] = 60.0,
+                    first: bool = False, **kwargs) -> CampaignResult:
+    """``run_campaign`` over seed after seed (``tasks_for(seed)``'s episodes each) until
+    ``time_budget`` is spent, or, with ``first``, until a seed finds something; the
+    findings of every seed merged and shrunk once at the end. ``seeds_run`` says how
+    many seeds ran."""
+    deadline = time.monotonic() + time_budget
+    results: list[FuzzResult] = []
+    seconds, seed, interrupted, ran = 0.0, first_seed, False, 0
+    while time.monotonic() < deadline and seed <= MAX_SEED:
+        left = deadline - time.monotonic()
+        round_ = run_campaign(tasks_for(seed), jobs, left, on_steps, shrink=False, first=first, **kwargs)
+        results += [r for r in round_.results if r.steps_run]
+        seconds += round_.seconds
+        ran += 1
+        seed += 1
+        if round_.interrupted:
+            interrupted = True
+            break
+        if first and round_.findings:
+            break
+    findings = merge(results)[:1] if first else merge(results)
+    if findings and not interrupted:
+        shrinker = kwargs.get("shrinker", shrink_result)
+        findings = _shrink_all(None, findings, shrink_budget, shrinker)
+    return CampaignResult(max(1, jobs), ran, results, seconds, findings, interrupted, seeds_run=ran)

@@ -42,33 +42,50 @@ def _page_multiple(step: dict, field: str) -> bool:
 class Shrinker:
     """``shrink(steps)``: the smallest failing sequence it finds. ``runs`` counts oracle calls."""
 
-    def __init__(self, fails: Callable[[Steps], bool], budget_s: Optional[float] = None, page_size: int = 1) -> None:
+    def __init__(self, fails: Callable[[Steps], bool], budget_s: Optional[float] = None, page_size: int = 1,
+                 on_progress: Optional[Callable[[int, int], None]] = None) -> None:
         self.fails = fails
         self.deadline = None if budget_s is None else time.monotonic() + budget_s
         self.page_size = page_size
         self.runs = 0
+        self.on_progress = on_progress  # (the best's length, candidates run), after each candidate
+        self.best_len = 0
+        self.interrupted = False  # Ctrl-C stopped it: the result is the best found so far
 
     def _try(self, candidate: Steps) -> bool:
         self.runs += 1
-        return self.fails(candidate)
+        ok = self.fails(candidate)
+        if ok:  # every pass takes a candidate that still fails as its new best
+            self.best, self.best_len = candidate, len(candidate)
+        if self.on_progress is not None:
+            self.on_progress(self.best_len, self.runs)
+        return ok
 
     def _out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
 
     def shrink(self, steps: Steps) -> Steps:
-        best = [dict(s) for s in steps]
+        """The smallest failing sequence found; on Ctrl-C the best so far (``interrupted``)."""
+        self.best = [dict(s) for s in steps]
+        self.best_len = len(self.best)
+        try:
+            self._shrink()
+        except KeyboardInterrupt:
+            self.interrupted = True
+        return self.best
+
+    def _shrink(self) -> None:
         progress = True
         while progress and not self._out_of_time():
             progress = False
             for shrink_pass in (self._drop_chunks, self._drop_with_dependents, self._shorten_tokens,
                                 self._lower_amounts):
-                smaller = shrink_pass(best)
+                smaller = shrink_pass(self.best)
                 if smaller is not None:
-                    best, progress = smaller, True
-        renamed = renumber(best)
-        if renamed != best and self._try(renamed):
-            best = renamed
-        return best
+                    self.best, progress = smaller, True
+        renamed = renumber(self.best)
+        if renamed != self.best and self._try(renamed):
+            self.best = renamed
 
     # ---- passes: each returns a smaller failing sequence, or None ------------------------------
     def _drop_chunks(self, steps: Steps) -> Optional[Steps]:
@@ -77,10 +94,11 @@ class Shrinker:
         while chunk >= 1 and not self._out_of_time():
             i = len(best) - chunk
             while i >= 0 and not self._out_of_time():  # from the end: late steps rarely set the failure up
-                candidate = best[:i] + best[i + chunk:]
+                group = dependents_of(best, range(i, i + chunk))  # with the steps that use its names
+                candidate = [s for j, s in enumerate(best) if j not in group]
                 if candidate and self._try(candidate):
                     best, improved = candidate, True
-                i -= chunk
+                i = min(i, len(best)) - chunk
             chunk //= 2
         return best if improved else None
 
@@ -154,12 +172,25 @@ def _without(steps: Steps, index: int, field: str) -> Steps:
 
 def dependents(steps: Steps, index: int) -> set[int]:
     """``index`` and the later steps that use a name it defines, transitively."""
-    group = {index}
-    defined = _defines(steps[index])
-    for j in range(index + 1, len(steps)):
-        if _uses(steps[j]) & defined:
-            group.add(j)
+    return dependents_of(steps, (index,))
+
+
+def dependents_of(steps: Steps, indexes) -> set[int]:
+    """``indexes`` and the later steps that use a name one of them defines,
+    transitively (a name defined again by a step kept is that step's from there on)."""
+    group = set(indexes)
+    if not group:
+        return group
+    defined: set[tuple[str, str]] = set()
+    for j in range(min(group), len(steps)):
+        if j in group:
             defined |= _defines(steps[j])
+        elif defined:
+            if _uses(steps[j]) & defined:
+                group.add(j)
+                defined |= _defines(steps[j])
+            else:
+                defined -= _defines(steps[j])
     return group
 
 

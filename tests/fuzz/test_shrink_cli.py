@@ -1,0 +1,161 @@
+"""``urc shrink``: a failing run from a file (scenario, JSONL trace, stored run) cut down
+to a minimal scenario that fails ``urc run`` the same way, under the usual output
+rules; the shrinker's Ctrl-C and name-aware chunks; ``urc fuzz --time-budget`` drawing
+seed after seed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from urc_util import urc
+from workbench.model.fuzzing.fuzz import first_finding
+from workbench.model.fuzzing.shrink import Shrinker, dependents_of
+from workbench.model.scenarios.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+REPRO = ROOT / "scenarios" / "fuzz" / "close-drops-shared-prefix-refs.toml"
+
+
+def padded_trace(path: Path, noise: int = 60) -> Path:
+    """The fault's 5-step repro after ``noise`` unrelated steps of other names: inserts,
+    matches, locks and unlocks, a refused unlock, and expectations a shorter run breaks."""
+    repro = load_scenario(REPRO)
+    header = {"schema": 1, "scenario": {"name": "padded"}, "config": repro.config}
+    steps = []
+    for i in range(noise):
+        key = [7 + i % 5, 8 + i % 3, 9]
+        steps.append({"op": "insert", "key": key})
+        if i % 10 == 3:
+            steps.append({"op": "match", "key": key, "as": f"x{i}"})
+            steps.append({"op": "lock", "match": f"x{i}", "as": f"l{i}"})
+            steps.append({"op": "check", "expect": {"nodes": len({tuple(s["key"]) for s in steps if "key" in s}) + 99}})
+            steps.append({"op": "unlock", "lock": f"l{i}"})
+            steps.append({"op": "unlock", "lock": f"l{i}", "expect_error": "not held"})
+    steps = [s for s in steps if s["op"] != "check"]  # (the noise itself passes)
+    steps += [{k: v for k, v in s.raw.items()} for s in repro.steps]
+    path.write_text("\n".join(json.dumps(x) for x in [header, *steps]) + "\n")
+    return path
+
+
+def test_a_trace_shrinks_to_the_repro_with_each_step_saying_its_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    trace = padded_trace(tmp_path / "trace.jsonl")
+    before = trace.read_bytes()
+    rc, out, err = urc(capsys, "shrink", "trace.jsonl", "--json")
+    assert rc == 0, err
+    summary = json.loads(out)
+    assert summary["target"] == "fails invariant session.ref_balance" and summary["steps"] <= 5
+    written = Path("trace-shrunk.toml").read_text()
+    shrunk = load_scenario("trace-shrunk.toml")
+    assert first_finding(shrunk).check == "invariant session.ref_balance"
+    assert shrunk.config == load_scenario(str(trace)).config  # the input's config
+    lines = [int(line.rsplit(":", 1)[1]) for line in written.splitlines() if line.startswith("# from trace.jsonl:")]
+    assert len(lines) == len(shrunk.steps) and lines == sorted(lines) and min(lines) > 60  # the repro's own lines
+    assert trace.read_bytes() == before  # the input untouched
+
+
+def test_it_never_writes_over_a_file_without_force(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    padded_trace(tmp_path / "trace.jsonl", noise=5)
+    Path("taken.toml").write_text("mine")
+    rc, out, err = urc(capsys, "shrink", "trace.jsonl", "-o", "taken.toml")
+    assert rc == 2 and "taken.toml" in err and Path("taken.toml").read_text() == "mine"
+    rc, out, err = urc(capsys, "shrink", "trace.jsonl", "-o", "trace.jsonl", "--force")
+    assert rc == 2 and "trace.jsonl" in err  # never its own input, even forced
+    rc, out, err = urc(capsys, "shrink", "trace.jsonl", "-o", "taken.toml", "--force", "--test", "t_repro.py")
+    assert rc == 0, err
+    assert first_finding(load_scenario("taken.toml")) is not None
+    assert "def test_" in Path("t_repro.py").read_text()
+
+
+def test_a_passing_file_has_nothing_to_shrink(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = urc(capsys, "shrink", str(ROOT / "scenarios" / "smoke.toml"))
+    assert rc == 1 and "nothing to shrink" in out and list(tmp_path.iterdir()) == []
+
+
+def test_until_keeps_a_condition_and_refuses_one_that_never_holds(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    padded_trace(tmp_path / "trace.jsonl", noise=30)
+    rc, out, err = urc(capsys, "shrink", "trace.jsonl", "--until", "nodes>=3", "--json")
+    assert rc == 0, err
+    shrunk = Path("trace-shrunk.toml")
+    assert json.loads(out)["steps"] <= 3
+    rc, out, err = urc(capsys, "run", str(shrunk), "--until", "nodes>=3")
+    assert rc == 0 and "stopped at step" in out
+    shrunk.unlink()
+    rc, out, err = urc(capsys, "shrink", "trace.jsonl", "--until", "nodes>=500")
+    assert rc == 2 and "never holds" in err and not shrunk.exists()
+    rc, out, err = urc(capsys, "shrink", "trace.jsonl", "--until", "bogus<1")
+    assert rc == 2 and err.count("\n") == 1 and not shrunk.exists()
+
+
+def test_against_without_sglang_is_one_line_and_writes_nothing(capsys, tmp_path, monkeypatch):
+    from workbench.bridge import sglang_env
+
+    def missing(*args, **kwargs):
+        raise sglang_env.BridgeError("needs SGLang 0.5.23: pip install sglang==0.5.23")
+
+    monkeypatch.setattr(sglang_env, "check_version", missing)
+    monkeypatch.chdir(tmp_path)
+    padded_trace(tmp_path / "trace.jsonl", noise=5)
+    rc, out, err = urc(capsys, "shrink", "trace.jsonl", "--against", "sglang")
+    assert rc == 2 and err.count("\n") == 1 and "--against sglang" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.jsonl"]
+
+
+def test_a_stored_run_shrinks_from_its_indexed_failure(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    padded_trace(tmp_path / "trace.jsonl", noise=20)
+    rc, out, err = urc(capsys, "run", "trace.jsonl", "--store", "run.urcdb")
+    assert rc == 1, err
+    rc, out, err = urc(capsys, "shrink", "run.urcdb", "-o", "small.toml", "--json")
+    assert rc == 0, err
+    assert first_finding(load_scenario("small.toml")).check == "invariant session.ref_balance"
+
+
+# ---- the shrinker ---------------------------------------------------------------------------------
+
+def test_ctrl_c_keeps_the_best_so_far():
+    steps = [{"op": "insert", "key": [i + 1]} for i in range(40)]
+    calls = []
+
+    def fails(candidate):
+        calls.append(len(candidate))
+        if len(calls) == 6:
+            raise KeyboardInterrupt
+        return any(s["key"] == [40] for s in candidate)
+
+    shrinker = Shrinker(fails)
+    best = shrinker.shrink(steps)
+    assert shrinker.interrupted and len(best) < 40 and any(s["key"] == [40] for s in best)
+
+
+def test_a_chunk_goes_with_the_steps_that_use_its_names():
+    steps = [{"op": "insert", "key": [1]}, {"op": "match", "key": [1], "as": "m"},
+             {"op": "lock", "match": "m", "as": "l"}, {"op": "insert", "key": [2]},
+             {"op": "unlock", "lock": "l"}, {"op": "match", "key": [2], "as": "m"},
+             {"op": "lock", "match": "m", "as": "l2"}]
+    # the first match's lock and unlock go with it; the later match of the same name is its own
+    assert dependents_of(steps, [1]) == {1, 2, 4}
+    assert dependents_of(steps, [5]) == {5, 6}
+
+
+def test_fuzz_time_budget_draws_seed_after_seed(capsys):
+    rc, out, err = urc(capsys, "fuzz", "--config", "full", "--steps", "30", "--time-budget", "3", "--jobs", "1",
+                       "--json")
+    report = json.loads(out)
+    assert rc == 0, err
+    assert report["seeds"] > 1 and report["steps"] >= 30 * (report["seeds"] - 1)
+
+
+@pytest.mark.parametrize("argv, says", [(["--budget", "0"], "--budget"), (["--until", "x>1", "--against", "sglang"],
+                                                                            "one")])
+def test_bad_shrink_arguments_exit_2(capsys, tmp_path, monkeypatch, argv, says):
+    monkeypatch.chdir(tmp_path)
+    padded_trace(tmp_path / "trace.jsonl", noise=2)
+    rc, out, err = urc(capsys, "shrink", "trace.jsonl", *argv)
+    assert rc == 2 and says in err
