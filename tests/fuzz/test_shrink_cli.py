@@ -159,3 +159,10 @@ def test_bad_shrink_arguments_exit_2(capsys, tmp_path, monkeypatch, argv, says):
     padded_trace(tmp_path / "trace.jsonl", noise=2)
     rc, out, err = urc(capsys, "shrink", "trace.jsonl", *argv)
     assert rc == 2 and says in err
+
+
+def test_bench_shrink_cuts_the_planted_fault_out_of_its_trace(capsys):
+    rc, out, err = urc(capsys, "bench", "--shrink", "--steps", "300", "--json")
+    report = json.loads(out)
+    assert rc == 0, err
+    assert report["target_step"] == report["trace_steps"] == 305 and report["shrunk_steps"] <= 10
