@@ -48,6 +48,7 @@ def test_a_trace_shrinks_to_the_repro_with_each_step_saying_its_line(capsys, tmp
     assert rc == 0, err
     summary = json.loads(out)
     assert summary["target"] == "fails invariant session.ref_balance" and summary["steps"] <= 5
+    assert summary["fails_the_same_way"]
     written = Path("trace-shrunk.toml").read_text()
     shrunk = load_scenario("trace-shrunk.toml")
     assert first_finding(shrunk).check == "invariant session.ref_balance"

@@ -47,7 +47,8 @@ def run(args) -> int:
         raise ScenarioError("--until and --against keep different things: give one")
     if not args.budget > 0:
         raise ScenarioError(f"--budget must be a positive number of seconds (got {args.budget:g})")
-    output = args.output or f"{Path(args.file).name.split('.')[0] or 'scenario'}-shrunk.toml"
+    stem = "stdin" if args.file == "-" else Path(args.file).name.split(".")[0] or "scenario"
+    output = args.output or f"{stem}-shrunk.toml"
     check_output(output, [args.file], args.force, "-o")
     if args.test is not None:
         if Path(args.test).resolve() == Path(output).resolve():
@@ -70,7 +71,7 @@ def run(args) -> int:
     summary = {"input": scenario.path, "input_steps": len(scenario.steps), "target": target.describe(),
                "target_step": target.step, "steps": len(outcome.steps), "candidates": outcome.runs,
                "seconds": round(outcome.seconds, 1), "interrupted": outcome.interrupted, "output": output,
-               "test": args.test}
+               "test": args.test, "fails_the_same_way": outcome.fails_the_same_way}
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
@@ -78,6 +79,9 @@ def run(args) -> int:
         print(printable(f"{stopped}{scenario.path}: step {target.step} {target.describe()}; shrunk to "
                         f"{len(outcome.steps)} step(s) in {outcome.seconds:.1f} s ({outcome.runs:,} candidates run); "
                         f"wrote {output}" + (f" and {args.test}" if args.test else "")))
+        if not outcome.fails_the_same_way:
+            print(f"note: as written, {output} fails another check first (its refused ops are marked as they "
+                  "were refused when it was shrunk)")
     return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK
 
 

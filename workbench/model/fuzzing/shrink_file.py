@@ -51,6 +51,7 @@ class ShrinkOutcome:
     seconds: float
     interrupted: bool  # Ctrl-C: the best found so far
     cut_from: int  # the steps before the target's step was reached (the input's length up to it)
+    fails_the_same_way: bool = True  # as written, its first failed check is the target's (urc run's view)
 
 
 def header_of(scenario: Scenario) -> dict[str, Any]:
@@ -194,9 +195,21 @@ def shrink_to_target(scenario: Scenario, target: Target, budget_s: Optional[floa
     page = int(scenario.config.get("page_size", 1) or 1)
     shrinker = Shrinker(oracle(target, header_of(scenario), diverges), budget_s, page, on_progress=on_progress)
     best = shrinker.shrink(steps)
+    same = True
     if target.kind == CHECK:
         best = pin_refusals(header_of(scenario), best, target)
-    return ShrinkOutcome(best, shrinker.runs, time.monotonic() - start, shrinker.interrupted, target.step)
+        try:
+            first = _first_finding(scenario_from_records(header_of(scenario), runnable(best)))
+        except ScenarioError:
+            first = None
+        same = target.finding.same_way(first)
+    return ShrinkOutcome(best, shrinker.runs, time.monotonic() - start, shrinker.interrupted, target.step, same)
+
+
+def _first_finding(scenario: Scenario) -> Optional[Finding]:
+    from .fuzz import first_finding
+
+    return first_finding(scenario)
 
 
 def shrunk_scenario(scenario: Scenario, outcome: ShrinkOutcome, target: Target, name: Optional[str] = None) -> Scenario:
