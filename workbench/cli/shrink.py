@@ -80,8 +80,8 @@ def run(args) -> int:
                         f"{len(outcome.steps)} step(s) in {outcome.seconds:.1f} s ({outcome.runs:,} candidates run); "
                         f"wrote {output}" + (f" and {args.test}" if args.test else "")))
         if not outcome.fails_the_same_way:
-            print(f"note: as written, {output} fails another check first (its refused ops are marked as they "
-                  "were refused when it was shrunk)")
+            print(printable(f"note: as written, {output} fails another check first (its refused ops are marked "
+                            "as they were refused when it was shrunk)"))
     return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK
 
 
