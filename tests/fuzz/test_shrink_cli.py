@@ -167,3 +167,13 @@ def test_bench_shrink_cuts_the_planted_fault_out_of_its_trace(capsys):
     report = json.loads(out)
     assert rc == 0, err
     assert report["target_step"] == report["trace_steps"] == 305 and report["shrunk_steps"] <= 10
+
+
+def test_a_slice_keeps_the_steps_that_define_the_names_it_uses():
+    from workbench.model.fuzzing.shrink import with_definers
+
+    steps = [{"op": "insert", "key": [1]}, {"op": "match", "key": [1], "as": "m"},
+             {"op": "insert", "key": [2]}, {"op": "lock", "match": "m", "as": "l"},
+             {"op": "insert", "key": [3]}, {"op": "unlock", "lock": "l"}]
+    assert with_definers(steps, [5]) == [1, 3, 5]  # the unlock's lock, and that lock's match
+    assert with_definers(steps, [4, 5]) == [1, 3, 4, 5]

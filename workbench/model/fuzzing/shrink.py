@@ -61,14 +61,25 @@ class Shrinker:
             self.on_progress(self.best_len, self.runs)
         return ok
 
+    def attempt(self, candidate: Steps) -> bool:
+        """Run one candidate; one that still fails becomes the best."""
+        return self._try(candidate)
+
+    def out_of_time(self) -> bool:
+        return self._out_of_time()
+
     def _out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
 
-    def shrink(self, steps: Steps) -> Steps:
-        """The smallest failing sequence found; on Ctrl-C the best so far (``interrupted``)."""
+    def shrink(self, steps: Steps, first_cut: Optional[Callable[[Shrinker, Steps], object]] = None) -> Steps:
+        """The smallest failing sequence found; on Ctrl-C the best so far (``interrupted``).
+        ``first_cut(shrinker, steps)`` runs first: a caller's pass whose accepted
+        candidates (``attempt``) become the best."""
         self.best = [dict(s) for s in steps]
         self.best_len = len(self.best)
         try:
+            if first_cut is not None:
+                first_cut(self, self.best)
             self._shrink()
         except KeyboardInterrupt:
             self.interrupted = True
@@ -192,6 +203,24 @@ def dependents_of(steps: Steps, indexes) -> set[int]:
             else:
                 defined -= _defines(steps[j])
     return group
+
+
+def with_definers(steps: Steps, keep) -> list[int]:
+    """``keep`` and, transitively, the step that defines each name a kept step uses
+    (its latest definition before it), in order: a slice that still loads."""
+    definer: dict[tuple[str, str], int] = {}
+    defined_by: list[dict[tuple[str, str], int]] = []
+    for j, step in enumerate(steps):
+        defined_by.append({name: definer[name] for name in _uses(step) if name in definer})
+        for name in _defines(step):
+            definer[name] = j
+    kept, todo = set(keep), list(keep)
+    while todo:
+        for j in defined_by[todo.pop()].values():
+            if j not in kept:
+                kept.add(j)
+                todo.append(j)
+    return sorted(kept)
 
 
 def _defines(step: dict) -> set[tuple[str, str]]:

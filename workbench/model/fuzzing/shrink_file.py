@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from ..scenarios.scenario import Scenario, ScenarioError, scenario_from_records
 from .fuzz import Finding, findings
-from .shrink import Shrinker, Steps
+from .shrink import Shrinker, Steps, with_definers
 
 ORIGIN = "_from"  # a step's line in the input: carried through the shrinker, never run
 AT_TARGET = "_target"  # the input's target step: its expectation of the target's field is kept
@@ -194,7 +194,7 @@ def shrink_to_target(scenario: Scenario, target: Target, budget_s: Optional[floa
     steps = steps_upto(scenario, target.step)
     page = int(scenario.config.get("page_size", 1) or 1)
     shrinker = Shrinker(oracle(target, header_of(scenario), diverges), budget_s, page, on_progress=on_progress)
-    best = shrinker.shrink(steps)
+    best = shrinker.shrink(steps, first_cut=_last_steps_that_do)
     same = True
     if target.kind == CHECK:
         best = pin_refusals(header_of(scenario), best, target)
@@ -210,6 +210,21 @@ def _first_finding(scenario: Scenario) -> Optional[Finding]:
     from .fuzz import first_finding
 
     return first_finding(scenario)
+
+
+def _last_steps_that_do(shrinker: Shrinker, steps: Steps) -> None:
+    """A first cut for long inputs: the last K steps with the steps that define the
+    names they use (K = 1, 2, 4, …), the first such slice that still does what the
+    target says; a failure set up by a few late steps is cut out of a long trace in a
+    few small runs instead of halving the whole."""
+    size = 1
+    while size * 2 <= len(steps) and not shrinker.out_of_time():
+        kept = with_definers(steps, range(len(steps) - size, len(steps)))
+        if len(kept) * 2 > len(steps):
+            break
+        if shrinker.attempt([steps[j] for j in kept]):
+            return
+        size *= 4
 
 
 def shrunk_scenario(scenario: Scenario, outcome: ShrinkOutcome, target: Target, name: Optional[str] = None) -> Scenario:
