@@ -109,6 +109,7 @@ class StoragePrefetch:
         cache, tree = self.cache, self.cache.tree
         if rid in self.ongoing:
             return PrefetchIssue(False, "in_flight", 0)
+        key = self._units(key)
         match = cache.match_prefix(MatchPrefixParams(key))
         anchor = tree.node_by_id(match.last_host_node)
         if anchor is not tree.root and not tree.backed_up(anchor):  # write-through's chain has a hole: a sure miss
@@ -149,26 +150,35 @@ class StoragePrefetch:
         """Where the span asked of storage ends: the most a request's match may reuse,
         one token short of its input (SGLang's ``_compute_max_prefix_len``: the last token
         is computed for its logprob), so the window fetched is the one its match needs
-        (sgl-project/sglang#27291)."""
+        (sgl-project/sglang#27291). On an EAGLE key it counts pairs: the input less one
+        token spans one pair fewer than the key."""
         return max(len(key) - 1, 0)
+
+    def _units(self, key: RadixKey) -> RadixKey:
+        """``key`` in the tree's units: EAGLE's bigram view (v0.5.23 keys the span
+        ``RadixKey(tokens, is_bigram=is_eagle)``), so spans, thresholds and the budget
+        count pairs."""
+        return key.bigram_view() if self.cache.bigram_keys else key
 
     def _declined(self, rid: str, anchor: TreeNode, tokens: int, reason: str, why: str) -> PrefetchIssue:
         self._note(rid, anchor, tokens, f"prefetch declined ({reason}): {why}")
         return PrefetchIssue(False, reason, tokens)
 
     def _hashes(self, anchor: TreeNode, span: RadixKey) -> list[str]:
-        """The span's page hashes, chained from the anchor's last (the namespace seed at the root)."""
+        """The span's page hashes, chained from the anchor's last (the namespace seed at the
+        root); an EAGLE span's pairs begin with the token before it, as its pages were stored."""
         if anchor is self.cache.tree.root:
             prior = storage_seed(span.extra_key, span.cache_salt)
         else:
             prior = anchor.page_hashes[-1]
-        return chain(span.data, self.cache.page_size, prior)
+        return chain(span.data, self.cache.page_size, prior, span.bigram_head if span.is_bigram else None)
 
     def query_storage_hit_length(self, key: RadixKey) -> int:
         """How much of ``key`` after its match storage holds (0 below the threshold or
         while rate limited), asked now: v0.5.23's admission probe, after the match the
         scheduler makes first (it is a match: it may split a node)."""
         tree = self.cache.tree
+        key = self._units(key)
         match = self.cache.match_prefix(MatchPrefixParams(key))  # the scheduler's match before its probe
         if self.occupied >= self.capacity_limit:
             return 0

@@ -43,7 +43,10 @@ class TreePrefetch:
         assert len(data) // TOKEN_BYTES == host_rows.shape[0] and len(data) % (ps * TOKEN_BYTES) == 0
         anchor.last_access_time = self.tick()
         write_back = self.host_policy == "write_back"
-        path, cut = walk_key(anchor, data, key.namespace, ps)
+        # below the root a path keeps its root child's namespace: an EAGLE span's own
+        # head is the token before the span, not the one the path's first pair begins with
+        namespace = key.namespace if anchor is self.root else anchor.namespace
+        path, cut = walk_key(anchor, data, namespace, ps)
         node, done, held, refilled = anchor, 0, 0, []
         for child in path:
             child.last_access_time = self.tick()
@@ -64,7 +67,7 @@ class TreePrefetch:
             return HostInsert(prefix, ends, False, tuple(refilled))
         if node is not self.root and node.data[0].host_value is None and not write_back:
             return HostInsert(prefix, None, True, tuple(refilled))
-        tail = self._add_host_only_leaf(node, data[done * TOKEN_BYTES :], key.namespace, host_rows[done:])
+        tail = self._add_host_only_leaf(node, data[done * TOKEN_BYTES :], namespace, host_rows[done:])
         return HostInsert(prefix, tail, False, tuple(refilled))
 
     def attach_fetched_host(self, node: TreeNode, component, slots: torch.Tensor) -> None:
