@@ -197,3 +197,23 @@ def test_the_span_ends_at_the_prefix_limit_one_token_short_of_the_input():
     assert cache.check_prefetch_progress("r1") and cache.pop_prefetch_loaded_tokens("r1") == 12
     assert cache.prefetch_from_storage("r2", RadixKey(A + [7])).tokens == 4  # the 4 after the 12 on the host
     assert checked(cache)
+
+
+def test_one_flush_takes_host_slots_for_every_hit_before_any_completes():
+    """Two prefetches in one flush, host room for one and a half: the second's host
+    eviction finds the first's slots taken, not yet a node it could evict, so it takes
+    the page that is free (v0.5.23's poll allocates every hit before the acks complete)."""
+    cache = UnifiedRadixCache(components=["full"], kv_size=32, page_size=4, device="cpu", hicache={
+        "write_policy": "write_through", "transfers": "held", "host_kv_size": 20, "load_back_threshold": 4,
+        "storage": {"backend": "memory", "prefetch_threshold": 4}})
+    stored_then_forgotten(cache, A[:8], B[:8])
+    slots = cache.alloc_kv(8)
+    cache.write_kv(slots, B[8:])
+    cache.insert(InsertParams(RadixKey(B[8:]), slots))  # on the device and the host: 8 slots no host eviction takes
+    cache.check_hicache_events()
+    assert cache.prefetch_from_storage("r1", RadixKey(A[:8] + [7])).issued
+    assert cache.prefetch_from_storage("r2", RadixKey(B[:8] + [7])).issued
+    cache.check_hicache_events()
+    assert [cache.pop_prefetch_loaded_tokens(rid) for rid in ("r1", "r2")] == [8, 4] and checked(cache)
+    assert cache.host.kv.allocator.available_size() == 0
+    assert cache.match_prefix(RadixKey(A[:8])).host_hit_length == 8  # the first's node stayed
