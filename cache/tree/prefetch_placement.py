@@ -61,6 +61,8 @@ class TreePrefetch:
                     assert not refilled, f"node {child.id} has a host copy below the refilled node {refilled[-1].id}"
                     held += length
             node, done = child, done + length
+        if self._touched is not None:  # the walk refreshed access times from the anchor down to it
+            self._touched.add(node.id)
         prefix = done if write_back else held
         if done == host_rows.shape[0]:
             ends = node if node is not self.root and node.data[0].host_value is not None else None
@@ -106,6 +108,7 @@ class TreePrefetch:
         if self.page_hashing:
             self.hash_node(node)
         self.update_host_leaf_state(node)
+        self.update_host_leaf_state(parent)  # a host-only parent (fetched earlier) is a host leaf no more
         self.update_leaf_state(parent)
         if self._touched is not None:
             self._touched.update((node.id, parent.id))

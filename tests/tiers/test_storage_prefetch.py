@@ -217,3 +217,32 @@ def test_one_flush_takes_host_slots_for_every_hit_before_any_completes():
     assert [cache.pop_prefetch_loaded_tokens(rid) for rid in ("r1", "r2")] == [8, 4] and checked(cache)
     assert cache.host.kv.allocator.available_size() == 0
     assert cache.match_prefix(RadixKey(A[:8])).host_hit_length == 8  # the first's node stayed
+
+
+def test_a_fetched_node_that_gets_a_fetched_child_is_a_host_leaf_no_more():
+    """Two prefetches anchored at the root complete at one flush: the second hangs its
+    pages below the first's host-only node, which host eviction may then not take alone."""
+    cache = make(transfers="held")
+    stored_then_forgotten(cache, A + B)
+    cache.prefetch_from_storage("r1", RadixKey(A + [7]))
+    cache.prefetch_from_storage("r2", RadixKey(A + B + [7]))
+    cache.check_hicache_events()
+    assert [cache.pop_prefetch_loaded_tokens(rid) for rid in ("r1", "r2")] == [16, 16] and checked(cache)
+    first = cache.tree.node_by_id(cache.match_prefix(RadixKey(A)).last_host_node)
+    assert first.children and first not in cache.tree.host_leaves
+
+
+def test_a_completion_that_walks_existing_nodes_reports_them_touched():
+    """The walk refreshes access times along its path: a checker's per-step view (and the
+    timeline built on it) must hear of it even when the walk adds nothing."""
+    cache = make(transfers="held", inject=[{"call": "exists", "outcome": "delay", "steps": 1, "times": 1}])
+    stored_then_forgotten(cache, A)
+    cache.prefetch_from_storage("r1", RadixKey(A + [7]))  # its hit query waits one flush
+    cache.prefetch_from_storage("r2", RadixKey(A + [7]))
+    cache.check_hicache_events()  # r2 places A
+    node = cache.tree.node_by_id(cache.match_prefix(RadixKey(A)).last_host_node)
+    before = node.last_access_time
+    cache.tree.take_touched()  # recording starts
+    cache.check_hicache_events()  # r1 walks A: nothing new
+    assert [cache.pop_prefetch_loaded_tokens(rid) for rid in ("r1", "r2")] == [0, 16] and checked(cache)
+    assert node.last_access_time > before and node.id in cache.tree.take_touched()
