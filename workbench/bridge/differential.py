@@ -196,7 +196,7 @@ def _compare_states(ours: CacheDriver, theirs: SGLangSide, components: list[str]
     report.states_compared += 1
     mine, sglang = from_snapshot(ours.cache.snapshot(), components), theirs.state()
     stored = theirs.host is not None and theirs.host.storage is not None
-    if stored:  # not yet: with a storage tier the host LRU orders part (README: the sweep against SGLang)
+    if stored:  # ours acks a write-back eviction's stores at its end, SGLang after the step: host LRUs part (README)
         mine, sglang = _without_host_lru(mine), _without_host_lru(sglang)
     difference = first_difference(mine, sglang)
     if difference is None and stored:  # sglang_storage.py
