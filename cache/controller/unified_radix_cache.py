@@ -289,7 +289,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         def reached(name: str) -> bool:  # only allocation-driven eviction has targets
             if name not in targets:
                 return False
-            self._drain(batch)
+            self._drain(batch, settle=False)
             return self.available_size(name) >= targets[name]
 
         for component in self.components:
@@ -323,13 +323,16 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self._drain(batch)
         return EvictResult(**result_fields(counts), by_component=dict(counts))
 
-    def _drain(self, batch) -> None:
+    def _drain(self, batch, settle: bool = True) -> None:
         """Execute the batch's pending frees on the pools, component by component
-        (reported as CAPACITY frees, window releases included), and the host's."""
+        (reported as CAPACITY frees, window releases included), and the host's.
+        ``settle``: the eviction ends, so do the stores it queued (immediate), unless a
+        scheduler step is open: v0.5.23 acks them at the poll after its step, their host
+        locks held through the walk and the step's later calls."""
         self.free_batch(batch, Cause.CAPACITY)
         if self.host is not None:  # host copies that went with deleted nodes
             self.host.drain()
-            if self.host.storage is not None and not self.host.step_depth:  # write-back's stores (immediate)
+            if settle and self.host.storage is not None and not self.host.step_depth:  # write-back's stores
                 self.host.storage.settle_immediate()
 
     def free_batch(self, batch, cause: Cause) -> None:

@@ -28,7 +28,6 @@ class CacheShape(ConfigView, Protocol):
     component's host part reads of it for its default host pool size."""
 
     components: tuple[str, ...]
-    is_eagle: bool
 
 
 def host_components(components: Optional[Iterable[str]] = None) -> tuple[str, ...]:
@@ -123,8 +122,8 @@ class StorageConfig:
     ``prefetch_timeout_per_page``: the timeout policy's wait, in flushes (SGLang's
     seconds). ``inject``: scripted backend failures and delays (backends/injector.py),
     a list of rule tables such as ``{ call = "get", outcome = "fail", nth_page = 3 }``.
-    Full KV, SWA and Mamba (their trailing pages, all or nothing); other components' data
-    and EAGLE keys are not stored yet."""
+    Full KV, SWA and Mamba (their trailing pages, all or nothing), under EAGLE's bigram
+    keys too (pages hashed as pairs); other components' data is not stored yet."""
 
     backend: str = "memory"
     path: Optional[str] = None
@@ -149,8 +148,6 @@ class StorageConfig:
         if others:
             raise ValueError(f"hicache storage stores {', '.join(stored)} so far: storing "
                              f"{', '.join(others)} is not supported yet")
-        if cache.is_eagle:
-            raise ValueError("hicache storage does not store EAGLE bigram keys yet (is_eagle = true)")
         rules = fields.get("inject", ())
         if not isinstance(rules, (list, tuple)) or not all(isinstance(r, Mapping) for r in rules):
             raise ValueError(f"hicache storage inject must be a list of rule tables (got {rules!r})")

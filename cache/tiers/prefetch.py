@@ -13,7 +13,7 @@ The stages run where SGLang's threads and scheduler polls run them, made
 deterministic: with ``transfers = "immediate"`` a prefetch runs to its end inside the
 op that issues it; with ``"held"`` each ``flush`` (``check_hicache_events``) moves
 every prefetch in flight through its stages (hit query, host allocation, read, the
-ack's completion). A backend call an injector delays (backends/injector.py) waits
+ack's completion), each stage for all of them before the next. A backend call an injector delays (backends/injector.py) waits
 that many flushes. ``check_prefetch_progress`` is the scheduler's admission poll: its
 stop policy decides whether a prefetch still in flight is cut there —
 ``best_effort`` takes what has arrived (nothing, before the host slots were taken),
@@ -68,6 +68,7 @@ class Prefetch:
     hashes: list[str]  # its pages' hash chain (cut to the hit, then to the slots taken)
     hit: Optional[int] = None  # tokens storage holds from the start (None: not asked yet)
     rows: Optional[torch.Tensor] = None  # host slots taken for the hit (None: not yet)
+    taken: int = 0  # when they were taken (StoragePrefetch.allocations): reads run in that order
     completed: int = 0  # tokens read into ``rows``
     read: bool = False  # the read ran (its ack is due)
     terminated: bool = False  # cut by the stop policy
@@ -94,6 +95,7 @@ class StoragePrefetch:
         self.occupied = 0  # tokens requested by the prefetches in flight (prefetch_tokens_occupied)
         self.loaded: dict[str, int] = {}  # rid -> tokens its completed prefetch put on the host
         self.flushes = 0  # the clock of the timeout policy
+        self.allocations = 0  # host slot allocations made: the order reads run in
         self.outcomes: Counter[str] = Counter()
 
     def reset(self) -> None:
@@ -109,6 +111,7 @@ class StoragePrefetch:
         cache, tree = self.cache, self.cache.tree
         if rid in self.ongoing:
             return PrefetchIssue(False, "in_flight", 0)
+        key = self._units(key)
         match = cache.match_prefix(MatchPrefixParams(key))
         anchor = tree.node_by_id(match.last_host_node)
         if anchor is not tree.root and not tree.backed_up(anchor):  # write-through's chain has a hole: a sure miss
@@ -149,26 +152,35 @@ class StoragePrefetch:
         """Where the span asked of storage ends: the most a request's match may reuse,
         one token short of its input (SGLang's ``_compute_max_prefix_len``: the last token
         is computed for its logprob), so the window fetched is the one its match needs
-        (sgl-project/sglang#27291)."""
+        (sgl-project/sglang#27291). On an EAGLE key it counts pairs: the input less one
+        token spans one pair fewer than the key."""
         return max(len(key) - 1, 0)
+
+    def _units(self, key: RadixKey) -> RadixKey:
+        """``key`` in the tree's units: EAGLE's bigram view (v0.5.23 keys the span
+        ``RadixKey(tokens, is_bigram=is_eagle)``), so spans, thresholds and the budget
+        count pairs."""
+        return key.bigram_view() if self.cache.bigram_keys else key
 
     def _declined(self, rid: str, anchor: TreeNode, tokens: int, reason: str, why: str) -> PrefetchIssue:
         self._note(rid, anchor, tokens, f"prefetch declined ({reason}): {why}")
         return PrefetchIssue(False, reason, tokens)
 
     def _hashes(self, anchor: TreeNode, span: RadixKey) -> list[str]:
-        """The span's page hashes, chained from the anchor's last (the namespace seed at the root)."""
+        """The span's page hashes, chained from the anchor's last (the namespace seed at the
+        root); an EAGLE span's pairs begin with the token before it, as its pages were stored."""
         if anchor is self.cache.tree.root:
             prior = storage_seed(span.extra_key, span.cache_salt)
         else:
             prior = anchor.page_hashes[-1]
-        return chain(span.data, self.cache.page_size, prior)
+        return chain(span.data, self.cache.page_size, prior, span.bigram_head if span.is_bigram else None)
 
     def query_storage_hit_length(self, key: RadixKey) -> int:
         """How much of ``key`` after its match storage holds (0 below the threshold or
         while rate limited), asked now: v0.5.23's admission probe, after the match the
         scheduler makes first (it is a match: it may split a node)."""
         tree = self.cache.tree
+        key = self._units(key)
         match = self.cache.match_prefix(MatchPrefixParams(key))  # the scheduler's match before its probe
         if self.occupied >= self.capacity_limit:
             return 0
@@ -183,8 +195,7 @@ class StoragePrefetch:
         """A flush: every prefetch in flight goes as far as it can. Returns how many ended."""
         self.flushes += 1
         before = len(self.ongoing)
-        for prefetch in list(self.ongoing.values()):
-            self._advance(prefetch)
+        self._advance(*self.ongoing.values())
         return before - len(self.ongoing)
 
     def _delayed(self, prefetch: Prefetch, call: str) -> bool:
@@ -201,18 +212,23 @@ class StoragePrefetch:
                 return True
         return False
 
-    def _advance(self, prefetch: Prefetch) -> None:
-        if prefetch.hit is None:
-            if self._delayed(prefetch, "exists"):
-                return
+    def _advance(self, *prefetches: Prefetch) -> None:
+        """Each stage for all of ``prefetches`` before the next, as SGLang's prefetch thread
+        queries every queued prefetch before the scheduler's poll takes host slots for the
+        hits, in turn, and its I/O thread reads them in the order they took slots before
+        the next poll completes each: so host room one needs may go to another first."""
+        asked = [p for p in prefetches if p.hit is None and not self._delayed(p, "exists")]
+        for prefetch in asked:
             self._query(prefetch)
-            if not self._allocate(prefetch):
-                return
-        if not prefetch.read:
-            if self._delayed(prefetch, "get"):
-                return
+        for prefetch in asked:
+            self._allocate(prefetch)
+        taken = sorted((p for p in prefetches if self.ongoing.get(p.rid) is p and p.rows is not None and not p.read),
+                       key=lambda p: p.taken)
+        read = [p for p in taken if not self._delayed(p, "get")]
+        for prefetch in read:
             self._read(prefetch)
-        self._complete(prefetch)  # the read's ack
+        for prefetch in read:
+            self._complete(prefetch)  # the read's ack
 
     def _query(self, prefetch: Prefetch) -> None:
         """The storage hit query: how many of the pages storage holds from the first."""
@@ -253,6 +269,8 @@ class StoragePrefetch:
                          + " and ".join(s.name for s in prefetch.stagings) + " staging after a host eviction")
             return False
         prefetch.rows = rows
+        self.allocations += 1
+        prefetch.taken = self.allocations
         prefetch.hit = take
         prefetch.hashes = prefetch.hashes[: take // ps]
         self.cache.metrics.add("storage_hit_tokens", take)

@@ -43,7 +43,10 @@ class TreePrefetch:
         assert len(data) // TOKEN_BYTES == host_rows.shape[0] and len(data) % (ps * TOKEN_BYTES) == 0
         anchor.last_access_time = self.tick()
         write_back = self.host_policy == "write_back"
-        path, cut = walk_key(anchor, data, key.namespace, ps)
+        # below the root a path keeps its root child's namespace: an EAGLE span's own
+        # head is the token before the span, not the one the path's first pair begins with
+        namespace = key.namespace if anchor is self.root else anchor.namespace
+        path, cut = walk_key(anchor, data, namespace, ps)
         node, done, held, refilled = anchor, 0, 0, []
         for child in path:
             child.last_access_time = self.tick()
@@ -58,13 +61,15 @@ class TreePrefetch:
                     assert not refilled, f"node {child.id} has a host copy below the refilled node {refilled[-1].id}"
                     held += length
             node, done = child, done + length
+        if self._touched is not None:  # the walk refreshed access times from the anchor down to it
+            self._touched.add(node.id)
         prefix = done if write_back else held
         if done == host_rows.shape[0]:
             ends = node if node is not self.root and node.data[0].host_value is not None else None
             return HostInsert(prefix, ends, False, tuple(refilled))
         if node is not self.root and node.data[0].host_value is None and not write_back:
             return HostInsert(prefix, None, True, tuple(refilled))
-        tail = self._add_host_only_leaf(node, data[done * TOKEN_BYTES :], key.namespace, host_rows[done:])
+        tail = self._add_host_only_leaf(node, data[done * TOKEN_BYTES :], namespace, host_rows[done:])
         return HostInsert(prefix, tail, False, tuple(refilled))
 
     def attach_fetched_host(self, node: TreeNode, component, slots: torch.Tensor) -> None:
@@ -103,6 +108,7 @@ class TreePrefetch:
         if self.page_hashing:
             self.hash_node(node)
         self.update_host_leaf_state(node)
+        self.update_host_leaf_state(parent)  # a host-only parent (fetched earlier) is a host leaf no more
         self.update_leaf_state(parent)
         if self._touched is not None:
             self._touched.update((node.id, parent.id))

@@ -6,6 +6,7 @@ storage_hit_length). Skipped without SGLang (sglang_util.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -142,3 +143,36 @@ def test_random_delayed_prefetches_agree_with_sglang(write, stop, transfers):
     report = run_against(scenario_from_records(header, run.steps))
     assert report.agrees and not report.skipped, report.divergence.as_dict()
     assert sum(1 for step in run.steps if step["op"] == "prefetch_progress") >= 3
+
+
+EAGLE_SEEDS = (1, 25, 3)  # per EAGLE storage config, in STORAGE_CONFIGS' order: a seed whose run fetches pages
+
+
+def _eagle_storage_runs():
+    from workbench.model.fuzzing.sweep import STORAGE_CONFIGS
+
+    return list(zip([c for c in STORAGE_CONFIGS if c.option("is_eagle")], EAGLE_SEEDS, strict=True))
+
+
+@pytest.mark.parametrize("config, seed", _eagle_storage_runs(), ids=lambda v: v.label() if hasattr(v, "label") else str(v))
+def test_random_eagle_sequences_with_prefetches_agree_with_sglang(config, seed):
+    """The fuzzer's EAGLE storage configs: pages stored and prefetched by their pairs'
+    hashes (the stored keys compared page by page), spans counted in pairs, and at
+    least one prefetch that brought pages back."""
+    from workbench.model.fuzzing.fuzz import LockstepRun, OpGenerator
+
+    config = dataclasses.replace(config, storage="best_effort")
+    run = LockstepRun(config, checks=False)
+    for raw in itertools.islice(OpGenerator(config, seed), 200):
+        run.step(raw)
+    assert run.runner.cache.snapshot().metrics["prefetched_tokens"] > 0
+    header = {"schema": 1, "scenario": {"name": "eagle-prefetch-random"}, "config": config.scenario_config()}
+    report = run_against(scenario_from_records(header, run.steps))
+    assert report.agrees and not report.skipped, report.divergence.as_dict() if report.divergence else report.skipped
+
+
+def test_the_eagle_prefetch_scenario_agrees_step_by_step():
+    """Two prefetches under EAGLE keys, below a device anchor and then a fetched node."""
+    report = run_against(load_scenario(ROOT / "scenarios" / "against" / "eagle-prefetch-from-storage.toml"))
+    assert report.agrees, report.divergence.as_dict()
+    assert report.states_compared == report.run == 17

@@ -99,7 +99,10 @@ def test_the_divergences_the_campaigns_found_now_agree():
     carrier row took a Mamba slot SGLang then asserted on (page 1, and the extra buffer's
     count at page 2), the load called off when the node's state finds no slot, a
     load-back admission refused before a state is evicted for it, and three write-back
-    runs where a load-back was acknowledged before the admission's own eviction."""
+    runs where a load-back was acknowledged before the admission's own eviction; beside
+    them, EAGLE prefetches from storage (written when the storage tier took EAGLE keys), and
+    two found by the differential fuzz of the storage tier: a flush's prefetches taking host
+    slots in turn, and write-back's stores host-locked through their eviction."""
     found = sorted((ROOT / "scenarios" / "against").glob("*.toml"))
     assert len(found) >= 7
     for path in found:

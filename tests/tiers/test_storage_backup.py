@@ -162,6 +162,20 @@ def test_a_write_back_store_in_a_scheduler_step_is_acked_when_the_step_ends():
     assert check_invariants(cache) == []
 
 
+def test_an_allocation_keeps_its_stores_host_locked_until_its_eviction_ends():
+    """The walk backs A up (its store host-locks it) and goes on to B, whose backup
+    finds no host room it may take: B is dropped, A's copy stays (v0.5.23 acks the
+    store at the poll after the step, not while the walk checks its target)."""
+    cache = make(write_policy="write_back", kv_size=16, host_kv_size=8)
+    insert(cache, list(range(1, 9)))
+    insert(cache, list(range(11, 19)))
+    slots = cache.alloc_kv(16)
+    assert [n.token_ids[0] for n in cache.tree.nodes.values() if n is not cache.tree.root] == [1]
+    assert len(stored(cache)) == 2 and cache.host.storage.in_flight == []
+    cache.free_kv([slots])
+    assert check_invariants(cache) == []
+
+
 def test_held_write_back_store_waits_for_the_flush():
     cache = make("held", write_policy="write_back")
     insert(cache, list(range(1, 9)))

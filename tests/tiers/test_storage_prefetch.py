@@ -197,3 +197,52 @@ def test_the_span_ends_at_the_prefix_limit_one_token_short_of_the_input():
     assert cache.check_prefetch_progress("r1") and cache.pop_prefetch_loaded_tokens("r1") == 12
     assert cache.prefetch_from_storage("r2", RadixKey(A + [7])).tokens == 4  # the 4 after the 12 on the host
     assert checked(cache)
+
+
+def test_one_flush_takes_host_slots_for_every_hit_before_any_completes():
+    """Two prefetches in one flush, host room for one and a half: the second's host
+    eviction finds the first's slots taken, not yet a node it could evict, so it takes
+    the page that is free (v0.5.23's poll allocates every hit before the acks complete)."""
+    cache = UnifiedRadixCache(components=["full"], kv_size=32, page_size=4, device="cpu", hicache={
+        "write_policy": "write_through", "transfers": "held", "host_kv_size": 20, "load_back_threshold": 4,
+        "storage": {"backend": "memory", "prefetch_threshold": 4}})
+    stored_then_forgotten(cache, A[:8], B[:8])
+    slots = cache.alloc_kv(8)
+    cache.write_kv(slots, B[8:])
+    cache.insert(InsertParams(RadixKey(B[8:]), slots))  # on the device and the host: 8 slots no host eviction takes
+    cache.check_hicache_events()
+    assert cache.prefetch_from_storage("r1", RadixKey(A[:8] + [7])).issued
+    assert cache.prefetch_from_storage("r2", RadixKey(B[:8] + [7])).issued
+    cache.check_hicache_events()
+    assert [cache.pop_prefetch_loaded_tokens(rid) for rid in ("r1", "r2")] == [8, 4] and checked(cache)
+    assert cache.host.kv.allocator.available_size() == 0
+    assert cache.match_prefix(RadixKey(A[:8])).host_hit_length == 8  # the first's node stayed
+
+
+def test_a_fetched_node_that_gets_a_fetched_child_is_a_host_leaf_no_more():
+    """Two prefetches anchored at the root complete at one flush: the second hangs its
+    pages below the first's host-only node, which host eviction may then not take alone."""
+    cache = make(transfers="held")
+    stored_then_forgotten(cache, A + B)
+    cache.prefetch_from_storage("r1", RadixKey(A + [7]))
+    cache.prefetch_from_storage("r2", RadixKey(A + B + [7]))
+    cache.check_hicache_events()
+    assert [cache.pop_prefetch_loaded_tokens(rid) for rid in ("r1", "r2")] == [16, 16] and checked(cache)
+    first = cache.tree.node_by_id(cache.match_prefix(RadixKey(A)).last_host_node)
+    assert first.children and first not in cache.tree.host_leaves
+
+
+def test_a_completion_that_walks_existing_nodes_reports_them_touched():
+    """The walk refreshes access times along its path: a checker's per-step view (and the
+    timeline built on it) must hear of it even when the walk adds nothing."""
+    cache = make(transfers="held", inject=[{"call": "exists", "outcome": "delay", "steps": 1, "times": 1}])
+    stored_then_forgotten(cache, A)
+    cache.prefetch_from_storage("r1", RadixKey(A + [7]))  # its hit query waits one flush
+    cache.prefetch_from_storage("r2", RadixKey(A + [7]))
+    cache.check_hicache_events()  # r2 places A
+    node = cache.tree.node_by_id(cache.match_prefix(RadixKey(A)).last_host_node)
+    before = node.last_access_time
+    cache.tree.take_touched()  # recording starts
+    cache.check_hicache_events()  # r1 walks A: nothing new
+    assert [cache.pop_prefetch_loaded_tokens(rid) for rid in ("r1", "r2")] == [0, 16] and checked(cache)
+    assert node.last_access_time > before and node.id in cache.tree.take_touched()

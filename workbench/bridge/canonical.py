@@ -196,3 +196,23 @@ def node_ident(namespace, node, root, tokens) -> tuple:
         path[:0] = tokens(node)
         node = node.parent
     return (namespace, tuple(path))
+
+
+def our_tokens(root):
+    """``node_ident``'s tokens of one of our nodes: the tokens a user typed (an EAGLE
+    root child adds the token its first pair begins with, as the canonical state does)."""
+    from cache.basics.keys import namespace_parts
+
+    def tokens(node) -> tuple:
+        head = namespace_parts(node.namespace).bigram_head if node.parent is root else None
+        return tuple(node.token_ids) if head is None else (head, *node.token_ids)
+    return tokens
+
+
+def their_tokens(root):
+    """``node_ident``'s tokens of an SGLang node: its raw tokens, less the first below the
+    root on a bigram key (the token its parent's last pair ends with)."""
+    def tokens(node) -> tuple:
+        raw = tuple(node.key.raw_token_ids())
+        return raw[1:] if node.key.is_bigram and node.parent is not root else raw
+    return tokens

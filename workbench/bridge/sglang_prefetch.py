@@ -29,7 +29,7 @@ from typing import Optional
 
 from cache.tiers.prefetch import OUTCOMES  # SGLang's _prefetch_outcome_stats names, compared one by one
 
-from .canonical import Difference, node_ident
+from .canonical import Difference, node_ident, our_tokens, their_tokens
 
 
 class PrefetchSide:
@@ -68,7 +68,8 @@ class PrefetchSide:
             return {"issued": False, "prefetch_tokens": 0}
         start = match.device_prefix_len + match.host_hit_length
         end = max(start, len(tokens) - 1)  # the scheduler's match_end (_compute_max_prefix_len)
-        span = (end - start) // self.page_size * self.page_size
+        # an EAGLE span of these tokens is one pair fewer (prefetch_from_storage's bigram key)
+        span = max(end - start - int(side.is_eagle), 0) // self.page_size * self.page_size
         self.attempts += 1
         handle = CacheRequestHandle(rid, self.attempts)
         self.handles[rid] = handle
@@ -197,7 +198,7 @@ class PrefetchSide:
             return Difference("storage.prefetch_occupied", prefetch.occupied, occupied)
         core = cache.tree_core
         ours_anchors = sorted(node_ident(namespace_parts(p.anchor.namespace).extra_key, p.anchor, tree.root,
-                                     lambda n: tuple(n.token_ids)) for p in prefetch.ongoing.values())
+                                     our_tokens(tree.root)) for p in prefetch.ongoing.values())
         their_anchors = sorted(_their_ident(core, info[0]) for info in cache.ongoing_prefetch.values())
         if ours_anchors != their_anchors:
             return Difference("storage.prefetch_anchors", len(ours_anchors), len(their_anchors))
@@ -211,4 +212,4 @@ class PrefetchSide:
 def _their_ident(core, node_id) -> tuple:
     node = core.node_by_id(node_id)
     extra_key = None if node is core.root_node else node.key.extra_key
-    return node_ident(extra_key, node, core.root_node, lambda n: tuple(n.key.raw_token_ids()))
+    return node_ident(extra_key, node, core.root_node, their_tokens(core.root_node))

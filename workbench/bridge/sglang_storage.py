@@ -36,7 +36,7 @@ import threading
 import weakref
 from typing import Optional
 
-from .canonical import Difference, node_ident
+from .canonical import Difference, node_ident, our_tokens, their_tokens
 
 STORE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"  # wins over ServerArgs' file_storage_path
 
@@ -200,7 +200,7 @@ class StorageSide:
             while node is not core.root_node:
                 key = node.key
                 namespace = key.extra_key if key.cache_salt is None else (key.extra_key, key.cache_salt)
-                ident = node_ident(namespace, node, core.root_node, lambda n: tuple(n.key.raw_token_ids()))
+                ident = node_ident(namespace, node, core.root_node, their_tokens(core.root_node))
                 out[ident] = out.get(ident, 0) + 1
                 if node.component_data[full_type].metadata.get("host_uuid") == boundary:
                     break
@@ -235,6 +235,6 @@ def _our_store_locks(cache) -> dict[tuple, int]:
         if marks and node is not tree.root:
             extra_key, salt, _ = namespace_parts(node.namespace)
             namespace = extra_key if salt is None else (extra_key, salt)
-            ident = node_ident(namespace, node, tree.root, lambda n: tuple(n.token_ids))
+            ident = node_ident(namespace, node, tree.root, our_tokens(tree.root))
             out[ident] = out.get(ident, 0) + len(marks)
     return out

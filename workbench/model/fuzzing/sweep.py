@@ -66,6 +66,10 @@ STORAGE_CONFIGS = (  # a storage tier below the host tier, prefetch ops drawn: w
     FuzzConfig(("full",), 4, hicache="write_through", delayed=True), FuzzConfig(("full",), 1, hicache="write_back", delayed=True),
     # SWA and Mamba stored too: trailing windows and states, all-or-nothing prefetch staging
     FuzzConfig(("full", "swa", "mamba"), 1, 4, mamba_size=12, hicache="write_through"),
+    # EAGLE's bigram keys: pages stored and prefetched by their pairs' hashes (off with Mamba, so no Mamba here)
+    FuzzConfig(("full",), 4, hicache="write_through", options=(("is_eagle", True),)),
+    FuzzConfig(("full",), 1, hicache="write_back", options=(("is_eagle", True),)),
+    FuzzConfig(("full", "swa"), 1, 4, hicache="write_through", options=(("is_eagle", True),)),
 )
 
 
