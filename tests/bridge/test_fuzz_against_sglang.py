@@ -109,3 +109,29 @@ def test_the_divergences_the_campaigns_found_now_agree():
         scenario = load_scenario(path)
         report = run_against(scenario)
         assert report.agrees and report.run == len(scenario.steps), (path.name, report.divergence)
+
+
+def test_a_planted_write_back_divergence_shrinks_to_a_few_steps(monkeypatch, tmp_path, capsys):
+    """Ours made to acknowledge a write-back eviction's stores inside the eviction again
+    (the scheduler step made a no-op): a 2,000-step hybrid episode with a storage tier
+    parts from SGLang on the SWA host LRU order, and both the fuzzer's shrinker and
+    ``urc shrink --against sglang`` cut it to a few steps."""
+    import contextlib
+
+    from cache.tiers.host import HostTier
+    from urc_util import urc
+    from workbench.model.scenarios.writer import scenario_jsonl
+
+    monkeypatch.setattr(HostTier, "scheduler_step", lambda self: contextlib.nullcontext())
+    config = FuzzConfig(("full", "swa"), 1, 4, mamba_size=12, hicache="write_back", storage="best_effort")
+    found = next(r for r in (differential_episode(config, seed=2, episode=e, steps=2000) for e in range(4))
+                 if r.finding is not None)
+    assert found.finding.name.startswith("lru.") and found.finding.name.endswith("_host"), found.finding
+    shrunk = shrink_divergence(found, 180)
+    assert len(shrunk.shrunk) <= 20
+    trace = tmp_path / "episode.jsonl"
+    trace.write_text(scenario_jsonl(differential_fuzz.scenario_of(config, found.raw_steps)))
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = urc(capsys, "shrink", str(trace), "--against", "sglang", "--budget", "180", "--json")
+    assert rc == 0, err
+    assert '"steps": ' in out and int(out.split('"steps": ')[1].split(",")[0]) <= 20
