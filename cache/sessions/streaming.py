@@ -127,6 +127,9 @@ class StreamingSessions(_Owner):
         turn.__dict__["record"] = record
         self._emit_slot(turn.session, record.kv_len, Cause.REQUEST, f"borrowed by {turn.rid}: prefix {prefix}")
         self._rewind_record(record, prefix, Cause.SESSION)
+        if record.kv_len == 0:  # a stop inside the first page, under the SWA cursor: nothing left
+            raise ReferenceAssertsError("SGLang asserts here: a reused row must carry allocated KV "
+                                        "(ReqToTokenPool.alloc, for a turn borrowing a record rewound to nothing)")
         return prefix
 
     def _rewind_record(self, record: Req, target: int, cause: Cause) -> None:
