@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 FAULT = "close-drops-shared-prefix-refs"  # a session fault: the workload draws no session op
-RENAMED = ("req", "session", "as", "match", "lock")
 
 
 def planted_trace(path: Path, steps: int, seed: int = 0) -> int:
@@ -43,10 +42,19 @@ def planted_trace(path: Path, steps: int, seed: int = 0) -> int:
             if len(run.steps) >= 4096:  # the trace streams out: the run keeps no history
                 run.steps.clear()
         for step in repro.steps:
-            out.write(json.dumps({k: (f"z{v}" if k in RENAMED else v) for k, v in step.raw.items()
-                                  if k != "expect"}) + "\n")
+            out.write(json.dumps(_renamed(step.raw)) + "\n")
             written += 1
     return written
+
+
+def _renamed(raw: dict) -> dict:
+    """A repro step under fresh names (each name field, by its op's declaration, gets a
+    ``z``), its expectations left out: no name of the workload's is reused."""
+    from ..model import ops
+
+    spec = ops.get(raw["op"])
+    named = {f.name for f in spec.fields if f.defines or f.uses}
+    return {k: (f"z{v}" if k in named else v) for k, v in raw.items() if k != "expect"}
 
 
 def shrink_report(steps: int = 100_000, seed: int = 0, budget_s: float = 600.0,
