@@ -52,6 +52,7 @@ class ShrinkOutcome:
     interrupted: bool  # Ctrl-C: the best found so far
     cut_from: int  # the steps before the target's step was reached (the input's length up to it)
     fails_the_same_way: bool = True  # as written, its first failed check is the target's (urc run's view)
+    config: Optional[dict] = None  # the input's config with its pools lowered (None: the input's)
 
 
 def header_of(scenario: Scenario) -> dict[str, Any]:
@@ -195,15 +196,43 @@ def shrink_to_target(scenario: Scenario, target: Target, budget_s: Optional[floa
     page = int(scenario.config.get("page_size", 1) or 1)
     shrinker = Shrinker(oracle(target, header_of(scenario), diverges), budget_s, page, on_progress=on_progress)
     best = shrinker.shrink(steps, first_cut=_last_steps_that_do)
+    header = header_of(scenario)
+    if not shrinker.interrupted and not shrinker.out_of_time():
+        header = _smaller_pools(header, best, target, diverges, shrinker)
     same = True
     if target.kind == CHECK:
-        best = pin_refusals(header_of(scenario), best, target)
+        best = pin_refusals(header, best, target)
         try:
-            first = _first_finding(scenario_from_records(header_of(scenario), runnable(best)))
+            first = _first_finding(scenario_from_records(header, runnable(best)))
         except ScenarioError:
             first = None
         same = target.finding.same_way(first)
-    return ShrinkOutcome(best, shrinker.runs, time.monotonic() - start, shrinker.interrupted, target.step, same)
+    return ShrinkOutcome(best, shrinker.runs, time.monotonic() - start, shrinker.interrupted, target.step, same,
+                         header["config"])
+
+
+POOL_FIELDS = ("kv_size", "swa_kv_size", "mamba_size")  # the config's pool sizes, lowered last
+
+
+def _smaller_pools(header: dict, steps: Steps, target: Target, diverges: Optional[Diverges],
+                   shrinker: Shrinker) -> dict:
+    """The config with each pool as small as the shrunk steps still allow (halved, then
+    a page less, while the oracle holds): a small pool makes a repro's evictions plain."""
+    page = int(header["config"].get("page_size", 1) or 1)
+    for field in POOL_FIELDS:
+        value = header["config"].get(field)
+        while type(value) is int and value > page and not shrinker.out_of_time():
+            for lower in (value // 2 // page * page, value - page):
+                if lower <= 0:
+                    continue
+                candidate = {**header, "config": {**header["config"], field: lower}}
+                shrinker.runs += 1
+                if oracle(target, candidate, diverges)(steps):
+                    header, value = candidate, lower
+                    break
+            else:
+                break
+    return header
 
 
 def _first_finding(scenario: Scenario) -> Optional[Finding]:
@@ -228,13 +257,13 @@ def _last_steps_that_do(shrinker: Shrinker, steps: Steps) -> None:
 
 
 def shrunk_scenario(scenario: Scenario, outcome: ShrinkOutcome, target: Target, name: Optional[str] = None) -> Scenario:
-    """The shrunk steps as a scenario of the input's config."""
+    """The shrunk steps as a scenario of the input's config (its pools lowered)."""
     description = (f"Shrunk by urc shrink from {len(scenario.steps):,} steps of {scenario.path} "
                    f"({outcome.runs:,} candidates run): step {len(outcome.steps)} {target.describe()}, as step "
                    f"{target.step} of the input does.")
     meta = {"name": name or f"{scenario.name}-shrunk", "description": description,
             "source": f"urc shrink {scenario.path}"}
-    header = {"schema": 1, "scenario": meta, "config": dict(scenario.config)}
+    header = {"schema": 1, "scenario": meta, "config": dict(outcome.config or scenario.config)}
     return scenario_from_records(header, runnable(outcome.steps), name=meta["name"])
 
 
