@@ -9,7 +9,7 @@ from ..ops import OPS
 from .live_words import (
     FIELD_NAME, INT, PLAIN_NAME, TEXT_KEYWORDS, flag_fields, name_fields, reserved_words, slot_of, token_field_of,
 )
-from .node_refs import is_ref
+from .node_refs import is_ref, token_runs
 from .step import MAX_TOKEN
 
 
@@ -66,18 +66,7 @@ def _token_words(tokens: Any) -> list[str]:
     """Token ids, runs of three or more consecutive ids as FIRST..LAST."""
     if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t <= MAX_TOKEN for t in tokens):
         raise ValueError("tokens must be a list of token ids")
-    words, i = [], 0
-    while i < len(tokens):
-        j = i
-        while j + 1 < len(tokens) and tokens[j + 1] == tokens[j] + 1:
-            j += 1
-        if j - i >= 2:
-            words.append(f"{tokens[i]}..{tokens[j]}")
-            i = j + 1
-        else:
-            words.append(str(tokens[i]))
-            i += 1
-    return words
+    return token_runs(tokens)
 
 
 def _field(field: Any) -> str:

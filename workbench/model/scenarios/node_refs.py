@@ -35,7 +35,7 @@ class NodePath:
     def text(self) -> str:
         """The path as a scenario writes it (``"[1..3 9] extra_key=ns"``: runs of three
         or more consecutive tokens as FIRST..LAST)."""
-        words = ["[" + " ".join(_runs(self.tokens)) + "]"]
+        words = ["[" + " ".join(token_runs(self.tokens)) + "]"]
         words += [f"{word}={value}" for word, value in zip(NAMESPACE_WORDS, (self.extra_key, self.cache_salt))
                   if value is not None]
         return " ".join(words)
@@ -44,7 +44,8 @@ class NodePath:
 NodeRef = Union[int, NodePath]
 
 
-def _runs(tokens: tuple[int, ...]) -> list[str]:
+def token_runs(tokens) -> list[str]:
+    """Token ids as words, runs of three or more consecutive ids as FIRST..LAST."""
     words, i = [], 0
     while i < len(tokens):
         j = i
