@@ -22,8 +22,8 @@ from typing import Optional
 
 from ..model.fuzzing.config import FuzzConfig
 from ..model.fuzzing.fuzz import Finding, FuzzResult, run_episode
-from ..model.fuzzing.shrink import Shrinker, Steps
-from ..model.scenarios.scenario import Scenario, ScenarioError, scenario_from_records
+from ..model.fuzzing.shrink import Steps
+from ..model.scenarios.scenario import Scenario, scenario_from_records
 from .differential import DifferentialReport, run_against
 
 COMPARE_EVERY = 8  # steps between whole-state comparisons (op results are compared at every step)
@@ -73,16 +73,17 @@ def shrink_divergence(result: FuzzResult, budget_s: Optional[float] = 60.0) -> F
 
         return shrink_result(result, budget_s)
 
-    def diverges_the_same_way(steps: Steps) -> bool:
-        try:
-            report = compare(result.config, steps, every=1)
-        except ScenarioError:  # a cut that leaves a name undefined: not a scenario
-            return False
-        return target.same_way(divergence_finding(report))
+    from ..model.fuzzing.shrink_file import DIVERGENCE, Target, runnable, shrink_to_target
 
-    shrinker = Shrinker(diverges_the_same_way, budget_s, result.config.page_size)
-    result.shrunk = shrinker.shrink(result.raw_steps[: target.step])
-    result.shrink_runs = shrinker.runs
+    # urc shrink --against sglang's own path: its first cut, the shrinker, the same oracle
+    scenario = scenario_of(result.config, result.raw_steps[: target.step])
+    exact = first_divergence(scenario)  # compared every step: where it first shows (the episode compared every 8)
+    if exact is not None and target.same_way(exact):
+        target = exact
+    outcome = shrink_to_target(scenario, Target(DIVERGENCE, target.step, target), budget_s,
+                               diverges=first_divergence, lower_pools=False)  # the config stays the fuzzer's
+    result.shrunk = runnable(outcome.steps)
+    result.shrink_runs = outcome.runs
     return result
 
 

@@ -188,7 +188,7 @@ def pin_refusals(header: dict[str, Any], steps: Steps, target: Target) -> Steps:
 
 def shrink_to_target(scenario: Scenario, target: Target, budget_s: Optional[float] = None,
                      on_progress: Optional[Callable[[int, int], None]] = None,
-                     diverges: Optional[Diverges] = None) -> ShrinkOutcome:
+                     diverges: Optional[Diverges] = None, lower_pools: bool = True) -> ShrinkOutcome:
     """The input's steps up to the target's, shrunk while the oracle holds (until
     ``budget_s`` runs out, or Ctrl-C: then the best so far)."""
     start = time.monotonic()
@@ -197,7 +197,7 @@ def shrink_to_target(scenario: Scenario, target: Target, budget_s: Optional[floa
     shrinker = Shrinker(oracle(target, header_of(scenario), diverges), budget_s, page, on_progress=on_progress)
     best = shrinker.shrink(steps, first_cut=_last_steps_that_do)
     header = header_of(scenario)
-    if not shrinker.interrupted and not shrinker.out_of_time():
+    if lower_pools and not shrinker.interrupted and not shrinker.out_of_time():
         header = _smaller_pools(header, best, target, diverges, shrinker)
     same = True
     if target.kind == CHECK:
