@@ -269,25 +269,25 @@ def _fuzz_once(configs: list, args, steps: int, episode_steps: Optional[int]) ->
 
     seeds = range(args.seed, args.seed + args.seeds)
     check_plan(args.seed, args.seeds, len(configs), -(-steps // (episode_steps or EPISODE_STEPS)))
-    tasks, sets = [], None
-    for c in configs:
-        sets = option_sets_for(c.components) if args.sweep_options else None
-        tasks += plan([c], seeds, steps, episode_steps or EPISODE_STEPS, option_sets=sets, full_checks=args.full_checks)
+    def tasks_for(seeds) -> list:
+        """Every config's episodes for these seeds (each config through its own option sets)."""
+        return [task for c in configs
+                for task in plan([c], seeds, steps, episode_steps or EPISODE_STEPS,
+                                 option_sets=option_sets_for(c.components) if args.sweep_options else None,
+                                 full_checks=args.full_checks)]
+
+    sets = option_sets_for(configs[-1].components) if args.sweep_options else None
     jobs = args.jobs or default_jobs()
     what = config.label() if len(configs) == 1 else f"{len(configs)} configs swept"
     if getattr(args, "until_budget", False):
         from ..model.fuzzing.campaign import run_seeds_until
 
-        def tasks_for(seed: int) -> list:
-            return [t for c in configs for t in plan([c], [seed], steps, episode_steps or EPISODE_STEPS,
-                                                     option_sets=option_sets_for(c.components) if args.sweep_options
-                                                     else None, full_checks=args.full_checks)]
-
-        campaign = run_seeds_until(tasks_for, args.seed, jobs, args.time_budget, None, args.shrink_budget,
-                                   first=args.first, ray=args.ray, **_differential(args))
+        campaign = run_seeds_until(lambda seed: tasks_for([seed]), args.seed, jobs, args.time_budget, None,
+                                   args.shrink_budget, first=args.first, ray=args.ray, **_differential(args))
         seeds = range(args.seed, args.seed + max(1, campaign.seeds_run))
         args.seeds = len(seeds)
     else:
+        tasks = tasks_for(seeds)
         with progress(sum(t.steps for t in tasks), f"fuzz {what}", minimum=2000) as advance:
             campaign = run_campaign(tasks, jobs, args.time_budget, advance, args.shrink_budget, first=args.first,
                                     ray=args.ray, **_differential(args))

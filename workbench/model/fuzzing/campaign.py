@@ -314,4 +314,4 @@ def run_seeds_until(tasks_for: Callable[[int], list[EpisodeTask]], first_seed: i
     if findings and not interrupted:
         shrinker = kwargs.get("shrinker", shrink_result)
         findings = _shrink_all(None, findings, shrink_budget, shrinker)
-    return CampaignResult(max(1, jobs), ran, results, seconds, findings, interrupted, seeds_run=ran)
+    return CampaignResult(max(1, jobs), len(results), results, seconds, findings, interrupted, seeds_run=ran)

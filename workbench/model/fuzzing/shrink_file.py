@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from ..scenarios.scenario import Scenario, ScenarioError, scenario_from_records
-from .fuzz import Finding, findings
+from .fuzz import Finding, findings, first_finding
 from .shrink import Shrinker, Steps, with_definers
 
 ORIGIN = "_from"  # a step's line in the input: carried through the shrinker, never run
@@ -97,14 +97,8 @@ def first_check_failed(scenario: Scenario, timeline=None) -> Optional[Target]:
             if found:
                 return Target(CHECK, index, found[0])
         return None
-    from ..timeline.runner import Runner
-
-    runner = Runner(scenario)
-    while not runner.done:
-        found = findings(runner.step())
-        if found:
-            return Target(CHECK, found[0].step, found[0])
-    return None
+    found = first_finding(scenario)
+    return None if found is None else Target(CHECK, found.step, found)
 
 
 def first_holding(scenario: Scenario, conditions: Sequence, text: str) -> Optional[Target]:
@@ -203,7 +197,7 @@ def shrink_to_target(scenario: Scenario, target: Target, budget_s: Optional[floa
     if target.kind == CHECK:
         best = pin_refusals(header, best, target)
         try:
-            first = _first_finding(scenario_from_records(header, runnable(best)))
+            first = first_finding(scenario_from_records(header, runnable(best)))
         except ScenarioError:
             first = None
         same = target.finding.same_way(first)
@@ -233,12 +227,6 @@ def _smaller_pools(header: dict, steps: Steps, target: Target, diverges: Optiona
             else:
                 break
     return header
-
-
-def _first_finding(scenario: Scenario) -> Optional[Finding]:
-    from .fuzz import first_finding
-
-    return first_finding(scenario)
 
 
 def _last_steps_that_do(shrinker: Shrinker, steps: Steps) -> None:
