@@ -19,8 +19,8 @@ class InvalidValueError(CacheError, ValueError):
 
 class ReferenceAssertsError(CacheError):
     """A call SGLang 0.5.23 answers with an assert (a server would crash there); ours
-    refuses it, keeping only what SGLang did before the assert (a request's match),
-    and names the assert."""
+    refuses it, keeping only what SGLang did before the assert (a request's match, a
+    checkpoint's insert on the path it already holds), and names the assert."""
 
 
 class LockError(CacheError):

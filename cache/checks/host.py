@@ -106,14 +106,15 @@ def _prefetch_rows(cache: UnifiedRadixCache, name: str = FULL) -> int:
 
 def full_host_locks_expected(cache: UnifiedRadixCache, node) -> int:
     """The Full host locks ``node`` should hold: one per store in flight on it, one
-    for a held load whose path it is on, one per prefetch in flight anchored at it
+    for a held load whose path it is on (or whose anchor, a load with no Full KV),
+    one per prefetch in flight anchored at it
     (each marks the node, and the parts split off above it since)."""
     full = node.data[0]
     expected = len(full.metadata.get("store", ())) + len(full.metadata.get("prefetching", ()))
     mark = full.metadata.get("transfer")
     if mark is not None and mark[0] == "load":
         transfer = next((t for t in cache.host.in_flight if t.mark == mark), None)
-        expected += transfer is not None and transfer.full_path
+        expected += transfer is not None and (transfer.full_path or transfer.anchor_held)
     return expected
 
 

@@ -354,8 +354,9 @@ class RequestFlows(_Owner):
     def _check_checkpoint(self, req: Req, finished: bool, up_to: int) -> None:
         """SGLang 0.5.23 asserts when a checkpoint's aligned length falls below the
         request's protected prefix (checkpoint_into_tree: protected <= path + page - 1),
-        after its components have prepared and it has inserted; ours works the length
-        out read-only first and refuses with nothing changed."""
+        after its components have prepared and it has inserted. Ours works the length
+        out read-only first; refusing, it keeps what SGLang's inserts did before the
+        assert (see ``_insert_before_assert``) and nothing else."""
         cache_len = up_to
         for component in self.hooks.caching_len:
             capped = component.caching_len(req, up_to, finished)
@@ -366,11 +367,42 @@ class RequestFlows(_Owner):
         key_len = max(cache_len - int(self.bigram_keys), 0)  # EAGLE: pairs
         aligned = key_len - key_len % self.page_size
         if cache_len > 0 and aligned < req.cache_protected_len:
+            self._insert_before_assert(req, cache_len)
             raise ReferenceAssertsError(
                 f"SGLang asserts here: request {req.rid!r} would checkpoint {aligned} tokens, below the "
                 f"{req.cache_protected_len} its lock already protects (checkpoint_into_tree's "
                 "cache_protected_len <= len(new_indices) + page_size - 1)"
             )
+
+    def _insert_before_assert(self, req: Req, cache_len: int) -> None:
+        """The inserts SGLang runs before that assert, on a path the request already
+        protects: no slot changes hands (everything lies below ``prev_prefix_len``), but
+        the walk refreshes each node's access time (which orders later evictions), may
+        split a node at the key's end, and the prompt split may raise a priority. Not
+        where a component forks state for the insert (Mamba): SGLang's fork would be
+        lost with the assert, a pool difference the bridge reports instead."""
+        if any(component.sets_checkpoints for component in self.components):
+            return
+        key = RadixKey.from_bytes(bytes(req.token_bytes[: cache_len * TOKEN_BYTES]), req.extra_key, req.cache_salt)
+        if self.bigram_keys:
+            key = key.bigram_view()
+        key = key.page_aligned(self.page_size)
+        aligned = len(key)
+        if aligned == 0:
+            return
+        value = req.kv_indices[:aligned]
+        self.insert(InsertParams(
+            key, value, prev_prefix_len=req.cache_protected_len, priority=req.priority,
+            swa_evicted_seqlen=req.swa_evicted_seqlen, inserted_len=req.cache_inserted_len,
+            session_id=req.session_id,
+        ))
+        prompt_len = len(req.origin_input_ids) - int(self.bigram_keys)
+        prompt_len = max(prompt_len, 0) - max(prompt_len, 0) % self.page_size
+        if self._prompt_split_ok and 0 < prompt_len < aligned:
+            self.insert(InsertParams(
+                key[:prompt_len], value[:prompt_len], prev_prefix_len=prompt_len,
+                priority=min(req.priority + 1, INT64_MAX), inserted_len=prompt_len,
+            ))
 
     @property
     def _prompt_split_ok(self) -> bool:

@@ -54,6 +54,7 @@ class Transfer(NamedTuple):
     host_locks: Optional[dict]  # a load: its auxiliary host locks, held until the ack
     full_path: bool  # a load that brought Full KV: its marked nodes are host-locked until the ack
     published: tuple = ()  # a backup: the other nodes whose SWA it copied (their store follows its ack)
+    anchor_held: bool = False  # a load with no Full KV: its anchor's Full host copy is locked until the ack
 
     @property
     def mark(self) -> tuple[str, int]:
@@ -157,9 +158,9 @@ class HostTier:
     # ---- transfers in flight -----------------------------------------------------------
     def _hold(self, kind: str, node: TreeNode, tokens: int, receipt: Optional[IncLockRefResult],
               marked: list[TreeNode], host_locks: Optional[dict] = None, full_path: bool = False,
-              published: tuple = ()) -> None:
+              published: tuple = (), anchor_held: bool = False) -> None:
         self.acks += 1
-        transfer = Transfer(kind, self.acks, node, tokens, receipt, host_locks, full_path, published)
+        transfer = Transfer(kind, self.acks, node, tokens, receipt, host_locks, full_path, published, anchor_held)
         self.in_flight.append(transfer)
         self.cache.tree.mark_transfer(marked, transfer.mark)
         if published and self.storage is not None:  # a split passes the mark up, as v0.5.23 re-lists the parts
@@ -215,8 +216,9 @@ class HostTier:
                 storage.queue(ancestors_first([*marked, *extra]), f"after backup #{transfer.ack}'s ack")
             if transfer.host_locks is not None:  # a load
                 tree.unlock_aux_host(transfer.node, transfer.host_locks)
-                if transfer.full_path:  # its Full nodes, with split-off upper parts
+                if transfer.full_path or transfer.anchor_held:  # its Full nodes, with split-off upper parts
                     tree.hold_host(marked, -1)
+                if transfer.full_path:
                     for node in marked:
                         tree.track_duplicate(node)
         return len(done) + (storage.settle(ready) if storage is not None else 0)
@@ -317,14 +319,18 @@ class HostTier:
         # data), then lock the best match itself (Full: its path; SWA: one window up
         # from it; Mamba: that node only, so the device prefix's own state stays
         # evictable), and only then decide; a refusal unlocks (host LRU: MRU end)
-        tree.hold_host(path, +1)
+        # Full: its host path; with none, v0.5.23 still host-locks the anchor (a device
+        # node) when its Full copy is on the host, and under write-back even without one
+        held = path or ([best] if best.data[0].host_value is not None or self.config.write_policy == "write_back"
+                        else [])
+        tree.hold_host(held, +1)
         host_locks = tree.lock_aux_host(best)
         receipt = tree.inc_lock_ref(best.id, host_only=True)
 
         def unlock() -> None:
             tree.dec_lock_ref(best.id, receipt)
             tree.unlock_aux_host(best, host_locks)
-            tree.hold_host(path, -1)
+            tree.hold_host(held, -1)
 
         preps, success = {}, False
         try:
@@ -363,7 +369,7 @@ class HostTier:
             node = node.parent
         # held: the loaded nodes stay locked on both tiers until the ack; immediate: acked now
         lock = self._transfer_lock(best, "load") if self.held else None
-        self._hold("load", best, loaded, lock, path or [best], host_locks, bool(path))
+        self._hold("load", best, loaded, lock, path or [best], host_locks, bool(path), anchor_held=bool(held) and not path)
         if req is None:  # an admission's load is acknowledged when the admission ends (load_back.py)
             self.end_of_op()
         self.drain()

@@ -189,7 +189,7 @@ def _lockstep(scenario: Scenario, config: dict, report: DifferentialReport, ours
     if asserted:
         report.by_design.append(ByDesign(
             ASSERTS, "ours refuses (ReferenceAssertsError), keeping only what SGLang did before its assert (a "
-            "request's match); where SGLang's state after its assert still equals ours the run goes on" + (
+            "request's match, a checkpoint's insert); where SGLang's state after its assert still equals ours the run goes on" + (
                 f", else it stops (step {report.stopped_at})" if report.stopped_at else ""), tuple(asserted)))
     return report
 

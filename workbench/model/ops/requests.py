@@ -283,6 +283,8 @@ CHECKPOINT = declare(OpSpec(
     run_checkpoint,
     fields=(REQ, Field("up_to", COUNT, placeholder="N")),
     run_sglang=sglang_checkpoint,
+    refusal_changes="SGLang asserts on a checkpoint below what the request's lock protects only after its insert: "
+    "the refusal keeps that insert's LRU refresh and any split at the key's end (no slot changes hands)",
     fuzz=(FuzzRule(9, lambda gen: 3 if _checkpointable(gen) else 0, fuzz_checkpoint),),
     aliases=("req_chunk",),
     records=("checkpoint",), record=recorded_by("request_calls", "record_checkpoint"), record_before=_req_before,
