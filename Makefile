@@ -96,7 +96,7 @@ $(DOCS_STAMP): $(STAMP)
 
 docs: $(DOCS_STAMP)
 	@$(BIN)/python tools/gen_reference.py
-	@$(BIN)/mkdocs build --strict --quiet
+	@NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 clean:
 	rm -rf $(VENV) $(SGL_VENV) .pytest_cache .hypothesis site
