@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 TORCH   := torch==2.13.0
 
-.PHONY: run test bench setup clean graphviz bridge-test bridge-setup ray-test
+.PHONY: run test bench setup clean graphviz bridge-test bridge-setup ray-test wheel-test docs
 
 LOG     := $(VENV)/setup.log
 
@@ -80,5 +80,23 @@ $(RAY_STAMP): $(STAMP)
 ray-test: $(RAY_STAMP)
 	@URC_REQUIRE_RAY=1 $(BIN)/python -m pytest -p no:cacheprovider tests/fuzz/test_fuzz_ray.py
 
+# urc as a tool: the wheel, installed into a fresh venv outside the checkout, opens the
+# bundled scenarios by name and the workbench's first screen (tools/check_wheel_install.sh)
+wheel-test: $(STAMP)
+	@PY=$(PY) TORCH=$(TORCH) tools/check_wheel_install.sh
+
+# The documentation site (MkDocs, Material theme) into site/: the reference pages are made
+# from the registries first (tools/gen_reference.py); any warning (a broken link) fails it.
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	@echo "adding MkDocs to $(VENV) (log: $(LOG))" >&2
+	@$(BIN)/python -c "import mkdocs, material" 2>/dev/null || $(BIN)/pip install -q 'mkdocs>=1.6' 'mkdocs-material>=9.5' >>$(LOG) 2>&1 || { cat $(LOG); exit 1; }
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	@$(BIN)/python tools/gen_reference.py
+	@NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 clean:
-	rm -rf $(VENV) $(SGL_VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(SGL_VENV) .pytest_cache .hypothesis site

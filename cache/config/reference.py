@@ -1,5 +1,5 @@
 """Every [config] field a scenario can give, with its default and the model family or
-deployment that turns it on in SGLang 0.5.23: the README's config reference and the
+deployment that turns it on in SGLang 0.5.23: the docs' config reference (docs/reference/config.md) and the
 config line every view and picture opens with are made from this table.
 
 Data only (no torch): ``urc`` reads it before a cache is built. A test checks it
@@ -152,7 +152,7 @@ def component_options() -> tuple[ConfigOption, ...]:
 
 
 def reference_table() -> str:
-    """The README's config reference (between ``<!-- config:begin -->`` and ``<!-- config:end -->``)."""
+    """The config reference table (docs/reference/config.md, made by tools/gen_reference.py)."""
     rows = ["| field | default | turned on by | meaning |", "|---|---|---|---|"]
     rows += [f"| `{o.name}` | {o.shown_default} | {o.family} | {o.meaning} |" for o in OPTIONS + component_options()]
     return "\n".join(rows)

@@ -27,7 +27,7 @@ def planted_trace(path: Path, steps: int, seed: int = 0) -> int:
     from ..model.fuzzing.fuzz import LockstepRun, OpGenerator
     from ..model.scenarios.scenario import load_scenario
 
-    repro = load_scenario(str(Path(__file__).resolve().parents[2] / "scenarios" / "fuzz" / f"{FAULT}.toml"))
+    repro = load_scenario(f"fuzz/{FAULT}")  # a bundled scenario
     config = FuzzConfig(("full",), 1)
     header = {"schema": 1, "scenario": {"name": f"planted-{FAULT}"},
               "config": {**config.scenario_config(), "session_radix_cache": True, "faults": [FAULT]}}

@@ -13,7 +13,11 @@ from typing import Callable, Optional
 from ..model.scenarios.scenario import ScenarioError
 
 SGLANG_VERSION = "0.5.23"  # the version our cache follows
-INSTALL = f"pip install 'unified-cache-workbench[sglang]' (or: pip install sglang=={SGLANG_VERSION})"
+CPU_TORCH = "torch==2.13.0"  # the CPU build `make bridge-setup` installs first
+# CPU only: a plain `pip install sglang` pulls a CUDA torch, nvidia-* and triton wheels
+INSTALL = (f"in a checkout, make bridge-setup (a CPU-only .venv-sglang); elsewhere, CPU only: pip install {CPU_TORCH} "
+           f"--index-url https://download.pytorch.org/whl/cpu, then pip install --no-deps "
+           f"-r tools/sglang-cpu-requirements.txt sglang=={SGLANG_VERSION} (a plain pip install sglang pulls a CUDA torch)")
 
 
 class BridgeError(ScenarioError):
@@ -39,7 +43,7 @@ def check_version(allow_version: bool = False, warn: Callable[[str], None] = lam
         if not allow_version:
             raise BridgeError(
                 f"found SGLang {found}, but the bridge follows SGLang {SGLANG_VERSION}: "
-                f"pip install sglang=={SGLANG_VERSION}, or pass --allow-version to run against {found} anyway"
+                f"install it CPU only ({INSTALL}), or pass --allow-version to run against {found} anyway"
             )
         warn(f"warning: running against SGLang {found}; the bridge follows {SGLANG_VERSION}, so differences may be version changes")
     return found

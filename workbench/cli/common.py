@@ -35,12 +35,16 @@ STORAGE_DIR_HELP = ("keep a file storage tier's pages in DIR: a new directory (i
 
 
 def version() -> str:
+    """``urc --version``: this package's version and the SGLang version its cache follows."""
+    from ..bridge.sglang_env import SGLANG_VERSION
+
     try:
         from importlib.metadata import version as dist_version
 
-        return dist_version("unified-cache-workbench")
+        installed = dist_version("unified-cache-workbench")
     except Exception:  # running from a source tree that was never installed
-        return "unknown"
+        installed = "unknown"
+    return f"{installed} (follows SGLang {SGLANG_VERSION})"
 
 
 class Parser(argparse.ArgumentParser):

@@ -29,7 +29,7 @@ def add_parser(command) -> None:
                    "passes with faults = [].")
     fuzz.add_argument("--config", choices=component_sets(), metavar="COMPONENTS",
                       help="the cache's components: " + " | ".join(component_sets()) + " (default full; with no "
-                           "config option at all, the configs are swept: see the README)")
+                           "config option at all, the configs are swept: see docs/how-to/fuzz.md)")
     fuzz.add_argument("--page-size", type=int, metavar="N", help="page size (default 1)")
     fuzz.add_argument("--sliding-window", type=int, metavar="N", help="SWA window (default 4)")
     fuzz.add_argument("--kv-size", type=int, metavar="N", help="Full pool tokens (default 48 pages)")
@@ -40,7 +40,7 @@ def add_parser(command) -> None:
                       "write_through_selective | write_back) and draw its ops too: load_back, evict_host, flush")
     fuzz.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                       help="a model option of the cache's [config] (repeatable; VALUE in TOML, a bare word as a "
-                           "string: eviction_policy=lfu, mamba_max_states_per_path=2); see the README's config "
+                           "string: eviction_policy=lfu, mamba_max_states_per_path=2); see docs/reference/config.md, the config "
                            "reference")
     fuzz.add_argument("--sweep-options", action="store_true",
                       help="run the episodes through every option set the fuzzer knows for these components "
@@ -195,8 +195,8 @@ def parse_options(given: list[str]) -> dict:
         if not sep or not name:
             raise ScenarioError(f"--option {item!r}: give NAME=VALUE")
         if name not in FIELD_NAMES:
-            raise ScenarioError(f"--option {shown(name)}: not a [config] field{did_you_mean(name)}; see the README's "
-                                "config reference")
+            raise ScenarioError(f"--option {shown(name)}: not a [config] field{did_you_mean(name)}; see the config "
+                                "reference (docs/reference/config.md)")
         try:
             value = toml_loads(f"v = {text}")["v"]
         except (TooLarge, RecursionError) as exc:  # 5,000 nines; 5,000 ['s

@@ -1,4 +1,4 @@
-"""``urc ops``: list the scenario ops from the op registry (or the README's table)."""
+"""``urc ops``: list the scenario ops from the op registry (or the docs' reference tables)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 def add_parser(command) -> None:
     listing = command("ops", "list the scenario ops: syntax, results and needs",
                       "Every op a scenario, a live command or the fuzzer can use, from the op registry "
-                      "(workbench/model/ops): one line each, or the README's reference table with --markdown.")
-    listing.add_argument("--markdown", action="store_true", help="print the README's op reference table")
+                      "(workbench/model/ops): one line each, or the docs' reference table (docs/reference/ops.md) with --markdown.")
+    listing.add_argument("--markdown", action="store_true", help="print the op reference table (docs/reference/ops.md)")
     listing.add_argument("--expect-markdown", action="store_true",
-                         help="print the README's table of the node and request fields a step may expect")
+                         help="print the table of the node and request fields a step may expect (docs/reference/ops.md)")
 
 
 def run(args) -> int:

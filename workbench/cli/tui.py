@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import sys
 
+from ..model.scenarios.bundled import bundled_path
 from ..model.scenarios.scenario import STDIN, ScenarioError
 from .against import add_against_options, check_against_use
 from .common import (EXIT_INTERNAL, EXIT_OK, STORAGE_DIR_HELP, STORED_HELP, check_storage_dir_use, is_stored_run, load_chapters,
                      say, walk)
 
-TOUR = ("tour.toml", "tour_swa.toml", "tour_mamba.toml", "tour_sidecar.toml", "tour_hicache.toml",
-        "tour_hicache_hybrid.toml", "tour_sessions.toml", "tour_storage.toml")
+TOUR = ("tour", "tour_swa", "tour_mamba", "tour_sidecar", "tour_hicache", "tour_hicache_hybrid", "tour_sessions",
+        "tour_storage")  # bundled scenarios, opened by name
 
 
 def add_parser(command) -> None:
     tui = command("tui", "open the workbench: step through scenarios and watch the cache change",
                   "Open the Textual workbench on the given scenarios or traces (each a chapter), or on the bundled tour. "
                   "When stdout is not a terminal it prints the walk-through instead.")
-    tui.add_argument("files", nargs="*", metavar="FILE", help=STORED_HELP + "; none: the bundled tour")
+    tui.add_argument("files", nargs="*", metavar="FILE", help=STORED_HELP + "; or a bundled scenario's name "
+                     "(tour, bugs/NAME); none: the whole bundled tour")
     tui.add_argument("--keymap", metavar="KEYMAP.toml",
                      help="rebind keys: binding_id = \"key\" per line (ids are listed in the help screen, f1)")
     tui.add_argument("--follow", metavar="TRACE.jsonl",
@@ -49,8 +51,7 @@ def run(args) -> int:
         follower, scenarios = _start_following(args.follow)
         files = [args.follow]
     else:
-        tour = Path(__file__).resolve().parent.parent.parent / "scenarios"
-        files = args.files or [str(tour / name) for name in TOUR]
+        files = args.files or tour_files()
         scenarios = load_chapters(files)
     stored = [s for s in scenarios if is_stored_run(s)]
     diverged = {}
@@ -79,6 +80,11 @@ def run(args) -> int:
     app = WorkbenchApp(scenarios, keymap, follower=follower, divergences=diverged)
     app.run()
     return EXIT_OK if not app.return_code else EXIT_INTERNAL  # it ended on an error of its own
+
+
+def tour_files() -> list[str]:
+    """The bundled tour's chapters, the files ``urc tui`` opens when given none."""
+    return [str(bundled_path(name)) for name in TOUR]
 
 
 def _start_following(path: str):

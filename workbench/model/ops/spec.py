@@ -2,7 +2,7 @@
 SGLang's), how the fuzzer draws it and how the recorder writes it.
 
 Everything that knows ops — the scenario checks, the live parser and completion, the
-cache driver, the bridge, the fuzzer, the shrinker, the recorder, ``why`` and the README's
+cache driver, the bridge, the fuzzer, the shrinker, the recorder, ``why`` and the docs'
 op table — reads these declarations, so an op is one module of ``ops/`` and nothing
 else. A test can declare an op of its own and ``withdraw`` it afterwards.
 """
@@ -250,7 +250,7 @@ def owner(field: str) -> Optional[str]:
 
 
 def reference_table() -> str:
-    """The README's op reference: one row an op, from the declarations."""
+    """The op reference (docs/reference/ops.md): one row an op, from the declarations."""
     rows = ["| op | live syntax | results | needs |", "|---|---|---|---|"]
     for spec in all_ops():
         results = ", ".join(spec.results + ((f"COMPONENT{spec.per_component_result}",) if spec.per_component else ()))

@@ -172,9 +172,9 @@ def _order(state, key: str, want: list) -> list:
             for i, node in enumerate(ids)]
 
 
-# ---- the README's reference ---------------------------------------------------------------------
+# ---- the docs' reference ---------------------------------------------------------------------
 def reference_table() -> str:
-    """The README's table of the node and request fields, made from the registry
+    """The docs' table of the node and request fields, made from the registry
     (``urc ops --expect-markdown``)."""
     from cache.components import COMPONENT_REGISTRY
 

@@ -25,6 +25,7 @@ from .errors import ScenarioError, shown
 from .fields import CONFIG_FIELDS, SCENARIO_FIELDS
 from .names import GrowingSteps, Names
 from .step import Step, check_step, component_field
+from .bundled import resolve_name
 from .storage_place import ignored_path_notice, placed
 from .inputs import (DuplicateKeyError, TooLarge, check_stdin, loads_unique, read_bounded, read_regular,
                      toml_loads)
@@ -80,8 +81,9 @@ def cache_config(scenario: Scenario, device: Optional[str] = None):
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and check a scenario; ``-`` reads standard input (JSONL when its first
-    character is ``{``, TOML otherwise). Only regular files are read, and never more
-    than ``MAX_FILE_BYTES`` (``inputs``)."""
+    character is ``{``, TOML otherwise). A name that is no file but a bundled scenario's
+    (``tour``, ``bugs/NAME``) opens that one (``bundled``). Only regular files are read,
+    and never more than ``MAX_FILE_BYTES`` (``inputs``)."""
     if str(path) == STDIN:
         name = STDIN_NAME
         try:
@@ -91,8 +93,10 @@ def load_scenario(path: str | Path) -> Scenario:
         except (OSError, ValueError) as exc:
             raise ScenarioError(f"cannot read standard input: {exc}", name) from None
         return _parse(data, name, None)
-    path = Path(path)
+    path = Path(resolve_name(str(path)))
     name = str(path)
+    if path.suffix not in (".toml", ".jsonl") and not path.exists():
+        raise ScenarioError("no such file, nor a bundled scenario of that name (tour, bugs/NAME, fuzz/NAME, …)", name)
     if path.suffix not in (".toml", ".jsonl"):
         raise ScenarioError("scenario files end in .toml (hand-written) or .jsonl (recorded)", name)
     return _parse(read_regular(name, MAX_FILE_BYTES, "scenario file"), name, path.suffix)
