@@ -79,6 +79,14 @@ class WorkbenchApp(ExportActions, App[None]):
         self.selected: Optional[int] = None
         self.selected_session: Optional[str] = None  # the session whose nodes the tree highlights
 
+    def notify(self, message: str, **options) -> None:
+        """While a dialog with a text input is open, say it on the dialog's note line too
+        (no toast covers the input there: screens/dialog_note.py)."""
+        say = getattr(self.screen, "say", None)
+        if say is not None:
+            say(message)
+        super().notify(message, **options)
+
     # ---- size ----------------------------------------------------------------------------------
     WIDE, NARROW, SHORT = 140, 110, 36  # below these the side columns shrink, then narrow further; rows shrink
 
@@ -411,7 +419,7 @@ class WorkbenchApp(ExportActions, App[None]):
             self.notify(f"step {record.index} failed a check: see the banner", severity="error")
 
     async def action_quit(self) -> None:
-        """Quit (q, ctrl+q); with live ops not saved, ask first: y / enter quits, n / esc stays."""
+        """Quit (q, ctrl+q); with live ops not saved, ask first: y quits, n / esc / enter stays."""
         unsaved = self.cursor.unsaved_ops()
         if not unsaved:
             self.exit()
@@ -420,7 +428,7 @@ class WorkbenchApp(ExportActions, App[None]):
         where = ", ".join(f"{n:,} in {one_line(name)}" for name, n in unsaved.items())
         question = (f"{ops:,} live op{'s' if ops != 1 else ''} not saved ({where}). Quit and lose "
                     f"{'them' if ops != 1 else 'it'}?")
-        answers = {"yes": "y / enter  quit", "no": "n / esc  stay (ctrl+s saves the session)"}
+        answers = {"yes": "y  quit and lose them", "no": "n / esc / enter  stay (ctrl+s saves the session)"}
         self.push_screen(ChoiceScreen(question, answers), lambda choice: choice == "yes" and self.exit())
 
     def poll_follower(self) -> None:
