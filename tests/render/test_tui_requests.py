@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from workbench.model.debugging.why import why_event
 from workbench.model.scenarios.scenario import scenario_from_records
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.screens.why import WhyScreen
@@ -82,3 +83,41 @@ async def test_y_elsewhere_still_explains_the_match():
         workbench.selected = None
         await pilot.press("y")
         assert workbench.screen.explanation.title.startswith("why the match at step 4")
+
+
+@pytest.mark.asyncio
+async def test_the_lists_start_with_a_row_highlighted_and_y_answers_about_it():
+    """Focusing a list and pressing y explains its first row at once."""
+    from workbench.tui.widgets.events_panel import EventsPanel
+
+    workbench = app()
+    async with workbench.run_test(size=SIZE) as pilot:
+        await go(pilot, 4)
+        panel = workbench.query_one(RequestsPanel)
+        assert panel.highlighted == 0 and panel.highlighted_request == "r1"
+        panel.focus()
+        await pilot.press("y")
+        assert workbench.screen.explanation.title == "request r1 after step 4"
+        await pilot.press("escape")
+        events = workbench.query_one(EventsPanel)
+        assert events.highlighted == 0 and events.highlighted_event == 0
+        events.focus()
+        await pilot.press("y")
+        assert workbench.screen.explanation.title == why_event(workbench.cursor.timeline, 4, 0).title
+        assert workbench.screen.note == ""
+
+
+@pytest.mark.asyncio
+async def test_y_on_an_empty_list_says_what_it_answers_about_instead():
+    header = {"schema": 1, "scenario": {"name": "no requests"},
+              "config": {"components": ["full"], "page_size": 1, "kv_size": 64}}
+    steps = [{"op": "insert", "key": [1, 2, 3]}, {"op": "match", "key": [1, 2, 9]}]
+    workbench = WorkbenchApp([scenario_from_records(header, steps)], background=False)
+    async with workbench.run_test(size=SIZE) as pilot:
+        await go(pilot, 2)
+        panel = workbench.query_one(RequestsPanel)
+        panel.focus()
+        await pilot.press("y")
+        assert isinstance(workbench.screen, WhyScreen)
+        assert workbench.screen.note.startswith("no request to explain at step 2")
+        assert workbench.screen.explanation.title.startswith("why the match at step 2")

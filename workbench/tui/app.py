@@ -26,6 +26,7 @@ from .bindings import COMMANDS as COMMAND_TABLE
 from .bindings import Command, bindings, commands, is_printable, priority_actions
 from .commands import WorkbenchCommands
 from .exports import ExportActions
+from .why_action import WhyAction
 from .layout import AREAS, LAYOUT, Slot
 from .messages import NodeChosen, SessionChosen, StepChosen
 from .screens.breakpoints import BreakpointScreen
@@ -34,7 +35,6 @@ from .screens.choice import ChoiceScreen
 from .screens.diff import DiffScreen
 from .screens.goto import GotoScreen
 from .screens.help import HelpScreen
-from .screens.why import WhyScreen
 from .widgets.command_bar import CommandBar
 from .widgets.events_panel import EventsPanel
 from .widgets.panel import Panel
@@ -49,7 +49,7 @@ def damage_text(error: Exception) -> str:
     return printable(f"damaged store: a value is not as urc writes it ({type(error).__name__}: {error})")[:300]
 
 
-class WorkbenchApp(ExportActions, App[None]):
+class WorkbenchApp(ExportActions, WhyAction, App[None]):
     CSS_PATH = "workbench.tcss"
     TITLE = "urc workbench"
     COMMANDS = App.COMMANDS | {WorkbenchCommands}
@@ -335,7 +335,7 @@ class WorkbenchApp(ExportActions, App[None]):
         focused = self.focused.id if self.focused is not None else None
         self.push_screen(HelpScreen(self.command_table, focused))
 
-    # ---- breakpoints, diff, why ----------------------------------------------------------------
+    # ---- breakpoints, diff ----------------------------------------------------------------
     def action_continue(self, forward: bool) -> None:
         """Run to the next (previous) step where a breakpoint holds."""
         hit = self.cursor.run_to_breakpoint(forward)
@@ -363,36 +363,6 @@ class WorkbenchApp(ExportActions, App[None]):
         """Compare two steps (the previous and the current to start with)."""
         step = self.cursor.step
         self.push_screen(DiffScreen(self.cursor, max(0, step - 1), step))
-
-    def action_why(self) -> None:
-        """Explain the chosen event, request or session; on a match step (or one whose failed
-        check is its match's) why the match stopped, unless the tree is focused; else the
-        selected node, or the step's match."""
-        from ..model.debugging.why import asks_about_its_match, why_event, why_match, why_node
-        from ..model.debugging.why_request import why_request
-        from ..model.debugging.why_session import why_session
-
-        cursor, events, requests = self.cursor, self.query_one(EventsPanel), self.query_one(RequestsPanel)
-        sessions = self.query_one(SessionsPanel)
-        try:
-            with cursor.lock:
-                if self.focused is requests and requests.highlighted_request is not None:
-                    answer = why_request(cursor.timeline, cursor.step, requests.highlighted_request)
-                elif self.focused is sessions and sessions.highlighted_session is not None:
-                    answer = why_session(cursor.timeline, cursor.step, sessions.highlighted_session)
-                elif self.focused is events and events.highlighted_event is not None and cursor.step:
-                    answer = why_event(cursor.timeline, cursor.step, events.highlighted_event)
-                elif cursor.record is not None and asks_about_its_match(cursor.record) \
-                        and self.focused is not self.query_one(TreePanel):  # the followed node is not the question
-                    answer = why_match(cursor.timeline, cursor.step)
-                elif self.selected is not None:
-                    answer = why_node(cursor.timeline, cursor.step, self.selected)
-                else:
-                    answer = why_match(cursor.timeline, cursor.step)
-        except ValueError as exc:
-            self.notify(one_line(str(exc)), severity="warning", timeout=8, markup=False)  # it names a file's id
-            return
-        self.push_screen(WhyScreen(answer))
 
     # ---- live ops, quitting, following -------------------------------------------------------------
     def action_command(self) -> None:

@@ -43,6 +43,7 @@ class EventsPanel(Panel, OptionList):
             self.add_option(Option(why, disabled=True))
             return
         self.add_options(Option(Text(event_text(e)), id=f"e{i}") for i, e in enumerate(events))  # Text: no markup
+        self.highlighted = 0  # y always has an event
 
     @property
     def highlighted_event(self) -> int | None:
