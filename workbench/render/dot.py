@@ -188,7 +188,7 @@ def _tooltip(data: dict, components: tuple[str, ...]) -> str:
     if data.get("policy"):
         lines.append(f"eviction policy reads: {data['policy']}")
     if data["evictable_leaf"]:
-        lines.append("evictable leaf")
+        lines.append(f"evictable leaf: #{members[-1]}" if len(members) > 1 else "evictable leaf")
     if data["changes"]:
         lines.append("this step: " + ", ".join(sorted(data["changes"])))
     return "\n".join(lines)

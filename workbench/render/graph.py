@@ -44,7 +44,7 @@ def state_graph(state: TimelineState, diff: Optional[StateDiff] = None) -> nx.Di
 
 
 def _facts(row: ShownNode) -> dict:
-    components = {c.name: {"len": c.value_len, "lock_ref": c.lock_ref, "rank": c.rank, "extras": dict(c.extras),
+    components = {c.name: {"len": c.value_len, "lock_ref": c.lock_ref, "rank": c.rank_text, "extras": dict(c.extras),
                            "host": c.host_len,  # the host tier's copy (None: none)
                            "session_ref": c.session_ref, "session_ids": c.session_ids}
                   for c in row.components}
