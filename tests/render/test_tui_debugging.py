@@ -362,5 +362,5 @@ async def test_why_on_a_highlighted_event_names_its_trigger():
         await pilot.press("y")
         assert isinstance(app.screen, WhyScreen)
         text = app.screen.explanation.text()
-        assert text.startswith("[op ") and "cascade mamba node #3" in text
+        assert text.startswith("[step 13 ") and "cascade mamba node #3" in text
         assert "triggered by event" in text and "tombstone swa node #3" in text
