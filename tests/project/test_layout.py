@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ROOMS = {  # lowest first: a module imports only its own room or one above it here
     "ops": ["spec", "keys", "locks", "evict", "requests", "request_view", "host", "retraction", "sessions", "streaming",
             "storage"],  # every op, declared once
-    "scenarios": ["scenario", "step", "names", "errors", "inputs", "fields", "session_fields", "node_refs",
+    "scenarios": ["scenario", "step", "names", "errors", "bundled", "inputs", "fields", "session_fields", "node_refs",
                   "node_fields", "request_fields", "writer", "live",
                   "live_words", "live_format", "workload", "outputs", "stream", "storage_place"],  # scenario files in and out
     "timeline": ["driver", "runner", "kv_router", "timeline", "states", "follow", "diff", "export", "fmt", "packed",

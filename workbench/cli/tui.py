@@ -49,8 +49,9 @@ def run(args) -> int:
         follower, scenarios = _start_following(args.follow)
         files = [args.follow]
     else:
-        tour = Path(__file__).resolve().parent.parent.parent / "scenarios"
-        files = args.files or [str(tour / name) for name in TOUR]
+        from ..model.scenarios.bundled import BUNDLED_DIR
+
+        files = args.files or [str(BUNDLED_DIR / name) for name in TOUR]
         scenarios = load_chapters(files)
     stored = [s for s in scenarios if is_stored_run(s)]
     diverged = {}

@@ -130,6 +130,7 @@ class WorkbenchApp(ExportActions, WhyAction, App[None]):
         self.query_one(StepList).reset()
         self.query_one("#loading", ProgressBar).display = False
         self.open_chapter(0)
+        self.query_one(StepList).focus()  # arrows, enter and z act on the steps from the first key
         if self.follower is not None:
             self.set_interval(self.FOLLOW_EVERY, self.poll_follower)
 
@@ -260,8 +261,16 @@ class WorkbenchApp(ExportActions, WhyAction, App[None]):
             self.cursor.go(before)  # a step that cannot be read: stay where the panels are
 
     def action_next(self) -> None:
-        """Step forward."""
-        self._move(self.cursor.step + 1)
+        """Step forward; at a chapter's last step, say so and what follows."""
+        cursor = self.cursor
+        if cursor.step >= cursor.available and cursor.chapter.loaded:
+            index, after = cursor.chapter_index, len(cursor.chapters) - cursor.chapter_index - 1
+            follows = (f"{after} chapter{'s' if after != 1 else ''} follow: ] opens chapter {index + 2}" if after
+                       else "no chapter follows ([ goes back one)" if index else "no chapter follows")
+            self.notify(f"step {cursor.step:,} is the last of chapter {index + 1} "
+                        f"({one_line(cursor.chapter.scenario.name)}); {follows}", markup=False)
+            return
+        self._move(cursor.step + 1)
 
     def action_previous(self) -> None:
         """Step back."""

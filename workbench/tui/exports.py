@@ -34,9 +34,12 @@ class ExportActions:
 
     def _beside_scenario(self, name: str) -> str:
         """An export's default path: the first free ``name`` beside the chapter's scenario
-        file (from standard input: in the current directory), never an existing file."""
+        file (from standard input, or a bundled scenario such as the tour's: in the
+        current directory), never an existing file."""
+        from ..model.scenarios.bundled import is_bundled
+
         path = self.cursor.chapter.scenario.path
-        folder = Path(".") if path.startswith("<") else Path(path).parent
+        folder = Path(".") if path.startswith("<") or is_bundled(path) else Path(path).parent
         stem, suffix = Path(name).stem, Path(name).suffix
         candidate, n = folder / name, 1
         while os.path.lexists(candidate):

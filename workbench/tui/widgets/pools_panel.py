@@ -19,7 +19,7 @@ from ...model.timeline.step_view import StepView
 from .panel import TextPanel
 
 COUNTERS = ("total", "available", "evictable", "protected", "held")
-SHORT_HEADERS = {"total": "total", "available": "avail", "evictable": "evict", "protected": "prot", "held": "held"}
+SHORT_HEADERS = {"total": "total", "available": "avail", "evictable": "evictable", "protected": "prot", "held": "held"}
 
 
 def count_text(n: int, signed: bool = False) -> str:
