@@ -83,3 +83,33 @@ async def test_an_export_of_a_bundled_scenario_goes_to_the_current_directory(tmp
         assert isinstance(app.screen, PromptScreen) and app.screen.default == "tour-step1.svg"
         await pilot.press("escape", "t")
         assert isinstance(app.screen, PromptScreen) and app.screen.default == "test_tour_step1.py"
+
+
+@pytest.mark.asyncio
+async def test_the_empty_palette_lists_the_workbench_s_commands():
+    from textual.command import CommandPalette
+    from textual.widgets import OptionList
+
+    app = tour("tour.toml")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+p")
+        for _ in range(5):  # the palette searches in a worker: let it settle
+            await pilot.pause()
+            await pilot.wait_for_scheduled_animations()
+        assert isinstance(app.screen, CommandPalette)
+        options = app.screen.query_one(OptionList)
+        listed = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+        assert any("step: next" in line for line in listed), listed
+        assert any("view: why" in line for line in listed), listed
+
+
+@pytest.mark.asyncio
+async def test_the_focused_panel_has_a_heavy_border_the_others_a_round_one():
+    app = tour("tour.toml")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        steps, tree = app.query_one(StepList), app.query_one("#tree")
+        assert steps.styles.border_top[0] == "heavy" and tree.styles.border_top[0] == "round"
+        tree.focus()
+        await pilot.pause()
+        assert tree.styles.border_top[0] == "heavy" and steps.styles.border_top[0] == "round"
