@@ -186,3 +186,38 @@ async def test_a_node_inside_a_folded_chain_lands_on_its_row_and_the_inspector_n
         from workbench.tui.widgets.inspector import Inspector
         text = str(app.query_one(Inspector).render())
         assert "in the tree's row #1 +5: #1 #2 #3 #4 #5 #6" in text
+
+
+def test_a_folded_row_s_rank_and_leaf_flag_say_which_member_they_belong_to():
+    """A chain #1..#6 inserted prefix by prefix: each member is one LRU rank more recent
+    than the one above it. The row shows the ranks it folds (``r6–1``) and whose leaf flag
+    it is (``leaf #6``), never the top's rank and the bottom's flag as if both were #1's."""
+    from workbench.tui.widgets.badges import row_label
+
+    steps = [{"op": "insert", "key": [1, 2, 3, 4, 5, 6][:k]} for k in range(1, 7)] + [{"op": "insert", "key": [50]}]
+    timeline = Runner(records({"components": ["full"], "kv_size": 64}, steps)).run()
+    state = timeline.state_after(7)
+    tree = ShownTree(state, timeline.diff(6, 7))
+    row = tree.row(1)
+    ranks = [state.rank("full", state.record(n)) for n in row.members]
+    assert row.members == (1, 2, 3, 4, 5, 6) and ranks == [6, 5, 4, 3, 2, 1]
+    label = row_label(row).plain
+    assert "full:6 r6–1" in label and label.endswith("leaf #6"), label
+
+
+def test_a_chain_whose_ranks_do_not_run_in_order_is_not_folded():
+    """Touching the middle of a chain (a match on [1 2 3]) makes its ranks jump: the
+    chain breaks where a folded rank range would misstate a member's rank, and every
+    member lands on the row that shows it."""
+    steps = [{"op": "insert", "key": [1, 2, 3, 4, 5, 6][:k]} for k in range(1, 7)] + [
+        {"op": "match", "key": [1, 2, 3]}, {"op": "insert", "key": [50]}]
+    timeline = Runner(records({"components": ["full"], "kv_size": 64}, steps)).run()
+    state = timeline.state_after(8)
+    tree = ShownTree(state, timeline.diff(7, 8))
+    for row in tree.walk():
+        if row.id == tree.root_id or len(row.members) < 2:
+            continue
+        ranks = [state.rank("full", state.record(n)) for n in row.members]
+        way = ranks[1] - ranks[0]
+        assert abs(way) == 1 and ranks == list(range(ranks[0], ranks[0] + way * len(ranks), way)), (row.members, ranks)
+        assert all(tree.row_of(n) == row.id for n in row.members)

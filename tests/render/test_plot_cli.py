@@ -72,3 +72,17 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch, argv, s
     rc, out, err = urc(capsys, "plot", *argv)
     assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, err
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_every_marked_run_is_drawn_not_only_the_first_200(capsys, tmp_path):
+    """300 separate matches marked with --mark: 300 lines on each chart, none dropped silently."""
+    steps = "".join(f'[[step]]\nop = "insert"\nkey = [{i}]\n[[step]]\nop = "match"\nkey = [{i}]\n' for i in range(300))
+    scenario = tmp_path / "many.toml"
+    scenario.write_text(SMOKE.read_text().split("[[step]]")[0] + steps, encoding="utf-8")
+    out_file = tmp_path / "many.svg"
+    rc, out, err = urc(capsys, "plot", str(scenario), "-o", str(out_file), "--mark", "op=match")
+    assert rc == 0, err
+    svg = "{http://www.w3.org/2000/svg}"
+    groups = [g for g in ET.fromstring(out_file.read_text(encoding="utf-8")).iter(f"{svg}g")
+              if (g.get("id") or "").endswith("-breakpoints")]
+    assert groups and all(len(list(g.iter(f"{svg}path"))) == 300 for g in groups)

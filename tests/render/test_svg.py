@@ -204,3 +204,28 @@ def test_a_long_key_s_tooltip_says_its_length_once_and_ends_with_its_last_token(
     key = RadixKey(list(range(1, 101))).data
     assert _key_text(key, 100) == "[1 2 3 … 99 100] (100 tokens)"
     assert _key_text(RadixKey([7]).data, 1) == "[7]"
+
+
+@needs_dot
+def test_labels_keep_their_spaces_and_the_root_reads_as_root():
+    """SVG drops a <text>'s leading space: Graphviz's "root" + " full, swa" read "rootfull, swa"."""
+    from workbench.render.dot import render_svg
+
+    svg = render_svg(picture(run_scenario(ROOT / "scenarios" / "tour_swa.toml"), 3, 2))
+    texts = ["".join(t.itertext()) for t in ET.fromstring(svg).iter(f"{SVG}text")]
+    assert not [t for t in texts if t.startswith(" ") or t.endswith(" ")], texts
+    assert "root" in texts and "\u00a0(full, swa)" in texts
+
+
+@needs_dot
+def test_a_wide_tree_is_folded_to_a_readable_width_and_says_so():
+    """210 leaves side by side drew 27,789 pt wide at 10 pt text: at most MAX_LEAVES now."""
+    from workbench.render.dot import render_svg
+    from workbench.render.picture import MAX_LEAVES
+
+    steps = [{"op": "insert", "key": [i, 100]} for i in range(1, 211)]
+    timeline = timeline_of({"components": ["full"], "kv_size": 1024}, steps)
+    svg = render_svg(picture(timeline, 210))
+    width = float(ET.fromstring(svg).get("width").removesuffix("pt"))
+    assert width <= 140 * (MAX_LEAVES + 2), width
+    assert f"nodes folded to keep the picture at most {MAX_LEAVES} nodes wide" in svg

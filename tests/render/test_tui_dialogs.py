@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.widgets import Label, Static
+from textual.widgets import Input, Label, Static
 
 from urc_util import full_header
 from workbench.model.debugging.why import why_match
@@ -75,7 +75,7 @@ async def test_q_with_unsaved_live_ops_asks_and_esc_or_n_stays_y_quits():
 
 
 @pytest.mark.asyncio
-async def test_enter_quits_and_a_saved_session_quits_without_asking(tmp_path):
+async def test_a_saved_session_quits_without_asking(tmp_path):
     copy = tmp_path / "tour.toml"
     copy.write_text((ROOT / "scenarios" / "tour.toml").read_text())
     app = app_for(load_scenario(copy))
@@ -91,7 +91,7 @@ async def test_enter_quits_and_a_saved_session_quits_without_asking(tmp_path):
         await live_op(pilot, "match 1 2 3")  # a new op after the save is unsaved again
         await pilot.press("q")
         assert isinstance(app.screen, ChoiceScreen) and "1 live op " in app.screen.question
-        await pilot.press("enter")
+        await pilot.press("y")
         await pilot.pause()
         assert app.return_code == 0
 
@@ -243,3 +243,74 @@ async def test_every_dialog_wraps_its_text_inside_its_edge(size):
             if isinstance(screen, (PromptScreen, ChoiceScreen, WhyScreen)):
                 assert "the-last-words" in " ".join(rendered(w) for w in texts), screen
             app.pop_screen()
+
+
+# ---- safe defaults --------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_enter_on_the_quit_question_keeps_the_work():
+    """The default answer to "quit and lose them?" is to stay: only y quits."""
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await live_op(pilot, "insert 1..9")
+        await pilot.press("q", "enter")
+        await pilot.pause()
+        assert app.return_code is None and not isinstance(app.screen, ChoiceScreen)
+        assert list(app.cursor.unsaved_ops().values()) == [1]
+        await pilot.press("q", "y")
+        await pilot.pause()
+        assert app.return_code == 0
+
+
+@pytest.mark.asyncio
+async def test_a_refused_save_keeps_the_dialog_open_with_the_typed_path(tmp_path):
+    copy = tmp_path / "tour.toml"
+    copy.write_text((ROOT / "scenarios" / "tour.toml").read_text())
+    taken = tmp_path / "taken.toml"
+    taken.write_text("mine")
+    app = app_for(load_scenario(copy))
+    async with app.run_test(size=SIZE) as pilot:
+        await live_op(pilot, "insert 1..9")
+        for typed, said in ((str(tmp_path / "notes.txt"), ".toml or .jsonl"), (str(taken), "")):
+            await pilot.press("ctrl+s")
+            assert isinstance(app.screen, PromptScreen)
+            app.screen.query_one("#prompt-input").value = typed
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, PromptScreen), typed
+            assert app.screen.query_one("#prompt-input").value == typed
+            assert said in str(app.screen.query_one("#prompt-note").render())
+            assert str(app.screen.query_one("#prompt-note").render()).strip()
+            await pilot.press("escape")
+            await pilot.pause()
+        assert taken.read_text() == "mine" and app.cursor.unsaved_ops()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_no_toast_covers_an_open_dialog_s_input(size):
+    from textual.widgets._toast import Toast
+
+    app = app_for()
+    async with app.run_test(size=size, notifications=True) as pilot:
+        for n in range(6):
+            app.notify(f"an earlier note {n}", timeout=60)
+        await pilot.press("n", "g")
+        app.screen.query_one("#goto-input").value = ""
+        await pilot.press("enter")  # refused: "a step number, please"
+        await pilot.pause()
+        field = app.screen.query_one("#goto-input").region
+        racks = [rack for rack in app.screen.query("#textual-toastrack") if rack.display]
+        shown = [t for rack in racks for t in rack.query(Toast) if t.region.area]
+        assert not [t for t in shown if t.region.overlaps(field)], field
+        assert "a step number" in str(app.screen.query_one("#goto-note").render())
+        await pilot.press("escape")
+        for key in ("d", "b", "ctrl+s"):
+            await pilot.press(key)
+            await pilot.pause()
+            fields = [w.region for w in app.screen.query(Input)]
+            racks = [rack for rack in app.screen.query("#textual-toastrack") if rack.display]
+            shown = [t.region for rack in racks for t in rack.query(Toast) if t.region.area]
+            assert fields and not [(t, f) for t in shown for f in fields if t.overlaps(f)], key
+            await pilot.press("escape")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from workbench.model.debugging.why import why_event
 from workbench.model.scenarios.scenario import scenario_from_records
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.screens.why import WhyScreen
@@ -43,7 +44,7 @@ async def test_the_panel_follows_the_cursor_and_shows_what_each_step_did():
         await go(pilot, 3)
         (shown,) = prompts(panel)
         node = workbench.cursor.state.requests[0].lock_node
-        assert shown.startswith(f"r1 prefix 8 / committed 10  inserted 8  lock #{node} r2  prio 0")
+        assert shown.startswith(f"r1 prefix 8 / committed 10  inserted 8  lock #{node} receipt 2  prio 0")
         assert "row [" in shown and f"▲ prefix grew 0 → 8 (+8); inserted 0 → 8; lock moved from #0 to #{node}" in shown
         assert panel.border_subtitle == "1 running, 1 changed by this step"
         await go(pilot, 4)
@@ -82,3 +83,61 @@ async def test_y_elsewhere_still_explains_the_match():
         workbench.selected = None
         await pilot.press("y")
         assert workbench.screen.explanation.title.startswith("why the match at step 4")
+
+
+@pytest.mark.asyncio
+async def test_the_lists_start_with_a_row_highlighted_and_y_answers_about_it():
+    """Focusing a list and pressing y explains its first row at once."""
+    from workbench.tui.widgets.events_panel import EventsPanel
+
+    workbench = app()
+    async with workbench.run_test(size=SIZE) as pilot:
+        await go(pilot, 4)
+        panel = workbench.query_one(RequestsPanel)
+        assert panel.highlighted == 0 and panel.highlighted_request == "r1"
+        panel.focus()
+        await pilot.press("y")
+        assert workbench.screen.explanation.title == "request r1 after step 4"
+        await pilot.press("escape")
+        events = workbench.query_one(EventsPanel)
+        assert events.highlighted == 0 and events.highlighted_event == 0
+        events.focus()
+        await pilot.press("y")
+        assert workbench.screen.explanation.title == why_event(workbench.cursor.timeline, 4, 0).title
+        assert workbench.screen.note == ""
+
+
+@pytest.mark.asyncio
+async def test_y_on_an_empty_list_says_what_it_answers_about_instead():
+    header = {"schema": 1, "scenario": {"name": "no requests"},
+              "config": {"components": ["full"], "page_size": 1, "kv_size": 64}}
+    steps = [{"op": "insert", "key": [1, 2, 3]}, {"op": "match", "key": [1, 2, 9]}]
+    workbench = WorkbenchApp([scenario_from_records(header, steps)], background=False)
+    async with workbench.run_test(size=SIZE) as pilot:
+        await go(pilot, 2)
+        panel = workbench.query_one(RequestsPanel)
+        panel.focus()
+        await pilot.press("y")
+        assert isinstance(workbench.screen, WhyScreen)
+        assert workbench.screen.note.startswith("no request to explain at step 2")
+        assert workbench.screen.explanation.title.startswith("why the match at step 2")
+
+
+@pytest.mark.asyncio
+async def test_steps_are_numbered_as_steps_and_a_lock_receipt_is_never_an_lru_rank():
+    """Step 4's events say [step 4 …], not the cache's op count; the request's lock
+    receipt reads ``receipt N`` (``rN`` is an LRU rank in the tree)."""
+    from workbench.tui.widgets.events_panel import EventsPanel
+
+    workbench = app()
+    async with workbench.run_test(size=SIZE) as pilot:
+        await go(pilot, 4)
+        events = workbench.query_one(EventsPanel)
+        shown = [str(events.get_option_at_index(i).prompt) for i in range(events.option_count)]
+        assert shown and all(line.startswith("[step 4 new_request r2] ") for line in shown), shown
+        (first, second) = prompts(workbench.query_one(RequestsPanel))
+        node = workbench.cursor.state.requests[0].lock_node
+        assert f"lock #{node} receipt " in first and " r2 " not in first.split("prio")[0]
+        events.focus()
+        await pilot.press("y")
+        assert workbench.screen.explanation.title.startswith("[step 4 ")

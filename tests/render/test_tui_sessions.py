@@ -140,3 +140,19 @@ async def test_y_on_a_highlighted_session_explains_that_session():
         assert isinstance(workbench.screen, WhyScreen)
         text = "\n".join([workbench.screen.explanation.title, *map(str, workbench.screen.explanation.lines)])
         assert "s1" in text and "closed" in text
+
+
+@pytest.mark.asyncio
+async def test_the_sessions_list_starts_on_a_row_and_y_explains_it():
+    from workbench.tui.screens.why import WhyScreen
+
+    workbench = app()
+    async with workbench.run_test(size=SIZE) as pilot:
+        await go(pilot, 8)
+        panel = workbench.query_one(SessionsPanel)
+        assert panel.highlighted == 0
+        panel.focus()
+        await pilot.pause()
+        assert workbench.selected_session == panel._sids[0]  # the tree shows the session the list points at
+        await pilot.press("y")
+        assert isinstance(workbench.screen, WhyScreen) and panel._sids[0] in workbench.screen.explanation.title

@@ -241,8 +241,8 @@ def test_no_python_reprs_in_user_facing_text(capsys):
     rc, out, err = urc(capsys, "show", "--walk", *scenarios)
     assert rc == 0
     generated = "\n".join(line for line in out.splitlines()  # descriptions may quote upstream's messages
-                          if line.startswith(("-- step", "result:", "  [op", "error:", "✗")) or "#" in line)
-    assert "-- step" in generated and "result: prefix_len=" in generated and "  [op " in generated
+                          if line.startswith(("-- step", "result:", "  [step", "error:", "✗")) or "#" in line)
+    assert "-- step" in generated and "result: prefix_len=" in generated and "  [step " in generated
     for leak in ("=None", "=False", "=True", "Result(", "(1 steps)", "tensor("):
         assert leak not in generated, leak
     rc, out, err = urc(capsys, "demo")

@@ -14,6 +14,7 @@ the SVG stays valid XML whatever it holds.
 from __future__ import annotations
 
 import html
+import re
 from typing import Optional
 
 import graphviz
@@ -81,7 +82,7 @@ def to_dot(graph: nx.DiGraph, caption: str, name: str = "state", requests: tuple
 def _node(dot: graphviz.Digraph, name: str, data: dict, components: tuple[str, ...], is_root: bool) -> None:
     if is_root:  # always there, always locked once per component: just the anchor
         dot.node(name, label=f'<<TABLE BORDER="1" CELLBORDER="0" CELLPADDING="3"><TR><TD><B>root</B> '
-                             f'{_html(", ".join(components))}</TD></TR></TABLE>>',
+                             f'({_html(", ".join(components))})</TD></TR></TABLE>>',
                  id=name, tooltip="the root: an empty key, locked once per component", **{"class": "root"})
         return
     ghost = data["kind"] == "ghost"
@@ -188,7 +189,7 @@ def _tooltip(data: dict, components: tuple[str, ...]) -> str:
     if data.get("policy"):
         lines.append(f"eviction policy reads: {data['policy']}")
     if data["evictable_leaf"]:
-        lines.append("evictable leaf")
+        lines.append(f"evictable leaf: #{members[-1]}" if len(members) > 1 else "evictable leaf")
     if data["changes"]:
         lines.append("this step: " + ", ".join(sorted(data["changes"])))
     return "\n".join(lines)
@@ -272,8 +273,18 @@ def _sessions(dot: graphviz.Digraph, rows: tuple) -> None:
 
 
 def render_svg(dot: graphviz.Digraph) -> str:
-    """Run Graphviz's ``dot``; raises ``graphviz.ExecutableNotFound`` when it is missing."""
-    return dot.pipe(format="svg", encoding="utf-8")
+    """Run Graphviz's ``dot``; raises ``graphviz.ExecutableNotFound`` when it is missing.
+    A ``<text>``'s leading or trailing space is kept as a no-break space: SVG viewers
+    drop it, and Graphviz placed the next piece of the line after it ("#6" " 4t")."""
+    svg = dot.pipe(format="svg", encoding="utf-8")
+    return re.sub(r"(<text\b[^>]*>)([^<]*)(</text>)", _keep_edge_spaces, svg)
+
+
+def _keep_edge_spaces(match: re.Match) -> str:
+    text = match.group(2)
+    stripped = text.strip(" ")
+    lead, trail = len(text) - len(text.lstrip(" ")), len(text) - len(text.rstrip(" "))
+    return match.group(1) + "&#160;" * lead + stripped + "&#160;" * trail + match.group(3) if stripped else match.group(0)
 
 
 def caption_text(scenario: str, step: int, op: Optional[str], pools, diff_from: Optional[int], config: str = "") -> str:

@@ -44,7 +44,7 @@ def state_graph(state: TimelineState, diff: Optional[StateDiff] = None) -> nx.Di
 
 
 def _facts(row: ShownNode) -> dict:
-    components = {c.name: {"len": c.value_len, "lock_ref": c.lock_ref, "rank": c.rank, "extras": dict(c.extras),
+    components = {c.name: {"len": c.value_len, "lock_ref": c.lock_ref, "rank": c.rank_text, "extras": dict(c.extras),
                            "host": c.host_len,  # the host tier's copy (None: none)
                            "session_ref": c.session_ref, "session_ids": c.session_ids}
                   for c in row.components}
@@ -76,23 +76,39 @@ def subtree_sizes(graph: nx.DiGraph) -> None:
         data["subtree_tokens"] = data["tokens"] + sum(k["subtree_tokens"] for k in kids)
 
 
-def elide(graph: nx.DiGraph, max_nodes: int) -> int:
-    """Keep at most ``max_nodes`` drawn nodes: the root, every changed node and its
-    ancestors first, then breadth first; each parent's dropped subtrees become one
-    placeholder saying what it holds. Returns how many tree nodes were folded away."""
-    if graph.number_of_nodes() <= max_nodes:
-        return 0
+def elide(graph: nx.DiGraph, max_nodes: int, max_leaves: Optional[int] = None) -> int:
+    """Keep at most ``max_nodes`` drawn nodes, and (``max_leaves``) at most that many side
+    by side: the root, every changed node and its ancestors first, then breadth first,
+    a node going on below its parent freely but beside a sibling only while the leaves
+    stay within ``max_leaves`` (a drawing is as wide as its leaves). Each parent's dropped
+    subtrees become one placeholder saying what it holds. Returns how many tree nodes
+    were folded away."""
     root = graph.graph["root"]
+    if graph.number_of_nodes() <= max_nodes and (max_leaves is None or _leaves(graph) <= max_leaves):
+        return 0
     if "subtree_nodes" not in graph.nodes[root]:
         subtree_sizes(graph)
     keep = {root}
     for name, data in list(graph.nodes(data=True)):
         if data["changes"] and len(keep) < max_nodes:
             keep.update(_up_to_kept(graph, name, keep))
+    kept_children = {name: sum(1 for c in graph.successors(name) if c in keep) for name in keep}
+    leaves = sum(1 for n in keep if not kept_children[n])
     for name in nx.bfs_tree(graph, root):
         if len(keep) >= max_nodes:
             break
-        keep.update(_up_to_kept(graph, name, keep))
+        if name in keep:
+            continue
+        parent = next(iter(graph.predecessors(name)))
+        if parent not in keep:
+            continue  # its parent did not fit: neither does it
+        beside = kept_children[parent] > 0  # a new leaf beside a sibling widens the picture
+        if beside and max_leaves is not None and leaves >= max_leaves:
+            continue
+        keep.add(name)
+        kept_children[parent] += 1
+        kept_children[name] = 0
+        leaves += beside
     dropped = 0
     for parent in list(keep):
         cut = [c for c in graph.successors(parent) if c not in keep]
@@ -107,6 +123,10 @@ def elide(graph: nx.DiGraph, max_nodes: int) -> int:
         graph.add_edge(parent, placeholder)
     graph.remove_nodes_from([n for n in list(graph) if n not in keep and graph.nodes[n]["kind"] != "folded"])
     return dropped
+
+
+def _leaves(graph: nx.DiGraph) -> int:
+    return sum(1 for n in graph if graph.out_degree(n) == 0)
 
 
 def _up_to_kept(graph: nx.DiGraph, name: str, keep: set[str]) -> Iterable[str]:

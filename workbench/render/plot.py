@@ -30,7 +30,6 @@ OTHERS = ("#8c564b", "#e377c2", "#bcbd22", "#17becf", "#7f7f7f")
 FAILURE, BREAKPOINT, CHANGE = "#d62728", "#1f77b4", "#9400d3"
 UNACCOUNTED = "unaccounted"
 THOUSANDS = "{x:,.0f}"  # 80,000 (a formatter per axis: one formatter belongs to one axis)
-MAX_MARK_LINES = 200  # beyond this many runs of marked steps only their shading is drawn
 
 
 class ChangeMark(NamedTuple):
@@ -80,7 +79,7 @@ def draw_run(series: RunSeries, names: Optional[Sequence[str]] = None, changes: 
         ax.xaxis.set_major_formatter(StrMethodFormatter(THOUSANDS))
         ax.set_xlim(0, end)
         ax.grid(True, alpha=0.25, linewidth=0.5)
-        _draw_marks(ax, series, changes, buckets, legend=ax is axes[0])
+        _draw_marks(ax, series, changes, buckets, legend=ax is axes[0], name=group)
         ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     if len(axes):
         axes[-1].set_xlabel("step")
@@ -140,17 +139,23 @@ def _draw_series(ax, series: RunSeries, name: str, buckets: int, n: int) -> None
         ax.step(steps, low, where="post", color=colour, **{**style, "linewidth": 0.7})
 
 
-def _draw_marks(ax, series: RunSeries, changes: Sequence[ChangeMark], buckets: int, legend: bool) -> None:
-    """The markers, named in the legend of the first chart only (the same on every chart)."""
+def _draw_marks(ax, series: RunSeries, changes: Sequence[ChangeMark], buckets: int, legend: bool, name: str) -> None:
+    """The markers, named in the legend of the first chart only (the same on every chart).
+    Every run of marked steps gets its line (at most ``buckets`` runs: ``marker_runs``
+    joins closer ones), drawn as one collection per kind (``{name}-failing``,
+    ``{name}-breakpoints`` in the SVG)."""
+    across = ax.get_xaxis_transform()  # x in steps, y from the chart's bottom (0) to its top (1)
     failing = series.marker_runs(series.failing_steps, buckets)
-    for i, (first, last) in enumerate(failing):
-        label = f"failing (first: step {failing[0][0]:,})" if i == 0 and legend else None
+    for first, last in failing:
         if last > first:
             ax.axvspan(first, last + 1, color=FAILURE, alpha=0.12, linewidth=0)
-        if i < MAX_MARK_LINES:
-            ax.axvline(first, color=FAILURE, linewidth=1.0, label=label)
-    for i, (first, _) in enumerate(series.marker_runs(series.breakpoint_steps, buckets)[:MAX_MARK_LINES]):
-        ax.axvline(first, color=BREAKPOINT, linewidth=0.9, linestyle=":", label="breakpoint" if i == 0 and legend else None)
+    if failing:
+        ax.vlines([first for first, _ in failing], 0, 1, transform=across, color=FAILURE, linewidth=1.0,
+                  label=f"failing (first: step {failing[0][0]:,})" if legend else None, gid=f"{name}-failing")
+    marked = series.marker_runs(series.breakpoint_steps, buckets)
+    if marked:
+        ax.vlines([first for first, _ in marked], 0, 1, transform=across, color=BREAKPOINT, linewidth=0.9,
+                  linestyle=":", label="breakpoint" if legend else None, gid=f"{name}-breakpoints")
     for change in changes:
         if change.at is not None:
             ax.axvline(change.at, color=CHANGE, linewidth=1.2, linestyle="--",

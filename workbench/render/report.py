@@ -167,7 +167,7 @@ def step_view(record: StepRecord, path: str, plain: bool = False) -> RenderableT
     elif record.result:
         parts.append(Text("result: " + result_text(record.result), style="bold"))
     for event in record.events:
-        parts.append(Text("  " + event_text(event), style="dim"))
+        parts.append(Text("  " + event_text(event, record.index), style="dim"))
     for line in record.kv_events:
         parts.append(Text("  kv event: " + printable(line), style="cyan"))  # a store's lines are not checked
     for line in _request_lines(record):

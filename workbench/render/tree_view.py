@@ -38,7 +38,7 @@ def node_label(node: NodeView, snapshot: CacheSnapshot) -> Text:
 
 def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable[tuple], evictable_leaf: bool,
                chain: int = 0, cache_salt: Optional[str] = None, key_head: Optional[int] = None,
-               policy: str = "") -> Text:
+               policy: str = "", leaf_of: Optional[int] = None) -> Text:
     """``#7 [1 2 3] 3t  full:3 🔒1 r0  swa:✝  leaf``: one node with a badge per component
     (name, value length or None, lock_ref, LRU rank or None, extras[, host copy length[,
     session_ref, session_ids]]) — every view's line. With a host tier a copy shows as
@@ -47,7 +47,9 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
     session's frontier names it, ``§1=s1``. A salted node shows ``salt=S`` beside its
     namespace; an EAGLE bigram key shows the token its first pair begins with: ``[3|4 5]``
     (its length counts pairs). ``policy`` is what Full's eviction policy reads of the node
-    (``prio 3``, ``2 hits``: shown_tree.policy_badge)."""
+    (``prio 3``, ``2 hits``: shown_tree.policy_badge). A folded chain (``chain`` nodes
+    below the top) shows its ranks as a range (``r6–1``) and names the member its leaf
+    flag is about (``leaf #6``, ``leaf_of``): only the chain's bottom can be a leaf."""
     text = Text()
     text.append(f"#{node_id} ", style="bold")
     if chain:
@@ -89,7 +91,7 @@ def badge_line(node_id: int, key, extra_key: Optional[str], components: Iterable
     if policy:
         text.append(f"  {policy}", style="yellow")
     if evictable_leaf:
-        text.append("  leaf", style="dim green")
+        text.append(f"  leaf #{leaf_of}" if chain and leaf_of is not None else "  leaf", style="dim green")
     return text
 
 

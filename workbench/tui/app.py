@@ -26,6 +26,7 @@ from .bindings import COMMANDS as COMMAND_TABLE
 from .bindings import Command, bindings, commands, is_printable, priority_actions
 from .commands import WorkbenchCommands
 from .exports import ExportActions
+from .why_action import WhyAction
 from .layout import AREAS, LAYOUT, Slot
 from .messages import NodeChosen, SessionChosen, StepChosen
 from .screens.breakpoints import BreakpointScreen
@@ -34,7 +35,6 @@ from .screens.choice import ChoiceScreen
 from .screens.diff import DiffScreen
 from .screens.goto import GotoScreen
 from .screens.help import HelpScreen
-from .screens.why import WhyScreen
 from .widgets.command_bar import CommandBar
 from .widgets.events_panel import EventsPanel
 from .widgets.panel import Panel
@@ -49,7 +49,7 @@ def damage_text(error: Exception) -> str:
     return printable(f"damaged store: a value is not as urc writes it ({type(error).__name__}: {error})")[:300]
 
 
-class WorkbenchApp(ExportActions, App[None]):
+class WorkbenchApp(ExportActions, WhyAction, App[None]):
     CSS_PATH = "workbench.tcss"
     TITLE = "urc workbench"
     COMMANDS = App.COMMANDS | {WorkbenchCommands}
@@ -78,6 +78,14 @@ class WorkbenchApp(ExportActions, App[None]):
         self._bottom_rows = 4  # pools the bottom row is sized for (workbench.tcss: #bottom)
         self.selected: Optional[int] = None
         self.selected_session: Optional[str] = None  # the session whose nodes the tree highlights
+
+    def notify(self, message: str, **options) -> None:
+        """While a dialog with a text input is open, say it on the dialog's note line too
+        (no toast covers the input there: screens/dialog_note.py)."""
+        say = getattr(self.screen, "say", None)
+        if say is not None:
+            say(message)
+        super().notify(message, **options)
 
     # ---- size ----------------------------------------------------------------------------------
     WIDE, NARROW, SHORT = 140, 110, 36  # below these the side columns shrink, then narrow further; rows shrink
@@ -122,6 +130,7 @@ class WorkbenchApp(ExportActions, App[None]):
         self.query_one(StepList).reset()
         self.query_one("#loading", ProgressBar).display = False
         self.open_chapter(0)
+        self.query_one(StepList).focus()  # arrows, enter and z act on the steps from the first key
         if self.follower is not None:
             self.set_interval(self.FOLLOW_EVERY, self.poll_follower)
 
@@ -252,8 +261,16 @@ class WorkbenchApp(ExportActions, App[None]):
             self.cursor.go(before)  # a step that cannot be read: stay where the panels are
 
     def action_next(self) -> None:
-        """Step forward."""
-        self._move(self.cursor.step + 1)
+        """Step forward; at a chapter's last step, say so and what follows."""
+        cursor = self.cursor
+        if cursor.step >= cursor.available and cursor.chapter.loaded:
+            index, after = cursor.chapter_index, len(cursor.chapters) - cursor.chapter_index - 1
+            follows = (f"{after} chapter{'s' if after != 1 else ''} follow: ] opens chapter {index + 2}" if after
+                       else "no chapter follows ([ goes back one)" if index else "no chapter follows")
+            self.notify(f"step {cursor.step:,} is the last of chapter {index + 1} "
+                        f"({one_line(cursor.chapter.scenario.name)}); {follows}", markup=False)
+            return
+        self._move(cursor.step + 1)
 
     def action_previous(self) -> None:
         """Step back."""
@@ -327,7 +344,7 @@ class WorkbenchApp(ExportActions, App[None]):
         focused = self.focused.id if self.focused is not None else None
         self.push_screen(HelpScreen(self.command_table, focused))
 
-    # ---- breakpoints, diff, why ----------------------------------------------------------------
+    # ---- breakpoints, diff ----------------------------------------------------------------
     def action_continue(self, forward: bool) -> None:
         """Run to the next (previous) step where a breakpoint holds."""
         hit = self.cursor.run_to_breakpoint(forward)
@@ -356,36 +373,6 @@ class WorkbenchApp(ExportActions, App[None]):
         step = self.cursor.step
         self.push_screen(DiffScreen(self.cursor, max(0, step - 1), step))
 
-    def action_why(self) -> None:
-        """Explain the chosen event, request or session; on a match step (or one whose failed
-        check is its match's) why the match stopped, unless the tree is focused; else the
-        selected node, or the step's match."""
-        from ..model.debugging.why import asks_about_its_match, why_event, why_match, why_node
-        from ..model.debugging.why_request import why_request
-        from ..model.debugging.why_session import why_session
-
-        cursor, events, requests = self.cursor, self.query_one(EventsPanel), self.query_one(RequestsPanel)
-        sessions = self.query_one(SessionsPanel)
-        try:
-            with cursor.lock:
-                if self.focused is requests and requests.highlighted_request is not None:
-                    answer = why_request(cursor.timeline, cursor.step, requests.highlighted_request)
-                elif self.focused is sessions and sessions.highlighted_session is not None:
-                    answer = why_session(cursor.timeline, cursor.step, sessions.highlighted_session)
-                elif self.focused is events and events.highlighted_event is not None and cursor.step:
-                    answer = why_event(cursor.timeline, cursor.step, events.highlighted_event)
-                elif cursor.record is not None and asks_about_its_match(cursor.record) \
-                        and self.focused is not self.query_one(TreePanel):  # the followed node is not the question
-                    answer = why_match(cursor.timeline, cursor.step)
-                elif self.selected is not None:
-                    answer = why_node(cursor.timeline, cursor.step, self.selected)
-                else:
-                    answer = why_match(cursor.timeline, cursor.step)
-        except ValueError as exc:
-            self.notify(one_line(str(exc)), severity="warning", timeout=8, markup=False)  # it names a file's id
-            return
-        self.push_screen(WhyScreen(answer))
-
     # ---- live ops, quitting, following -------------------------------------------------------------
     def action_command(self) -> None:
         """Open the command bar to run an op at the end of the timeline."""
@@ -411,7 +398,7 @@ class WorkbenchApp(ExportActions, App[None]):
             self.notify(f"step {record.index} failed a check: see the banner", severity="error")
 
     async def action_quit(self) -> None:
-        """Quit (q, ctrl+q); with live ops not saved, ask first: y / enter quits, n / esc stays."""
+        """Quit (q, ctrl+q); with live ops not saved, ask first: y quits, n / esc / enter stays."""
         unsaved = self.cursor.unsaved_ops()
         if not unsaved:
             self.exit()
@@ -420,7 +407,7 @@ class WorkbenchApp(ExportActions, App[None]):
         where = ", ".join(f"{n:,} in {one_line(name)}" for name, n in unsaved.items())
         question = (f"{ops:,} live op{'s' if ops != 1 else ''} not saved ({where}). Quit and lose "
                     f"{'them' if ops != 1 else 'it'}?")
-        answers = {"yes": "y / enter  quit", "no": "n / esc  stay (ctrl+s saves the session)"}
+        answers = {"yes": "y  quit and lose them", "no": "n / esc / enter  stay (ctrl+s saves the session)"}
         self.push_screen(ChoiceScreen(question, answers), lambda choice: choice == "yes" and self.exit())
 
     def poll_follower(self) -> None:

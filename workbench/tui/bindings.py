@@ -52,10 +52,11 @@ COMMANDS: tuple[Command, ...] = (
 
 
 # A question dialog's answers (screens/choice.py): its own keys while it is open (a modal
-# screen holds the app's keys back), each dialog offering some of them.
+# screen holds the app's keys back), each dialog offering some of them. Enter is the safe
+# answer (stay, cancel): losing work takes a deliberate y.
 ANSWERS: tuple[Command, ...] = (
-    Command("answer.yes", "y,enter", "answer('yes')", "yes", "answer"),
-    Command("answer.no", "n,escape", "answer('no')", "no", "answer"),
+    Command("answer.yes", "y", "answer('yes')", "yes", "answer"),
+    Command("answer.no", "n,escape,enter", "answer('no')", "no", "answer"),
     Command("answer.keep", "k", "answer('keep')", "keep the scenario's expectations", "answer"),
     Command("answer.pin", "p", "answer('pin')", "pin today's results", "answer"),
 )

@@ -113,7 +113,7 @@ def _creation_text(timeline: Timeline, node: int, seen) -> str:
     if event.kind is EventKind.SPLIT:
         child = _split_child(event)
         return f"created at {at} by splitting node #{child}: it took #{child}'s first {plural(event.tokens, 'token')}"
-    return f"first named at {at} ({event_text(event)})"
+    return f"first named at {at} ({event_text(event, s)})"
 
 
 def _deletion_lines(timeline: Timeline, node: int, seen, cited: set[int]) -> list[str]:
@@ -318,19 +318,19 @@ def why_event(timeline: Timeline, step: int, event_index: int) -> Explanation:
                      f"which applied it to the pools: {event.detail}")
         effect = next((e for e in events[event_index + 1:] if e.kind is not EventKind.ACTION), None)
         if effect is not None:
-            lines.append(f"its first effect: {event_text(effect)}")
+            lines.append(f"its first effect: {event_text(effect, step)}")
     elif event.cause is Cause.CASCADE:
         source = _cascade_source(event)
         trigger = next(((k, e) for k, e in _same_node(record, event.node) if e.component == source
                         and e.cause is not Cause.CASCADE and e.kind in (EventKind.EVICT, EventKind.TOMBSTONE)), None)
         if trigger is not None:
-            lines.append(f"triggered by event {trigger[0]}: {event_text(trigger[1])}")
+            lines.append(f"triggered by event {trigger[0]}: {event_text(trigger[1], step)}")
         lines.append(_removal_text(record, event))
     elif event.kind is EventKind.DELETE and event.cause is Cause.CAPACITY:
         trigger = next(((k, e) for k, e in _same_node(record, event.node)
                         if e.kind is EventKind.EVICT and e.cause is Cause.CAPACITY), None)
         if trigger is not None:
-            lines.append(f"its data left first, event {trigger[0]}: {event_text(trigger[1])}")
+            lines.append(f"its data left first, event {trigger[0]}: {event_text(trigger[1], step)}")
             lines.append(_removal_text(record, trigger[1]))
     elif event.node is not None and event.kind in (EventKind.EVICT, EventKind.TOMBSTONE, EventKind.DELETE):
         lines.append(_removal_text(record, event))
@@ -341,4 +341,4 @@ def why_event(timeline: Timeline, step: int, event_index: int) -> Explanation:
     else:
         detail = f" ({event.detail})" if event.detail else ""
         lines.append(f"{event.cause.value}: {CAUSE_TEXT.get(event.cause, '')}{detail}")
-    return Explanation(event_text(event), tuple(lines), (step,))
+    return Explanation(event_text(event, step), tuple(lines), (step,))

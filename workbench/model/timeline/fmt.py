@@ -91,13 +91,15 @@ def kv_event_text(event) -> str:
     return text
 
 
-def event_text(event) -> str:
-    """``[op 6 inc_lock_ref] lock full node #4, 2 tokens (request; lock_ref=1)``: the op's
-    sequence number and name (and the request it served: ``[op 9 new_request r3]``),
-    what changed, where, how much, and why."""
+def event_text(event, step: Optional[int] = None) -> str:
+    """``[step 6 inc_lock_ref] lock full node #4, 2 tokens (request; lock_ref=1)``: the
+    step it happened in and the cache op's name (and the request it served: ``[step 9
+    new_request r3]``), what changed, where, how much, and why. Without ``step`` (a run
+    with no scenario steps, as ``urc demo``'s) the cache's own op count: ``[op 6 …]``."""
     what = event.kind.value + (f" {event.component}" if event.component else "")
     where = f" node #{event.node}" if event.node is not None else ""
     amount = f", {plural(event.tokens, 'token')}" if event.tokens else ""
     why = event.cause.value + (f"; {event.detail}" if event.detail else "")
     op = f"{event.op} {event.request}" if event.request else event.op
-    return printable(f"[op {event.seq} {op}] {what}{where}{amount} ({why})")
+    when = f"step {step}" if step is not None else f"op {event.seq}"
+    return printable(f"[{when} {op}] {what}{where}{amount} ({why})")

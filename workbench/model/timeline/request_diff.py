@@ -220,7 +220,7 @@ def request_cells(v: RequestView) -> dict[str, str]:
         "prefix": f"{v.cache_protected_len:,}",
         "committed": committed,
         "inserted": f"{v.inserted_len:,}",
-        "locked": f"#{v.lock_node} r{v.lock_receipt}" if v.lock_node is not None else "–",
+        "locked": f"#{v.lock_node} receipt {v.lock_receipt}" if v.lock_node is not None else "–",
         "row": row_text(v),
         "priority": str(v.priority),
         "state": "chunked" if v.is_chunked else "",

@@ -18,9 +18,13 @@ child (ghosts count: a node that lost a child this step ends its row), neither i
 root or a ghost, the step changed neither, and per component they agree: both a value
 or both a tombstone, the same lock_ref, the same session_ref, both with a host copy or
 both without, and neither has extras (an SWA boundary, a Mamba slot, a host transfer
-in flight) nor is a session's frontier (its ``session_ids``: a badge of its own). A
-folded row shows the whole chain's key and token count, summed value and host-copy
-lengths, the top member's LRU ranks and the bottom member's evictable-leaf flag.
+in flight) nor is a session's frontier (its ``session_ids``: a badge of its own), Full's
+eviction policy reads them alike (``policy_badge``), and each LRU rank of ``b`` is next
+to ``a``'s, one way all along the row (a path used together: ``r6 r5 r4``, or ``r0 r1``
+after a match touched the top). A folded row shows the whole chain's key and token
+count, summed value and host-copy lengths, its members' LRU ranks as a range top to
+bottom (``r6–4``: every member's rank follows from it) and the evictable-leaf flag,
+which only its bottom member can carry (renderers name that member).
 
 **Marks.** A row's change kinds are the diff's for its node (a changed node never
 folds, so there is one); ``mark`` is the strongest, in ``CHANGE_ORDER``. Every renderer
@@ -69,6 +73,15 @@ class ShownComponent:
     host_len: Optional[int]  # the host tier's copy, summed over a chain; None: none
     session_ref: int = 0  # sessions whose coverage holds it (alike over a chain)
     session_ids: tuple[str, ...] = ()  # sessions whose frontier it is (never folded)
+    last_rank: Optional[int] = None  # a folded chain's bottom member's rank (one apart per member)
+
+    @property
+    def rank_text(self) -> Optional[str]:
+        """``6`` for one node, ``6–1`` for a chain ranked 6, 5, … 1 top to bottom (``0–1``:
+        0 then 1); None: not ranked."""
+        if self.rank is None:
+            return None
+        return f"{self.rank}–{self.last_rank}" if self.last_rank not in (None, self.rank) else str(self.rank)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,8 +153,9 @@ def policy_badge(policy: str, priority: int, hit_count: int) -> str:
     return ""
 
 
-def _fold(rows: list[NodeRecord], top: ShownNode) -> ShownNode:
-    """``top`` with the records below it in its chain folded in."""
+def _fold(rows: list[NodeRecord], top: ShownNode, last_ranks: dict[str, Optional[int]]) -> ShownNode:
+    """``top`` with the records below it in its chain folded in (``last_ranks``: the bottom
+    member's rank per component)."""
     comps = []
     for i, comp in enumerate(top.components):
         value, host = comp.value_len, comp.host_len
@@ -149,7 +163,7 @@ def _fold(rows: list[NodeRecord], top: ShownNode) -> ShownNode:
             below = record.components[i]
             value = None if value is None else value + below.value_len
             host = None if host is None else host + below.host_len
-        comps.append(dataclasses.replace(comp, value_len=value, host_len=host))
+        comps.append(dataclasses.replace(comp, value_len=value, host_len=host, last_rank=last_ranks.get(comp.name)))
     return dataclasses.replace(top, members=top.members + tuple(r.id for r in rows),
                                key=top.key + b"".join(r.key for r in rows), evictable_leaf=rows[-1].evictable_leaf,
                                components=tuple(comps))
@@ -203,11 +217,16 @@ class ShownTree:
         ranks = {name: self.state.rank(name, record) for name in self.components}
         top = ShownNode.of_record(record, self.components, ranks, self._kinds(node_id),
                                   policy=self.state.eviction_policy)
-        below, last = [], node_id
+        below, last, way = [], node_id, None
         while (nxt := self._continues_into(last)) is not None:
+            step = self._rank_steps(last, nxt)
+            if way is not None and step != way:
+                break
             below.append(self.state.record(nxt))
-            last = nxt
-        return _fold(below, top) if below else top
+            last, way = nxt, step
+        if not below:
+            return top
+        return _fold(below, top, {name: self.state.rank(name, below[-1]) for name in self.components})
 
     def _kinds(self, node_id: int) -> frozenset[str]:
         return self.diff.kinds(node_id) if self.diff is not None else frozenset()
@@ -217,15 +236,32 @@ class ShownTree:
         if node_id == self.root_id or node_id in self._ghosts or self._ghosts_under.get(node_id):
             return None
         kids = self.state.children(node_id)
-        if len(kids) != 1 or not self.agree(node_id, kids[0]):
+        if len(kids) != 1 or not self.agree(node_id, kids[0]) or self._rank_steps(node_id, kids[0]) is None:
             return None
         return kids[0]
 
+    def _rank_steps(self, a: int, b: int) -> Optional[tuple]:
+        """Per component, how ``b``'s LRU rank steps from ``a``'s (+1, -1, or None when
+        neither is ranked); None when they are not next to each other."""
+        ra, rb = self.state.record(a), self.state.record(b)
+        steps = []
+        for name in self.components:
+            rank_a, rank_b = self.state.rank(name, ra), self.state.rank(name, rb)
+            if (rank_a is None) != (rank_b is None) or rank_a is not None and abs(rank_b - rank_a) != 1:
+                return None
+            steps.append(None if rank_a is None else rank_b - rank_a)
+        return tuple(steps)
+
     def agree(self, a: int, b: int) -> bool:
-        """Two live nodes may share a row: unchanged, and alike per component."""
+        """Two live nodes may share a row: unchanged, and alike per component (their ranks
+        are ``_rank_steps``')."""
         if self._kinds(a) or self._kinds(b):
             return False
-        ra, rb = self.state.record(a), self.state.record(b)
+        state = self.state
+        ra, rb = state.record(a), state.record(b)
+        policy = state.eviction_policy
+        if policy_badge(policy, ra.priority, ra.hit_count) != policy_badge(policy, rb.priority, rb.hit_count):
+            return False
         return all((x.value_len is None) == (y.value_len is None) and x.lock_ref == y.lock_ref
                    and (x.host_len is None) == (y.host_len is None) and not x.extras and not y.extras
                    and x.session_ref == y.session_ref and not x.session_ids and not y.session_ids
@@ -253,11 +289,15 @@ class ShownTree:
             return node_id
         if node_id not in self.state:
             return None
-        while True:
-            parent = self.state.record(node_id).parent
-            if parent is None or self._continues_into(parent) != node_id:
-                return node_id
-            node_id = parent
+        top = node_id
+        while True:  # up to where the chain the node is in starts ...
+            parent = self.state.record(top).parent
+            if parent is None or self._continues_into(parent) != top:
+                break
+            top = parent
+        while node_id not in self.row(top).members:  # ... then down its rows (a rank turn starts one)
+            top = self._continues_into(self.row(top).bottom)
+        return top
 
     def walk(self):
         """Every row, preorder from the root (live children, then ghosts)."""

@@ -84,10 +84,11 @@ class StepView:
 
     @property
     def heading(self) -> str:
-        """``tour — step 3/14, 9 checked  (chapter 1/3)``."""
-        chapter = f"  (chapter {self.chapter_index + 1}/{self.chapters})" if self.chapters > 1 else ""
+        """``step 3/14, 9 checked · chapter 1/3 · tour``: what changes first, so a narrow
+        panel that cuts its title cuts the name."""
+        chapter = f" · chapter {self.chapter_index + 1}/{self.chapters}" if self.chapters > 1 else ""
         loading = f", {self.available:,} checked" if self.available < self.total else ""
-        return f"{printable(self.scenario.name)} — step {self.step:,}/{self.total:,}{loading}{chapter}"
+        return f"step {self.step:,}/{self.total:,}{loading}{chapter} · {printable(self.scenario.name)}"
 
     def steps_touching(self, node_id: int) -> list[int]:
         return self.cursor.steps_touching(node_id)

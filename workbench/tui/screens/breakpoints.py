@@ -15,6 +15,7 @@ from textual.widgets.option_list import Option
 
 from ...model.debugging.breakpoints import ConditionError
 from ...model.debugging.cursor import DEFAULT_BREAKPOINTS, TimelineCursor
+from .dialog_note import DialogNote
 
 EXAMPLES = (
     "violation · fingerprint · failed · error",
@@ -25,8 +26,9 @@ EXAMPLES = (
 )
 
 
-class BreakpointScreen(ModalScreen[None]):
+class BreakpointScreen(DialogNote, ModalScreen[None]):
     BINDINGS = [Binding("escape", "dismiss", "close"), Binding("delete", "remove", "remove", show=False)]
+    NOTE_ID = "breakpoint-error"
 
     def __init__(self, cursor: TimelineCursor) -> None:
         super().__init__()

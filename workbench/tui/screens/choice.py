@@ -1,5 +1,5 @@
 """A question with a few answers, each a key from the binding table's ``ANSWERS``: quit
-with live ops not saved (y / enter quits, n / esc stays), or which test ``t`` writes for
+with live ops not saved (y quits; n, esc and enter stay), or which test ``t`` writes for
 a run that departs from its scenario (k keeps its expectations, p pins today's results).
 Dismissed with the answer's name; a key the dialog does not offer does nothing."""
 

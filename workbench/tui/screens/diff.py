@@ -16,12 +16,14 @@ from ...model.scenarios.errors import printable
 from ...model.debugging.cursor import TimelineCursor
 from ...model.timeline.diff import ChangeRow, StateDiff, change_rows, diff_text
 from ..widgets.badges import node_label
+from .dialog_note import DialogNote
 
 MAX_ROWS = 500  # a diff across a whole trace can change every node: show the first changes and say so
 
 
-class DiffScreen(ModalScreen[None]):
+class DiffScreen(DialogNote, ModalScreen[None]):
     BINDINGS = [Binding("escape,d,q", "dismiss", "close")]
+    NOTE_ID = "diff-note"
 
     def __init__(self, cursor: TimelineCursor, start: int, end: int) -> None:
         super().__init__()
@@ -35,6 +37,7 @@ class DiffScreen(ModalScreen[None]):
                 yield Input(str(self.start), type="integer", id="diff-from")
                 yield Label(" to step ")
                 yield Input(str(self.end), type="integer", id="diff-to")
+            yield Static("", id="diff-note")
             yield DataTable(id="diff-nodes", cursor_type="row", zebra_stripes=True)
             yield Static(id="diff-globals")
 

@@ -8,9 +8,12 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from .dialog_note import DialogNote
 
-class GotoScreen(ModalScreen[int | None]):
+
+class GotoScreen(DialogNote, ModalScreen[int | None]):
     BINDINGS = [Binding("escape", "dismiss_none", "cancel")]
+    NOTE_ID = "goto-note"
 
     def __init__(self, last: int) -> None:
         super().__init__()
@@ -20,6 +23,7 @@ class GotoScreen(ModalScreen[int | None]):
         with Vertical(id="goto"):
             yield Static(f"go to step (0–{self.last:,}):", id="goto-question")  # wraps at the dialog's edge
             yield Input(placeholder="step number", type="integer", id="goto-input")
+            yield Static("", id="goto-note")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         try:

@@ -40,7 +40,8 @@ class HelpScreen(ModalScreen[None]):
         legend = Text()
         legend.append("#7 [1 2 3] 3t  full:3 🔒1 r0  swa:✝  leaf\n", style="bold")
         legend.append("node id, key, tokens; per component value length (✝ tombstone), 🔒 lock_ref, "
-                      "LRU rank (r0 most recent); leaf = evictable Full leaf; +k = k more nodes folded in a chain; "
+                      "LRU rank (r0 most recent); leaf = evictable Full leaf; +k = k more nodes folded in a chain "
+                      "(its ranks top to bottom r6–4, leaf #9: its bottom node is the leaf); "
                       "§n = n sessions hold it, §1=s1: session s1's frontier\n")
         for kind, style in CHANGE_STYLE.items():
             legend.append(f" {kind} ", style=style)

@@ -32,10 +32,10 @@ SESSION_COVERED_STYLE = "underline"  # the rest of what its coverage holds
 
 def row_label(row: ShownNode) -> Text:
     """The tree view's line for a row, styled by the change that marks it."""
-    comps = ((c.name, c.value_len, c.lock_ref, c.rank, c.extras, c.host_len, c.session_ref, c.session_ids)
+    comps = ((c.name, c.value_len, c.lock_ref, c.rank_text, c.extras, c.host_len, c.session_ref, c.session_ids)
              for c in row.components)
     text = badge_line(row.id, PackedTokens(row.key), row.extra_key, comps, row.evictable_leaf, row.folded,
-                      row.cache_salt, row.key_head, row.policy_badge)
+                      row.cache_salt, row.key_head, row.policy_badge, leaf_of=row.bottom)
     if row.mark is not None:
         text.stylize(CHANGE_STYLE[row.mark])
     return text

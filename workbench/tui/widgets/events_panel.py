@@ -42,7 +42,8 @@ class EventsPanel(Panel, OptionList):
             why = f"no {self.only} events" if self.only else "no events (the start, or an op that changed nothing)"
             self.add_option(Option(why, disabled=True))
             return
-        self.add_options(Option(Text(event_text(e)), id=f"e{i}") for i, e in enumerate(events))  # Text: no markup
+        self.add_options(Option(Text(event_text(e, record.index)), id=f"e{i}") for i, e in enumerate(events))  # Text: no markup
+        self.highlighted = 0  # y always has an event
 
     @property
     def highlighted_event(self) -> int | None:

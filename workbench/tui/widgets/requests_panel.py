@@ -48,8 +48,7 @@ class RequestsPanel(Panel, OptionList):
             self.add_option(Option("no running requests", disabled=True))
             return
         self.add_options(options)
-        if keep in self._rids:
-            self.highlighted = self._rids.index(keep)
+        self.highlighted = self._rids.index(keep) if keep in self._rids else 0  # y always has a request
 
 
 def _running(request, change: RequestChange | None) -> Text:

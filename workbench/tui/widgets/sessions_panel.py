@@ -1,7 +1,8 @@
 """The sessions at this step (``model.shown_sessions``): per session its generation, its
 state (open, streaming, closing, in flight, closed ✝), its frontier nodes per component,
 what its coverage holds per component and its streaming slot. Shown only when the
-scenario uses sessions; highlighting a session highlights its nodes in the tree."""
+scenario uses sessions. A row is always highlighted (``y`` has a session); while the
+panel has focus, the highlighted session's nodes are highlighted in the tree."""
 
 from __future__ import annotations
 
@@ -49,10 +50,16 @@ class SessionsPanel(Panel, OptionList):
             self.add_option(Option("no sessions", disabled=True))
             return
         self.add_options([Option(session_text(row, row.sid == view.session)) for row in rows])
-        if keep in self._sids:
-            self.highlighted = self._sids.index(keep)
+        self.highlighted = self._sids.index(keep) if keep in self._sids else 0
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        if self.has_focus:
+            self._choose()
+
+    def on_focus(self) -> None:
+        self._choose()
+
+    def _choose(self) -> None:
         sid = self.highlighted_session
         if sid is not None and sid != self._chosen:
             self._chosen = sid
