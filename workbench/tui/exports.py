@@ -94,22 +94,23 @@ class ExportActions:
 
     def _export(self, question: str, name: str, make_text, written=None) -> None:
         """Ask where (a free ``name`` beside the scenario suggested), make the text for
-        that path and write it, then call ``written``; a failure is a notification, never
-        a crash."""
-        def answer(path: str | None) -> None:
-            if path is None:
-                return
+        that path and write it, then call ``written``; a refusal (a bad suffix, an
+        existing file) is said in the dialog, which stays open with the typed path."""
+        def accept(path: str) -> bool:
             try:
                 with self.cursor.lock:
                     text = make_text(path)
             except Exception as exc:  # no dot, a timeline a test cannot replay, a bad suffix …
                 said = getattr(exc, "brief", None) or (str(exc).splitlines() or [""])[0]
                 self.notify(f"not exported: {one_line(said)}", severity="error", timeout=10, markup=False)
-                return
-            if self._write(path, lambda stream: stream.write(text)) and written is not None:
+                return False
+            if not self._write(path, lambda stream: stream.write(text)):
+                return False
+            if written is not None:
                 written()
+            return True
 
-        self.push_screen(PromptScreen(question, self._beside_scenario(name)), answer)
+        self.push_screen(PromptScreen(question, self._beside_scenario(name), accept))
 
     def _write(self, path: str, write) -> bool:
         """Write through ``outputs``: never over a file, a link, a pipe or a device, nor
