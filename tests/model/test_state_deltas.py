@@ -149,3 +149,12 @@ def test_a_node_outside_the_tree_is_said_at_its_line():
     step = json.loads(good[1])
     step["delta"]["nodes"] = [{"id": 50, "parent": 50, "key": [1], "components": {}}]  # its own parent
     bad("loop.jsonl", good[0] + json.dumps(step) + "\n", ":2: .*1 nodes are not under the root")
+
+
+def test_the_states_bench_counts_each_form_and_jumps(capsys):
+    rc, out, err = urc(capsys, "bench", "--states", "--requests", "30", "--steps", "40", "--json")
+    report = json.loads(out)
+    assert rc == 0 and report["trace"]["steps"] == 120
+    assert report["states"]["bytes"] > 0 and report["json"]["bytes"] > 0
+    assert report["full_states_first_40"]["bytes"] > report["states_first_40"]["bytes"] > 0
+    assert len(report["state_at"]["steps"]) == 8 and report["state_at"]["max_ms"] > 0
