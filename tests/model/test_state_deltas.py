@@ -158,3 +158,9 @@ def test_the_states_bench_counts_each_form_and_jumps(capsys):
     assert report["states"]["bytes"] > 0 and report["json"]["bytes"] > 0
     assert report["full_states_first_40"]["bytes"] > report["states_first_40"]["bytes"] > 0
     assert len(report["state_at"]["steps"]) == 8 and report["state_at"]["max_ms"] > 0
+
+
+def test_the_help_and_the_format_page_say_the_keyframe_interval():
+    help_text = " ".join((ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8").split())
+    page = (ROOT / "docs" / "reference" / "states-format.md").read_text(encoding="utf-8")
+    assert f"every {KEYFRAME_EVERY}th step" in help_text and f"**K = {KEYFRAME_EVERY}**" in page
