@@ -232,7 +232,7 @@ def test_json_with_a_failing_and_a_passing_file(capsys, smoke):
 def test_states_adds_the_state_after_every_step(capsys, smoke):
     _, plain = run_json(capsys, smoke)
     assert all("state" not in s for s in plain[0]["steps"])
-    rc, report = run_json(capsys, smoke, extra=("--states",))
+    rc, report = run_json(capsys, smoke, extra=("--full-states",))
     assert rc == 0
     steps = report[0]["steps"]
     assert all(set(s) - {"error"} == STEP_KEYS | {"state"} for s in steps)

@@ -112,7 +112,8 @@ def test_a_new_recording_can_be_followed_while_it_is_written(capsys, tmp_path, m
 # ---- one error path -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [["run", "--json", "--states"], ["show", "--walk"]], ids=["json", "rich"])
+@pytest.mark.parametrize("command", [["run", "--json", "--states"], ["run", "--json", "--full-states"], ["show", "--walk"]],
+                         ids=["json", "json-full", "rich"])
 def test_a_closed_pipe_exits_quietly(tmp_path, command):
     steps = [{"op": "insert", "key": [i, i + 1, i + 2]} for i in range(0, 600, 3)]
     trace = jsonl(str(tmp_path / "long.jsonl"), *steps, header={**JSONL_HEADER, "config": {

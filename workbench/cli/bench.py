@@ -53,11 +53,16 @@ def add_parser(command) -> None:
                        help="measure the timeline store instead: the workload as a trace of --steps steps (default "
                             "1,000,000: about half an hour and 8 GB of disk) checked into a store by urc run --store, "
                             "its peak memory, then reopening it and jumping to random steps")
+    bench.add_argument("--states", action="store_true",
+                       help="measure urc run --json --states instead: the workload trace (--requests, default 2,000: "
+                            "8,000 steps) run with --states, the bytes written and the seconds, beside --json alone and "
+                            "beside --full-states on its first --steps steps (default 1,000), then state_at jumps")
     bench.add_argument("--shrink", action="store_true",
                        help="time urc shrink cutting a planted fault out of a long trace (--steps: its length, "
                             "default 100,000)")
     bench.add_argument("--steps", type=int, metavar="N",
-                       help="with --store: the trace's length (default 1,000,000); with --shrink (default 100,000)")
+                       help="with --store: the trace's length (default 1,000,000); with --shrink (default 100,000); "
+                            "with --states: the steps --full-states runs (default 1,000)")
     bench.add_argument("--ops", type=int, metavar="N",
                        help="with --fuzz: ops per config (default 1,000,000); with --fuzz-jobs: ops per campaign")
     bench.add_argument("--write-trace", metavar="OUT.jsonl",
@@ -70,7 +75,7 @@ def add_parser(command) -> None:
 def run(args) -> int:
     check_against_use(args, {"--timeline": args.timeline, "--tui": args.tui, "--svg": args.svg, "--plot": args.plot,
                              "--fuzz": args.fuzz, "--fuzz-jobs": args.fuzz_jobs, "--store": args.store,
-                             "--shrink": args.shrink,
+                             "--shrink": args.shrink, "--states": args.states,
                              "--write-trace": bool(args.write_trace), "--device": args.device != "cpu",
                              "--tree-sizes": args.tree_sizes != "1000,100000"})
     if args.requests <= 0:
@@ -106,9 +111,17 @@ def run(args) -> int:
         raise ScenarioError("--force only applies with --write-trace")
     if args.ops is not None and (args.ops <= 0 or not (args.fuzz or args.fuzz_jobs)):
         raise ScenarioError("--ops must be a positive int" if args.ops <= 0 else "--ops applies to --fuzz and --fuzz-jobs")
-    if args.steps is not None and (args.steps <= 0 or not (args.store or args.shrink)):
+    if args.steps is not None and (args.steps <= 0 or not (args.store or args.shrink or args.states)):
         raise ScenarioError("--steps must be a positive int" if args.steps <= 0
-                            else "--steps applies to --store and --shrink")
+                            else "--steps applies to --store, --shrink and --states")
+    if args.states:
+        from ..bench.states import states_report
+
+        report = states_report(args.requests if args.requests != 5000 else 2000, args.steps or 1000, components,
+                               args.seed, emit=lambda line: None if args.json else print(line, file=sys.stderr,
+                                                                                            flush=True))
+        print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
+        return EXIT_OK
     if args.shrink:
         from ..bench.shrink import shrink_report, shrink_text
 

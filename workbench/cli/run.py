@@ -16,8 +16,15 @@ def add_parser(command) -> None:
     run = command("run", "run scenario files headlessly and check every step",
                   "Run each scenario, checking invariants, fingerprints and expectations after every step.")
     run.add_argument("files", nargs="+", metavar="FILE", help=FILE_HELP)
-    run.add_argument("--json", action="store_true", help="print a JSON array on stdout, one object per file")
-    run.add_argument("--states", action="store_true", help="with --json: add the state after every step")
+    run.add_argument("--json", action="store_true",
+                     help="print a JSON array on stdout, one object per file (JSON Lines with --states)")
+    run.add_argument("--states", action="store_true",
+                     help="with --json: add the state after every step, as what each step changed: the output "
+                          "becomes JSON Lines (a run header, a line per step, an end line), every 256th step "
+                          "holding the whole state; rebuild any step with the library's state_deltas_read.state_at")
+    run.add_argument("--full-states", action="store_true",
+                     help="with --json: the whole state in every step of the JSON array instead (large: each "
+                          "step repeats the tree)")
     run.add_argument("--record", metavar="OUT.jsonl",
                      help="write a JSONL trace of the executed steps, one line per step as it runs (one FILE only)")
     run.add_argument("--kv-events", metavar="OUT.jsonl",
@@ -43,7 +50,8 @@ def add_parser(command) -> None:
 
 
 def run(args) -> int:
-    check_against_use(args, {"--record": bool(args.record), "--kv-events": bool(args.kv_events), "--states": args.states, "--until": bool(args.until),
+    check_against_use(args, {"--record": bool(args.record), "--kv-events": bool(args.kv_events),
+                             "--states": args.states, "--full-states": args.full_states, "--until": bool(args.until),
                              "--full-checks": args.full_checks, "--force": args.force, "--store": bool(args.store)})
     check_storage_dir_use(args, args.files)
     if args.against:
@@ -52,8 +60,11 @@ def run(args) -> int:
         return run_against(args, load_all(args.files))
     if args.record and len(args.files) != 1:
         raise ScenarioError("--record takes exactly one scenario file")
-    if args.states and not args.json:
-        raise ScenarioError("--states only applies with --json")
+    for flag, on in (("--states", args.states), ("--full-states", args.full_states)):
+        if on and not args.json:
+            raise ScenarioError(f"{flag} only applies with --json")
+    if args.states and args.full_states:
+        raise ScenarioError("--states writes each step's changes, --full-states each whole state: choose one")
     if args.kv_events and len(args.files) != 1:
         raise ScenarioError("--kv-events takes exactly one scenario file")
     if args.force and not (args.record or args.kv_events or args.store):
@@ -88,17 +99,18 @@ def run(args) -> int:
     from ..render.report import make_console
 
     console = make_console(sys.stderr if args.json else sys.stdout)
-    if args.json:
+    array = args.json and not args.states  # --states is JSON Lines, one run after another
+    if array:
         sys.stdout.write("[\n")
     passed = True
     for n, scenario in enumerate(scenarios):
-        if args.json and n:
+        if array and n:
             sys.stdout.write(",\n")
         conditions = args.conditions[n] if args.until else None
         with contextlib.ExitStack() as outputs:
             record, kv_events = _open_outputs(outputs, args)
             passed &= _run_one(scenario, args, console, record, conditions, kv_events)
-    if args.json:
+    if array:
         sys.stdout.write("\n]\n")
     return EXIT_OK if passed else EXIT_CHECK_FAILED
 
@@ -127,7 +139,14 @@ def _run_one(scenario, args, console, record, conditions=None, kv_events=None) -
 
     runner = Runner(scenario, record=record, full_checks=args.full_checks, kv_events=kv_events)
     timeline = runner.timeline
-    writer = TimelineJsonWriter(sys.stdout, timeline, args.states) if args.json else None
+    if not args.json:
+        writer = None
+    elif args.states:
+        from ..model.timeline.state_deltas import StateDeltaWriter
+
+        writer = StateDeltaWriter(sys.stdout, timeline)
+    else:
+        writer = TimelineJsonWriter(sys.stdout, timeline, args.full_states)
     if writer is not None:
         timeline.on_step(writer.step)
     try:
@@ -143,7 +162,8 @@ def _run_one(scenario, args, console, record, conditions=None, kv_events=None) -
     except KeyboardInterrupt:
         if writer is not None:
             writer.close(interrupted=True)
-            sys.stdout.write("\n]\n")
+            if not args.states:
+                sys.stdout.write("\n]\n")
         print_run_report(timeline, console, interrupted=True)
         raise
     if writer is not None:
@@ -166,7 +186,8 @@ def _run_stored(args) -> int:
 
     if len(args.files) != 1:
         raise ScenarioError("--store takes exactly one scenario file")
-    for flag, on in (("--json", args.json), ("--states", args.states), ("--until", bool(args.until))):
+    for flag, on in (("--json", args.json), ("--states", args.states), ("--full-states", args.full_states),
+                     ("--until", bool(args.until))):
         if on:
             raise ScenarioError(f"--store keeps every step in the file: leave out {flag}")
     if not args.store.endswith(SUFFIX):
