@@ -378,7 +378,8 @@ class RequestFlows(_Owner):
         """The inserts SGLang runs before that assert, on a path the request already
         protects: no slot changes hands (everything lies below ``prev_prefix_len``), but
         the walk refreshes each node's access time (which orders later evictions), may
-        split a node at the key's end, and the prompt split may raise a priority. Not
+        split a node at the key's end, the prompt split may raise a priority, and the
+        request's inserted length grows (hits are counted past it). Not
         where a component forks state for the insert (Mamba): SGLang's fork would be
         lost with the assert, a pool difference the bridge reports instead."""
         if any(component.sets_checkpoints for component in self.components):
@@ -396,6 +397,7 @@ class RequestFlows(_Owner):
             swa_evicted_seqlen=req.swa_evicted_seqlen, inserted_len=req.cache_inserted_len,
             session_id=req.session_id,
         ))
+        req.cache_inserted_len = max(req.cache_inserted_len, aligned)  # set before the assert: later hits count past it
         prompt_len = len(req.origin_input_ids) - int(self.bigram_keys)
         prompt_len = max(prompt_len, 0) - max(prompt_len, 0) % self.page_size
         if self._prompt_split_ok and 0 < prompt_len < aligned:
