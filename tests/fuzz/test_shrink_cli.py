@@ -12,7 +12,7 @@ import pytest
 
 from urc_util import urc
 from workbench.model.fuzzing.fuzz import first_finding
-from workbench.model.fuzzing.shrink import Shrinker, dependents_of
+from workbench.model.fuzzing.shrink import Shrinker, dependents_of, pressure_steps
 from workbench.model.scenarios.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,3 +178,32 @@ def test_a_slice_keeps_the_steps_that_define_the_names_it_uses():
              {"op": "insert", "key": [3]}, {"op": "unlock", "lock": "l"}]
     assert with_definers(steps, [5]) == [1, 3, 5]  # the unlock's lock, and that lock's match
     assert with_definers(steps, [4, 5]) == [1, 3, 4, 5]
+
+
+def test_pressure_steps_replace_the_steps_that_only_filled_the_pools():
+    """A failure that needs node [9] evicted: twenty filler inserts did it; one evict
+    before the failing step does it too, and the filler goes."""
+    filler = [{"op": "insert", "key": [i + 10]} for i in range(20)]
+    steps = [{"op": "insert", "key": [9]}, *filler, {"op": "check", "key": [9]}]
+
+    def evicted(candidate) -> bool:  # [9] is gone when 20 units of pressure came after it
+        pressure = sum(s.get("full", 1) for s in candidate[1:-1])
+        return candidate[0] == {"op": "insert", "key": [9]} and candidate[-1]["op"] == "check" and pressure >= 20
+
+    without = Shrinker(evicted).shrink(steps)
+    with_pressure = Shrinker(evicted, pressure=pressure_steps({"components": ["full"], "kv_size": 20})).shrink(steps)
+    assert len(without) == 22
+    assert with_pressure == [steps[0], {"op": "evict", "full": 20}, steps[-1]]
+
+
+def test_urc_shrink_cuts_a_repro_whose_steps_filled_the_host_tier(capsys, tmp_path):
+    """The fault catalogue's longest old repro (a storage prefetch refilling a page the
+    host lost: 32 steps of inserts and requests) shrinks to the evictions it needed."""
+    out = tmp_path / "small.toml"
+    rc, stdout, err = urc(capsys, "shrink", str(ROOT / "tests" / "fuzz" / "data" / "refill-repro-32-steps.toml"),
+                          "-o", str(out), "--budget", "60")
+    assert rc == 0, err
+    small = load_scenario(out)
+    assert len(small.steps) <= 10
+    assert [s.op for s in small.steps][-1] == "prefetch" and {"evict", "evict_host"} <= {s.op for s in small.steps}
+    assert first_finding(small) is not None and first_finding(small).check == "invariant kv_events.router_view"

@@ -138,7 +138,7 @@ async def test_the_tui_shows_the_text_escaped(request, fixture):
     app = WorkbenchApp([scenario], background=False)
     async with app.run_test(size=(200, 50)) as pilot:  # the markup in the name neither crashes nor applies
         if fixture == "hostile":  # the step panel's title and its text
-            assert_escaped(_screen_text(app), r"─ x\x1b[2J\x1b]0;pwned\x07\x00 [bold red]x[/]")
+            assert_escaped(_screen_text(app), r"· x\x1b[2J\x1b]0;pwned\x07\x00 [bold red]x[/]")
             first_line = app.query_one(StepPanel).content.renderables[0]
             assert first_line.plain.startswith(r"x\x1b[2J\x1b]0;pwned\x07\x00 [bold red]x[/]")
         for _ in range(len(scenario.steps)):

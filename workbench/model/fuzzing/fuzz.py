@@ -21,7 +21,7 @@ from ..timeline.runner import Runner, checked_loop, state_field
 from ..scenarios.scenario import Scenario, ScenarioError, StepAppender, scenario_from_records
 from .config import FuzzConfig  # noqa: F401  (re-exported: what a fuzz run is set up with)
 from .generator import OpGenerator
-from .shrink import Shrinker, Steps
+from .shrink import Shrinker, Steps, pressure_steps
 from .sweep import configs_for, sweep_configs
 from ..timeline.timeline import StepRecord
 from ..ops.spec import BASE
@@ -268,7 +268,7 @@ def shrink_result(result: FuzzResult, budget_s: Optional[float] = 60.0) -> FuzzR
         # rejected one, say) can fail the fault-free cache too, and then the repro shows no fault
         return target.same_way(reproduce(config, s)) and (not config.faults or reproduce(unfaulted, s) is None)
 
-    shrinker = Shrinker(fails_the_same_way, budget_s, config.page_size)
+    shrinker = Shrinker(fails_the_same_way, budget_s, config.page_size, pressure=pressure_steps(config.scenario_config()))
     result.shrunk = shrinker.shrink(steps)
     result.shrink_runs = shrinker.runs
     return result

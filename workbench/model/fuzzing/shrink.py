@@ -1,7 +1,9 @@
 """Shrinking a failing op sequence to a minimal one that fails the same way.
 
 Generic over steps (scenario step dicts) and a ``fails(steps) -> bool`` oracle, so it
-is tested on its own. Passes, repeated until none makes progress (or time runs out):
+is tested on its own. First the caller's pressure steps (evict every pool) go just
+before the failing step, so the steps that only filled the pools can be dropped. Then
+passes, repeated until none makes progress (or time runs out):
 drop chunks of steps (delta debugging: halves, quarters, … single steps), shorten
 token lists (halve, then drop single tokens), lower amounts (eviction sizes, window
 floors) towards their smallest, and finally renumber tokens and names in order of
@@ -19,6 +21,23 @@ from .. import ops
 from ..scenarios.fields import COMMON_FIELDS
 
 Steps = list[dict[str, Any]]
+
+
+def pressure_steps(config: dict[str, Any]) -> Steps:
+    """Steps that free every device pool outright (and Full's host pool, with a host
+    tier): what a long run's filler steps did, in two steps the shrinker can try instead."""
+    kv = config.get("kv_size", 1024)
+    if type(kv) is not int:
+        return []
+    components = config.get("components", ["full"])
+    sizes = {"full": kv, "swa": config.get("swa_kv_size") or kv, "mamba": config.get("mamba_size")}
+    evict = {name: size for name, size in sizes.items() if name in components and type(size) is int and size > 0}
+    steps = [{"op": "evict", **evict}] if evict else []
+    hicache = config.get("hicache")
+    if isinstance(hicache, dict):
+        host = hicache.get("host_kv_size") or 2 * kv + int(config.get("page_size", 1) or 1)
+        steps.append({"op": "evict_host", "full": host})
+    return steps
 
 
 def _fields_of(step: dict, kind: str) -> list[str]:
@@ -43,8 +62,9 @@ class Shrinker:
     """``shrink(steps)``: the smallest failing sequence it finds. ``runs`` counts oracle calls."""
 
     def __init__(self, fails: Callable[[Steps], bool], budget_s: Optional[float] = None, page_size: int = 1,
-                 on_progress: Optional[Callable[[int, int], None]] = None) -> None:
+                 on_progress: Optional[Callable[[int, int], None]] = None, pressure: Steps = ()) -> None:
         self.fails = fails
+        self.pressure = list(pressure)  # steps that empty the pools outright (``pressure_steps``)
         self.deadline = None if budget_s is None else time.monotonic() + budget_s
         self.page_size = page_size
         self.runs = 0
@@ -80,6 +100,7 @@ class Shrinker:
         try:
             if first_cut is not None:
                 first_cut(self, self.best)
+            self._evict_outright()
             self._shrink()
         except KeyboardInterrupt:
             self.interrupted = True
@@ -97,6 +118,15 @@ class Shrinker:
         renamed = renumber(self.best)
         if renamed != self.best and self._try(renamed):
             self.best = renamed
+
+    def _evict_outright(self) -> None:
+        """Many steps of a long repro only fill the pools so that something gets
+        evicted: put the pressure steps (evict everything evictable) just before the
+        failing step; when it still fails so, the filler can go in the passes that
+        follow (and the pressure steps too, where they turn out not to matter)."""
+        best = self.best
+        if len(best) > len(self.pressure) + 2 and not self._out_of_time():
+            self._try(best[:-1] + [dict(s) for s in self.pressure] + best[-1:])
 
     # ---- passes: each returns a smaller failing sequence, or None ------------------------------
     def _drop_chunks(self, steps: Steps) -> Optional[Steps]:

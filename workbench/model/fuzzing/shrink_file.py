@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from ..scenarios.scenario import Scenario, ScenarioError, scenario_from_records
 from .fuzz import Finding, findings, first_finding
-from .shrink import Shrinker, Steps, with_definers
+from .shrink import Shrinker, Steps, pressure_steps, with_definers
 
 ORIGIN = "_from"  # a step's line in the input: carried through the shrinker, never run
 AT_TARGET = "_target"  # the input's target step: its expectation of the target's field is kept
@@ -188,7 +188,8 @@ def shrink_to_target(scenario: Scenario, target: Target, budget_s: Optional[floa
     start = time.monotonic()
     steps = steps_upto(scenario, target.step)
     page = int(scenario.config.get("page_size", 1) or 1)
-    shrinker = Shrinker(oracle(target, header_of(scenario), diverges), budget_s, page, on_progress=on_progress)
+    shrinker = Shrinker(oracle(target, header_of(scenario), diverges), budget_s, page, on_progress=on_progress,
+                        pressure=pressure_steps(scenario.config))
     best = shrinker.shrink(steps, first_cut=_last_steps_that_do)
     header = header_of(scenario)
     if lower_pools and not shrinker.interrupted and not shrinker.out_of_time():
