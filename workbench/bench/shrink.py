@@ -6,12 +6,17 @@ op carries its ``expect_error``, as a recording's would) with a catalogued fault
 shrunk repro appended under fresh names: the fault is on from the first step but only
 the repro's ops (session ops the workload never draws) make it act, so the first failed
 check is at the very end. Reported: the run that finds the target, the shrinking, the
-steps left and the candidates run."""
+steps left and the candidates run. With ``--store`` the trace is first checked into a
+stored run (``urc run --store``) and the store is shrunk, in an interpreter of its own so
+its peak resident memory is the shrink's alone."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -90,3 +95,68 @@ def shrink_text(report: dict[str, Any]) -> str:
     return (f"urc shrink on a {report['trace_steps']:,}-step trace ({report['fault']} planted at step "
             f"{report['target_step']:,}): found in {report['find_s']} s, shrunk to {report['shrunk_steps']} steps in "
             f"{report['shrink_s']} s ({report['candidates']} candidates); {report['total_s']} s in all")
+
+
+def shrink_store_report(steps: int = 1_000_000, seed: int = 0, budget_s: float = 600.0,
+                        emit: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """The planted trace checked into a store, then ``urc shrink`` on the store: each
+    part in its own interpreter, with its seconds and peak resident memory."""
+    with tempfile.TemporaryDirectory(prefix="urc-bench-shrink-") as folder:
+        trace, store = Path(folder) / "planted.jsonl", Path(folder) / "planted.urcdb"
+        start = time.perf_counter()
+        length = planted_trace(trace, steps, seed)
+        emit(f"built a {length:,}-step trace with {FAULT} planted at its end in {time.perf_counter() - start:.1f} s")
+        start = time.perf_counter()
+        ran = _child(["workbench.bench.store", "--run", str(trace), str(store)])
+        stored_s = time.perf_counter() - start
+        emit(f"checked into a store in {stored_s:.1f} s (peak {ran['peak_rss_mb']:,} MB); shrinking the store")
+        trace.unlink()  # the shrink reads the store alone
+        start = time.perf_counter()
+        shrunk = _child(["workbench.bench.shrink", str(store), str(budget_s)])
+        wall = time.perf_counter() - start
+        if "error" in shrunk:
+            return {"steps": length, "error": shrunk["error"]}
+        emit(f"shrunk to {shrunk['shrunk_steps']} steps in {wall:.1f} s (peak {shrunk['peak_rss_mb']:,} MB)")
+        return {"store_steps": length, "fault": FAULT, "store_s": round(stored_s, 1),
+                "store_peak_rss_mb": ran["peak_rss_mb"], "store_mb": round(store.stat().st_size / 1e6),
+                **shrunk, "shrink_process_s": round(wall, 1)}
+
+
+def _child(module_args: list[str]) -> dict[str, Any]:
+    child = subprocess.run([sys.executable, "-m", *module_args], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    if child.returncode not in (0, 1):
+        raise RuntimeError(f"{module_args[0]} failed: {child.stderr.strip()[-400:]}")
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def shrink_stored(path: str, budget_s: float) -> dict[str, Any]:
+    """What ``urc shrink RUN.urcdb`` does, here, with this process's peak memory."""
+    from ..model.fuzzing.shrink_file import first_check_failed, shrink_to_target
+    from ..model.timeline.stored import open_store
+
+    start = time.perf_counter()
+    timeline = open_store(path)
+    target = first_check_failed(timeline.scenario, timeline)
+    found = time.perf_counter() - start
+    if target is None:
+        return {"error": "the planted fault did not fail a check"}
+    outcome = shrink_to_target(timeline.scenario, target, budget_s)
+    with open("/proc/self/status") as status:
+        peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    return {"target_step": target.step, "check": target.finding.check, "find_s": round(found, 1),
+            "shrink_s": round(outcome.seconds, 1), "shrunk_steps": len(outcome.steps), "candidates": outcome.runs,
+            "peak_rss_mb": round(peak_kb / 1024)}
+
+
+def shrink_store_text(report: dict[str, Any]) -> str:
+    if "error" in report:
+        return f"shrink: {report['error']}"
+    return (f"urc shrink on a {report['store_steps']:,}-step stored run ({report['fault']} planted at step "
+            f"{report['target_step']:,}; checked into the store in {report['store_s']} s): shrunk to "
+            f"{report['shrunk_steps']} steps in {report['shrink_s']} s ({report['candidates']} candidates), "
+            f"{report['shrink_process_s']} s as a process, peak {report['peak_rss_mb']:,} MB")
+
+
+if __name__ == "__main__":
+    print(json.dumps(shrink_stored(sys.argv[1], float(sys.argv[2]))))

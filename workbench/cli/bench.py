@@ -59,7 +59,8 @@ def add_parser(command) -> None:
                             "beside --full-states on its first --steps steps (default 1,000), then state_at jumps")
     bench.add_argument("--shrink", action="store_true",
                        help="time urc shrink cutting a planted fault out of a long trace (--steps: its length, "
-                            "default 100,000)")
+                            "default 100,000); with --store, out of the trace checked into a stored run (default "
+                            "1,000,000 steps), with the shrink's peak memory")
     bench.add_argument("--steps", type=int, metavar="N",
                        help="with --store: the trace's length (default 1,000,000); with --shrink (default 100,000); "
                             "with --states: the steps --full-states runs (default 1,000)")
@@ -122,6 +123,13 @@ def run(args) -> int:
                                                                                             flush=True))
         print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
         return EXIT_OK
+    if args.shrink and args.store:
+        from ..bench.shrink import shrink_store_report, shrink_store_text
+
+        report = shrink_store_report(args.steps or 1_000_000, args.seed,
+                                     emit=lambda line: None if args.json else print(line, file=sys.stderr, flush=True))
+        print(json.dumps(report, indent=2) if args.json else shrink_store_text(report))
+        return EXIT_OK if "error" not in report else EXIT_CHECK_FAILED
     if args.shrink:
         from ..bench.shrink import shrink_report, shrink_text
 

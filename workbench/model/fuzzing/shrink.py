@@ -225,13 +225,13 @@ def dependents_of(steps: Steps, indexes) -> set[int]:
     defined: set[tuple[str, str]] = set()
     for j in range(min(group), len(steps)):
         if j in group:
-            defined |= _defines(steps[j])
+            defined |= names_defined(steps[j])
         elif defined:
-            if _uses(steps[j]) & defined:
+            if names_used(steps[j]) & defined:
                 group.add(j)
-                defined |= _defines(steps[j])
+                defined |= names_defined(steps[j])
             else:
-                defined -= _defines(steps[j])
+                defined -= names_defined(steps[j])
     return group
 
 
@@ -241,8 +241,8 @@ def with_definers(steps: Steps, keep) -> list[int]:
     definer: dict[tuple[str, str], int] = {}
     defined_by: list[dict[tuple[str, str], int]] = []
     for j, step in enumerate(steps):
-        defined_by.append({name: definer[name] for name in _uses(step) if name in definer})
-        for name in _defines(step):
+        defined_by.append({name: definer[name] for name in names_used(step) if name in definer})
+        for name in names_defined(step):
             definer[name] = j
     kept, todo = set(keep), list(keep)
     while todo:
@@ -253,14 +253,14 @@ def with_definers(steps: Steps, keep) -> list[int]:
     return sorted(kept)
 
 
-def _defines(step: dict) -> set[tuple[str, str]]:
+def names_defined(step: dict) -> set[tuple[str, str]]:
     """(namespace, name) pairs the step defines: a match's ``as``, a lock's, a request."""
     spec = ops.get(step.get("op"))
     fields = spec.fields if spec is not None else ()
     return {(f.defines, step[f.name]) for f in fields if f.defines and f.name in step}
 
 
-def _uses(step: dict) -> set[tuple[str, str]]:
+def names_used(step: dict) -> set[tuple[str, str]]:
     spec = ops.get(step.get("op"))
     fields = spec.fields if spec is not None else ()
     return {(f.uses, step[f.name]) for f in fields if f.uses and f.name in step}

@@ -20,9 +20,8 @@ from typing import Any, Optional
 from ..scenarios.scenario import Scenario, ScenarioError, scenario_from_records
 from .fuzz import Finding, findings, first_finding
 from .shrink import Shrinker, Steps, pressure_steps, with_definers
+from .shrink_tail import AT_TARGET, LONG, ORIGIN, tail_cut
 
-ORIGIN = "_from"  # a step's line in the input: carried through the shrinker, never run
-AT_TARGET = "_target"  # the input's target step: its expectation of the target's field is kept
 PRIVATE = (ORIGIN, AT_TARGET)
 CHECK, UNTIL, DIVERGENCE = "failed_check", "condition", "divergence"
 
@@ -186,10 +185,14 @@ def shrink_to_target(scenario: Scenario, target: Target, budget_s: Optional[floa
     """The input's steps up to the target's, shrunk while the oracle holds (until
     ``budget_s`` runs out, or Ctrl-C: then the best so far)."""
     start = time.monotonic()
-    steps = steps_upto(scenario, target.step)
     page = int(scenario.config.get("page_size", 1) or 1)
     shrinker = Shrinker(oracle(target, header_of(scenario), diverges), budget_s, page, on_progress=on_progress,
                         pressure=pressure_steps(scenario.config))
+    steps = None
+    if target.step > LONG:  # read once, never held whole: a tail slice that still does it
+        steps = tail_cut(scenario.steps, target.step, shrinker.attempt, shrinker.out_of_time)
+    if steps is None:
+        steps = steps_upto(scenario, target.step)
     best = shrinker.shrink(steps, first_cut=_last_steps_that_do)
     header = header_of(scenario)
     if lower_pools and not shrinker.interrupted and not shrinker.out_of_time():
