@@ -105,6 +105,34 @@ def test_search_lands_where_a_brute_force_reading_says(hybrid_timeline, text):
         assert (got[0] if got else None) == backward
 
 
+@pytest.mark.parametrize("texts", [
+    ["swa_available<100"], ["full_evictable>=100"], ["mamba_available<=4"], ["nodes>=40"], ["requests>1"],
+    ["swa_tombstones>3", "mamba_tombstones>=2"], ["full_available<200 step>=200"], ["evictable_leaves!=3"],
+])
+def test_counter_conditions_read_off_the_series_land_where_each_step_read_does(hybrid_timeline, texts):
+    from workbench.model.timeline.series import RunSeries
+
+    timeline, conditions = hybrid_timeline, [parse_condition(t, HYBRID) for t in texts]
+    series = RunSeries(timeline)
+    assert all(c.where(series) is not None for c in conditions)
+    expected = [i for i in range(1, len(timeline) + 1) if any(holds(timeline, c, i) for c in conditions)]
+    assert expected, f"the fixture should exercise {texts}"
+    assert [i for i in range(len(timeline) + 1) if any(c.where(series)[i] for c in conditions)] == expected
+    for start in [0, len(timeline), *range(1, len(timeline), 23)]:
+        for forward in (True, False):
+            assert search(timeline, conditions, start, forward, series=series) == search(timeline, conditions,
+                                                                                      start, forward)
+    assert RunSeries(timeline, conditions).breakpoint_steps.tolist() == expected
+
+
+def test_conditions_that_read_a_steps_record_are_not_read_off_the_series(hybrid_timeline):
+    from workbench.model.timeline.series import RunSeries
+
+    series = RunSeries(hybrid_timeline)
+    for text in ("event=cascade swa_available<100", "op=insert full_available<60", "violation", "node=5"):
+        assert parse_condition(text, HYBRID).where(series) is None
+
+
 def test_a_list_of_conditions_stops_at_the_nearest_of_any(hybrid_timeline):
     texts = ["event=cascade", "event=split"]
     conditions = [parse_condition(t) for t in texts]

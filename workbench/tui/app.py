@@ -318,9 +318,8 @@ class WorkbenchApp(ExportActions, WhyAction, App[None]):
 
     def action_timeline(self) -> None:
         """The whole run as charts (pools, hit rate, tree): enter goes to the step chosen."""
-        from ..model.timeline.series import RunSeries
-
-        series = RunSeries(self.cursor.timeline, self.cursor.active_breakpoints)
+        series = self.cursor.series()
+        series.set_breakpoints(self.cursor.active_breakpoints)
 
         def go(step: int | None) -> None:
             if step is not None:

@@ -41,6 +41,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Optional
 
+import numpy as np
+
 from cache.observe.events import Cause, Event, EventKind
 
 from ..ops import canonical
@@ -107,6 +109,31 @@ class Condition:
     def failures_only(self) -> bool:
         """It can hold only at a failing step (a stored run indexes those)."""
         return self.failed or self.violation is not None
+
+    @property
+    def counters_only(self) -> bool:
+        """Its terms are state-field and step comparisons alone: the run's numbers per
+        step (``RunSeries``) answer it for every step at once."""
+        return bool(self.pools) and not (self.violation is not None or self.failed or self.error or self.event
+                                         or self.cause or self.component or self.node is not None or self.op
+                                         or self.req or self.session)
+
+    def where(self, series) -> Optional[np.ndarray]:
+        """Every step where it holds (a bool per step, index 0 the start), read off the
+        run's series without a step's record; None when it needs them (``counters_only``
+        false, or a field the series do not carry)."""
+        if not self.counters_only or any(p.field not in series.info for p in self.pools):
+            return None
+        n = series.steps + 1
+        now = np.ones(n, dtype=bool)
+        for p in self.pools:
+            now &= COMPARISONS[p.op](series.values(p.field), p.value)
+        crossed = np.zeros(n, dtype=bool)
+        crossed[1:] = now[1:] & ~now[:-1]  # holds after the step and did not before
+        index = np.arange(n)
+        for s in self.steps:
+            crossed &= COMPARISONS[s.op](index, s.value)
+        return crossed
 
 
 def parse_condition(text: str, components: Sequence[str] = DEFAULT_COMPONENTS, host: bool = False) -> Condition:

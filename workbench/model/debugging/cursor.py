@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Optional
 from ..scenarios.scenario import Scenario, ScenarioError, StepAppender
 from ..timeline.diff import StateDiff
 from ..timeline.search import search
+from ..timeline.series import RunSeries
 from ..timeline.states import TimelineState
 from ..timeline.step_view import StepView
 from ..timeline.stored import DiskTimeline, StoredRun
@@ -34,6 +35,7 @@ class Chapter:
     loaded: bool = False
     appender: Optional[StepAppender] = None  # checks steps added at the end, made on first use
     unsaved_ops: int = 0  # live ops run since the chapter was last saved (a followed trace's steps are not)
+    series: Optional[RunSeries] = None  # its numbers per step, built on first use (``TimelineCursor.series``)
 
     @property
     def scenario(self) -> Scenario:
@@ -257,11 +259,24 @@ class TimelineCursor:
     def active_breakpoints(self) -> list[Condition]:
         return self.breakpoints or [parse_condition(t) for t in DEFAULT_BREAKPOINTS]
 
+    def series(self) -> RunSeries:
+        """The chapter's numbers per step (the charts, and the scans of breakpoints over
+        counters): built once, then read on as the chapter grows."""
+        chapter = self.chapter
+        with self.lock:
+            if chapter.series is None:
+                chapter.series = RunSeries(chapter.timeline)
+            else:
+                chapter.series.refresh()
+            return chapter.series
+
     def run_to_breakpoint(self, forward: bool = True) -> Optional[tuple[int, Condition]]:
         """``c`` / ``C``: move to the nearest step after (before) this one where a
         breakpoint holds; (step, condition), or None and the cursor stays."""
         with self.lock:
-            hit = search(self.timeline, self.active_breakpoints, self.step, forward)
+            conditions = self.active_breakpoints
+            counters = all(getattr(c, "counters_only", False) for c in conditions)
+            hit = search(self.timeline, conditions, self.step, forward, series=self.series() if counters else None)
         if hit is not None:
             self.go(hit[0])
         return hit

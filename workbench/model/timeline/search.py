@@ -1,12 +1,16 @@
 """Finding the steps of a timeline where a condition holds: what the charts mark and
 the cursor runs to. A condition is anything that says whether it holds at a step
 (the breakpoint grammar's ``Condition`` is one); a stored run answers conditions that
-hold only at failing steps from its index of those steps, without reading the rest."""
+hold only at failing steps from its index of those steps, without reading the rest, and
+a condition over counters alone (``swa_available<4``) from the run's numbers per step
+(``RunSeries``), every step at once."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Optional, Protocol, TypeVar
+
+import numpy as np
 
 from .timeline import Timeline
 
@@ -16,6 +20,9 @@ class StepCondition(Protocol):
 
     def holds(self, timeline: Timeline, index: int) -> bool:
         """Does it hold at step ``index`` (1-based)? Reads that step only."""
+
+    def where(self, series) -> Optional[np.ndarray]:
+        """Where it holds at every step (a bool per step) from ``series``, or None."""
 
 
 C = TypeVar("C", bound=StepCondition)
@@ -27,12 +34,17 @@ def any_holds(timeline: Timeline, conditions: Sequence[C], index: int) -> Option
 
 
 def search(timeline: Timeline, conditions: Sequence[C], start: int, forward: bool = True,
-           limit: Optional[int] = None) -> Optional[tuple[int, C]]:
+           limit: Optional[int] = None, series=None) -> Optional[tuple[int, C]]:
     """The nearest step after (or before) ``start`` where a condition holds, and which;
-    None when none does up to the end (or the start) of what is loaded."""
+    None when none does up to the end (or the start) of what is loaded. ``series``: the
+    run's ``RunSeries``, read to the timeline's end, which answers counter conditions."""
     if not conditions:
         return None
     end = len(timeline) if limit is None else min(limit, len(timeline))
+    if series is not None and series.steps >= end:
+        wheres = [getattr(c, "where", lambda _: None)(series) for c in conditions]
+        if all(w is not None for w in wheres):
+            return _nearest(wheres, conditions, start, end, forward)
     indices = range(start + 1, end + 1) if forward else range(min(start, end + 1) - 1, 0, -1)
     failing = getattr(timeline.store, "failing_indexes", None)
     if failing is not None and all(c.failures_only for c in conditions):
@@ -44,3 +56,18 @@ def search(timeline: Timeline, conditions: Sequence[C], start: int, forward: boo
         if hit is not None:
             return index, hit
     return None
+
+
+def _nearest(wheres: list[np.ndarray], conditions: Sequence[C], start: int, end: int,
+             forward: bool) -> Optional[tuple[int, C]]:
+    """``search`` over per-step answers: the first marked step past ``start``."""
+    marked = np.logical_or.reduce(wheres)
+    if forward:
+        found = np.flatnonzero(marked[start + 1:end + 1])
+        index = None if not len(found) else start + 1 + int(found[0])
+    else:
+        found = np.flatnonzero(marked[1:max(1, min(start, end + 1))])
+        index = None if not len(found) else 1 + int(found[-1])
+    if index is None:
+        return None
+    return index, next(c for c, w in zip(conditions, wheres) if w[index])

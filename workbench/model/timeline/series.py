@@ -167,13 +167,19 @@ class RunSeries:
 
     def set_breakpoints(self, conditions: Sequence) -> None:
         """Mark where ``conditions`` hold instead (a viewer's breakpoints changed): only
-        the markers are read again."""
+        the markers are read again, and only if they changed."""
+        if tuple(conditions) == self.breakpoints:
+            return
         self.breakpoints = tuple(conditions)
         self._breaks = self._all_hits()
 
     def _all_hits(self) -> list[int]:
         """Every step where a breakpoint holds, found by ``search`` (which a stored run
         answers from its index of failing steps for the default conditions)."""
+        if self.breakpoints and self.steps >= len(self.timeline):
+            wheres = [getattr(c, "where", lambda _: None)(self) for c in self.breakpoints]
+            if all(w is not None for w in wheres):  # counters alone: every step at once
+                return np.flatnonzero(np.logical_or.reduce(wheres)).tolist()
         hits, at = [], 0
         while self.breakpoints and (hit := search(self.timeline, self.breakpoints, at)) is not None:
             hits.append(at := hit[0])
