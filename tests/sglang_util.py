@@ -27,4 +27,4 @@ def requires_sglang() -> pytest.MarkDecorator:
     importable = sglang_importable()
     if os.environ.get("URC_REQUIRE_SGLANG") and not importable:
         raise RuntimeError(f"URC_REQUIRE_SGLANG is set but SGLang {SGLANG_VERSION} cannot be imported")
-    return pytest.mark.skipif(not importable, reason=f"needs SGLang {SGLANG_VERSION} importable (make bridge-test, or pip install '.[sglang]')")
+    return pytest.mark.skipif(not importable, reason=f"needs SGLang {SGLANG_VERSION} importable (make bridge-setup, then make bridge-test)")

@@ -24,7 +24,7 @@ ROOMS = {  # lowest first: a module imports only its own room or one above it he
                  "store_run", "state_deltas", "state_deltas_read"],  # running a scenario, the states it leaves, stored runs
     "debugging": ["cursor", "why", "why_text", "why_request", "why_session", "why_prefetch", "breakpoints",
                   "regression_test"],  # moving through the states, asking why
-    "fuzzing": ["config", "fuzz", "generator", "options", "shrink", "shrink_file", "campaign", "sweep", "ray_pool"],
+    "fuzzing": ["config", "fuzz", "generator", "options", "shrink", "shrink_file", "shrink_tail", "campaign", "sweep", "ray_pool"],
 }
 MODEL = [f"{room}.{module}" for room, modules in ROOMS.items() for module in modules]
 # the workbench's rooms by role; its root holds only its entry points

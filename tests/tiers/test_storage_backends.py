@@ -408,7 +408,7 @@ def test_the_same_ops_leave_the_same_pages_as_sglangs_file_backend(tmp_path, mon
     one that is not a whole number of pages. Then both restart with half the budget over
     the same mtimes and keep the same keys."""
     if _sglang_file_backend() is None:
-        pytest.skip("needs SGLang 0.5.23 importable (the sglang venv, or pip install '.[sglang]')")
+        pytest.skip("needs SGLang 0.5.23 importable (make bridge-setup: the sglang venv)")
     monkeypatch.delenv("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", raising=False)
     theirs = SGLangFiles(tmp_path / "sglang", budget, ratio)
     ours = FileBackend(str(tmp_path / "ours"), budget=budget, eviction_ratio=ratio)

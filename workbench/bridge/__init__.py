@@ -1,7 +1,7 @@
 """The SGLang bridge: our cache and SGLang 0.5.23's own, side by side.
 
-``sglang_env`` finds SGLang (an optional dependency: ``pip install
-'unified-cache-workbench[sglang]'``); ``sglang_side`` drives its UnifiedRadixCache with
+``sglang_env`` finds SGLang (optional, installed CPU-only by ``make bridge-setup``:
+no extra of ours, since pip would pull its CUDA torch); ``sglang_side`` drives its UnifiedRadixCache with
 our scenario ops; ``canonical`` puts both caches' state in one comparable form;
 ``differential`` runs a scenario on both in lockstep (``urc run --against sglang``);
 ``side_by_side`` times both on one trace (``urc bench --against sglang``). Nothing

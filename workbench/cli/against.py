@@ -17,8 +17,8 @@ from .common import EXIT_CHECK_FAILED as EXIT_DIVERGED, EXIT_OK
 
 def add_against_options(parser, run: bool = False) -> None:
     parser.add_argument("--against", choices=("sglang",), default=None,
-                        help="compare with SGLang 0.5.23's own cache (needs: pip install "
-                             "'unified-cache-workbench[sglang]')")
+                        help="compare with SGLang 0.5.23's own cache (needs SGLang 0.5.23 importable, CPU only: "
+                             "make bridge-setup)")
     parser.add_argument("--sglang-core", choices=("python", "rust"), default=None,
                         help="with --against: SGLang's tree core (default python: its nodes can be compared; "
                              "rust: op results and pools only)" if run else

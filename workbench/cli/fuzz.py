@@ -64,7 +64,7 @@ def add_parser(command) -> None:
                       help="differential fuzzing: run every generated episode on SGLang 0.5.23's cache too, in "
                            "lockstep (results every step, states every 8), and shrink any divergence — or an assert "
                            "SGLang raises on a valid sequence — to a scenario `urc run FILE --against sglang` "
-                           "replays (unfaulted configs; needs the [sglang] extra: make bridge-setup)")
+                           "replays (unfaulted configs; needs SGLang 0.5.23, CPU only: make bridge-setup)")
     fuzz.add_argument("--first", action="store_true",
                       help="stop at the first failure (in the order the episodes are planned: config, seed, episode); "
                            "the episodes after it are skipped, and the result is still the same on any --jobs")

@@ -30,7 +30,7 @@ def add_parser(command) -> None:
                         help="keep this condition instead of the first failure (urc run --until's and the TUI's "
                              "breakpoint grammar; repeatable: any of them)")
     shrink.add_argument("--against", choices=("sglang",), default=None,
-                        help="keep the first divergence from SGLang 0.5.23 (needs the [sglang] extra)")
+                        help="keep the first divergence from SGLang 0.5.23 (needs SGLang 0.5.23, CPU only: make bridge-setup)")
     shrink.add_argument("--budget", type=float, default=DEFAULT_BUDGET, metavar="SEC",
                         help=f"stop shrinking after this many seconds and write the best so far "
                              f"(default {DEFAULT_BUDGET:.0f})")

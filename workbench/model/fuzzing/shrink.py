@@ -25,19 +25,10 @@ Steps = list[dict[str, Any]]
 
 def pressure_steps(config: dict[str, Any]) -> Steps:
     """Steps that free every device pool outright (and Full's host pool, with a host
-    tier): what a long run's filler steps did, in two steps the shrinker can try instead."""
-    kv = config.get("kv_size", 1024)
-    if type(kv) is not int:
-        return []
-    components = config.get("components", ["full"])
-    sizes = {"full": kv, "swa": config.get("swa_kv_size") or kv, "mamba": config.get("mamba_size")}
-    evict = {name: size for name, size in sizes.items() if name in components and type(size) is int and size > 0}
-    steps = [{"op": "evict", **evict}] if evict else []
-    hicache = config.get("hicache")
-    if isinstance(hicache, dict):
-        host = hicache.get("host_kv_size") or 2 * kv + int(config.get("page_size", 1) or 1)
-        steps.append({"op": "evict_host", "full": host})
-    return steps
+    tier), as the ops that can declare them (``OpSpec.frees``): what a long run's filler
+    steps did, in a step or two the shrinker can try instead."""
+    steps = (spec.frees(config) for spec in ops.all_ops() if spec.frees is not None)
+    return [step for step in steps if step is not None]
 
 
 def _fields_of(step: dict, kind: str) -> list[str]:

@@ -3,6 +3,8 @@ step that only checks: the state fields and invariants after everything before i
 
 from __future__ import annotations
 
+from typing import Optional
+
 from .spec import DEVICE, FuzzRule, OpSpec, declare, holds_states, windowed
 
 # the components SGLang 0.5.23's evict takes: ours -> (its EvictParams field, its EvictResult field)
@@ -56,6 +58,17 @@ def _recorded_evict(mapper, call):
     return record_evict(mapper, asked, evicted, call.name == "evict_for_alloc")
 
 
+def _evict_everything(config: dict) -> Optional[dict]:
+    """A step evicting each device pool's whole size: what a long run's filler steps did."""
+    kv = config.get("kv_size", 1024)
+    if type(kv) is not int:
+        return None
+    components = config.get("components", ["full"])
+    sizes = {"full": kv, "swa": config.get("swa_kv_size") or kv, "mamba": config.get("mamba_size")}
+    amounts = {name: size for name, size in sizes.items() if name in components and type(size) is int and size > 0}
+    return {"op": EVICT.name, **amounts} if amounts else None
+
+
 EVICT = declare(OpSpec(
     "evict", "free at least N units of each named component, least recently used first",
     run_evict,
@@ -65,6 +78,7 @@ EVICT = declare(OpSpec(
     fuzz=(FuzzRule(2, lambda gen: 10 if windowed(gen.config.components) else 7, fuzz_evict),),
     records=("evict", "evict_for_alloc"), record=_recorded_evict, records_nested=True,
     describe=lambda f: " ".join([EVICT.name] + [f"{k}={v}" for k, v in f.items()]),
+    frees=_evict_everything,
 ))
 
 CHECK = declare(OpSpec(

@@ -4,6 +4,8 @@ back to the device), ``evict_host`` (free host copies) and ``flush``
 
 from __future__ import annotations
 
+from typing import Optional
+
 from .spec import BASE, COUNT, HOST, HOST_PARTS, NAME, TOKENS, Field, FuzzRule, OpSpec, declare, holds_states, host_parts
 
 
@@ -57,6 +59,14 @@ def run_evict_host(driver, f: dict) -> dict:
     return out
 
 
+def _evict_all_host(config: dict) -> Optional[dict]:
+    """With a host tier, a step evicting Full's whole host pool."""
+    kv, hicache = config.get("kv_size", 1024), config.get("hicache")
+    if type(kv) is not int or not isinstance(hicache, dict):
+        return None
+    return {"op": EVICT_HOST.name, "full": hicache.get("host_kv_size") or 2 * kv + int(config.get("page_size", 1) or 1)}
+
+
 EVICT_HOST = declare(OpSpec(
     "evict_host", "free host copies: N units of each named component's host pool",
     run_evict_host,
@@ -65,6 +75,7 @@ EVICT_HOST = declare(OpSpec(
     needs=(HOST,),
     run_sglang=lambda side, f: side.host.op_evict_host(f),
     fuzz=(FuzzRule(12, _hosted(3), fuzz_evict_host),),
+    frees=_evict_all_host,
 ))
 
 FLUSH = declare(OpSpec(

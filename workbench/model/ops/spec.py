@@ -91,6 +91,8 @@ class OpSpec:
     defines_when_refused: bool = False  # a refused step of it may leave the name it defines live (later steps use it)
     read_only: bool = False  # never changes the pools (the recorder adds no sizes to it)
     describe: Optional[Callable[[dict], str]] = None  # ``why``'s words for a step of it
+    frees: Optional[Callable[[dict], Optional[dict]]] = None  # a step of it that frees its pools outright for a
+    # scenario's config (the shrinker's pressure steps), or None where the config has nothing for it
     aliases: tuple[str, ...] = ()  # older names a step may still use: the same op, the same fields
 
     def __post_init__(self) -> None:
