@@ -184,6 +184,35 @@ def test_cursor_continue_and_reverse_continue_and_watch(hybrid_timeline):
     del hit
 
 
+def test_a_long_scan_reads_chunk_by_chunk_lands_where_search_does_and_stops_when_told(hybrid_timeline, monkeypatch):
+    from workbench.model.debugging import cursor as cursor_module
+
+    monkeypatch.setattr(cursor_module, "SCAN_CHUNK", 37)
+    monkeypatch.setattr(cursor_module, "QUICK_STEPS", 0)
+    cursor = TimelineCursor([hybrid_timeline.scenario])
+    cursor.load(0)
+    cursor.add_breakpoint("event=split")
+    assert not cursor.breakpoints_quick()
+    conditions = cursor.active_breakpoints
+    assert search(cursor.timeline, conditions, 0) is not None  # the fixture has splits to find
+    for start in (0, 1, 36, 37, 38, 299, len(hybrid_timeline) - 1, len(hybrid_timeline)):
+        cursor.go(start)
+        for forward in (True, False):
+            reports = []
+            hit = cursor.find_breakpoint(forward, progress=lambda done, total: reports.append((done, total)))
+            assert hit == search(cursor.timeline, conditions, start, forward)
+            assert cursor.step == start  # found, not moved
+            assert all(done <= total for done, total in reports) and reports == sorted(reports)
+    cursor.go(0)
+    asked = []
+    cursor.breakpoints = [parse_condition("req=nobody-has-this-name")]
+    asked.clear()
+    assert cursor.find_breakpoint(True, should_stop=lambda: asked.append(1) or len(asked) > 2) is None
+    assert len(asked) == 3  # two chunks read, then told to stop: the rest never read
+    cursor.breakpoints = [parse_condition("swa_available<100", HYBRID)]
+    assert cursor.breakpoints_quick()  # counters: read off the series at once
+
+
 # ---- headless --------------------------------------------------------------------------------------
 
 

@@ -364,3 +364,47 @@ async def test_why_on_a_highlighted_event_names_its_trigger():
         text = app.screen.explanation.text()
         assert text.startswith("[step 13 ") and "cascade mamba node #3" in text
         assert "triggered by event" in text and "tombstone swa node #3" in text
+
+
+@pytest.mark.asyncio
+async def test_a_long_breakpoint_scan_runs_off_the_ui_thread_shows_progress_and_esc_calls_it_off(monkeypatch):
+    import threading
+
+    from textual.widgets import ProgressBar
+
+    from workbench.model.debugging import cursor as cursor_module
+    from workbench.model.timeline import search as search_module
+
+    monkeypatch.setattr(cursor_module, "QUICK_STEPS", 0)  # every scan of these steps as a long one
+    monkeypatch.setattr(cursor_module, "SCAN_CHUNK", 2)
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        expected = steps_where(app.cursor.timeline, "event=tombstone component=swa")
+        app.cursor.add_breakpoint("event=tombstone component=swa")
+        await pilot.press("c")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.cursor.step == expected[0] and not app.query_one("#scanning", ProgressBar).display
+
+        entered, release = threading.Event(), threading.Event()
+
+        def held(*args, **kwargs):  # the scan's second chunk waits until the test lets it go
+            if entered.is_set():
+                release.wait(5)
+            entered.set()
+            return search_module.search(*args, **kwargs)
+
+        monkeypatch.setattr(cursor_module, "search", held)
+        await pilot.press("c")
+        assert entered.wait(5)
+        await pilot.pause()
+        assert app.query_one("#scanning", ProgressBar).display  # shown while it runs
+        await pilot.press("n")  # the screen still answers keys: (c again is refused, n moves)
+        assert app.cursor.step == expected[0] + 1
+        await pilot.press("escape")
+        release.set()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.cursor.step == expected[0] + 1  # called off: nothing moved
+        assert not app.query_one("#scanning", ProgressBar).display
+        assert any("scan called off" in n.message for n in app._notifications)

@@ -153,7 +153,7 @@ async def test_a_click_on_a_chart_line_puts_the_cursor_at_that_point():
 async def test_a_newcomer_at_80x24_steps_through_every_tour_chapter():
     """Every chapter of the tour, every step, at 80x24: each shown panel keeps a place,
     and whatever the step panel cannot show it can scroll to."""
-    from workbench.cli.tui import TOUR
+    from workbench.model.scenarios.bundled import TOUR
 
     app = app_for(*TOUR)
     async with app.run_test(size=(80, 24)) as pilot:

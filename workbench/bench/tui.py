@@ -5,7 +5,13 @@ strips as in a terminal; only the write to the terminal is skipped).
 Each part (the 2,000-request trace, a 10,000-node tree) runs in a fresh interpreter
 so its peak RSS is its own: first paint and full load with the background loader,
 then key press to repaint for next / previous / last / first and random jumps.
-Targets (the TUI issue): first paint <= 3 s, a step <= 50 ms, peak RSS <= 1 GB."""
+Targets: first paint <= 3 s, a step <= 50 ms, peak RSS <= 1 GB.
+
+``tour``: the bundled tour as ``urc tui`` opens it, its first paint and ``q``. A stored
+run given with ``--tui-store``: its first paint; ``c`` and ``C`` to a counter condition
+that never holds (read off the series), to the nearest split and to a request name no
+step has (a scan of every record, off the UI thread), each to the answer on screen;
+``l`` (the charts) with two breakpoints set, opened twice; and ``q``."""
 
 from __future__ import annotations
 
@@ -23,10 +29,10 @@ PRESSES = 20
 SIZE = (160, 50)
 
 
-def tui_report(parts: tuple[str, ...] = PARTS) -> dict:
-    """Every part, each in its own interpreter."""
+def tui_report(parts: tuple[str, ...] = PARTS + ("tour",), store: str | None = None) -> dict:
+    """Every part, each in its own interpreter (``store``: a stored run, one part more)."""
     out = {}
-    for name in parts:
+    for name in parts + ((store,) if store else ()):
         argv = [sys.executable, "-m", "workbench.bench.tui", name]
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         failed = {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
@@ -144,8 +150,71 @@ def _summary(samples: list[float]) -> dict:
     return {"mean": round(statistics.fmean(samples), 1), "max": round(max(samples), 1)}
 
 
+async def _press_ms(pilot, key: str) -> float:
+    """From the press to the screen settled, a background scan's answer included."""
+    start = time.perf_counter()
+    await pilot.press(key)
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    return round((time.perf_counter() - start) * 1e3, 1)
+
+
+async def _measure_opened(part: str) -> dict:
+    """The tour, or a stored run: first paint, then (a store) c / C / l, then q."""
+    from ..model.debugging.breakpoints import parse_conditions
+    from ..tui.app import WorkbenchApp
+    from ..tui.widgets.step_list import StepList
+
+    started = time.perf_counter()
+    if part == "tour":
+        from ..model.scenarios.bundled import tour_files
+        from ..model.scenarios.scenario import load_scenario
+
+        chapters = [load_scenario(path) for path in tour_files()]
+    else:
+        from ..model.timeline.stored import open_store
+
+        chapters = [open_store(part)]
+    start = time.perf_counter()
+    app = WorkbenchApp(chapters, background=True)
+    out: dict = {"load_files_seconds": round(start - started, 2)}
+    async with app.run_test(size=SIZE) as pilot:
+        while app.query_one(StepList).option_count < 2:
+            await pilot.pause(0.005)
+        await pilot.pause()
+        out["first_paint_seconds"] = round(time.perf_counter() - start, 2)
+        if part != "tour":
+            cursor = app.cursor
+            components = cursor.state.components
+            out["steps"] = cursor.available
+            counter = f"{components[0]}_available<0"  # never: the whole run read for nothing
+            for name, text in (("counter_never", counter), ("event", "event=split"),
+                               ("record_never", "req=no-such-request")):
+                cursor.breakpoints = parse_conditions([text], components)
+                cursor.go(0)
+                out[f"c_{name}_ms"] = await _press_ms(pilot, "c")
+                out[f"c_{name}_step"] = cursor.step
+                cursor.go(cursor.available)
+                out[f"C_{name}_ms"] = await _press_ms(pilot, "C")
+                out[f"C_{name}_step"] = cursor.step
+            cursor.breakpoints = parse_conditions([counter, "event=split"], components)
+            out["l_two_breakpoints_ms"] = await _press_ms(pilot, "l")
+            await pilot.press("escape")
+            await pilot.pause()
+            out["l_again_ms"] = await _press_ms(pilot, "l")
+            await pilot.press("escape")
+            await pilot.pause()
+        quit_start = time.perf_counter()
+        await pilot.press("q")
+    out["q_ms"] = round((time.perf_counter() - quit_start) * 1e3, 1)
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return out
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 1:
         print(json.dumps(tui_report(), indent=2))
-    else:
+    elif sys.argv[1] in PARTS:
         print(json.dumps(asyncio.run(_measure(sys.argv[1]))))
+    else:
+        print(json.dumps(asyncio.run(_measure_opened(sys.argv[1]))))

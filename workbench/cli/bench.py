@@ -7,7 +7,7 @@ import sys
 
 from ..model.scenarios.scenario import ScenarioError
 from .against import add_against_options, check_against_use
-from .common import EXIT_CHECK_FAILED, EXIT_OK, component_sets, load_all
+from .common import EXIT_CHECK_FAILED, EXIT_OK, STORE_SUFFIX, component_sets, load_all
 from ..model.ops.spec import BASE
 
 DEVICES = ("cpu", "cuda", "auto")
@@ -37,6 +37,9 @@ def add_parser(command) -> None:
     bench.add_argument("--tui", action="store_true",
                        help="measure the TUI instead: first paint, load and key-to-repaint times on the 2,000-request "
                             "trace and a 10,000-node tree (a few minutes)")
+    bench.add_argument("--tui-store", metavar="RUN.urcdb",
+                       help="with --tui: also measure the workbench on this stored run (urc run --store): first "
+                            "paint, c and C to a counter condition and to an event condition, l with two breakpoints, q")
     bench.add_argument("--svg", action="store_true",
                        help="measure SVG export instead: a 2,000-node tree whole, a 10,000-node one with --max-nodes 500")
     bench.add_argument("--plot", action="store_true",
@@ -153,10 +156,13 @@ def run(args) -> int:
             print(json.dumps(rows, indent=1))
         clean = args.fuzz_jobs or all(r.get("finding") is None and "error" not in r for r in rows)
         return EXIT_OK if clean else EXIT_CHECK_FAILED
+    if args.tui_store is not None and (not args.tui or not str(args.tui_store).endswith(STORE_SUFFIX)):
+        raise ScenarioError("--tui-store applies to --tui" if not args.tui else
+                            f"--tui-store takes a stored run ({STORE_SUFFIX}, from urc run --store)")
     if args.tui:
         from ..bench.tui import tui_report
 
-        report = tui_report()
+        report = tui_report(store=args.tui_store)
         print(json.dumps(report, indent=2) if args.json else _timeline_text(report))
         return EXIT_OK
     if args.timeline or args.svg or args.plot:

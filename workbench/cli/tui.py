@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import sys
 
-from ..model.scenarios.bundled import bundled_path
+from ..model.scenarios.bundled import tour_files
 from ..model.scenarios.scenario import STDIN, ScenarioError
 from .against import add_against_options, check_against_use
 from .common import (EXIT_INTERNAL, EXIT_OK, STORAGE_DIR_HELP, STORED_HELP, check_storage_dir_use, is_stored_run, load_chapters,
                      say, walk)
 
-TOUR = ("tour", "tour_swa", "tour_mamba", "tour_sidecar", "tour_hicache", "tour_hicache_hybrid", "tour_sessions",
-        "tour_storage")  # bundled scenarios, opened by name
 
 
 def add_parser(command) -> None:
@@ -80,11 +78,6 @@ def run(args) -> int:
     app = WorkbenchApp(scenarios, keymap, follower=follower, divergences=diverged)
     app.run()
     return EXIT_OK if not app.return_code else EXIT_INTERNAL  # it ended on an error of its own
-
-
-def tour_files() -> list[str]:
-    """The bundled tour's chapters, the files ``urc tui`` opens when given none."""
-    return [str(bundled_path(name)) for name in TOUR]
 
 
 def _start_following(path: str):

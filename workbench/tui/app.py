@@ -26,6 +26,7 @@ from .bindings import COMMANDS as COMMAND_TABLE
 from .bindings import Command, bindings, commands, is_printable, priority_actions
 from .commands import WorkbenchCommands
 from .exports import ExportActions
+from .scan_action import ScanAction
 from .why_action import WhyAction
 from .layout import AREAS, LAYOUT, Slot
 from .messages import NodeChosen, SessionChosen, StepChosen
@@ -49,7 +50,7 @@ def damage_text(error: Exception) -> str:
     return printable(f"damaged store: a value is not as urc writes it ({type(error).__name__}: {error})")[:300]
 
 
-class WorkbenchApp(ExportActions, WhyAction, App[None]):
+class WorkbenchApp(ExportActions, WhyAction, ScanAction, App[None]):
     CSS_PATH = "workbench.tcss"
     TITLE = "urc workbench"
     COMMANDS = App.COMMANDS | {WorkbenchCommands}
@@ -122,6 +123,7 @@ class WorkbenchApp(ExportActions, WhyAction, App[None]):
         with Horizontal(id="bottom"):
             yield from self._panels_in("bottom")
         yield ProgressBar(id="loading", show_eta=False)
+        yield ProgressBar(id="scanning", show_eta=False)  # a breakpoint scan (scan_action.py)
         yield CommandBar(self.cursor.names, lambda: list(self.cursor.chapter.scenario.config["components"]),
                          id="command")
         yield Footer()
@@ -129,6 +131,7 @@ class WorkbenchApp(ExportActions, WhyAction, App[None]):
     def on_mount(self) -> None:
         self.query_one(StepList).reset()
         self.query_one("#loading", ProgressBar).display = False
+        self.query_one("#scanning", ProgressBar).display = False
         self.open_chapter(0)
         self.query_one(StepList).focus()  # arrows, enter and z act on the steps from the first key
         if self.follower is not None:
@@ -344,17 +347,6 @@ class WorkbenchApp(ExportActions, WhyAction, App[None]):
         self.push_screen(HelpScreen(self.command_table, focused))
 
     # ---- breakpoints, diff ----------------------------------------------------------------
-    def action_continue(self, forward: bool) -> None:
-        """Run to the next (previous) step where a breakpoint holds."""
-        hit = self.cursor.run_to_breakpoint(forward)
-        if hit is None:
-            where = "after" if forward else "before"
-            conditions = " or ".join(c.text for c in self.cursor.active_breakpoints)
-            self.notify(f"no step {where} this one where {conditions} holds", severity="warning", markup=False)
-            return
-        self.refresh_view()
-        self.notify(f"step {hit[0]:,}: {one_line(hit[1].text)}", markup=False)
-
     def action_breakpoints(self) -> None:
         """Add and remove breakpoint conditions."""
         self.push_screen(BreakpointScreen(self.cursor))

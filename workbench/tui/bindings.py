@@ -29,6 +29,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("step.goto", "g", "goto", "go to", "step"),
     Command("step.continue", "c", "continue(True)", "continue", "breakpoints"),
     Command("step.reverse", "C", "continue(False)", "reverse-continue", "breakpoints"),
+    Command("step.cancel_scan", "escape", "cancel_scan", "call off a breakpoint scan", "breakpoints", show=False),
     Command("breakpoints.edit", "b", "breakpoints", "edit breakpoints", "breakpoints", show=False),
     Command("breakpoints.watch", "w", "watch", "watch the selected node", "breakpoints", show=False),
     Command("view.diff", "d", "diff", "diff", "view"),
@@ -142,7 +143,8 @@ def commands(keymap: dict[str, str] | None = None) -> tuple[Command, ...]:
     return tuple(dataclasses.replace(c, key=keymap.get(c.id, c.key)) for c in COMMANDS)
 
 
-UNDER_WIDGETS = {"panel.next"}  # bound without priority: a widget that takes the key (tab) keeps it
+UNDER_WIDGETS = {"panel.next", "step.cancel_scan"}  # bound without priority: a widget or dialog that takes the key
+# (tab, esc) keeps it
 
 
 def bindings(table: tuple[Command, ...]) -> list[Binding]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..scenarios.scenario import Scenario, ScenarioError, StepAppender
 from ..timeline.diff import StateDiff
-from ..timeline.search import search
+from ..timeline.search import quick, search
 from ..timeline.series import RunSeries
 from ..timeline.states import TimelineState
 from ..timeline.step_view import StepView
@@ -62,6 +62,8 @@ def _chapter(source: Scenario | DiskTimeline) -> Chapter:
 
 
 DEFAULT_BREAKPOINTS = ("violation", "failed")
+SCAN_CHUNK = 512  # steps a breakpoint scan reads per hold of the lock (and per progress report)
+QUICK_STEPS = 1_000  # a chapter this short is scanned at once (well under 100 ms)
 
 
 class TimelineCursor:
@@ -270,13 +272,49 @@ class TimelineCursor:
                 chapter.series.refresh()
             return chapter.series
 
+    def breakpoints_quick(self) -> bool:
+        """Can ``c`` / ``C`` answer at once (a short chapter; counters; a stored run's
+        failures)? Else a viewer scans off its own thread (``find_breakpoint`` with a stop
+        and progress)."""
+        return len(self.timeline) <= QUICK_STEPS or quick(self.timeline, self.active_breakpoints)
+
+    def find_breakpoint(self, forward: bool = True, should_stop: Callable[[], bool] = lambda: False,
+                        progress: Optional[Callable[[int, int], None]] = None) -> Optional[tuple[int, Condition]]:
+        """The nearest step after (before) this one where a breakpoint holds, without
+        moving; None if none does, or ``should_stop`` said so first. A long scan reads
+        ``SCAN_CHUNK`` steps at a time, holding the lock for one chunk only, and reports
+        (steps passed, steps to pass) to ``progress`` after each."""
+        with self.lock:
+            conditions, start, timeline = self.active_breakpoints, self.step, self.timeline
+            if self.breakpoints_quick():
+                counters = all(getattr(c, "counters_only", False) for c in conditions)
+                return search(timeline, conditions, start, forward, series=self.series() if counters else None)
+        at = start
+        while not should_stop():
+            with self.lock:
+                end = len(timeline)
+                if forward:
+                    if at >= end:
+                        return None
+                    upto = min(at + SCAN_CHUNK, end)
+                    hit = search(timeline, conditions, at, True, limit=upto)
+                    at, passed, total = upto, upto - start, end - start
+                else:
+                    if at <= 1:
+                        return None
+                    down = max(1, at - SCAN_CHUNK)
+                    hit = search(timeline, conditions, at, False, floor=down)
+                    at, passed, total = down, start - down, start
+            if hit is not None:
+                return hit
+            if progress is not None:
+                progress(passed, total)
+        return None
+
     def run_to_breakpoint(self, forward: bool = True) -> Optional[tuple[int, Condition]]:
         """``c`` / ``C``: move to the nearest step after (before) this one where a
         breakpoint holds; (step, condition), or None and the cursor stays."""
-        with self.lock:
-            conditions = self.active_breakpoints
-            counters = all(getattr(c, "counters_only", False) for c in conditions)
-            hit = search(self.timeline, conditions, self.step, forward, series=self.series() if counters else None)
+        hit = self.find_breakpoint(forward)
         if hit is not None:
             self.go(hit[0])
         return hit

@@ -56,3 +56,12 @@ def bundled_names() -> list[str]:
     """Every bundled scenario, as the name that opens it (``bugs/NAME``), sorted."""
     root = bundled_root()
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.toml"))
+
+
+TOUR = ("tour", "tour_swa", "tour_mamba", "tour_sidecar", "tour_hicache", "tour_hicache_hybrid", "tour_sessions",
+        "tour_storage")  # the tour's chapters, in order: bundled scenarios, opened by name
+
+
+def tour_files() -> list[str]:
+    """The bundled tour's chapters, the files ``urc tui`` opens when given none."""
+    return [str(bundled_path(name)) for name in TOUR]

@@ -34,18 +34,19 @@ def any_holds(timeline: Timeline, conditions: Sequence[C], index: int) -> Option
 
 
 def search(timeline: Timeline, conditions: Sequence[C], start: int, forward: bool = True,
-           limit: Optional[int] = None, series=None) -> Optional[tuple[int, C]]:
+           limit: Optional[int] = None, series=None, floor: int = 1) -> Optional[tuple[int, C]]:
     """The nearest step after (or before) ``start`` where a condition holds, and which;
-    None when none does up to the end (or the start) of what is loaded. ``series``: the
-    run's ``RunSeries``, read to the timeline's end, which answers counter conditions."""
+    None when none does up to the end, ``limit`` (or back to ``floor``) of what is
+    loaded. ``series``: the run's ``RunSeries``, read to the timeline's end, which
+    answers counter conditions."""
     if not conditions:
         return None
     end = len(timeline) if limit is None else min(limit, len(timeline))
     if series is not None and series.steps >= end:
         wheres = [getattr(c, "where", lambda _: None)(series) for c in conditions]
         if all(w is not None for w in wheres):
-            return _nearest(wheres, conditions, start, end, forward)
-    indices = range(start + 1, end + 1) if forward else range(min(start, end + 1) - 1, 0, -1)
+            return _nearest(wheres, conditions, start, end, forward, floor)
+    indices = range(start + 1, end + 1) if forward else range(min(start, end + 1) - 1, max(floor, 1) - 1, -1)
     failing = getattr(timeline.store, "failing_indexes", None)
     if failing is not None and all(c.failures_only for c in conditions):
         # a stored run indexes its failing steps: only they can hold these (the defaults)
@@ -59,15 +60,24 @@ def search(timeline: Timeline, conditions: Sequence[C], start: int, forward: boo
 
 
 def _nearest(wheres: list[np.ndarray], conditions: Sequence[C], start: int, end: int,
-             forward: bool) -> Optional[tuple[int, C]]:
+             forward: bool, floor: int) -> Optional[tuple[int, C]]:
     """``search`` over per-step answers: the first marked step past ``start``."""
     marked = np.logical_or.reduce(wheres)
     if forward:
         found = np.flatnonzero(marked[start + 1:end + 1])
         index = None if not len(found) else start + 1 + int(found[0])
     else:
-        found = np.flatnonzero(marked[1:max(1, min(start, end + 1))])
-        index = None if not len(found) else 1 + int(found[-1])
+        low = max(floor, 1)
+        found = np.flatnonzero(marked[low:max(low, min(start, end + 1))])
+        index = None if not len(found) else low + int(found[-1])
     if index is None:
         return None
     return index, next(c for c, w in zip(conditions, wheres) if w[index])
+
+
+def quick(timeline: Timeline, conditions: Sequence) -> bool:
+    """Does ``search`` answer these without reading step after step (counters, read off
+    the series; failures, from a stored run's index)? Else a scan may take long."""
+    if all(getattr(c, "counters_only", False) for c in conditions):
+        return True
+    return getattr(timeline.store, "failing_indexes", None) is not None and all(c.failures_only for c in conditions)

@@ -1,0 +1,80 @@
+"""``c`` / ``C``: run to the next (previous) step where a breakpoint holds. A mixin of
+``WorkbenchApp``: the binding table's ``continue`` and ``cancel_scan`` land here.
+
+Breakpoints the model answers at once (counters read off the series, failures off a
+stored run's index) move the cursor straight away. Any other scan reads step after
+step, so it runs in a worker thread, a chunk of steps per hold of the cursor's lock:
+the screen stays live, a progress bar shows how far it got, and Esc calls it off."""
+
+from __future__ import annotations
+
+from textual import work
+from textual.widgets import ProgressBar
+from textual.worker import get_current_worker
+
+from ..model.scenarios.errors import one_line
+
+
+class ScanAction:
+    """Needs the app's ``cursor``, ``notify``, ``refresh_view``, ``query_one`` and ``call_from_thread``."""
+
+    _scan_running = False
+
+    def action_continue(self, forward: bool) -> None:
+        """Run to the next (previous) step where a breakpoint holds."""
+        if self._scan_running:
+            self.notify("a breakpoint scan is running: esc calls it off", severity="warning")
+            return
+        if self.cursor.breakpoints_quick():
+            self._scan_done(forward, self.cursor.find_breakpoint(forward), False)
+            return
+        self._scan_running = True
+        bar = self.query_one("#scanning", ProgressBar)
+        bar.update(total=None, progress=0)
+        bar.display = True
+        self.scan_in_background(forward)
+
+    def action_cancel_scan(self) -> None:
+        """Esc: call off a running breakpoint scan (the cursor stays where it was)."""
+        if self._scan_running:
+            self.workers.cancel_group(self, "scan")
+
+    @work(thread=True, exclusive=True, group="scan")
+    def scan_in_background(self, forward: bool) -> None:
+        worker = get_current_worker()
+
+        def progress(done: int, total: int) -> None:
+            if not worker.is_cancelled:
+                self.call_from_thread(self._scan_progress, done, total)
+
+        try:
+            hit = self.cursor.find_breakpoint(forward, lambda: worker.is_cancelled, progress)
+        except Exception as exc:  # a damaged store's step: said, and the workbench stays open
+            self.call_from_thread(self._scan_failed, exc)
+            return
+        self.call_from_thread(self._scan_done, forward, hit, worker.is_cancelled)
+
+    def _scan_progress(self, done: int, total: int) -> None:
+        self.query_one("#scanning", ProgressBar).update(total=max(total, 1), progress=done)
+
+    def _scan_finished(self) -> None:
+        self._scan_running = False
+        self.query_one("#scanning", ProgressBar).display = False
+
+    def _scan_failed(self, exc: Exception) -> None:
+        self._scan_finished()
+        self.notify(one_line(f"the scan stopped: {exc}"), severity="error", markup=False)
+
+    def _scan_done(self, forward: bool, hit, cancelled: bool) -> None:
+        self._scan_finished()
+        if cancelled:
+            self.notify(f"scan called off; still at step {self.cursor.step:,}", markup=False)
+            return
+        if hit is None:
+            where = "after" if forward else "before"
+            conditions = " or ".join(c.text for c in self.cursor.active_breakpoints)
+            self.notify(f"no step {where} this one where {conditions} holds", severity="warning", markup=False)
+            return
+        self.cursor.go(hit[0])
+        self.refresh_view()
+        self.notify(f"step {hit[0]:,}: {one_line(hit[1].text)}", markup=False)
