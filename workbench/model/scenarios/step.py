@@ -116,7 +116,7 @@ def _check_field(field, key: str, value, name: str, line: Optional[int]) -> None
 
 def _check_tokens(value: list, name: str, line: Optional[int], key: str) -> None:
     """One pass over the list in C when every id is valid; find the culprit only when not."""
-    if all(type(t) is int for t in value) and (not value or (min(value) >= 0 and max(value) <= MAX_TOKEN)):
+    if {*map(type, value)} <= {int} and (not value or (min(value) >= 0 and max(value) <= MAX_TOKEN)):  # C-speed passes
         return
     for tok in value:
         if type(tok) is not int or not 0 <= tok <= MAX_TOKEN:
