@@ -29,7 +29,7 @@ _WATCHED = {zmq.EVENT_CONNECTED: ("connected to", True), zmq.EVENT_DISCONNECTED:
 class Received:
     seq: int
     ts: float
-    events: list  # our cache's event dataclasses
+    events: list  # wire structs (wire.from_wire makes our cache's dataclasses of them)
     attn_dp_rank: Optional[int]
     payload: bytes = dataclasses.field(default=b"", repr=False)  # as it arrived (a store keeps it)
 
@@ -45,7 +45,7 @@ Item = Union[Received, Problem]
 
 class Listener:
     def __init__(self, endpoint: str, replay_endpoint: Optional[str] = None, topic: str = "",
-                 max_bytes: int = MAX_BYTES, context: Optional[zmq.Context] = None) -> None:
+                 max_bytes: int = MAX_BYTES, context: Optional[zmq.Context] = None, rcvhwm: int = RCVHWM) -> None:
         self._ctx = context or zmq.Context.instance()
         self.endpoint = endpoint
         self.replay_endpoint = replay_endpoint
@@ -53,7 +53,7 @@ class Listener:
         self._max_bytes = max_bytes
         self._sub = self._ctx.socket(zmq.SUB)
         self._sub.setsockopt(zmq.MAXMSGSIZE, max_bytes)
-        self._sub.setsockopt(zmq.RCVHWM, RCVHWM)
+        self._sub.setsockopt(zmq.RCVHWM, rcvhwm)
         self._sub.setsockopt(zmq.LINGER, 0)
         self._monitor = self._sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self._replay = None
@@ -158,7 +158,7 @@ def decode(frames: list[bytes], topic: bytes = b"", count: Optional[int] = None)
         batch = wire.decode_batch(payload)
     except msgspec.DecodeError as exc:
         return Problem(f"malformed batch {number}: {str(exc)[:200]} (skipped; the view keeps what it had)")
-    return Received(number, batch.ts, [wire.from_wire(e) for e in batch.events], batch.attn_dp_rank, payload)
+    return Received(number, batch.ts, batch.events, batch.attn_dp_rank, payload)
 
 
 def _recv_frames(socket, most: int) -> tuple[list[bytes], int]:

@@ -117,7 +117,8 @@ class Publisher:
                     self._replay.send_multipart((client, b"", self._topic, wire.seq_bytes(seq), payload))
             self._replay.send_multipart((client, b"", b"", wire.END_SEQ, b""))
 
-    def close(self) -> None:
+    def close(self, linger_ms: int = 200) -> None:
+        """Close the sockets, giving queued batches ``linger_ms`` to leave (-1: until they have)."""
         for socket in (self._pub, self._replay):
             if socket is not None:
-                socket.close(linger=200)
+                socket.close(linger=linger_ms)

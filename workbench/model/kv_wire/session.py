@@ -8,7 +8,7 @@ import dataclasses
 import json
 from typing import Optional, TextIO, Union
 
-from cache.observe.kv_events import event_dict
+import msgspec
 
 from .listener import Listener, Problem, Received
 from .store import ListenStore
@@ -52,7 +52,7 @@ class ListenSession:
 
     def _write(self, item: Received) -> None:
         head = {"seq": item.seq, "ts": item.ts}
-        self.record.write("".join(json.dumps({**head, **event_dict(e)}, separators=(",", ":")) + "\n"
+        self.record.write("".join(json.dumps({**head, **msgspec.to_builtins(e)}, separators=(",", ":")) + "\n"
                                   for e in item.events))
 
     def close(self) -> None:

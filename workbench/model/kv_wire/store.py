@@ -113,5 +113,5 @@ def _apply(view: ConsumerView, seq: int, payload) -> None:
     except (msgspec.DecodeError, TypeError) as exc:
         view.problem(f"stored batch {seq} does not decode: {str(exc)[:200]}")
         return
-    view.apply(seq, batch.ts, [wire.from_wire(e) for e in batch.events])
+    view.apply(seq, batch.ts, batch.events)
 

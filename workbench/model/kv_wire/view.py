@@ -20,7 +20,7 @@ from collections import deque
 from typing import Optional
 
 from cache.basics.violation import Violation
-from cache.observe.kv_events import CPU, GPU, AllBlocksCleared, BlockRemoved, BlockStored
+from cache.observe.kv_events import CPU, GPU
 
 from ..timeline.fmt import kv_event_text
 
@@ -48,8 +48,12 @@ class BatchRecord:
     removed: dict[str, int]  # medium -> blocks removed
     cleared: bool
     violations: tuple[Violation, ...]
-    lines: tuple[str, ...]  # its first events in words
+    first: tuple  # its first events (put in words only when shown)
     held: dict[str, int]  # medium -> blocks held after it
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return tuple(kv_event_text(_ours(e)) for e in self.first)
 
     @property
     def passed(self) -> bool:
@@ -76,8 +80,9 @@ class ConsumerView:
         return {m: len(self.blocks[m]) for m in _ordered(self.blocks) if self.blocks[m]}
 
     def apply(self, seq: int, ts: float, events) -> Optional[BatchRecord]:
-        """Apply one batch of our cache's event dataclasses; None for a batch already
-        applied (a replay overlapping what arrived live)."""
+        """Apply one batch, as wire structs or our cache's dataclasses (the same names
+        and fields); None for a batch already applied (a replay overlapping what arrived
+        live)."""
         if self.expected is not None and seq < self.expected:
             return None
         found: list[Violation] = []
@@ -92,16 +97,17 @@ class ConsumerView:
         removed: dict[str, int] = {}
         cleared = False
         for event in events:
-            if isinstance(event, BlockStored):
+            kind = type(event).__name__
+            if kind == "BlockStored":
                 self._store(event, added, found)
-            elif isinstance(event, BlockRemoved):
+            elif kind == "BlockRemoved":
                 self._remove(event, removed, found)
-            elif isinstance(event, AllBlocksCleared):
+            elif kind == "AllBlocksCleared":
                 cleared = True
                 for held in self.blocks.values():
                     held.clear()
         record = BatchRecord(seq, ts, len(events), added, removed, cleared, tuple(found),
-                             tuple(kv_event_text(e) for e in events[:LINES]), self.held())
+                             tuple(events[:LINES]), self.held())
         self.batches += 1
         self.events += len(events)
         self.violations += len(found)
@@ -112,26 +118,35 @@ class ConsumerView:
         """A message that could not be applied, kept as one line; the view stays as it was."""
         self.problems.append(text)
 
-    def _store(self, event: BlockStored, added: dict, found: list) -> None:
-        held = self.blocks.setdefault(event.medium, {})
+    def _store(self, event, added: dict, found: list) -> None:
+        medium = event.medium or GPU
+        held = self.blocks.setdefault(medium, {})
         parent = event.parent_block_hash
-        if parent is not None and not any(parent in blocks for blocks in self.blocks.values()):
-            found.append(Violation(UNKNOWN_PARENT, f"BlockStored({event.medium}) of {_ids(event.block_hashes)} "
+        if parent is not None and parent not in held and not self._anywhere(parent):
+            found.append(Violation(UNKNOWN_PARENT, f"BlockStored({medium}) of {_ids(event.block_hashes)} "
                                                    f"under block {_hex(parent)}, which the view holds on no medium"))
         size = max(1, event.block_size)
         tokens = event.token_ids
         for i, block in enumerate(event.block_hashes):
             held[block] = Block(parent, tuple(tokens[i * size:(i + 1) * size]))
             parent = block
-        added[event.medium] = added.get(event.medium, 0) + len(event.block_hashes)
+        added[medium] = added.get(medium, 0) + len(event.block_hashes)
 
-    def _remove(self, event: BlockRemoved, removed: dict, found: list) -> None:
-        held = self.blocks.setdefault(event.medium, {})
-        unknown = [b for b in event.block_hashes if held.pop(b, None) is None]
+    def _anywhere(self, block: int) -> bool:
+        for blocks in self.blocks.values():
+            if block in blocks:
+                return True
+        return False
+
+    def _remove(self, event, removed: dict, found: list) -> None:
+        medium = event.medium or GPU
+        held = self.blocks.setdefault(medium, {})
+        pop = held.pop
+        unknown = [b for b in event.block_hashes if pop(b, None) is None]
         if unknown:
-            found.append(Violation(UNKNOWN_BLOCK, f"BlockRemoved({event.medium}) of block(s) the view never saw "
+            found.append(Violation(UNKNOWN_BLOCK, f"BlockRemoved({medium}) of block(s) the view never saw "
                                                   f"stored: {_ids(unknown)} (a router's 'Failed to find block')"))
-        removed[event.medium] = removed.get(event.medium, 0) + len(event.block_hashes)
+        removed[medium] = removed.get(medium, 0) + len(event.block_hashes)
 
     def tree_lines(self, medium: str, limit: int = 200) -> list[str]:
         """The medium's blocks as an indented tree (depth first, at most ``limit`` lines):
@@ -151,6 +166,15 @@ class ConsumerView:
         if len(lines) >= limit and len(held) > limit:
             lines.append(f"… {len(held) - limit:,} more block(s)")
         return lines
+
+
+def _ours(event):
+    """An event as our cache's dataclass, for ``kv_event_text``."""
+    if dataclasses.is_dataclass(event):
+        return event
+    from .wire import from_wire
+
+    return from_wire(event)
 
 
 def _ordered(media) -> list[str]:
