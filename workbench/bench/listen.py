@@ -2,7 +2,8 @@
 its memory over a long one, while it writes a store.
 
 Two interpreters, as a server and a listener would be: the publisher (our ``Publisher``,
-the bytes SGLang sends) streams a synthetic workload as fast as it can, batches of
+the bytes SGLang sends) streams a synthetic workload as fast as the listener takes it (its sends wait when the
+queue between them is full, where a server's would drop), batches of
 ``BATCH`` events in which chains of blocks are stored on the GPU and the CPU and the
 oldest removed, so the cache it describes stays the same size while the stream goes on;
 the listener decodes, applies and stores every batch and reports its rate (per second,
@@ -68,7 +69,7 @@ def _publish(endpoint: str, events: int) -> None:
     from ..model.kv_wire.publisher import Publisher
     from ..model.kv_wire.wire import KVEventBatch
 
-    publisher = Publisher(endpoint, hwm=0)  # unbounded: every batch reaches the listener, at its pace
+    publisher = Publisher(endpoint, hwm=1000, wait_when_full=True)  # every batch reaches the listener, at its pace
     encode = msgspec.msgpack.Encoder().encode
     try:
         if not publisher.wait_for_subscribers(1, 60):
@@ -84,8 +85,7 @@ def _listen(endpoint: str, events: int, store_path: str) -> None:
     from ..model.kv_wire.session import ListenSession
     from ..model.kv_wire.store import ListenStore
 
-    # a short receive queue: the backlog a publisher faster than us makes waits in its process, not in this one
-    session = ListenSession(Listener(endpoint, rcvhwm=1000), store=ListenStore(store_path, endpoint))
+    session = ListenSession(Listener(endpoint), store=ListenStore(store_path, endpoint))
     view, samples, started, cpu = session.view, [], None, time.process_time()
     mark = max(1, events // 10)
     try:

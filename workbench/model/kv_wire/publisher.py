@@ -23,7 +23,8 @@ HWM = 100_000  # SGLang's default high-water mark
 
 class Publisher:
     def __init__(self, endpoint: str, replay_endpoint: Optional[str] = None, topic: str = "",
-                 buffer_steps: int = BUFFER_STEPS, hwm: int = HWM, context: Optional[zmq.Context] = None) -> None:
+                 buffer_steps: int = BUFFER_STEPS, hwm: int = HWM, context: Optional[zmq.Context] = None,
+                 wait_when_full: bool = False) -> None:
         self._ctx = context or zmq.Context.instance()
         self._topic = topic.encode("utf-8")
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
@@ -32,6 +33,8 @@ class Publisher:
         self._pub = self._ctx.socket(zmq.XPUB)
         self._pub.set_hwm(hwm)
         self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscriber's subscription, not only the first
+        if wait_when_full:  # a send waits for a slow subscriber instead of dropping (a benchmark's pacing)
+            self._pub.setsockopt(zmq.XPUB_NODROP, 1)
         self._replay = None
         try:
             self._pub.bind(endpoint)
@@ -58,7 +61,12 @@ class Publisher:
     def publish_payload(self, payload: bytes) -> int:
         seq = self._seq
         self._seq += 1
-        self._pub.send_multipart((self._topic, wire.seq_bytes(seq), payload), copy=False)
+        while True:
+            try:
+                self._pub.send_multipart((self._topic, wire.seq_bytes(seq), payload), copy=False)
+                break
+            except zmq.Again:  # full, with wait_when_full: wait for room
+                self._pub.poll(100, zmq.POLLOUT)
         self._buffer.append((seq, payload))
         self.serve(0)
         return seq
