@@ -8,7 +8,10 @@ queue between them is full, where a server's would drop), batches of
 oldest removed, so the cache it describes stays the same size while the stream goes on;
 the listener decodes, applies and stores every batch and reports its rate (per second,
 and per second of its own CPU time: the machine may be busy), the gaps it saw and its
-resident memory (``VmRSS`` at each tenth of the stream, the peak ``VmHWM``)."""
+resident memory (``VmRSS`` at each tenth of the stream, the peak ``VmHWM``). The
+publisher is faster than the listener, so the listener's ZMQ receive queue stays full
+(``RCVHWM``, 100,000 messages, as SGLang's send side): that queue is most of the memory,
+bounded whatever the stream's length."""
 
 from __future__ import annotations
 

@@ -38,25 +38,6 @@ def add_parser(command) -> None:
     listen.add_argument("--quiet", action="store_true", help="print no line per batch, only violations and the end")
 
 
-def open_session(args, what: str = "urc listen"):
-    """The listener for ``args.endpoint`` (and ``args.replay``), refused in one line when
-    the extra is missing or an endpoint is not one."""
-    from ..model.kv_wire import check_endpoint, require
-
-    require(what)
-    check_endpoint(args.endpoint, "ENDPOINT")
-    if args.replay:
-        check_endpoint(args.replay, "--replay")
-    import zmq
-
-    from ..model.kv_wire.listener import Listener
-
-    try:
-        return Listener(args.endpoint, args.replay, args.topic)
-    except zmq.ZMQError as exc:
-        raise ScenarioError(f"cannot subscribe to {args.endpoint}: {exc}") from None
-
-
 def run(args) -> int:
     if args.batches is not None and args.batches <= 0:
         raise ScenarioError("--batches must be a positive int")
@@ -71,7 +52,9 @@ def run(args) -> int:
     for flag, path in (("--record", args.record), ("--store", args.store)):
         if path:
             check_output(path, (), args.force, flag)
-    listener = open_session(args)
+    from ..model.kv_wire.publish import open_listener
+
+    listener = open_listener(args.endpoint, args.replay, args.topic)
     from ..model.kv_wire.session import ListenSession
     from ..model.kv_wire.store import ListenStore
 

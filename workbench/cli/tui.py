@@ -103,11 +103,10 @@ def _listen(args) -> int:
     if is_endpoint(args.listen):
         if not sys.stdout.isatty():
             raise ScenarioError("--listen shows a live stream in a terminal: use urc listen ENDPOINT here")
+        from ..model.kv_wire.publish import open_listener
         from ..model.kv_wire.session import ListenSession
-        from .listen import open_session
 
-        args.endpoint, args.topic = args.listen, ""
-        session = ListenSession(open_session(args, "urc tui --listen"))
+        session = ListenSession(open_listener(args.listen, args.replay, "", "urc tui --listen"))
         model = LiveModel(session.view, args.listen, session)
     else:
         if args.replay:

@@ -39,3 +39,4 @@ def check_endpoint(text: str, option: str) -> str:
         if not host or not (port.isdigit() and 0 < int(port) <= 65535):
             raise ScenarioError(f"{option}: {text[:80]!r} needs HOST:PORT with a port from 1 to 65535")
     return text
+

@@ -8,7 +8,9 @@ and the stream goes on. A dropped or restored connection is a ``Problem`` too.""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import itertools
 import time
 from typing import Optional, Union
 
@@ -22,6 +24,7 @@ MAX_BYTES = 16 << 20  # one message: far above any batch a scheduler step publis
 RCVHWM = 100_000  # messages queued before ZMQ drops (SGLang's publisher HWM)
 DRAIN = 4096  # messages taken per poll, so a caller's loop keeps its pace
 REPLAY_WAIT = 2.0  # seconds a replay request waits for its answer
+_MONITORS = itertools.count()
 _WATCHED = {zmq.EVENT_CONNECTED: ("connected to", True), zmq.EVENT_DISCONNECTED: ("lost the connection to", False)}
 
 
@@ -55,7 +58,12 @@ class Listener:
         self._sub.setsockopt(zmq.MAXMSGSIZE, max_bytes)
         self._sub.setsockopt(zmq.RCVHWM, rcvhwm)
         self._sub.setsockopt(zmq.LINGER, 0)
-        self._monitor = self._sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        # a monitor address of our own: pyzmq's default names it by file descriptor, which a
+        # socket closed a moment ago may still hold
+        watch = f"inproc://urc-listen-monitor-{next(_MONITORS)}-{id(self):x}"
+        self._sub.monitor(watch, zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self._monitor = self._ctx.socket(zmq.PAIR)
+        self._monitor.connect(watch)
         self._replay = None
         self.expected: Optional[int] = 0 if replay_endpoint else None  # with replay: fetch from the first batch
         try:
@@ -134,6 +142,8 @@ class Listener:
         return out
 
     def close(self) -> None:
+        with contextlib.suppress(zmq.ZMQError):
+            self._sub.disable_monitor()
         for socket in (self._sub, self._monitor, self._replay):
             if socket is not None:
                 socket.close(linger=0)

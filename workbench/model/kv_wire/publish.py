@@ -1,5 +1,6 @@
-"""A run's publisher as a context: bound before the first step, waited on for its
-subscribers, kept answering replays a while after the last, closed however the run ends."""
+"""The commands' doors to the sockets: a run's publisher as a context (bound before the
+first step, waited on for its subscribers, kept answering replays a while after the last,
+closed however the run ends) and a listener, each refused in one line when it cannot be."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from typing import Optional
 
 from ..scenarios.scenario import ScenarioError
+from . import check_endpoint, require
 
 WAIT_MOST = 60.0  # seconds --kv-events-wait waits for its subscribers
 
@@ -35,3 +37,20 @@ def open_publisher(endpoint: str, replay: Optional[str] = None, subscribers: int
             publisher.linger(linger)
     finally:
         publisher.close()
+
+
+def open_listener(endpoint: str, replay=None, topic: str = "", what: str = "urc listen"):
+    """A listener on ``endpoint`` (and the server's ``replay`` endpoint), refused in one
+    line when the extra is missing or an endpoint is not one."""
+    require(what)
+    check_endpoint(endpoint, "ENDPOINT")
+    if replay:
+        check_endpoint(replay, "--replay")
+    import zmq
+
+    from .listener import Listener
+
+    try:
+        return Listener(endpoint, replay, topic)
+    except zmq.ZMQError as exc:
+        raise ScenarioError(f"cannot subscribe to {endpoint}: {exc}") from None
