@@ -95,6 +95,19 @@ class Listener:
                 out.extend(self._received(frames, count))
         return out
 
+    def catch_up(self) -> list[Item]:
+        """With a replay endpoint: fetch now what the server buffers from the next batch
+        on (at the start, the history; after a quiet spell, a batch the SUB socket missed
+        while connecting). Without one: nothing."""
+        if self._replay is None:
+            return []
+        start = self.expected or 0
+        out = self._fetch(start, 2**63 - 1)
+        for item in out:
+            if isinstance(item, Received) and item.seq >= (self.expected or 0):
+                self.expected = item.seq + 1
+        return out
+
     def _received(self, frames: list[bytes], count: int) -> list[Item]:
         item = decode(frames, self._topic, count)
         if not isinstance(item, Received):

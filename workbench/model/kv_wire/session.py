@@ -23,12 +23,16 @@ class ListenSession:
     view: ConsumerView = dataclasses.field(default_factory=ConsumerView)
     record: Optional[TextIO] = None  # JSONL: one line per event, with its batch's seq and ts; one per problem
     store: Optional[ListenStore] = None
+    caught_up: bool = False
 
     def pump(self, timeout_ms: int) -> list[Outcome]:
-        """Take what arrived (waiting up to ``timeout_ms``), apply it, write it; the
-        applied batches' records and the problems, in order."""
+        """Take what arrived (waiting up to ``timeout_ms``; first, what the server's
+        replay socket still buffers), apply it, write it; the applied batches' records
+        and the problems, in order."""
         out: list[Outcome] = []
-        for item in self.listener.poll(timeout_ms):
+        items = [] if self.caught_up else self.listener.catch_up()
+        self.caught_up = True
+        for item in items + self.listener.poll(0 if items else timeout_ms):
             if isinstance(item, Problem):
                 if not item.notice:
                     self.view.problem(item.text)
