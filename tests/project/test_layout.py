@@ -22,6 +22,7 @@ ROOMS = {  # lowest first: a module imports only its own room or one above it he
                  "shown_tree", "shown_sessions", "step_view", "request_diff", "metric_rows", "series", "search",
                  "state_fields", "stored", "store_columns", "store_file", "store_codec", "store_rows",
                  "store_run", "state_deltas", "state_deltas_read"],  # running a scenario, the states it leaves, stored runs
+    "kv_wire": ["wire", "publisher", "publish", "listener", "view", "session", "store", "live"],  # KV events over ZMQ
     "debugging": ["cursor", "why", "why_text", "why_request", "why_session", "why_prefetch", "breakpoints",
                   "regression_test"],  # moving through the states, asking why
     "fuzzing": ["config", "fuzz", "generator", "options", "shrink", "shrink_file", "shrink_tail", "campaign", "sweep", "ray_pool"],
@@ -318,7 +319,7 @@ WORKBENCH_ROOMS = ("model", "render", "tui", "bench", "bridge", "record", "cli",
 def test_the_workbench_is_rooms_in_order():
     """The model renders nothing and the renderers drive nothing; bench, bridge and
     recorder stand beside the TUI, and only the command line sits on them all. Inside
-    the model, ops < scenarios < timeline < debugging < fuzzing."""
+    the model, ops < scenarios < timeline < kv_wire < debugging < fuzzing."""
     assert _arrows_up("workbench", WORKBENCH_ROOMS) == []
     order = list(ROOMS)
     graph = _import_graph("workbench.model".replace(".", "/"))

@@ -17,14 +17,14 @@ from typing import Optional
 from ..model.scenarios.errors import DATA_ERRORS
 from ..model.scenarios.scenario import ScenarioError
 from ..model.scenarios.storage_place import storage_scope
-from . import bench, demo, diff, fuzz, ops, plot, run, show, shrink, svg, tui, why
+from . import bench, demo, diff, fuzz, listen, ops, plot, run, show, shrink, svg, tui, why
 from .common import (EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, Parser,
                      Terminated, say, sigterm_raises, silence_stdout, stores_named, version)
 
 __all__ = ["EXIT_CODES", "SUBCOMMANDS", "build_parser", "main"]
 
 # In the order ``urc --help`` lists them.
-SUBCOMMANDS = (run, diff, why, show, svg, plot, tui, fuzz, shrink, ops, demo, bench)
+SUBCOMMANDS = (run, diff, why, show, svg, plot, tui, listen, fuzz, shrink, ops, demo, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -60,6 +60,11 @@ def add_parser(command) -> None:
                        help="measure urc run --json --states instead: the workload trace (--requests, default 2,000: "
                             "8,000 steps) run with --states, the bytes written and the seconds, beside --json alone and "
                             "beside --full-states on its first --steps steps (default 1,000), then state_at jumps")
+    bench.add_argument("--listen", action="store_true",
+                       help="measure urc listen instead: a publisher in another process streams --events KV events "
+                            "(default 1,000,000) as SGLang sends them; events/s decoded, applied and stored, and the "
+                            "listener's memory at each tenth of the stream (needs the kv-events extra)")
+    bench.add_argument("--events", type=int, metavar="N", help="with --listen: the events streamed (default 1,000,000)")
     bench.add_argument("--shrink", action="store_true",
                        help="time urc shrink cutting a planted fault out of a long trace (--steps: its length, "
                             "default 100,000); with --store, out of the trace checked into a stored run (default "
@@ -79,7 +84,7 @@ def add_parser(command) -> None:
 def run(args) -> int:
     check_against_use(args, {"--timeline": args.timeline, "--tui": args.tui, "--svg": args.svg, "--plot": args.plot,
                              "--fuzz": args.fuzz, "--fuzz-jobs": args.fuzz_jobs, "--store": args.store,
-                             "--shrink": args.shrink, "--states": args.states,
+                             "--shrink": args.shrink, "--states": args.states, "--listen": args.listen,
                              "--write-trace": bool(args.write_trace), "--device": args.device != "cpu",
                              "--tree-sizes": args.tree_sizes != "1000,100000"})
     if args.requests <= 0:
@@ -133,6 +138,17 @@ def run(args) -> int:
                                      emit=lambda line: None if args.json else print(line, file=sys.stderr, flush=True))
         print(json.dumps(report, indent=2) if args.json else shrink_store_text(report))
         return EXIT_OK if "error" not in report else EXIT_CHECK_FAILED
+    if args.events is not None and (args.events <= 0 or not args.listen):
+        raise ScenarioError("--events must be a positive int" if args.events <= 0 else "--events applies to --listen")
+    if args.listen:
+        from ..bench.listen import listen_report
+        from ..model.kv_wire import require
+
+        require("urc bench --listen")
+        report = listen_report(args.events or 1_000_000,
+                               emit=lambda line: None if args.json else print(line, file=sys.stderr, flush=True))
+        print(json.dumps(report, indent=2) if args.json else _timeline_text({"listen": report}))
+        return EXIT_OK
     if args.shrink:
         from ..bench.shrink import shrink_report, shrink_text
 

@@ -27,10 +27,19 @@ def add_parser(command) -> None:
                           "step repeats the tree)")
     run.add_argument("--record", metavar="OUT.jsonl",
                      help="write a JSONL trace of the executed steps, one line per step as it runs (one FILE only)")
-    run.add_argument("--kv-events", metavar="OUT.jsonl",
+    run.add_argument("--kv-events", metavar="OUT.jsonl|ENDPOINT",
                      help="turn SGLang's KV events on and write them, one JSON line per event with its step and op, "
                           "checking after every step that a router replaying them sees what the cache holds "
-                          "(one FILE only)")
+                          "(one FILE only); a tcp://*:PORT or ipc://PATH endpoint publishes them instead, as SGLang's "
+                          "ZmqEventPublisher does (one batch per step that has events; needs the kv-events extra)")
+    run.add_argument("--kv-events-replay", metavar="ENDPOINT",
+                     help="with --kv-events tcp://… or ipc://…: also answer replay requests there (SGLang's "
+                          "replay_endpoint: a router fetches the batches it missed), the last 10,000 batches")
+    run.add_argument("--kv-events-wait", type=int, default=0, metavar="N",
+                     help="with --kv-events tcp://… or ipc://…: wait (up to 60 s) for N subscribers before the "
+                          "first step, so none misses the first batches")
+    run.add_argument("--kv-events-linger", type=float, default=0.0, metavar="SECONDS",
+                     help="with --kv-events-replay: keep answering replay requests for SECONDS after the last step")
     run.add_argument("--store", metavar="RUN.urcdb",
                      help="keep the checked timeline in a file (SQLite), written as the steps run: a JSONL trace is "
                           "streamed, so memory stays flat whatever its length; open it again with urc tui RUN.urcdb "
@@ -69,12 +78,13 @@ def run(args) -> int:
         raise ScenarioError("--kv-events takes exactly one scenario file")
     if args.force and not (args.record or args.kv_events or args.store):
         raise ScenarioError("--force only applies with --record, --kv-events or --store")
-    outputs = [(flag, path) for flag, path in (("--record", args.record), ("--kv-events", args.kv_events),
+    outputs = [(flag, path) for flag, path in (("--record", args.record), ("--kv-events", _kv_file(args)),
                                                 ("--store", args.store)) if path]
     for n, (flag, path) in enumerate(outputs):
         for other, other_path in outputs[n + 1:]:
             if os.path.abspath(path) == os.path.abspath(other_path):
                 raise ScenarioError(f"{flag} and {other} name the same file")
+    _check_kv_publish(args)
     if args.store:
         return _run_stored(args)
     if args.until and args.json:
@@ -92,7 +102,7 @@ def run(args) -> int:
         from ..model.scenarios.outputs import check_output
 
         check_output(args.record, args.files, args.force, "--record")
-    if args.kv_events:
+    if _kv_file(args):
         from ..model.scenarios.outputs import check_output
 
         check_output(args.kv_events, args.files, args.force, "--kv-events")
@@ -122,9 +132,41 @@ def _open_outputs(outputs: contextlib.ExitStack, args):
     record = kv_events = None
     if args.record:
         record = outputs.enter_context(open_output(args.record, args.files, args.force, "--record", live=True))
-    if args.kv_events:
+    if _kv_file(args):
         kv_events = outputs.enter_context(open_output(args.kv_events, args.files, args.force, "--kv-events"))
+    elif args.kv_events:
+        from ..model.kv_wire.publish import open_publisher
+
+        kv_events = outputs.enter_context(open_publisher(args.kv_events, args.kv_events_replay, args.kv_events_wait,
+                                                         args.kv_events_linger))
     return record, kv_events
+
+
+def _kv_file(args):
+    """The --kv-events JSONL file (None when it names an endpoint or is not given)."""
+    from ..model.kv_wire import is_endpoint
+
+    return args.kv_events if args.kv_events and not is_endpoint(args.kv_events) else None
+
+
+def _check_kv_publish(args) -> None:
+    """The publishing options: an endpoint for --kv-events, the extra installed."""
+    publishing = bool(args.kv_events) and not _kv_file(args)
+    for flag, on in (("--kv-events-replay", bool(args.kv_events_replay)), ("--kv-events-wait", bool(args.kv_events_wait)),
+                     ("--kv-events-linger", bool(args.kv_events_linger))):
+        if on and not publishing:
+            raise ScenarioError(f"{flag} only applies with --kv-events tcp://… or ipc://…")
+    if args.kv_events_wait < 0 or args.kv_events_linger < 0:
+        raise ScenarioError("--kv-events-wait and --kv-events-linger take a number from 0")
+    if args.kv_events_linger and not args.kv_events_replay:
+        raise ScenarioError("--kv-events-linger keeps the replay socket answering: give --kv-events-replay")
+    if publishing:
+        from ..model.kv_wire import check_endpoint, require
+
+        require("--kv-events ENDPOINT")
+        check_endpoint(args.kv_events, "--kv-events")
+        if args.kv_events_replay:
+            check_endpoint(args.kv_events_replay, "--kv-events-replay")
 
 
 def _run_one(scenario, args, console, record, conditions=None, kv_events=None) -> bool:
@@ -196,7 +238,7 @@ def _run_stored(args) -> int:
     if source == "-":
         raise ScenarioError("--store reads a file (its steps are streamed): save standard input to a file first")
     check_output(args.store, args.files, args.force, "--store")
-    for flag, path in (("--record", args.record), ("--kv-events", args.kv_events)):
+    for flag, path in (("--record", args.record), ("--kv-events", _kv_file(args))):
         if path:
             check_output(path, args.files, args.force, flag)
     console = make_console(sys.stdout)

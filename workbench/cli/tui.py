@@ -24,6 +24,11 @@ def add_parser(command) -> None:
     tui.add_argument("--follow", metavar="TRACE.jsonl",
                      help="tail a JSONL trace while it is written (urc run --record, a fuzzer, a live recorder): "
                           "its steps are added as they arrive; waits for the file and its header line")
+    tui.add_argument("--listen", metavar="ENDPOINT",
+                     help="watch a live server's cache through its KV events (as urc listen): the blocks per medium, "
+                          "each batch's changes and the consumer's checks, updated as batches arrive; or a .urcdb file "
+                          "urc listen --store wrote")
+    tui.add_argument("--replay", metavar="ENDPOINT", help="with --listen: the server's replay endpoint")
     tui.add_argument("--storage-dir", metavar="DIR", help=STORAGE_DIR_HELP)
     add_against_options(tui)
 
@@ -31,7 +36,9 @@ def add_parser(command) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    check_against_use(args, {"--follow": bool(args.follow)})
+    check_against_use(args, {"--follow": bool(args.follow), "--listen": bool(args.listen)})
+    if args.listen or args.replay:
+        return _listen(args)
     check_storage_dir_use(args, [args.follow] if args.follow else args.files)
 
     keymap = None
@@ -78,6 +85,42 @@ def run(args) -> int:
     app = WorkbenchApp(scenarios, keymap, follower=follower, divergences=diverged)
     app.run()
     return EXIT_OK if not app.return_code else EXIT_INTERNAL  # it ended on an error of its own
+
+
+def _listen(args) -> int:
+    """``--listen``: the live view of a server's KV events, or a stored listen run."""
+    if not args.listen:
+        raise ScenarioError("--replay only applies with --listen")
+    if args.files or args.follow or args.keymap or args.storage_dir:
+        raise ScenarioError("--listen shows one stream: leave out the files, --follow, --keymap and --storage-dir")
+    from ..model.kv_wire import is_endpoint, require
+
+    require("urc tui --listen")
+    from ..model.kv_wire.live import LiveModel
+
+    if is_endpoint(args.listen):
+        if not sys.stdout.isatty():
+            raise ScenarioError("--listen shows a live stream in a terminal: use urc listen ENDPOINT here")
+        from ..model.kv_wire.publish import open_listener
+        from ..model.kv_wire.session import ListenSession
+
+        session = ListenSession(open_listener(args.listen, args.replay, "", "urc tui --listen"))
+        model = LiveModel(session.view, args.listen, session)
+    else:
+        if args.replay:
+            raise ScenarioError("--replay applies to a live endpoint, not a stored listen run")
+        from ..model.kv_wire.store import replay_store
+
+        view, endpoint = replay_store(args.listen)
+        model = LiveModel(view, f"{args.listen} (from {endpoint})")
+        if not sys.stdout.isatty():
+            for line in model.counts_lines() + [line for _, _, line in model.batch_lines()[-20:]]:
+                print(line)
+            return EXIT_OK if not view.violations else 1
+    from ..tui.listen_app import ListenApp
+
+    ListenApp(model).run()
+    return EXIT_OK
 
 
 def _start_following(path: str):

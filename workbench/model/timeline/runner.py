@@ -83,7 +83,7 @@ class Runner:
 
     def __init__(self, scenario: Scenario, record: Optional[TextIO] = None, checks: bool = True,
                  device: Optional[str] = None, full_checks: bool = False, sweep_every: int = FULL_SWEEP_EVERY,
-                 refusals_ok: bool = False, sweep_at_end: bool = True, kv_events: Optional[TextIO] = None):
+                 refusals_ok: bool = False, sweep_at_end: bool = True, kv_events=None):
         self.scenario = scenario
         self.sweep_at_end = sweep_at_end  # off when steps keep arriving (the fuzzer): each is "the last"
         self.refusals_ok = refusals_ok  # the fuzzer: a refused op is an outcome, if it changed nothing
@@ -91,7 +91,7 @@ class Runner:
         self.driver = CacheDriver(self.cache)
         self.log = EventLog(self.cache.events)
         self.cache.tree.take_touched()  # start recording what each step changes
-        # KV events ([config] enable_kv_cache_events, or a stream to write them to): each step's
+        # KV events ([config] enable_kv_cache_events, or a JSONL stream or a publisher to send them to): each step's
         # batch is replayed into a router's view, checked against the cache (kv_router.py)
         if kv_events is not None and not self.cache.tree.kv_events.enabled:
             self.cache.tree.kv_events.enable()
@@ -186,8 +186,12 @@ class Runner:
         violations and the events in words."""
         batch = self.cache.tree.kv_events.take()
         if self.kv_out is not None:
-            for event in batch:
-                _write_line(self.kv_out, {"step": index, "op": op, **event_dict(event)})
+            if hasattr(self.kv_out, "publish"):  # a publisher (kv_wire): one batch per step that has events
+                if batch:
+                    self.kv_out.publish(batch)
+            else:
+                for event in batch:
+                    _write_line(self.kv_out, {"step": index, "op": op, **event_dict(event)})
         return self.kv_router.apply(batch) + self.kv_router.check(self.cache), tuple(map(kv_event_text, batch))
 
     def sweep(self) -> list[Violation]:

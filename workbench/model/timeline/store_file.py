@@ -290,6 +290,9 @@ def _check(db: sqlite3.Connection, path: str) -> None:
         found = decode(row[0]) if row and isinstance(row[0], bytes) else None
     except BlobError:
         found = None
+    if found != FORMAT and _listened(db):
+        raise StoreError("a KV event stream urc listen --store kept, not a run's timeline: open it with "
+                         "urc tui --listen FILE", path)
     if found != FORMAT:
         older = " (or one an older urc wrote, which this one no longer reads: run the trace again)" if row else ""
         raise StoreError(f"not a timeline store this urc reads (format {FORMAT}){older}", path)
@@ -303,6 +306,15 @@ def _check(db: sqlite3.Connection, path: str) -> None:
             verdict = [str(exc)]
         if verdict != ["ok"]:
             raise StoreError(f"damaged store: SQLite's quick check says {'; '.join(map(str, verdict))[:200]}", path)
+
+
+def _listened(db: sqlite3.Connection) -> bool:
+    """A store ``urc listen --store`` wrote (kv_wire.store: its format is text)."""
+    try:
+        row = db.execute("SELECT value FROM meta WHERE name = 'format' AND typeof(value) = 'text'").fetchone()
+    except _DB_ERRORS:
+        return False
+    return bool(row) and row[0] == "kv-listen-1"
 
 
 def recovered_copy(path: str, leftover: list[str]) -> tuple[tempfile.TemporaryDirectory, str, list[str]]:
