@@ -274,3 +274,18 @@ def test_op_terms_name_an_op_by_either_of_its_names(capsys):
     for term in ("op=release", "op=req_finish"):
         rc, out, _ = urc(capsys, "run", tour, "--until", term)
         assert rc == 0 and out.startswith(f"stopped at step {first} (req_finish, line "), out
+
+
+def test_the_charts_markers_read_chunk_by_chunk_are_the_whole_reading_and_stop_when_told(hybrid_timeline):
+    from workbench.model.timeline.series import RunSeries
+
+    conditions = (parse_condition("event=split"), parse_condition("event=cascade"))
+    whole = RunSeries(hybrid_timeline, conditions).breakpoint_steps.tolist()
+    series = RunSeries(hybrid_timeline)
+    reports = []
+    assert series.find_hits(conditions, progress=lambda done, total: reports.append(done), chunk=50) == whole
+    assert whole and reports == sorted(reports) and reports[-1] == len(hybrid_timeline)
+    asked = []
+    assert series.find_hits(conditions, should_stop=lambda: asked.append(1) or len(asked) > 3, chunk=50) is None
+    series.set_breakpoints(conditions, whole[:2])  # found elsewhere: taken as given
+    assert series.breakpoint_steps.tolist() == whole[:2]

@@ -408,3 +408,27 @@ async def test_a_long_breakpoint_scan_runs_off_the_ui_thread_shows_progress_and_
         assert app.cursor.step == expected[0] + 1  # called off: nothing moved
         assert not app.query_one("#scanning", ProgressBar).display
         assert any("scan called off" in n.message for n in app._notifications)
+
+
+@pytest.mark.asyncio
+async def test_l_marks_the_breakpoints_off_the_ui_thread_once_then_opens_the_charts_at_once(monkeypatch):
+    from workbench.model.debugging import cursor as cursor_module
+    from workbench.tui.screens.charts import ChartsScreen
+
+    monkeypatch.setattr(cursor_module, "QUICK_STEPS", 0)
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        expected = steps_where(app.cursor.timeline, "event=tombstone component=swa")
+        app.cursor.add_breakpoint("event=tombstone component=swa")
+        scans = []
+        monkeypatch.setattr(app, "mark_in_background", lambda *a: scans.append(a) or type(app).mark_in_background(app, *a))
+        await pilot.press("l")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ChartsScreen) and len(scans) == 1
+        assert app.screen.series.breakpoint_steps.tolist() == expected
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.press("l")  # the same breakpoints: their markers are kept, no scan
+        await pilot.pause()
+        assert isinstance(app.screen, ChartsScreen) and len(scans) == 1

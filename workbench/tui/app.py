@@ -31,7 +31,6 @@ from .why_action import WhyAction
 from .layout import AREAS, LAYOUT, Slot
 from .messages import NodeChosen, SessionChosen, StepChosen
 from .screens.breakpoints import BreakpointScreen
-from .screens.charts import ChartsScreen
 from .screens.choice import ChoiceScreen
 from .screens.diff import DiffScreen
 from .screens.goto import GotoScreen
@@ -318,17 +317,6 @@ class WorkbenchApp(ExportActions, WhyAction, ScanAction, App[None]):
     def action_filter_events(self) -> None:
         """Show only one component's events (cycles through them, then all)."""
         self.query_one(EventsPanel).cycle_filter(self.cursor.state.components)
-
-    def action_timeline(self) -> None:
-        """The whole run as charts (pools, hit rate, tree): enter goes to the step chosen."""
-        series = self.cursor.series()
-        series.set_breakpoints(self.cursor.active_breakpoints)
-
-        def go(step: int | None) -> None:
-            if step is not None:
-                self._move(step)
-
-        self.push_screen(ChartsScreen(series, self.cursor.step), go)
 
     def action_zoom(self) -> None:
         """Fill the screen with the focused panel (the tree when none is), or put it back."""

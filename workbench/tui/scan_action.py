@@ -1,10 +1,12 @@
-"""``c`` / ``C``: run to the next (previous) step where a breakpoint holds. A mixin of
-``WorkbenchApp``: the binding table's ``continue`` and ``cancel_scan`` land here.
+"""``c`` / ``C`` (run to the next or previous step where a breakpoint holds) and ``l``
+(the charts, with the breakpoints marked). A mixin of ``WorkbenchApp``: the binding
+table's ``continue``, ``timeline`` and ``cancel_scan`` land here.
 
-Breakpoints the model answers at once (counters read off the series, failures off a
-stored run's index) move the cursor straight away. Any other scan reads step after
+Breakpoints the model answers at once (a short chapter, counters read off the series,
+failures off a stored run's index) act straight away. Any other scan reads step after
 step, so it runs in a worker thread, a chunk of steps per hold of the cursor's lock:
-the screen stays live, a progress bar shows how far it got, and Esc calls it off."""
+the screen stays live, a progress bar shows how far it got, and Esc calls it off. The
+charts' markers, once read, are kept until the breakpoints change."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from textual.widgets import ProgressBar
 from textual.worker import get_current_worker
 
 from ..model.scenarios.errors import one_line
+from .screens.charts import ChartsScreen
 
 
 class ScanAction:
@@ -28,11 +31,57 @@ class ScanAction:
         if self.cursor.breakpoints_quick():
             self._scan_done(forward, self.cursor.find_breakpoint(forward), False)
             return
+        self._start_scan_bar()
+        self.scan_in_background(forward)
+
+    def _start_scan_bar(self) -> None:
         self._scan_running = True
         bar = self.query_one("#scanning", ProgressBar)
         bar.update(total=None, progress=0)
         bar.display = True
-        self.scan_in_background(forward)
+
+    def action_timeline(self) -> None:
+        """The whole run as charts (pools, hit rate, tree): enter goes to the step chosen."""
+        if self._scan_running:
+            self.notify("a breakpoint scan is running: esc calls it off", severity="warning")
+            return
+        series, conditions = self.cursor.series(), tuple(self.cursor.active_breakpoints)
+        if series.breakpoints == conditions or self.cursor.breakpoints_quick():
+            series.set_breakpoints(conditions)
+            self._show_charts(series)
+            return
+        self._start_scan_bar()
+        self.mark_in_background(series, conditions)
+
+    def _show_charts(self, series) -> None:
+        def go(step: int | None) -> None:
+            if step is not None:
+                self._move(step)
+
+        self.push_screen(ChartsScreen(series, self.cursor.step), go)
+
+    @work(thread=True, exclusive=True, group="scan")
+    def mark_in_background(self, series, conditions: tuple) -> None:
+        worker = get_current_worker()
+
+        def progress(done: int, total: int) -> None:
+            if not worker.is_cancelled:
+                self.call_from_thread(self._scan_progress, done, total)
+
+        try:
+            hits = series.find_hits(conditions, lambda: worker.is_cancelled, progress, self.cursor.lock)
+        except Exception as exc:  # a damaged store's step: said, and the workbench stays open
+            self.call_from_thread(self._scan_failed, exc)
+            return
+        self.call_from_thread(self._marks_done, series, conditions, hits)
+
+    def _marks_done(self, series, conditions: tuple, hits) -> None:
+        self._scan_finished()
+        if hits is None:
+            self.notify("marking the breakpoints called off: no charts opened", markup=False)
+            return
+        series.set_breakpoints(conditions, hits)
+        self._show_charts(series)
 
     def action_cancel_scan(self) -> None:
         """Esc: call off a running breakpoint scan (the cursor stays where it was)."""

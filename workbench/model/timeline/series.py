@@ -35,6 +35,7 @@ expected) and, given breakpoint conditions (``model.debugging.breakpoints``, or 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from typing import NamedTuple, Optional
@@ -165,13 +166,34 @@ class RunSeries:
         self._values.clear()
         return end - start
 
-    def set_breakpoints(self, conditions: Sequence) -> None:
+    def set_breakpoints(self, conditions: Sequence, hits: Optional[list[int]] = None) -> None:
         """Mark where ``conditions`` hold instead (a viewer's breakpoints changed): only
-        the markers are read again, and only if they changed."""
+        the markers are read again, and only if they changed (``hits``: already found,
+        by ``find_hits`` on another thread)."""
         if tuple(conditions) == self.breakpoints:
             return
         self.breakpoints = tuple(conditions)
-        self._breaks = self._all_hits()
+        self._breaks = self._all_hits() if hits is None else list(hits)
+
+    def find_hits(self, conditions: Sequence, should_stop=lambda: False, progress=None,
+                  lock=None, chunk: int = 512) -> Optional[list[int]]:
+        """Every step where one of ``conditions`` holds, read ``chunk`` steps at a time
+        (under ``lock``, for a timeline still loading), reporting (steps read, steps) to
+        ``progress``; None if ``should_stop`` said so first."""
+        hits, at, end = [], 0, self.steps
+        while at < end:
+            if should_stop():
+                return None
+            upto = min(at + chunk, end)
+            with lock if lock is not None else _no_lock():
+                hit = search(self.timeline, conditions, at, limit=upto)
+            if hit is not None:
+                hits.append(at := hit[0])
+            else:
+                at = upto
+            if progress is not None:
+                progress(at, end)
+        return hits
 
     def _all_hits(self) -> list[int]:
         """Every step where a breakpoint holds, found by ``search`` (which a stored run
@@ -285,6 +307,10 @@ class RunSeries:
         end = self.steps if end is None else end
         inside = steps[(steps >= start) & (steps <= end)]
         return runs(inside, max(1, -(-(end - start + 1) // max(1, width))))
+
+
+def _no_lock():
+    return contextlib.nullcontext()
 
 
 # ---- pure functions over one series ----------------------------------------------------------------
