@@ -16,14 +16,14 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Header, Input, ProgressBar
+from textual.widgets import Header, Input, ProgressBar
 
 from ..model.debugging.cursor import TimelineCursor
 from ..model.scenarios.errors import DATA_ERRORS, one_line, printable
 from ..model.scenarios.scenario import Scenario, ScenarioError
 from ..model.timeline.step_view import StepView
 from .bindings import COMMANDS as COMMAND_TABLE
-from .bindings import Command, bindings, commands, is_printable, priority_actions
+from .bindings import Command, bindings, commands, footer_items, is_printable, priority_actions
 from .commands import WorkbenchCommands
 from .exports import ExportActions
 from .why_action import WhyAction
@@ -37,6 +37,7 @@ from .screens.goto import GotoScreen
 from .screens.help import HelpScreen
 from .widgets.command_bar import CommandBar
 from .widgets.events_panel import EventsPanel
+from .widgets.key_footer import KeyFooter
 from .widgets.panel import Panel
 from .widgets.requests_panel import RequestsPanel
 from .widgets.sessions_panel import SessionsPanel
@@ -124,7 +125,7 @@ class WorkbenchApp(ExportActions, WhyAction, App[None]):
         yield ProgressBar(id="loading", show_eta=False)
         yield CommandBar(self.cursor.names, lambda: list(self.cursor.chapter.scenario.config["components"]),
                          id="command")
-        yield Footer()
+        yield KeyFooter(id="footer")
 
     def on_mount(self) -> None:
         self.query_one(StepList).reset()
@@ -342,7 +343,8 @@ class WorkbenchApp(ExportActions, WhyAction, App[None]):
     def action_help(self) -> None:
         """Keys, the focused panel and the legend."""
         focused = self.focused.id if self.focused is not None else None
-        self.push_screen(HelpScreen(self.command_table, focused))
+        footer = tuple(action for _, _, action in footer_items(self.command_table, self.size.width))
+        self.push_screen(HelpScreen(self.command_table, focused, footer))
 
     # ---- breakpoints, diff ----------------------------------------------------------------
     def action_continue(self, forward: bool) -> None:

@@ -16,38 +16,39 @@ class Command:
     id: str
     key: str
     action: str
-    description: str  # footer text
+    description: str  # palette and help text
     category: str  # palette: "category: verb"
-    show: bool = True  # in the footer
+    footer: str = ""  # the footer's short label; "" keeps the key out of the footer (help lists it)
+    priority: int = 0  # the footer shows the keys that fit, lowest priority number first
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("step.next", "n", "next", "next", "step"),
-    Command("step.previous", "p", "previous", "previous", "step"),
-    Command("step.first", "less_than_sign", "first", "first", "step"),
-    Command("step.last", "greater_than_sign", "last", "last", "step"),
-    Command("step.goto", "g", "goto", "go to", "step"),
-    Command("step.continue", "c", "continue(True)", "continue", "breakpoints"),
-    Command("step.reverse", "C", "continue(False)", "reverse-continue", "breakpoints"),
-    Command("breakpoints.edit", "b", "breakpoints", "edit breakpoints", "breakpoints", show=False),
-    Command("breakpoints.watch", "w", "watch", "watch the selected node", "breakpoints", show=False),
-    Command("view.diff", "d", "diff", "diff", "view"),
-    Command("view.why", "y", "why", "why", "view"),
-    Command("view.timeline", "l", "timeline", "timeline charts", "view"),
-    Command("live.command", "colon", "command", "live op", "live"),
-    Command("live.save", "ctrl+s", "save_session", "save the session as a scenario", "live", show=False),
-    Command("export.test", "t", "export_test", "export a pytest test up to this step", "export", show=False),
-    Command("chapter.next", "right_square_bracket", "chapter(1)", "next chapter", "chapter", show=False),
-    Command("chapter.previous", "left_square_bracket", "chapter(-1)", "previous chapter", "chapter", show=False),
-    Command("view.follow", "f", "follow", "follow the step's node", "view", show=False),
-    Command("events.filter", "x", "filter_events", "filter events by component", "events", show=False),
-    Command("export.svg", "e", "export_svg", "export SVG", "export", show=False),
-    Command("panel.next", "tab", "focus_next", "next panel", "panel", show=False),
-    Command("panel.zoom", "z", "zoom", "zoom panel", "panel"),
-    Command("app.help", "f1", "help", "help", "app"),
-    Command("app.help_question", "question_mark", "help", "help", "app", show=False),
-    Command("app.palette", "ctrl+p", "command_palette", "palette", "app", show=False),
-    Command("app.quit", "q", "quit", "quit", "app"),
+    Command("step.next", "n", "next", "next", "step", "next", 1),
+    Command("step.previous", "p", "previous", "previous", "step", "prev", 1),
+    Command("step.first", "less_than_sign", "first", "first", "step", "first", 13),
+    Command("step.last", "greater_than_sign", "last", "last", "step", "last", 13),
+    Command("step.goto", "g", "goto", "go to", "step", "goto", 3),
+    Command("step.continue", "c", "continue(True)", "continue", "breakpoints", "continue", 8),
+    Command("step.reverse", "C", "continue(False)", "reverse-continue", "breakpoints", "back", 8),
+    Command("breakpoints.edit", "b", "breakpoints", "edit breakpoints", "breakpoints", "breaks", 9),
+    Command("breakpoints.watch", "w", "watch", "watch the selected node", "breakpoints", "watch", 12),
+    Command("view.diff", "d", "diff", "diff", "view", "diff", 7),
+    Command("view.why", "y", "why", "why", "view", "why", 4),
+    Command("view.timeline", "l", "timeline", "timeline charts", "view", "charts", 6),
+    Command("live.command", "colon", "command", "live op", "live", "live op", 5),
+    Command("live.save", "ctrl+s", "save_session", "save the session as a scenario", "live", "save", 16),
+    Command("export.test", "t", "export_test", "export a pytest test up to this step", "export", "test", 15),
+    Command("chapter.previous", "left_square_bracket", "chapter(-1)", "previous chapter", "chapter", "chapter", 10),
+    Command("chapter.next", "right_square_bracket", "chapter(1)", "next chapter", "chapter", "chapter", 10),
+    Command("view.follow", "f", "follow", "follow the step's node", "view", "follow", 11),
+    Command("events.filter", "x", "filter_events", "filter events by component", "events", "filter", 14),
+    Command("export.svg", "e", "export_svg", "export SVG", "export", "svg", 15),
+    Command("panel.next", "tab", "focus_next", "next panel", "panel"),
+    Command("panel.zoom", "z", "zoom", "zoom panel", "panel", "zoom", 5),
+    Command("app.help", "f1", "help", "help", "app"),  # the footer ends with ? (help, or more)
+    Command("app.help_question", "question_mark", "help", "help", "app"),
+    Command("app.palette", "ctrl+p", "command_palette", "palette", "app"),  # tab, f1, ctrl+p: help lists them
+    Command("app.quit", "q", "quit", "quit", "app", "quit", 2),
 )
 
 
@@ -146,7 +147,8 @@ UNDER_WIDGETS = {"panel.next"}  # bound without priority: a widget that takes th
 
 
 def bindings(table: tuple[Command, ...]) -> list[Binding]:
-    return [Binding(c.key, c.action, c.description, show=c.show, id=c.id, priority=c.id not in UNDER_WIDGETS)
+    """Textual's bindings; none shows in Textual's own footer (widgets/key_footer.py draws ours)."""
+    return [Binding(c.key, c.action, c.description, show=False, id=c.id, priority=c.id not in UNDER_WIDGETS)
             for c in table]
 
 
@@ -154,6 +156,36 @@ def priority_actions(table: tuple[Command, ...]) -> frozenset[str]:
     """The action names bound with priority: ahead of every widget's keys, a dialog's too,
     so the app holds them back while a dialog is open."""
     return frozenset(c.action.split("(")[0] for c in table if c.id not in UNDER_WIDGETS)
+
+
+HELP_ID = "app.help_question"
+
+
+def footer_items(table: tuple[Command, ...], width: int) -> list[tuple[str, str, str]]:
+    """The footer at ``width`` columns: (keys, label, action) of the keys that fit, taken
+    by priority (a priority's keys together or not at all) and shown in table order, then
+    ``?``: "more" when a key was left out (help lists them all), else "help". Keys that
+    share a priority and a label read as one entry (``[ ] chapter``)."""
+    help_key = key_label(next((c.key for c in table if c.id == HELP_ID), "f1"))
+    merged: dict[tuple[int, str], list] = {}  # (priority, label) -> [first table row, keys, action]
+    for order, command in enumerate(table):
+        if command.priority and command.footer:
+            entry = merged.setdefault((command.priority, command.footer), [order, [], command.action])
+            entry[1].append(key_label(command.key))
+    groups: dict[int, list[tuple[int, str, str, str]]] = {}
+    for (priority, label), (order, keys, action) in merged.items():
+        groups.setdefault(priority, []).append((order, " ".join(keys), label, action))
+    chosen: list[tuple[int, str, str, str]] = []
+    room = width - len(help_key) - len(" more")
+    for priority in sorted(groups):
+        cost = sum(len(keys) + len(label) + 3 for _, keys, label, _ in groups[priority])  # "k label" + 2 spaces
+        if cost > room:
+            break
+        chosen += groups[priority]
+        room -= cost
+    left_out = len(chosen) < len(merged)
+    items = [(keys, label, action) for _, keys, label, action in sorted(chosen)]
+    return items + [(help_key, "more" if left_out else "help", "help")]
 
 
 def key_label(key: str) -> str:
