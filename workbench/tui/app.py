@@ -343,7 +343,7 @@ class WorkbenchApp(ExportActions, WhyAction, App[None]):
     def action_help(self) -> None:
         """Keys, the focused panel and the legend."""
         focused = self.focused.id if self.focused is not None else None
-        footer = tuple(action for _, _, action in footer_items(self.command_table, self.size.width))
+        footer = tuple(i for entry in footer_items(self.command_table, self.size.width) for i in entry.ids)
         self.push_screen(HelpScreen(self.command_table, focused, footer))
 
     # ---- breakpoints, diff ----------------------------------------------------------------

@@ -161,31 +161,43 @@ def priority_actions(table: tuple[Command, ...]) -> frozenset[str]:
 HELP_ID = "app.help_question"
 
 
-def footer_items(table: tuple[Command, ...], width: int) -> list[tuple[str, str, str]]:
-    """The footer at ``width`` columns: (keys, label, action) of the keys that fit, taken
-    by priority (a priority's keys together or not at all) and shown in table order, then
-    ``?``: "more" when a key was left out (help lists them all), else "help". Keys that
-    share a priority and a label read as one entry (``[ ] chapter``)."""
-    help_key = key_label(next((c.key for c in table if c.id == HELP_ID), "f1"))
-    merged: dict[tuple[int, str], list] = {}  # (priority, label) -> [first table row, keys, action]
+@dataclasses.dataclass(frozen=True)
+class FooterEntry:
+    keys: tuple[tuple[str, str], ...]  # (key as shown, its action): "[ ]" is two keys
+    label: str
+    ids: tuple[str, ...]  # the binding ids the entry stands for
+
+    @property
+    def text(self) -> str:
+        return " ".join(key for key, _ in self.keys) + f" {self.label}"
+
+
+def footer_items(table: tuple[Command, ...], width: int) -> list[FooterEntry]:
+    """The footer at ``width`` columns: the keys that fit, taken by priority (a
+    priority's keys together or not at all) and shown in table order, then ``?``: "more"
+    when a key was left out (help lists them all), else "help". Keys that share a
+    priority and a label read as one entry (``[ ] chapter``)."""
+    help_command = next((c for c in table if c.id == HELP_ID), None)
+    help_key = key_label(help_command.key) if help_command else "f1"
+    merged: dict[tuple[int, str], list] = {}  # (priority, label) -> [first table row, commands]
     for order, command in enumerate(table):
         if command.priority and command.footer:
-            entry = merged.setdefault((command.priority, command.footer), [order, [], command.action])
-            entry[1].append(key_label(command.key))
-    groups: dict[int, list[tuple[int, str, str, str]]] = {}
-    for (priority, label), (order, keys, action) in merged.items():
-        groups.setdefault(priority, []).append((order, " ".join(keys), label, action))
-    chosen: list[tuple[int, str, str, str]] = []
+            merged.setdefault((command.priority, command.footer), [order, []])[1].append(command)
+    groups: dict[int, list[tuple[int, FooterEntry]]] = {}
+    for (priority, label), (order, same) in merged.items():
+        entry = FooterEntry(tuple((key_label(c.key), c.action) for c in same), label, tuple(c.id for c in same))
+        groups.setdefault(priority, []).append((order, entry))
+    chosen: list[tuple[int, FooterEntry]] = []
     room = width - len(help_key) - len(" more")
     for priority in sorted(groups):
-        cost = sum(len(keys) + len(label) + 3 for _, keys, label, _ in groups[priority])  # "k label" + 2 spaces
+        cost = sum(len(entry.text) + 2 for _, entry in groups[priority])  # and two spaces after each
         if cost > room:
             break
         chosen += groups[priority]
         room -= cost
     left_out = len(chosen) < len(merged)
-    items = [(keys, label, action) for _, keys, label, action in sorted(chosen)]
-    return items + [(help_key, "more" if left_out else "help", "help")]
+    tail = FooterEntry(((help_key, "help"),), "more" if left_out else "help", (HELP_ID,))
+    return [entry for _, entry in sorted(chosen, key=lambda pair: pair[0])] + [tail]
 
 
 def key_label(key: str) -> str:

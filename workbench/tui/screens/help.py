@@ -32,7 +32,7 @@ class HelpScreen(ModalScreen[None]):
     def __init__(self, table: tuple[Command, ...], focused: str | None, footer: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.table, self.panel = table, focused
-        self.footer = footer  # the actions the footer shows now: the keys it left out are named first
+        self.footer = footer  # the binding ids the footer shows now: the keys it left out are named first
 
     def compose(self) -> ComposeResult:
         keys = Table("key", "does", "id", box=None, padding=(0, 2))
@@ -52,7 +52,7 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Text("urc workbench — help (esc closes)", style="bold"))
             yield Static(Text(f"this panel: {panel}"))
             left_out = [f"{key_label(c.key)} {c.footer or c.description}" for c in self.table
-                        if self.footer and c.action not in self.footer and c.id not in ("app.help", "app.help_question")]
+                        if self.footer and c.id not in self.footer and c.id != "app.help"]
             if left_out:
                 yield Static(Text("not in the footer at this width: " + " · ".join(left_out), style="italic"))
             yield Static(keys)

@@ -27,13 +27,16 @@ class KeyFooter(Static):
     def draw(self) -> None:
         text, self.spans = Text(), []
         key_style = self.get_component_rich_style("key-footer--key", partial=True)
-        for keys, label, action in footer_items(self.app.command_table, self.size.width):
+        for entry in footer_items(self.app.command_table, self.size.width):
             if text:
                 text.append("  ")
+            for i, (key, action) in enumerate(entry.keys):  # each key of "[ ]" runs its own action
+                start = len(text)
+                text.append(f"{' ' if i else ''}{key}", style=key_style)
+                self.spans.append((start, len(text), action))
             start = len(text)
-            text.append(keys, style=key_style)
-            text.append(f" {label}")
-            self.spans.append((start, len(text), action))
+            text.append(f" {entry.label}")
+            self.spans.append((start, len(text), entry.keys[0][1]))
         self.update(text)
 
     async def on_click(self, event: events.Click) -> None:
