@@ -127,7 +127,7 @@ async def test_the_timeline_charts_mark_a_leak_and_jump_to_where_it_starts():
 
 @pytest.mark.asyncio
 async def test_a_click_on_a_chart_line_puts_the_cursor_at_that_point():
-    from workbench.tui.screens.charts import LABEL, ChartsScreen
+    from workbench.tui.screens.charts import ChartsScreen
 
     app = WorkbenchApp([load_scenario(ROOT / "scenarios" / "tour.toml")], background=False)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -138,7 +138,7 @@ async def test_a_click_on_a_chart_line_puts_the_cursor_at_that_point():
         names = screen.charts[screen.chart][1]
         steps = screen._points(names[1]).steps
         column = len(steps) // 2
-        await pilot.click("#charts-text", offset=(LABEL + column, 2))  # the chart's second line
+        await pilot.click("#charts-text", offset=(screen.label_width + column, 2))  # the chart's second line
         await pilot.pause()
         assert screen.chosen == 1 and screen.step == int(steps[column]) > 0
         await pilot.click("#charts-text", offset=(2, 2))  # the label: nothing moves
