@@ -30,10 +30,11 @@ class KeyFooter(Static):
         for entry in footer_items(self.app.command_table, self.size.width):
             if text:
                 text.append("  ")
-            for i, (key, action) in enumerate(entry.keys):  # each key of "[ ]" runs its own action
-                start = len(text)
-                text.append(f"{' ' if i else ''}{key}", style=key_style)
-                self.spans.append((start, len(text), action))
+            start = len(text)
+            for key, action in entry.keys:  # each key of "[ ]" runs its own action
+                self.spans.append((start, start + len(key), action))
+                start += len(key) + 1
+            text.append(" ".join(key for key, _ in entry.keys), style=key_style)  # one run: one look
             start = len(text)
             text.append(f" {entry.label}")
             self.spans.append((start, len(text), entry.keys[0][1]))
