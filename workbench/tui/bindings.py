@@ -25,8 +25,8 @@ class Command:
 COMMANDS: tuple[Command, ...] = (
     Command("step.next", "n", "next", "next", "step", "next", 1),
     Command("step.previous", "p", "previous", "previous", "step", "prev", 1),
-    Command("step.first", "less_than_sign", "first", "first", "step", "first", 13),
-    Command("step.last", "greater_than_sign", "last", "last", "step", "last", 13),
+    Command("step.first", "less_than_sign", "first", "first", "step", "ends", 13),
+    Command("step.last", "greater_than_sign", "last", "last", "step", "ends", 13),
     Command("step.goto", "g", "goto", "go to", "step", "goto", 3),
     Command("step.continue", "c", "continue(True)", "continue", "breakpoints", "continue", 8),
     Command("step.reverse", "C", "continue(False)", "reverse-continue", "breakpoints", "back", 8),
@@ -45,6 +45,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("export.svg", "e", "export_svg", "export SVG", "export", "svg", 15),
     Command("panel.next", "tab", "focus_next", "next panel", "panel"),
     Command("panel.zoom", "z", "zoom", "zoom panel", "panel", "zoom", 5),
+    Command("panel.open", "o", "open_collapsed", "open the next panel the terminal's size collapsed", "panel",
+            "open", 4),
     Command("app.help", "f1", "help", "help", "app"),  # the footer ends with ? (help, or more)
     Command("app.help_question", "question_mark", "help", "help", "app"),
     Command("app.palette", "ctrl+p", "command_palette", "palette", "app"),  # tab, f1, ctrl+p: help lists them
