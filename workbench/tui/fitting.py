@@ -3,7 +3,7 @@ step's text and the tree first.
 
 - Columns: from 140 columns steps | middle | side as composed; below 140 the steps list
   and the side column narrow; below 120 the side column (node, events) collapses into
-  the tab strip, and below 100 the steps list narrows again.
+  the tab strip, and below 100 the metrics narrow.
 - Rows: below 30 rows the bottom row (pools, metrics, LRU) collapses into the strip too.
   A collapsed panel is one key away: ``o`` (or a click on its name) zooms it.
 - The middle column: the tree keeps at least ``TREE_ROWS`` rows (12 from 40 rows of
