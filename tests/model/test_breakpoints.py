@@ -267,12 +267,15 @@ def test_urc_diff_bad_steps_exit_2(capsys, argv, says):
 
 
 
-def test_op_terms_name_an_op_by_either_of_its_names(capsys):
+def test_op_terms_name_an_op_by_either_of_its_names(capsys, tmp_path):
     """``op=release`` stops at a step written ``req_finish`` (its older name), and back."""
-    tour = str(Path(__file__).resolve().parents[2] / "scenarios" / "tour.toml")
-    first = next(r.index for r in run_scenario(tour).records if r.step.op == "req_finish")
+    old = tmp_path / "old.toml"
+    old.write_text('schema = 1\n[scenario]\nname = "old names"\n[config]\ncomponents = ["full"]\nkv_size = 32\n'
+                   '[[step]]\nop = "req_prefill"\nreq = "r1"\ntokens = [1, 2, 3]\n'
+                   '[[step]]\nop = "req_finish"\nreq = "r1"\n', encoding="utf-8")
+    first = next(r.index for r in run_scenario(str(old)).records if r.step.op == "req_finish")
     for term in ("op=release", "op=req_finish"):
-        rc, out, _ = urc(capsys, "run", tour, "--until", term)
+        rc, out, _ = urc(capsys, "run", str(old), "--until", term)
         assert rc == 0 and out.startswith(f"stopped at step {first} (req_finish, line "), out
 
 

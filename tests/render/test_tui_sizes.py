@@ -11,6 +11,7 @@ import pytest
 from workbench.model.scenarios.scenario import load_scenario
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.widgets.lru_panel import LRUPanel
+from workbench.tui.widgets.panel_strip import PanelStrip
 from workbench.tui.widgets.pools_panel import PoolsPanel
 from workbench.tui.widgets.step_panel import StepPanel
 from workbench.tui.widgets.tree_panel import TreePanel
@@ -30,22 +31,32 @@ async def test_every_panel_keeps_room_at_every_size(size):
     async with app.run_test(size=size) as pilot:
         await pilot.press("n", "n", "n")
         await pilot.pause()
-        shown = [p for p in app.panels if p.display]
+        collapsed = app.collapsed_panels()  # the layout rule's: in the strip, o opens each
+        shown = [p for p in app.panels if p.display and p not in collapsed]
         assert all(p.region.width >= 18 and p.region.height >= 3 for p in shown), \
             {p.id: (p.region.width, p.region.height) for p in shown}
         tree = app.query_one(TreePanel)
         assert tree.region.width >= min(34, size[0] // 2)
+        strip = app.query_one(PanelStrip)
+        assert strip.display == bool(collapsed) and [panel for *_, panel in strip.spans] == collapsed
+        for panel in collapsed:
+            await pilot.press("o")
+            assert app.screen.maximized is panel and panel.region.width == size[0] and app.focused is panel
+        await pilot.press("o")
+        assert app.screen.maximized is None
 
 
 @pytest.mark.asyncio
 async def test_a_long_result_scrolls_in_the_step_panel_instead_of_being_cut():
-    app = app_for("tour_hicache_hybrid.toml")
+    """At 80x24 the tree keeps its rows, so a step whose text is longer than what is
+    left scrolls in the step panel."""
+    app = app_for("tour_sessions.toml")
     async with app.run_test(size=(80, 24)) as pilot:
-        for _ in range(6):
-            await pilot.press("n")
-        await pilot.pause()
         panel = app.query_one(StepPanel)
-        assert panel.virtual_size.height > panel.scrollable_content_region.height  # more than it shows
+        while panel.virtual_size.height <= panel.scrollable_content_region.height:
+            assert app.cursor.step < app.cursor.available, "no step longer than the panel"
+            await pilot.press("n")
+            await pilot.pause()
         panel.scroll_end(animate=False)
         await pilot.pause()
         assert panel.scroll_y > 0
@@ -127,7 +138,7 @@ async def test_the_timeline_charts_mark_a_leak_and_jump_to_where_it_starts():
 
 @pytest.mark.asyncio
 async def test_a_click_on_a_chart_line_puts_the_cursor_at_that_point():
-    from workbench.tui.screens.charts import LABEL, ChartsScreen
+    from workbench.tui.screens.charts import ChartsScreen
 
     app = WorkbenchApp([load_scenario(ROOT / "scenarios" / "tour.toml")], background=False)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -138,7 +149,7 @@ async def test_a_click_on_a_chart_line_puts_the_cursor_at_that_point():
         names = screen.charts[screen.chart][1]
         steps = screen._points(names[1]).steps
         column = len(steps) // 2
-        await pilot.click("#charts-text", offset=(LABEL + column, 2))  # the chart's second line
+        await pilot.click("#charts-text", offset=(screen.label_width + column, 2))  # the chart's second line
         await pilot.pause()
         assert screen.chosen == 1 and screen.step == int(steps[column]) > 0
         await pilot.click("#charts-text", offset=(2, 2))  # the label: nothing moves
@@ -160,7 +171,7 @@ async def test_a_newcomer_at_80x24_steps_through_every_tour_chapter():
         for chapter in range(len(TOUR)):
             while app.cursor.step < app.cursor.available:
                 await pilot.press("n")
-                shown = [p for p in app.panels if p.display]
+                shown = [p for p in app.panels if p.display and p not in app.collapsed_panels()]
                 assert all(p.region.width > 0 and p.region.height > 0 for p in shown), (chapter, app.cursor.step)
                 step = app.query_one(StepPanel)
                 assert step.virtual_size.height <= step.region.height or step.max_scroll_y > 0

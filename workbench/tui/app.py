@@ -16,16 +16,17 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Header, Input, ProgressBar
+from textual.widgets import Header, Input, ProgressBar
 
 from ..model.debugging.cursor import TimelineCursor
 from ..model.scenarios.errors import DATA_ERRORS, one_line, printable
 from ..model.scenarios.scenario import Scenario, ScenarioError
 from ..model.timeline.step_view import StepView
 from .bindings import COMMANDS as COMMAND_TABLE
-from .bindings import Command, bindings, commands, is_printable, priority_actions
+from .bindings import Command, bindings, commands, footer_items, is_printable, priority_actions
 from .commands import WorkbenchCommands
 from .exports import ExportActions
+from .fitting import Fitting
 from .scan_action import ScanAction
 from .why_action import WhyAction
 from .layout import AREAS, LAYOUT, Slot
@@ -37,6 +38,8 @@ from .screens.goto import GotoScreen
 from .screens.help import HelpScreen
 from .widgets.command_bar import CommandBar
 from .widgets.events_panel import EventsPanel
+from .widgets.key_footer import KeyFooter
+from .widgets.panel_strip import PanelStrip
 from .widgets.panel import Panel
 from .widgets.requests_panel import RequestsPanel
 from .widgets.sessions_panel import SessionsPanel
@@ -49,7 +52,7 @@ def damage_text(error: Exception) -> str:
     return printable(f"damaged store: a value is not as urc writes it ({type(error).__name__}: {error})")[:300]
 
 
-class WorkbenchApp(ExportActions, WhyAction, ScanAction, App[None]):
+class WorkbenchApp(Fitting, ExportActions, WhyAction, ScanAction, App[None]):
     CSS_PATH = "workbench.tcss"
     TITLE = "urc workbench"
     COMMANDS = App.COMMANDS | {WorkbenchCommands}
@@ -87,20 +90,6 @@ class WorkbenchApp(ExportActions, WhyAction, ScanAction, App[None]):
             say(message)
         super().notify(message, **options)
 
-    # ---- size ----------------------------------------------------------------------------------
-    WIDE, NARROW, SHORT = 140, 110, 36  # below these the side columns shrink, then narrow further; rows shrink
-
-    def on_resize(self, event) -> None:
-        """Panels shrink with the terminal (workbench.tcss: Screen.-narrow, .-small, .-short);
-        what no longer fits scrolls, and ``z`` zooms the focused panel to the whole screen."""
-        width, height = event.size
-        screen = self.screen
-        screen.set_class(width < self.WIDE, "-narrow")
-        screen.set_class(width < self.NARROW, "-small")
-        screen.set_class(height < self.SHORT, "-short")
-        if self.is_mounted:
-            self._fit_bottom()
-
     def _panels_in(self, area: str) -> ComposeResult:
         for slot in self.panel_layout:
             if slot.area == area:
@@ -113,6 +102,7 @@ class WorkbenchApp(ExportActions, WhyAction, ScanAction, App[None]):
         self.panels = []
         yield Header()
         yield from self._panels_in("top")
+        yield PanelStrip(id="strip")
         with Horizontal(id="main"):
             yield from self._panels_in("main")
             with Vertical(id="middle"):
@@ -125,12 +115,13 @@ class WorkbenchApp(ExportActions, WhyAction, ScanAction, App[None]):
         yield ProgressBar(id="scanning", show_eta=False)  # a breakpoint scan (scan_action.py)
         yield CommandBar(self.cursor.names, lambda: list(self.cursor.chapter.scenario.config["components"]),
                          id="command")
-        yield Footer()
+        yield KeyFooter(id="footer")
 
     def on_mount(self) -> None:
         self.query_one(StepList).reset()
         self.query_one("#loading", ProgressBar).display = False
         self.query_one("#scanning", ProgressBar).display = False
+        self.query_one(PanelStrip).collapse(self.collapsed_panels())
         self.open_chapter(0)
         self.query_one(StepList).focus()  # arrows, enter and z act on the steps from the first key
         if self.follower is not None:
@@ -184,19 +175,6 @@ class WorkbenchApp(ExportActions, WhyAction, ScanAction, App[None]):
         self.query_one(StepPanel).head(self.cursor.view(follow=False).heading)  # steps checked so far
 
     # ---- rendering -----------------------------------------------------------------------------
-    def _fit_pools(self, pools: int) -> None:
-        """A host tier adds a pool per component: the bottom row grows to show them
-        all, once per chapter that needs it (never a relayout per step), as far as a
-        quarter of the terminal (beyond that the pools panel scrolls)."""
-        rows = max(4, pools)
-        if rows != self._bottom_rows:
-            self._bottom_rows = rows
-            self._fit_bottom()
-
-    def _fit_bottom(self) -> None:
-        height = self._bottom_rows + 3  # the table's header and the borders
-        self.query_one("#bottom").styles.height = min(height, max(6, self.size.height // 4))
-
     def refresh_view(self, follow: bool = True) -> bool:
         """One view of the step, shown by every panel; False (and said) where a stored
         run's step cannot be read or shown (a damaged store): the workbench stays open."""
@@ -209,6 +187,8 @@ class WorkbenchApp(ExportActions, WhyAction, ScanAction, App[None]):
             self._fit_pools(len(view.state.pools))
             for panel in self.panels:
                 panel.show(view)
+            self.fit_middle()  # the step's text sizes its panel
+            self.call_after_refresh(self.fit_middle)  # again once a banner shown or hidden is laid out
         except (ScenarioError, *DATA_ERRORS) as exc:
             if not isinstance(exc, ScenarioError) and not cursor.chapter.read_only:
                 raise  # urc's own error: a live run's values are the cache's, not a file's
@@ -332,7 +312,8 @@ class WorkbenchApp(ExportActions, WhyAction, ScanAction, App[None]):
     def action_help(self) -> None:
         """Keys, the focused panel and the legend."""
         focused = self.focused.id if self.focused is not None else None
-        self.push_screen(HelpScreen(self.command_table, focused))
+        footer = tuple(i for entry in footer_items(self.command_table, self.size.width) for i in entry.ids)
+        self.push_screen(HelpScreen(self.command_table, focused, footer))
 
     # ---- breakpoints, diff ----------------------------------------------------------------
     def action_breakpoints(self) -> None:
@@ -359,6 +340,7 @@ class WorkbenchApp(ExportActions, WhyAction, ScanAction, App[None]):
             self.notify("the chapter is still loading; live ops run after its last step", severity="warning")
             return
         self.query_one(CommandBar).open()
+        self.call_after_refresh(self.fit_middle)  # the bar takes a row from the panels
 
     @on(Input.Submitted, "#command")
     def run_command(self, event: Input.Submitted) -> None:

@@ -16,39 +16,42 @@ class Command:
     id: str
     key: str
     action: str
-    description: str  # footer text
+    description: str  # palette and help text
     category: str  # palette: "category: verb"
-    show: bool = True  # in the footer
+    footer: str = ""  # the footer's short label; "" keeps the key out of the footer (help lists it)
+    priority: int = 0  # the footer shows the keys that fit, lowest priority number first
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("step.next", "n", "next", "next", "step"),
-    Command("step.previous", "p", "previous", "previous", "step"),
-    Command("step.first", "less_than_sign", "first", "first", "step"),
-    Command("step.last", "greater_than_sign", "last", "last", "step"),
-    Command("step.goto", "g", "goto", "go to", "step"),
-    Command("step.continue", "c", "continue(True)", "continue", "breakpoints"),
-    Command("step.reverse", "C", "continue(False)", "reverse-continue", "breakpoints"),
-    Command("step.cancel_scan", "escape", "cancel_scan", "call off a breakpoint scan", "breakpoints", show=False),
-    Command("breakpoints.edit", "b", "breakpoints", "edit breakpoints", "breakpoints", show=False),
-    Command("breakpoints.watch", "w", "watch", "watch the selected node", "breakpoints", show=False),
-    Command("view.diff", "d", "diff", "diff", "view"),
-    Command("view.why", "y", "why", "why", "view"),
-    Command("view.timeline", "l", "timeline", "timeline charts", "view"),
-    Command("live.command", "colon", "command", "live op", "live"),
-    Command("live.save", "ctrl+s", "save_session", "save the session as a scenario", "live", show=False),
-    Command("export.test", "t", "export_test", "export a pytest test up to this step", "export", show=False),
-    Command("chapter.next", "right_square_bracket", "chapter(1)", "next chapter", "chapter", show=False),
-    Command("chapter.previous", "left_square_bracket", "chapter(-1)", "previous chapter", "chapter", show=False),
-    Command("view.follow", "f", "follow", "follow the step's node", "view", show=False),
-    Command("events.filter", "x", "filter_events", "filter events by component", "events", show=False),
-    Command("export.svg", "e", "export_svg", "export SVG", "export", show=False),
-    Command("panel.next", "tab", "focus_next", "next panel", "panel", show=False),
-    Command("panel.zoom", "z", "zoom", "zoom panel", "panel"),
-    Command("app.help", "f1", "help", "help", "app"),
-    Command("app.help_question", "question_mark", "help", "help", "app", show=False),
-    Command("app.palette", "ctrl+p", "command_palette", "palette", "app", show=False),
-    Command("app.quit", "q", "quit", "quit", "app"),
+    Command("step.next", "n", "next", "next", "step", "next", 1),
+    Command("step.previous", "p", "previous", "previous", "step", "prev", 1),
+    Command("step.first", "less_than_sign", "first", "first", "step", "ends", 13),
+    Command("step.last", "greater_than_sign", "last", "last", "step", "ends", 13),
+    Command("step.goto", "g", "goto", "go to", "step", "goto", 3),
+    Command("step.continue", "c", "continue(True)", "continue", "breakpoints", "continue", 8),
+    Command("step.reverse", "C", "continue(False)", "reverse-continue", "breakpoints", "back", 8),
+    Command("step.cancel_scan", "escape", "cancel_scan", "call off a breakpoint scan", "breakpoints"),
+    Command("breakpoints.edit", "b", "breakpoints", "edit breakpoints", "breakpoints", "breaks", 9),
+    Command("breakpoints.watch", "w", "watch", "watch the selected node", "breakpoints", "watch", 12),
+    Command("view.diff", "d", "diff", "diff", "view", "diff", 7),
+    Command("view.why", "y", "why", "why", "view", "why", 4),
+    Command("view.timeline", "l", "timeline", "timeline charts", "view", "charts", 6),
+    Command("live.command", "colon", "command", "live op", "live", "live op", 5),
+    Command("live.save", "ctrl+s", "save_session", "save the session as a scenario", "live", "save", 16),
+    Command("export.test", "t", "export_test", "export a pytest test up to this step", "export", "test", 15),
+    Command("chapter.previous", "left_square_bracket", "chapter(-1)", "previous chapter", "chapter", "chapter", 10),
+    Command("chapter.next", "right_square_bracket", "chapter(1)", "next chapter", "chapter", "chapter", 10),
+    Command("view.follow", "f", "follow", "follow the step's node", "view", "follow", 11),
+    Command("events.filter", "x", "filter_events", "filter events by component", "events", "filter", 14),
+    Command("export.svg", "e", "export_svg", "export SVG", "export", "svg", 15),
+    Command("panel.next", "tab", "focus_next", "next panel", "panel"),
+    Command("panel.zoom", "z", "zoom", "zoom panel", "panel", "zoom", 5),
+    Command("panel.open", "o", "open_collapsed", "open the next panel the terminal's size collapsed", "panel",
+            "open", 4),
+    Command("app.help", "f1", "help", "help", "app"),  # the footer ends with ? (help, or more)
+    Command("app.help_question", "question_mark", "help", "help", "app"),
+    Command("app.palette", "ctrl+p", "command_palette", "palette", "app"),  # tab, f1, ctrl+p: help lists them
+    Command("app.quit", "q", "quit", "quit", "app", "quit", 2),
 )
 
 
@@ -148,7 +151,8 @@ UNDER_WIDGETS = {"panel.next", "step.cancel_scan"}  # bound without priority: a 
 
 
 def bindings(table: tuple[Command, ...]) -> list[Binding]:
-    return [Binding(c.key, c.action, c.description, show=c.show, id=c.id, priority=c.id not in UNDER_WIDGETS)
+    """Textual's bindings; none shows in Textual's own footer (widgets/key_footer.py draws ours)."""
+    return [Binding(c.key, c.action, c.description, show=False, id=c.id, priority=c.id not in UNDER_WIDGETS)
             for c in table]
 
 
@@ -156,6 +160,48 @@ def priority_actions(table: tuple[Command, ...]) -> frozenset[str]:
     """The action names bound with priority: ahead of every widget's keys, a dialog's too,
     so the app holds them back while a dialog is open."""
     return frozenset(c.action.split("(")[0] for c in table if c.id not in UNDER_WIDGETS)
+
+
+HELP_ID = "app.help_question"
+
+
+@dataclasses.dataclass(frozen=True)
+class FooterEntry:
+    keys: tuple[tuple[str, str], ...]  # (key as shown, its action): "[ ]" is two keys
+    label: str
+    ids: tuple[str, ...]  # the binding ids the entry stands for
+
+    @property
+    def text(self) -> str:
+        return " ".join(key for key, _ in self.keys) + f" {self.label}"
+
+
+def footer_items(table: tuple[Command, ...], width: int) -> list[FooterEntry]:
+    """The footer at ``width`` columns: the keys that fit, taken by priority (a
+    priority's keys together or not at all) and shown in table order, then ``?``: "more"
+    when a key was left out (help lists them all), else "help". Keys that share a
+    priority and a label read as one entry (``[ ] chapter``)."""
+    help_command = next((c for c in table if c.id == HELP_ID), None)
+    help_key = key_label(help_command.key) if help_command else "f1"
+    merged: dict[tuple[int, str], list] = {}  # (priority, label) -> [first table row, commands]
+    for order, command in enumerate(table):
+        if command.priority and command.footer:
+            merged.setdefault((command.priority, command.footer), [order, []])[1].append(command)
+    groups: dict[int, list[tuple[int, FooterEntry]]] = {}
+    for (priority, label), (order, same) in merged.items():
+        entry = FooterEntry(tuple((key_label(c.key), c.action) for c in same), label, tuple(c.id for c in same))
+        groups.setdefault(priority, []).append((order, entry))
+    chosen: list[tuple[int, FooterEntry]] = []
+    room = width - len(help_key) - len(" more")
+    for priority in sorted(groups):
+        cost = sum(len(entry.text) + 2 for _, entry in groups[priority])  # and two spaces after each
+        if cost > room:
+            break
+        chosen += groups[priority]
+        room -= cost
+    left_out = len(chosen) < len(merged)
+    tail = FooterEntry(((help_key, "help"),), "more" if left_out else "help", (HELP_ID,))
+    return [entry for _, entry in sorted(chosen, key=lambda pair: pair[0])] + [tail]
 
 
 def key_label(key: str) -> str:

@@ -6,7 +6,7 @@ module only does syntax (and never raises anything but ``ScenarioError`` on user
 
     insert 1..8 9 extra_key=ns            match 1 2 as m1        lock m1 as L1
     evict full=8 mamba=1                  req_decode r1 5 6 slide
-    req_finish r1 noinsert                check expect nodes=3 full_lock_ref.m1=1
+    release r1 noinsert                   check expect nodes=3 full_lock_ref.m1=1
     unlock L1 expect_error "not held"     match 1 2 description "why this step"
     check expect full_value_len.[1,2,3]=3 full_evict_order=[[4,5],[1..3,9]] full_lock_ref={} exact=[full_lock_ref]
 

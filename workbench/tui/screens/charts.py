@@ -22,7 +22,6 @@ from textual.widgets import Static
 from ...model.timeline.series import RunSeries
 
 BARS = "▁▂▃▄▅▆▇█"
-LABEL = 22  # columns for a series' name and its value at the cursor
 
 
 def sparkline(low: np.ndarray, high: np.ndarray, lo: float, hi: float) -> str:
@@ -38,7 +37,8 @@ class ChartsScreen(ModalScreen[Optional[int]]):
     BINDINGS = [
         Binding("escape,q,l", "dismiss(None)", "close"),
         Binding("left", "move(-1)", "◀"), Binding("right", "move(1)", "▶"),
-        Binding("shift+left", "move(-10)", "◀◀", show=False), Binding("shift+right", "move(10)", "▶▶", show=False),
+        Binding("shift+left", "jump(-1)", "◀◀", show=False), Binding("shift+right", "jump(1)", "▶▶", show=False),
+        Binding("home", "to_end(False)", "first", show=False), Binding("end", "to_end(True)", "last", show=False),
         Binding("up", "series(-1)", "series ↑"), Binding("down", "series(1)", "series ↓"),
         Binding("tab", "chart(1)", "next chart"), Binding("shift+tab", "chart(-1)", "previous chart", show=False),
         Binding("c", "changes", "where it changes"),
@@ -53,6 +53,10 @@ class ChartsScreen(ModalScreen[Optional[int]]):
         self.chosen = 0  # the series of the chart the cursor reads and `c` follows
         self.step = step  # the cursor, as a step
         self.note = ""
+        names = [n for _, group in self.charts for n in group]
+        self.name_width = max(len(series.info[n].label) for n in names)
+        self.value_width = max(5, *(_value_width(series.values(n)) for n in names))
+        self.label_width = self.name_width + self.value_width + 2  # columns before a line's first point
 
     def compose(self) -> ComposeResult:
         with Vertical(id="charts"):
@@ -67,7 +71,7 @@ class ChartsScreen(ModalScreen[Optional[int]]):
     # ---- drawing -----------------------------------------------------------------------------------
     @property
     def width(self) -> int:
-        return max(8, self.query_one("#charts-text").size.width - LABEL - 1)
+        return max(8, self.query_one("#charts-text").size.width - self.label_width - 1)
 
     def _points(self, name: str):
         return self.series.points(name, self.width)
@@ -88,7 +92,7 @@ class ChartsScreen(ModalScreen[Optional[int]]):
             lo, hi = float(np.nanmin(values)) if np.isfinite(values).any() else 0.0, \
                 float(np.nanmax(values)) if np.isfinite(values).any() else 0.0
             now = values[min(self.step, len(values) - 1)]
-            label = f"{self.series.info[name].label[:12]:<12} {_fmt(now):>8} "
+            label = f"{self.series.info[name].label:<{self.name_width}} {_fmt(now):>{self.value_width}} "
             line = sparkline(points.low, points.high, lo, hi)
             col = self._column(steps, self.step)
             style = "bold reverse" if i == self.chosen else ""
@@ -98,10 +102,12 @@ class ChartsScreen(ModalScreen[Optional[int]]):
             text.append(line[col + 1:] + "\n", style="green")
         if steps is not None:
             text.append(self._marks(steps))
+            text.append(self._axis(steps))
         text.append(f"\ncursor at step {self.step:,}", style="bold")
         if self.note:
             text.append(f"  {self.note}", style="yellow")
-        text.append("\n←/→ move (shift: ×10)  ↑/↓ series  tab chart  c where it changes  enter go  esc close",
+        text.append("\n←/→ a step (shift: a column)  home/end  ↑/↓ series  tab chart  c where it changes  enter go  "
+                    "esc close",
                     style="dim")
         self.query_one("#charts-text", Static).update(text)
 
@@ -116,18 +122,42 @@ class ChartsScreen(ModalScreen[Optional[int]]):
                 row[col], styles[col] = glyph, style
         col = self._column(steps, self.step)
         row[col], styles[col] = "▲", "bold yellow"
-        text = Text(" " * LABEL)
+        text = Text(" " * self.label_width)
         for glyph, style in zip(row, styles):
             text.append(glyph, style=style)
         return text + Text("\n")
 
+    def _axis(self, steps: np.ndarray) -> Text:
+        """The step axis: a column's first step written from that column, others where
+        they fit with a gap, and the run's last step ending at the last column."""
+        row = [" "] * len(steps)
+        last = f"{self.series.steps:,}"
+        end = len(steps) - len(last)  # the last step is written to end at the last column
+        gap = 10
+        col = 0
+        while col < end - gap:
+            word = f"{int(steps[col]):,}"
+            if col + len(word) + gap > end:
+                break
+            row[col:col + len(word)] = word
+            col += len(word) + gap
+        if end >= 0:
+            row[end:] = last
+        return Text("step".ljust(self.label_width) + "".join(row),
+                    style="dim") + Text("\n")
+
     # ---- keys ------------------------------------------------------------------------------------------
-    def action_move(self, columns: int) -> None:
-        group, names = self.charts[self.chart]
-        steps = self._points(names[self.chosen]).steps
-        col = min(max(self._column(steps, self.step) + columns, 0), len(steps) - 1)
-        self.step, self.note = int(steps[col]), ""
+    def action_move(self, steps: int) -> None:
+        self.step, self.note = min(max(self.step + steps, 0), self.series.steps), ""
         self.redraw()
+
+    def action_jump(self, direction: int) -> None:
+        """A column's worth of steps (at least ten)."""
+        per_column = -(-(self.series.steps + 1) // self.width)
+        self.action_move(direction * max(10, per_column))
+
+    def action_to_end(self, last: bool) -> None:
+        self.action_move(self.series.steps if last else -self.series.steps)
 
     def action_series(self, delta: int) -> None:
         names = self.charts[self.chart][1]
@@ -152,12 +182,12 @@ class ChartsScreen(ModalScreen[Optional[int]]):
         """A point of a line (or of the markers' line) under the pointer: the cursor goes there."""
         offset = event.get_content_offset(self.query_one("#charts-text"))
         names = self.charts[self.chart][1]
-        if offset is None or offset.x < LABEL or not 1 <= offset.y <= len(names) + 1:
+        if offset is None or offset.x < self.label_width or not 1 <= offset.y <= len(names) + 1:
             return
         if offset.y <= len(names):
             self.chosen = offset.y - 1
         steps = self._points(names[self.chosen]).steps
-        self.step, self.note = int(steps[min(offset.x - LABEL, len(steps) - 1)]), ""
+        self.step, self.note = int(steps[min(offset.x - self.label_width, len(steps) - 1)]), ""
         self.redraw()
 
     def action_go(self) -> None:
@@ -168,3 +198,12 @@ def _fmt(value: float) -> str:
     if np.isnan(value):
         return "–"
     return f"{value:.3f}" if value != int(value) else f"{int(value):,}"
+
+
+def _value_width(values: np.ndarray) -> int:
+    """The widest a series' value at the cursor can be written (``_fmt``)."""
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return 1
+    widest = max(len(f"{int(finite.min()):,}"), len(f"{int(finite.max()):,}"))
+    return widest + 4 if bool(np.any(finite != np.round(finite))) else widest  # ".123"

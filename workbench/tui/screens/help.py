@@ -29,9 +29,10 @@ PANELS = {
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,f1,q,question_mark", "dismiss", "close")]
 
-    def __init__(self, table: tuple[Command, ...], focused: str | None) -> None:
+    def __init__(self, table: tuple[Command, ...], focused: str | None, footer: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.table, self.panel = table, focused
+        self.footer = footer  # the binding ids the footer shows now: the keys it left out are named first
 
     def compose(self) -> ComposeResult:
         keys = Table("key", "does", "id", box=None, padding=(0, 2))
@@ -50,6 +51,10 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help"):
             yield Static(Text("urc workbench — help (esc closes)", style="bold"))
             yield Static(Text(f"this panel: {panel}"))
+            left_out = [f"{key_label(c.key)} {c.footer or c.description}" for c in self.table
+                        if self.footer and c.id not in self.footer and c.id != "app.help"]
+            if left_out:
+                yield Static(Text("not in the footer at this width: " + " · ".join(left_out), style="italic"))
             yield Static(keys)
             yield Static(legend)
             yield Static(Text("live ops (:), any op then " + CLAUSE_HELP + "\n" + "\n".join(OP_HELP.values())))

@@ -49,3 +49,4 @@ class CommandBar(Input):
         self.can_focus = False
         self.value = ""
         self.app.query_one("#tree").focus()
+        self.app.call_after_refresh(self.app.fit_middle)  # its row goes back to the panels

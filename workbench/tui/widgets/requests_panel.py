@@ -29,6 +29,7 @@ class RequestsPanel(Panel, OptionList):
         return self._rids[self.highlighted]
 
     def show(self, view: StepView) -> None:
+        self.display = view.record is not None  # at the start nothing runs: room for the chapter's text
         keep = self.highlighted_request
         running = view.state.requests
         diff = view.request_diff

@@ -36,7 +36,7 @@ class SessionsPanel(Panel, OptionList):
         return self._sids[self.highlighted]
 
     def show(self, view: StepView) -> None:
-        self.display = has_sessions(view.scenario)
+        self.display = has_sessions(view.scenario) and view.record is not None  # none open at the start
         if not self.display:
             return
         rows = view.session_rows
