@@ -8,7 +8,7 @@ from pathlib import Path
 
 import workbench
 from workbench.cli.common import load_chapters
-from workbench.cli.tui import TOUR, tour_files
+from workbench.model.scenarios.bundled import TOUR, tour_files
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.widgets.step_panel import StepPanel
 
