@@ -46,6 +46,13 @@ def test_every_bundled_scenario_agrees_with_sglang(name):
     assert report.states_compared == report.run and report.nodes_compared
 
 
+def test_a_mamba_turn_past_its_cap_agrees_with_sglang_where_the_checker_flags_it():
+    """SGLang's release cuts the record's KV at the cap but keeps its Mamba state: ours
+    does the same (the state lands where the checker flags it, tests/sessions)."""
+    report = run_against(load_scenario(ROOT / "tests/sessions/data/streaming-overshoot-keeps-mamba-state.toml"))
+    assert report.agrees and report.states_compared == report.steps == 6
+
+
 @pytest.mark.parametrize("name", ["scenarios/tour.toml", "scenarios/tour_swa.toml", "scenarios/tour_mamba.toml"])
 def test_the_rust_core_agrees_on_results_and_pools(name):
     report = run_against(load_scenario(ROOT / name), core="rust")

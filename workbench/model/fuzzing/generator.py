@@ -38,6 +38,7 @@ class OpGenerator:
         self.computed: dict[str, int] = {}  # per request: tokens computed (when not chunked)
         self.outputs: dict[str, int] = {}  # per request: output tokens decoded
         self.undecoded: dict[str, int] = {}  # per request: of those, the tokens whose decode our cache refused
+        self.output_cap: dict[str, int] = {}  # streaming turns with max_new_tokens: the cap (ops/requests.py)
         self.open_sessions: set[str] = set()  # sessions the steps so far opened and did not close
         self.streaming: set[str] = set()  # … of them, the streaming ones
         self.turn_of: dict[str, str] = {}  # streaming session -> its running turn

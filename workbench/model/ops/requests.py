@@ -7,6 +7,7 @@ insert or not, up to the stop, then unlock and free the rest)."""
 from __future__ import annotations
 
 from array import array
+from typing import Optional
 
 from .keys import draw_priority
 from .request_view import view_of_first_arg
@@ -167,6 +168,15 @@ def sglang_decode(side, f: dict) -> None:
 
 
 def _decoding(gen) -> list[str]:
+    """Running requests past their prompt. With Mamba, not a streaming turn at its
+    max_new_tokens: a decode past the cap (spec decoding's overshoot) leaves the
+    session's Mamba state past the record that SGLang 0.5.23's release trims to the
+    cap (StreamingSession._trim_overshoot frees only KV), which the checker flags
+    (tests/sessions/test_streaming_overshoot.py)."""
+    if stateful(gen.config.components):
+        cap = gen.output_cap
+        return [name for name in gen.running
+                if name not in gen.chunked and (name not in cap or gen.outputs[name] < cap[name])]
     return [name for name in gen.running if name not in gen.chunked]
 
 
@@ -182,6 +192,8 @@ def fuzz_decode(gen) -> dict:
     rng = gen.rng
     name = rng.choice(_decoding(gen))
     step = {"op": DECODE.name, "req": name, "tokens": [rng.randint(1, 3) for _ in range(rng.randint(1, 2 * gen.page))]}
+    if name in gen.output_cap and stateful(gen.config.components):  # no overshoot (see _decoding)
+        del step["tokens"][gen.output_cap[name] - gen.outputs[name]:]
     gen.computed[name] += len(step["tokens"])
     gen.outputs[name] += len(step["tokens"])
     if windowed(gen.config.components) and rng.random() < 0.4:
@@ -297,7 +309,8 @@ def run_release(driver, f: dict) -> None:
     req = driver.request_named(name)
     if stop is not None:
         _check_stop(driver, name, req, stop)
-    before, req.finished_len = req.finished_len, stop
+    before, req.finished_len = req.finished_len, length_capped(stop, len(req.output_ids),
+                                                               getattr(req, "max_new_tokens", None))
     req.finish_aborted = bool(f.get("abort"))  # FINISH_ABORT: its insert registers no session reference
     try:
         driver.cache.release_kv_cache(req, checkpoint=f.get("insert", True))
@@ -317,10 +330,19 @@ def _check_stop(driver, name: str, req, stop: int) -> None:
                               "tokens the tree already holds for it")
 
 
+def length_capped(stop: Optional[int], output_len: int, max_new_tokens: Optional[int]) -> Optional[int]:
+    """The finished length SGLang's ``Req.check_finished`` leaves: an output that
+    reached ``max_new_tokens`` (a multi-token decode may pass it) ends there, and a
+    stop past it is capped (``_cap_finished_len_at_max_new_tokens``); a streaming
+    session trims its record to that length, which the next turn's history holds."""
+    if max_new_tokens is None or (stop if stop is not None else output_len) <= max_new_tokens:
+        return stop
+    return max_new_tokens
+
+
 def sglang_release(side, f: dict) -> None:
     req = side.request_named(f["req"])["req"]
-    if f.get("stop_at") is not None:
-        req.finished_len = f["stop_at"]
+    req.finished_len = length_capped(f.get("stop_at"), len(req.output_ids), req.sampling_params.max_new_tokens)
     sg = side.sg
     req.finished_reason = sg.FINISH_ABORT() if f.get("abort") else sg.FINISH_LENGTH(length=len(req.output_ids))
     side.sg.release_kv_cache(req, side.cache, checkpoint=f.get("insert", True))

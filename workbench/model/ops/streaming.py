@@ -116,7 +116,7 @@ def fuzz_turn(gen) -> dict:
     tokens = [rng.randint(1, 3) for _ in range(rng.randint(1, 2 * gen.page))]
     step = {"op": TURN.name, "req": name, "tokens": tokens, "session": sid}
     if rng.random() < 0.2:
-        step["max_new_tokens"] = rng.randint(0, 4)
+        step["max_new_tokens"] = gen.output_cap[name] = rng.randint(0, 4)
     if sid in gen.turn_of:  # rejected: it never runs
         gen.turn_blocked.add(sid)
         return step
