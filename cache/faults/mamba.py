@@ -62,12 +62,14 @@ def _install_cow_leak(cache) -> None:
     matched state copied in) before it knew the request could be admitted; when
     add_one_req then refused it, nothing returned that slot. Here a refused
     new_request's match keeps the slot. Fires when a slot leaks that way."""
-    from ..basics.errors import PoolExhaustedError
+    from ..basics.errors import PoolExhaustedError, StateSlotsAssertError
     from ..basics.params import MatchPrefixParams
 
     def match_refused(req, key) -> None:
         try:
             cache.match_prefix(MatchPrefixParams(key, cow_mamba=True, req=req))
+        except StateSlotsAssertError:
+            raise  # the copy's own assert, as in the correct code
         except PoolExhaustedError:
             return  # no slot for the copy: nothing to leak (the correct code says the same)
         if req.mamba_pool_idx is not None:

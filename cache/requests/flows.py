@@ -114,8 +114,10 @@ class RequestFlows(_Owner):
         the match copied for the request goes back (sglang#16067's fix)."""
         try:
             self.match_prefix(MatchPrefixParams(key, cow_mamba=True, req=req))
+        except StateSlotsAssertError:
+            raise  # the match's copy found no state slot: SGLang asserts there, before any admission check
         except PoolExhaustedError:
-            pass  # no slot for the copy either: the admission's own refusal is the one to tell
+            pass  # no room for the copy otherwise: the admission's own refusal is the one to tell
         finally:
             for component in self.hooks.release_request:
                 component.release_request(req)

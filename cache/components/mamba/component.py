@@ -191,7 +191,7 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionM
             self.cache.evict_for_alloc(EvictParams(mamba_num=1))
         if self.pool.available_size() < 1:
             raise StateSlotsAssertError(  # SGLang 0.5.23 asserts "Can not alloc mamba cache"
-                f"cannot alloc mamba cache: all {self.pool.size} state slots are locked or held by running requests"
+                f"SGLang asserts here: cannot alloc mamba cache: all {self.pool.size} state slots are locked or held by running requests"
             )
         return self.pool.alloc(1)
 
