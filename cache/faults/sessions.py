@@ -72,29 +72,28 @@ def _install_close_drops_shared_prefix_refs(cache) -> None:
     refs.release_radix_session = release_radix_session
 
 
-# ---- 3. sglang#22862: a turn borrowing the record leaves its stale tail unfreed ---------------
+# ---- 3. sglang#22897: a finished turn's record keeps the KV past its finished length ----------
 
-BORROW_LEAKS_STALE_TAIL = "streaming-borrow-leaks-stale-tail"
+RELEASE_KEEPS_OVERSHOOT = "streaming-release-keeps-overshoot"
 
 
-def _install_borrow_leaks_stale_tail(cache) -> None:
-    """PR #22862 ("fix retract tail leak via _free_tail"): a turn that borrows its
-    session's record reuses the committed history as its prefix, and the record's KV
-    past that prefix (a retract retry's or an overshoot's tail) must be freed before
-    the row is written again. Without _free_tail it was overwritten and leaked (about
-    14 tokens per retract). The faulty copy cuts the record at the borrowed prefix
-    without freeing what it cut."""
+def _install_release_keeps_overshoot(cache) -> None:
+    """PR #22897 (the streaming session's overshoot trim): a turn can commit more
+    tokens than its max_new_tokens (a speculative step accepts several at once), and
+    it finishes at finished_len = max_new_tokens. The next turn's history holds only
+    that much of its output, yet the session's record kept the KV of every committed
+    token, so the next turn borrowed KV computed for tokens its history does not hold.
+    SGLang 0.5.23 cuts the record to prompt + finished_len when the turn is kept
+    (StreamingSession._trim_overshoot). The faulty copy keeps the record whole when a
+    finished turn's release would cut it, at the cap or at a stop inside the output
+    alike (the fuzzer meets the stop first)."""
     from ..observe.events import Cause
-    from ..basics.keys import ceil_align
 
     correct = cache._rewind_record
-    ps = cache.page_size
 
     def rewind_record(record, target: int, cause) -> None:
-        if cause is Cause.SESSION and record.kv_indices.shape[0] > ceil_align(target, ps):
-            fired(cache, BORROW_LEAKS_STALE_TAIL)
-            record.kv_indices = record.kv_indices[:target]
-            record.swa_evicted_seqlen = min(record.swa_evicted_seqlen, target)
+        if cause is Cause.STOP and record.kv_len > target:
+            fired(cache, RELEASE_KEEPS_OVERSHOOT)
             return
         correct(record, target, cause)
 
@@ -133,9 +132,9 @@ FAULTS = (
     Fault(CLOSE_DROPS_SHARED_PREFIX_REFS, "sgl-project/sglang#27058", ("full",),
           "closing a session takes every session's tag off the prefixes it reached: a shared prefix another session "
           "still holds loses its session_ref", _install_close_drops_shared_prefix_refs, sessions=True),
-    Fault(BORROW_LEAKS_STALE_TAIL, "sgl-project/sglang#22862", ("full",),
-          "a streaming turn borrowing its session's record cuts the record's tail past its prefix without freeing it: "
-          "the tail's KV leaks", _install_borrow_leaks_stale_tail, sessions=True),
+    Fault(RELEASE_KEEPS_OVERSHOOT, "sgl-project/sglang#22897", ("full",),
+          "a finished streaming turn leaves its session's record untrimmed past prompt + finished_len: the next "
+          "turn borrows KV of output its history does not hold", _install_release_keeps_overshoot, sessions=True),
     Fault(SLOT_LOCK_OUTLIVES_CLOSE, "sgl-project/sglang#27024", ("full",),
           "closing a streaming session gives up releasing a slot that holds a lock: the slot's lock and KV outlive "
           "the session", _install_slot_lock_outlives_close, sessions=True),

@@ -1,6 +1,7 @@
 """The session faults of the catalogue (cache/faults/sessions.py): each one, turned on in
-the bug scenario that shows the correct behaviour, fires and is caught by a session or
-pool invariant at the step where it fires; without it the same steps pass.
+the bug scenario that shows the correct behaviour, fires and is caught at the step where
+it fires (by a session or pool invariant, or by the pool counts the step expects);
+without it the same steps pass.
 
 Measured (first step the fault fired = first flagged / what names it / a later expectation):
 
@@ -8,8 +9,8 @@ Measured (first step the fault fired = first flagged / what names it / a later e
                                      step 7 prefix_len (r1's prompt survives the eviction)
   close-drops-shared-prefix-refs     7 (s1 closes): session.ref_balance;
                                      step 10 prefix_len (s2's shared prompt evicted)
-  streaming-borrow-leaks-stale-tail  5 (t2 borrows with prefix 5 of 8): pool.full.balance;
-                                     step 5 full_available (3 slots leaked)
+  streaming-release-keeps-overshoot  4 (t1 finishes at 1 of its 3 outputs): full_available
+                                     (2 slots kept); step 7 match.fingerprint (t2 borrowed them)
   slot-lock-outlives-close           5 (s1 closes): session.closed_holds_slot;
                                      step 5 full_protected (the prompt stays locked)
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from cache.faults import catalogue
-from fault_util import BUGS, BugCase as Case, assert_imports_no_torch, bug_case_tests, cited_fault
+from fault_util import BUGS, BugCase as Case, assert_imports_no_torch, bug_case_tests, cited_fault, run_with_fault
 from workbench.model.fuzzing.fuzz import fuzz
 from workbench.model.fuzzing.sweep import SCALE_CONFIGS, SESSION_CONFIGS, configs_for
 from workbench.model.scenarios.scenario import load_scenario
@@ -31,8 +32,8 @@ CASES = [
          "sglang-29173-late-finish-retags-closed-session", 4, "session.closed", "prefix_len", 7),
     Case("close-drops-shared-prefix-refs", "sgl-project/sglang#27058",
          "sglang-27058-close-drops-shared-prefix-refs", 7, "session.ref_balance", "prefix_len", 10),
-    Case("streaming-borrow-leaks-stale-tail", "sgl-project/sglang#22862",
-         "sglang-22862-streaming-borrow-stale-tail", 5, "pool.full.balance", "full_available", 5),
+    Case("streaming-release-keeps-overshoot", "sgl-project/sglang#22897",
+         "sglang-22897-streaming-release-keeps-overshoot", 4, "", "full_available"),
     Case("slot-lock-outlives-close", "sgl-project/sglang#27024",
          "sglang-27024-slot-lock-outlives-close", 5, "session.closed_holds_slot", "full_protected", 5),
 ]
@@ -52,6 +53,18 @@ def test_the_sessions_faults_module_imports_no_torch():
 
 # each case: its scenario passes without the fault; with it, the fault is caught where it fires
 test_scenario_passes_without_the_fault, test_fault_fires_and_is_caught_where_it_fires = bug_case_tests(CASES)
+
+
+def test_the_kept_overshoot_is_borrowed_and_read_back_as_the_wrong_kv():
+    """With the record left untrimmed, t2 borrows 7 tokens, not 5, and the match of its
+    history returns the two slots holding the dropped output's KV: the only invariant
+    the run trips."""
+    timeline, fired = run_with_fault("sglang-22897-streaming-release-keeps-overshoot",
+                                     "streaming-release-keeps-overshoot")
+    assert fired == [4]
+    assert [(r.index, [v.name for v in r.violations]) for r in timeline.records if r.violations] == [
+        (7, ["match.fingerprint"])]
+    assert {f.field for f in timeline.records[4].failures} == {"prefix_len"}
 
 
 def test_sglangs_rejected_turn_lets_a_third_turn_share_the_record_and_that_is_flagged(tmp_path):
