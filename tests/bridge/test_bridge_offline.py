@@ -453,3 +453,33 @@ def test_node_depths_are_compared_only_where_the_other_side_reads_them():
     assert _compare_results(ours, None, rust, None, ops.NODE_RESULTS) is None
     assert _compare_results(ours, None, rust, None).field == "result.last_node_depth"
     assert _compare_results(ours, None, {**rust, "prefix_len": 2}, None, ops.NODE_RESULTS).field == "result.prefix_len"
+
+
+# ---- the rows SGLang's side is built with ---------------------------------------------------
+def test_a_release_with_a_stop_keeps_its_row_counted(tmp_path, monkeypatch):
+    """Ours refuses a stop outside what a request holds without sending it to SGLang,
+    where the request runs on: its row must still be there for the next admission."""
+    from workbench.bridge.sglang_side import request_sizes
+
+    monkeypatch.chdir(tmp_path)
+    steps = """
+        [[step]]
+        op = "req_prefill"
+        req = "r1"
+        tokens = [1, 2]
+        [[step]]
+        op = "release"
+        req = "r1"
+        stop_at = 0
+        [[step]]
+        op = "req_prefill"
+        req = "r2"
+        tokens = [3]
+        [[step]]
+        op = "release"
+        req = "r2"
+    """
+    rows, _ = request_sizes(load_scenario(toml("s.toml", steps)))
+    assert rows == 2 + 2  # r1 and r2 may run at once, plus the two spare rows
+    plain = steps.replace("stop_at = 0", "")
+    assert request_sizes(load_scenario(toml("p.toml", plain)))[0] == 1 + 2

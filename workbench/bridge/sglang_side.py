@@ -368,7 +368,9 @@ class SGLangSide:
 
 def request_sizes(scenario) -> tuple[int, int]:
     """Request rows and the longest context SGLang's req_to_token pool must hold: the
-    ops that start, extend and end requests say so in their fields."""
+    ops that start, extend and end requests say so in their fields. A release with a
+    stop is not counted as an end: ours refuses a stop outside what the request holds
+    without sending it to SGLang, where the request then runs on in its row."""
     live: dict[str, int] = {}
     most_live, longest = 1, 0
     for step in scenario.steps:
@@ -379,8 +381,8 @@ def request_sizes(scenario) -> tuple[int, int]:
             grown = len(step.fields.get(tokens.name, ())) if tokens is not None else 0
             if field.defines == "requests":
                 live[name] = grown
-            elif field.uses == "requests" and field.ends:
-                live.pop(name, None)
+            elif field.uses == "requests" and field.ends and "stop_at" not in step.fields:
+                live.pop(name, None)  # (a stop ours finds out of range refuses the release: the row stays)
             elif field.uses == "requests" and name in live:
                 live[name] += grown
         most_live = max(most_live, len(live))
