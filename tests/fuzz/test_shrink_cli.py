@@ -207,3 +207,22 @@ def test_urc_shrink_cuts_a_repro_whose_steps_filled_the_host_tier(capsys, tmp_pa
     assert len(small.steps) <= 10
     assert [s.op for s in small.steps][-1] == "prefetch" and {"evict", "evict_host"} <= {s.op for s in small.steps}
     assert first_finding(small) is not None and first_finding(small).check == "invariant kv_events.router_view"
+
+
+def test_a_divergence_keeps_no_candidate_our_own_checks_reject_before_it():
+    """Shrinking a divergence must not pass through a state our invariants flag (a
+    known upstream bug's, say): that candidate diverges for another reason."""
+    from workbench.model.fuzzing.fuzz import Finding
+    from workbench.model.fuzzing.shrink_file import DIVERGENCE, Target, header_of, oracle, steps_upto
+
+    repro = load_scenario(ROOT / "scenarios" / "fuzz" / "swa-recovery-stale-mapping.toml")  # swa.orphan at its last step
+    flagged = len(repro.steps)
+    steps = steps_upto(repro, flagged) + [{"op": "check"}]
+
+    def diverging_at(step):
+        return lambda scenario: Finding("divergence", "pools.full.available", step, "")
+
+    at_the_flag = Target(DIVERGENCE, flagged, Finding("divergence", "pools.full.available", flagged, ""))
+    assert oracle(at_the_flag, header_of(repro), diverging_at(flagged))(steps)
+    after_it = Target(DIVERGENCE, flagged + 1, Finding("divergence", "pools.full.available", flagged + 1, ""))
+    assert not oracle(after_it, header_of(repro), diverging_at(flagged + 1))(steps)
