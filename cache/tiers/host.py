@@ -27,6 +27,7 @@ from ..observe.kv_events import CPU
 from ..observe.events import Cause, EventKind
 from ..basics.params import EvictParams, MatchPrefixParams
 from ..pools.host_pool import HostKVPool
+from .load_room import alloc_for_load, evict_for_refused_load
 from .storage import PUBLISH_MARK, StorageTier
 
 if TYPE_CHECKING:
@@ -346,12 +347,9 @@ class HostTier:
                 unlock()
                 return LoadBackResult(0, hit, match.last_device_node)
             try:
-                slots, taken = self._alloc_for_load(kv_tokens, aux, req)
+                slots, taken = alloc_for_load(self.cache, kv_tokens, aux, req)
             except PoolExhaustedError:
-                pool = self.cache.kv_pool
-                short = pool.pages_for(kv_tokens) * self.cache.page_size - pool.available_size()
-                if short > 0:  # v0.5.23 evicts what it can for the Full KV first, whichever pool falls short
-                    self.cache.evict_for_alloc(EvictParams(num_tokens=short))
+                evict_for_refused_load(self.cache, kv_tokens, aux, req)
                 unlock()
                 return LoadBackResult(0, hit, match.last_device_node)  # v0.5.23: False (the request recomputes)
             except BaseException:
@@ -397,32 +395,6 @@ class HostTier:
                 self.aux[component.name].load(component.device_store, node.data[component.index].host_value, value)
                 tree.set_component_value(node.id, component.name, value)
             component.after_load(nodes, req)
-
-    def _alloc_for_load(self, kv_tokens: int, aux, req=None) -> tuple:
-        """Device slots for a load: Full KV only for its tokens (no SWA peers: SWA
-        comes back only for its window) and each auxiliary component's share; every
-        pool is checked first, then eviction covers the shortfalls."""
-        cache = self.cache
-        pool = cache.kv_pool
-        shorts = {FULL: pool.pages_for(kv_tokens) * cache.page_size - pool.available_size()}
-        for component, nodes in aux:
-            shorts[component.name] = component.load_shortfall(nodes, req)
-        if any(short > 0 for short in shorts.values()):
-            cache.ensure_capacity(shorts, {}, True)
-            cache.evict_for_alloc(EvictParams.of({name: max(0, short) for name, short in shorts.items()}))
-        slots = pool.alloc(kv_tokens) if kv_tokens else None
-        taken = {}
-        try:
-            for component, nodes in aux:
-                taken[component.name] = component.alloc_for_load(nodes, req)
-        except BaseException:
-            if slots is not None:
-                cache.free_kv([slots], full_only=True)
-            for component, _ in aux:
-                if component.name in taken:
-                    component.free_load(taken[component.name])
-            raise
-        return slots, taken
 
     # ---- sizes -----------------------------------------------------------------------
     def available_size(self, component: str = FULL) -> int:
