@@ -67,10 +67,11 @@ class SWAHostMixin(HostPart):
 
     def backup_nodes(self, node: TreeNode) -> list[TreeNode]:
         """Live SWA without a host copy within one window up from ``node`` (stopping at
-        a node whose copy is still in flight), root side first."""
+        a node whose backup is still in flight: a load in flight does not stop it, as
+        v0.5.23's walk stops only at write_through_pending_id), root side first."""
         out = []
         for cur, cd in self._window_up(node):
-            if "transfer" in cur.data[0].metadata:
+            if cur.data[0].metadata.get("transfer", ("",))[0] == "backup":
                 break
             if cd.value is not None and cd.host_value is None:
                 out.append(cur)
