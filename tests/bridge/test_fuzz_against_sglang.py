@@ -135,3 +135,22 @@ def test_a_planted_write_back_divergence_shrinks_to_a_few_steps(monkeypatch, tmp
     rc, out, err = urc(capsys, "shrink", str(trace), "--against", "sglang", "--budget", "180", "--json")
     assert rc == 0, err
     assert '"steps": ' in out and int(out.split('"steps": ')[1].split(",")[0]) <= 20
+
+
+def test_shrink_against_refuses_a_divergence_after_our_own_check_fails(monkeypatch, tmp_path, capsys):
+    """A divergence that comes after our invariants already failed cannot be shrunk as
+    a divergence (no candidate keeps it and passes our checks): one line, exit 2."""
+    from urc_util import urc
+    from workbench.model.fuzzing.fuzz import Finding
+
+    repro = ROOT / "scenarios" / "fuzz" / "swa-recovery-stale-mapping.toml"  # swa.orphan at its last step
+    flagged = len(load_scenario(repro).steps)
+    path = tmp_path / "late.toml"
+    path.write_text(repro.read_text() + '\n[[step]]\nop = "check"\n')
+    monkeypatch.setattr(differential_fuzz, "first_divergence",
+                        lambda scenario: Finding("divergence", "pools.full.available", flagged + 1, "planted"))
+    out = tmp_path / "out.toml"
+    rc, _, err = urc(capsys, "shrink", str(path), "--against", "sglang", "-o", str(out))
+    assert rc == 2 and not out.exists()
+    assert f"step {flagged}: ours fails invariant swa.orphan before the divergence at step {flagged + 1}" in err
+    assert len(err.strip().splitlines()) == 1

@@ -115,7 +115,14 @@ def _target(args, scenario, timeline_of):
         from ..bridge.differential_fuzz import first_divergence
 
         found = first_divergence(scenario)
-        return None if found is None else shrink_file.Target(shrink_file.DIVERGENCE, found.step, found)
+        if found is None:
+            return None
+        ours = shrink_file.first_violation_before(scenario, found.step)
+        if ours is not None:  # no candidate could keep the divergence and pass our checks before it
+            raise ScenarioError(f"step {ours[0]}: ours fails invariant {ours[1]} before the divergence at step "
+                                f"{found.step}; shrink that failure first (urc shrink without --against)",
+                                scenario.path)
+        return shrink_file.Target(shrink_file.DIVERGENCE, found.step, found)
     stored = str(args.file).endswith(STORE_SUFFIX)  # already checked: its failing steps are indexed
     return shrink_file.first_check_failed(scenario, timeline_of() if stored else None)
 

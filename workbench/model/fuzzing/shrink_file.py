@@ -144,16 +144,22 @@ def _checks_hold_before(scenario: Scenario, step: int) -> bool:
     """Do our invariants and fingerprints hold on every step before ``step``? A
     divergence shrunk through a state our own checks reject (a known upstream bug's,
     say) is no longer the divergence that was found."""
+    return first_violation_before(scenario, step) is None
+
+
+def first_violation_before(scenario: Scenario, step: int) -> Optional[tuple[int, str]]:
+    """The first step before ``step`` where our invariants or fingerprints fail, and
+    the first check that failed there (None: they hold on every one)."""
     from ..timeline.runner import Runner
 
     runner = Runner(scenario, refusals_ok=True)
     while not runner.done:
         record = runner.step()
         if record.index >= step:
-            return True
+            return None
         if record.violations:
-            return False
-    return True
+            return record.index, record.violations[0].name
+    return None
 
 
 def _fails_like(scenario: Scenario, finding: Finding) -> bool:
