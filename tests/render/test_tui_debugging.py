@@ -387,14 +387,15 @@ async def test_a_long_breakpoint_scan_runs_off_the_ui_thread_shows_progress_and_
         assert app.cursor.step == expected[0] and not app.query_one("#scanning", ProgressBar).display
 
         entered, release = threading.Event(), threading.Event()
+        search = search_module.search
 
         def held(*args, **kwargs):  # the scan's second chunk waits until the test lets it go
             if entered.is_set():
                 release.wait(5)
             entered.set()
-            return search_module.search(*args, **kwargs)
+            return search(*args, **kwargs)
 
-        monkeypatch.setattr(cursor_module, "search", held)
+        monkeypatch.setattr(search_module, "search", held)  # what each chunk of the scan calls
         await pilot.press("c")
         assert entered.wait(5)
         await pilot.pause()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..scenarios.scenario import Scenario, ScenarioError, StepAppender
 from ..timeline.diff import StateDiff
-from ..timeline.search import quick, search
+from ..timeline.search import quick, scan, search
 from ..timeline.series import RunSeries
 from ..timeline.states import TimelineState
 from ..timeline.step_view import StepView
@@ -289,24 +289,11 @@ class TimelineCursor:
             if self.breakpoints_quick():
                 counters = all(getattr(c, "counters_only", False) for c in conditions)
                 return search(timeline, conditions, start, forward, series=self.series() if counters else None)
-        at = start
-        while not should_stop():
-            with self.lock:
-                end = len(timeline)
-                if forward:
-                    if at >= end:
-                        return None
-                    upto = min(at + SCAN_CHUNK, end)
-                    hit = search(timeline, conditions, at, True, limit=upto)
-                    at, passed, total = upto, upto - start, end - start
-                else:
-                    if at <= 1:
-                        return None
-                    down = max(1, at - SCAN_CHUNK)
-                    hit = search(timeline, conditions, at, False, floor=down)
-                    at, passed, total = down, start - down, start
+        for hit, passed, total in scan(timeline, conditions, start, forward, self.lock, SCAN_CHUNK):
             if hit is not None:
                 return hit
+            if should_stop():
+                return None
             if progress is not None:
                 progress(passed, total)
         return None

@@ -7,7 +7,8 @@ a condition over counters alone (``swa_available<4``) from the run's numbers per
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Optional, Protocol, TypeVar
 
 import numpy as np
@@ -81,3 +82,30 @@ def quick(timeline: Timeline, conditions: Sequence) -> bool:
     if all(getattr(c, "counters_only", False) for c in conditions):
         return True
     return getattr(timeline.store, "failing_indexes", None) is not None and all(c.failures_only for c in conditions)
+
+
+def scan(timeline: Timeline, conditions: Sequence[C], start: int, forward: bool = True, lock=None,
+         chunk: int = 512, limit: Optional[int] = None) -> Iterator[tuple[Optional[tuple[int, C]], int, int]]:
+    """``search`` a chunk of steps at a time, so a long scan can report progress and be
+    given up between chunks: each chunk is read under ``lock`` (a timeline still
+    loading grows meanwhile), up to ``limit`` (default: what is loaded). Yields (the
+    hit or None, steps passed, steps to pass) per chunk and stops after a hit."""
+    at = start
+    while True:
+        with lock if lock is not None else contextlib.nullcontext():
+            end = len(timeline) if limit is None else min(limit, len(timeline))
+            if forward:
+                if at >= end:
+                    return
+                upto = min(at + chunk, end)
+                hit = search(timeline, conditions, at, True, limit=upto)
+                at, passed, total = upto, upto - start, end - start
+            else:
+                if at <= 1:
+                    return
+                down = max(1, at - chunk)
+                hit = search(timeline, conditions, at, False, floor=down)
+                at, passed, total = down, start - down, start
+        yield hit, passed, total
+        if hit is not None:
+            return

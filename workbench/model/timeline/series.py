@@ -35,7 +35,6 @@ expected) and, given breakpoint conditions (``model.debugging.breakpoints``, or 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Sequence
 from typing import NamedTuple, Optional
@@ -44,7 +43,7 @@ import numpy as np
 
 from cache.observe.views import NodeRecord
 
-from .search import any_holds, search
+from .search import any_holds, scan, search
 from .timeline import Timeline
 
 POOL_COUNTERS = ("total", "available", "evictable", "protected", "held")
@@ -181,19 +180,16 @@ class RunSeries:
         (under ``lock``, for a timeline still loading), reporting (steps read, steps) to
         ``progress``; None if ``should_stop`` said so first."""
         hits, at, end = [], 0, self.steps
-        while at < end:
-            if should_stop():
-                return None
-            upto = min(at + chunk, end)
-            with lock if lock is not None else _no_lock():
-                hit = search(self.timeline, conditions, at, limit=upto)
-            if hit is not None:
-                hits.append(at := hit[0])
-            else:
-                at = upto
-            if progress is not None:
-                progress(at, end)
-        return hits
+        while True:
+            hit = None
+            for hit, passed, _ in scan(self.timeline, conditions, at, lock=lock, chunk=chunk, limit=end):
+                if progress is not None:
+                    progress(hit[0] if hit is not None else at + passed, end)
+                if should_stop():
+                    return None
+            if hit is None:
+                return hits
+            hits.append(at := hit[0])
 
     def _all_hits(self) -> list[int]:
         """Every step where a breakpoint holds, found by ``search`` (which a stored run
@@ -307,10 +303,6 @@ class RunSeries:
         end = self.steps if end is None else end
         inside = steps[(steps >= start) & (steps <= end)]
         return runs(inside, max(1, -(-(end - start + 1) // max(1, width))))
-
-
-def _no_lock():
-    return contextlib.nullcontext()
 
 
 # ---- pure functions over one series ----------------------------------------------------------------
