@@ -422,7 +422,7 @@ async def test_l_marks_the_breakpoints_off_the_ui_thread_once_then_opens_the_cha
         expected = steps_where(app.cursor.timeline, "event=tombstone component=swa")
         app.cursor.add_breakpoint("event=tombstone component=swa")
         scans = []
-        monkeypatch.setattr(app, "mark_in_background", lambda *a: scans.append(a) or type(app).mark_in_background(app, *a))
+        monkeypatch.setattr(app, "scan_in_background", lambda *a: scans.append(a) or type(app).scan_in_background(app, *a))
         await pilot.press("l")
         await app.workers.wait_for_complete()
         await pilot.pause()

@@ -32,7 +32,8 @@ class ScanAction:
             self._scan_done(forward, self.cursor.find_breakpoint(forward), False)
             return
         self._start_scan_bar()
-        self.scan_in_background(forward)
+        self.scan_in_background(lambda stop, progress: self.cursor.find_breakpoint(forward, stop, progress),
+                                lambda hit, cancelled: self._scan_done(forward, hit, cancelled))
 
     def _start_scan_bar(self) -> None:
         self._scan_running = True
@@ -51,7 +52,8 @@ class ScanAction:
             self._show_charts(series)
             return
         self._start_scan_bar()
-        self.mark_in_background(series, conditions)
+        self.scan_in_background(lambda stop, progress: series.find_hits(conditions, stop, progress, self.cursor.lock),
+                                lambda hits, cancelled: self._marks_done(series, conditions, hits))
 
     def _show_charts(self, series) -> None:
         def go(step: int | None) -> None:
@@ -59,21 +61,6 @@ class ScanAction:
                 self._move(step)
 
         self.push_screen(ChartsScreen(series, self.cursor.step), go)
-
-    @work(thread=True, exclusive=True, group="scan")
-    def mark_in_background(self, series, conditions: tuple) -> None:
-        worker = get_current_worker()
-
-        def progress(done: int, total: int) -> None:
-            if not worker.is_cancelled:
-                self.call_from_thread(self._scan_progress, done, total)
-
-        try:
-            hits = series.find_hits(conditions, lambda: worker.is_cancelled, progress, self.cursor.lock)
-        except Exception as exc:  # a damaged store's step: said, and the workbench stays open
-            self.call_from_thread(self._scan_failed, exc)
-            return
-        self.call_from_thread(self._marks_done, series, conditions, hits)
 
     def _marks_done(self, series, conditions: tuple, hits) -> None:
         self._scan_finished()
@@ -89,19 +76,21 @@ class ScanAction:
             self.workers.cancel_group(self, "scan")
 
     @work(thread=True, exclusive=True, group="scan")
-    def scan_in_background(self, forward: bool) -> None:
+    def scan_in_background(self, scan, done) -> None:
+        """``scan(should_stop, progress)`` off the UI thread, then ``done(result,
+        cancelled)`` on it; the progress bar follows and Esc sets ``should_stop``."""
         worker = get_current_worker()
 
-        def progress(done: int, total: int) -> None:
+        def progress(steps: int, total: int) -> None:
             if not worker.is_cancelled:
-                self.call_from_thread(self._scan_progress, done, total)
+                self.call_from_thread(self._scan_progress, steps, total)
 
         try:
-            hit = self.cursor.find_breakpoint(forward, lambda: worker.is_cancelled, progress)
+            result = scan(lambda: worker.is_cancelled, progress)
         except Exception as exc:  # a damaged store's step: said, and the workbench stays open
             self.call_from_thread(self._scan_failed, exc)
             return
-        self.call_from_thread(self._scan_done, forward, hit, worker.is_cancelled)
+        self.call_from_thread(done, result, worker.is_cancelled)
 
     def _scan_progress(self, done: int, total: int) -> None:
         self.query_one("#scanning", ProgressBar).update(total=max(total, 1), progress=done)
