@@ -145,7 +145,7 @@ class RequestFlows(_Owner):
             self.write_kv(fresh, req.origin_input_ids[: prefix_len + fresh.shape[0]], prefix_len)
             req.kv_indices = torch.cat([match.device_indices, fresh]) if prefix_len else fresh
             for component in hooks.admit_request:
-                component.admit_request(req)
+                component.admit_request(req, prefix_len)
         except BaseException:  # give back everything taken so far
             if lock is not None:
                 self.tree.dec_lock_ref(match.last_device_node, lock)

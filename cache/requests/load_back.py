@@ -77,7 +77,7 @@ class RequestLoadBack(_Flows):
             self.write_kv(fresh, req.origin_input_ids[: prefix_len + fresh.shape[0]], prefix_len)
             req.kv_indices = torch.cat([prefix, fresh]) if prefix_len else fresh
             for component in hooks.admit_request:
-                component.admit_request(req)
+                component.admit_request(req, prefix_len)
         except BaseException:
             if lock is not None:
                 self.tree.dec_lock_ref(anchor, lock)

@@ -210,11 +210,13 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionM
                 raise
             req.mamba_ping_pong = torch.cat([first, second])
 
-    def admit_request(self, req: Req) -> None:
+    def admit_request(self, req: Req, prefix_len: int) -> None:
         """A new request: its running state (copied on match, or fresh) has now seen
-        every token of its prompt."""
+        every token of its prompt. With no prefix the prefill starts from an empty
+        state whatever the slot holds (v0.5.23's Mamba forward reads the slot only
+        where the extend's prefix length is above 0: has_initial_states)."""
         self.reserve_request(req)
-        self.advance_request(req, 0, admitting=True)
+        self.advance_request(req, 0, admitting=prefix_len > 0)
 
     def advance_request(self, req: Req, start: int, admitting: bool = False) -> None:
         """The model ran tokens [start, kv_len): update the running state and track

@@ -366,18 +366,23 @@ DETECT_EPISODE = 300  # short episodes: a fault found early in a fresh cache shr
 
 def detect(fault: str, components: tuple[str, ...], seeds: int = 4, steps: int = 3000,
            shrink_budget: Optional[float] = 60.0, configs: Optional[list[FuzzConfig]] = None,
-           sessions: bool = False, options: tuple = (), storage: Optional[str] = None) -> Detection:
+           sessions: bool = False, options: tuple = (), storage: Optional[str] = None,
+           more_seeds: int = 16) -> Detection:
     """Fuzz with one fault on, config by config and seed by seed (``steps`` each, in
-    short episodes), until a check flags it; then shrink. ``components``: what the
-    fault needs; ``sessions``: it acts on sessions (searched on the session configs);
-    ``storage``: it lives in the storage tier (the storage configs, that stop policy)."""
+    short episodes), until a check flags it; then shrink. The first ``seeds`` seeds
+    go through every config first; a fault none of them flags (one that needs a deep
+    state) gets seeds up to ``more_seeds``. ``components``: what the fault needs;
+    ``sessions``: it acts on sessions (searched on the session configs); ``storage``:
+    it lives in the storage tier (the storage configs, that stop policy)."""
     tried = 0
     last = None
-    for config in configs if configs is not None else configs_for(components, sessions, options, storage):
-        config = dataclasses.replace(config, faults=(fault,))
-        for seed in range(seeds):
-            tried += 1
-            last = fuzz(config, seed, steps, episode_steps=DETECT_EPISODE)
-            if last.finding is not None:
-                return Detection(fault, shrink_result(last, shrink_budget), tried)
+    configs = list(configs if configs is not None else configs_for(components, sessions, options, storage))
+    for first, end in ((0, seeds), (seeds, max(seeds, more_seeds))):
+        for config in configs:
+            config = dataclasses.replace(config, faults=(fault,))
+            for seed in range(first, end):
+                tried += 1
+                last = fuzz(config, seed, steps, episode_steps=DETECT_EPISODE)
+                if last.finding is not None:
+                    return Detection(fault, shrink_result(last, shrink_budget), tried)
     return Detection(fault, last, tried)
