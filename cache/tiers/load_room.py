@@ -20,11 +20,10 @@ def evict_for_refused_load(cache: TierOwner, kv_tokens: int, aux, req=None) -> N
     component in turn (the controller's side-pool allocation, whose evict
     callback covers that pool's shortfall: an SWA load's may delete leaves and
     free Full KV with them)."""
-    pool = cache.kv_pool
-    need = pool.pages_for(kv_tokens) * cache.page_size
-    if need > pool.available_size():
-        cache.evict_for_alloc(EvictParams(num_tokens=need - pool.available_size()))
-        if need > pool.available_size():
+    short = _full_shortfall(cache, kv_tokens)
+    if short > 0:
+        cache.evict_for_alloc(EvictParams(num_tokens=short))
+        if _full_shortfall(cache, kv_tokens) > 0:
             return
     for component, nodes in aux:
         short = component.load_shortfall(nodes, req)
@@ -39,7 +38,7 @@ def alloc_for_load(cache: TierOwner, kv_tokens: int, aux, req=None) -> tuple:
     comes back only for its window) and each auxiliary component's share; every
     pool is checked first, then eviction covers the shortfalls."""
     pool = cache.kv_pool
-    shorts = {FULL: pool.pages_for(kv_tokens) * cache.page_size - pool.available_size()}
+    shorts = {FULL: _full_shortfall(cache, kv_tokens)}
     for component, nodes in aux:
         shorts[component.name] = component.load_shortfall(nodes, req)
     if any(short > 0 for short in shorts.values()):
@@ -58,3 +57,9 @@ def alloc_for_load(cache: TierOwner, kv_tokens: int, aux, req=None) -> tuple:
                 component.free_load(taken[component.name])
         raise
     return slots, taken
+
+
+def _full_shortfall(cache: TierOwner, kv_tokens: int) -> int:
+    """Full slots a load of ``kv_tokens`` lacks (whole pages), 0 or less when it fits."""
+    pool = cache.kv_pool
+    return pool.pages_for(kv_tokens) * cache.page_size - pool.available_size()
