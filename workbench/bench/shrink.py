@@ -27,25 +27,41 @@ FAULT = "close-drops-shared-prefix-refs"  # a session fault: the workload draws 
 
 
 def planted_trace(path: Path, steps: int, seed: int = 0) -> int:
-    """Write the trace: ``steps`` workload steps then the fault's repro. Returns its length."""
+    """Write the trace: ``steps`` workload steps then the fault's repro. Returns its length.
+
+    The workload runs on a bare cache, each step checked as the loader would and
+    written at once: no runner, so nothing of the run is kept and memory stays flat
+    whatever ``steps`` is. A refused op is written with its error as ``expect_error``."""
+    from cache import CacheError
     from ..model.fuzzing.config import FuzzConfig
-    from ..model.fuzzing.fuzz import LockstepRun, OpGenerator
-    from ..model.scenarios.scenario import load_scenario
+    from ..model.fuzzing.generator import OpGenerator
+    from ..model.scenarios.names import Names
+    from ..model.scenarios.scenario import load_scenario, scenario_from_records
+    from ..model.scenarios.step import check_step
+    from ..model.timeline.driver import CacheDriver
+    from ..model.timeline.runner import build_cache
 
     repro = load_scenario(f"fuzz/{FAULT}")  # a bundled scenario
     config = FuzzConfig(("full",), 1)
+    workload = scenario_from_records({"schema": 1, "scenario": {"name": "workload"},
+                                      "config": config.scenario_config()}, [])
     header = {"schema": 1, "scenario": {"name": f"planted-{FAULT}"},
               "config": {**config.scenario_config(), "session_radix_cache": True, "faults": [FAULT]}}
-    run = LockstepRun(config, checks=False)
+    cache = build_cache(workload)
+    driver = CacheDriver(cache)
+    names = Names(workload.config["components"], False, False)
     written = 0
     with open(path, "w", encoding="utf-8") as out:
         out.write(json.dumps(header) + "\n")
-        for raw in itertools.islice(OpGenerator(config, seed), steps):
-            run.step(raw)
-            out.write(json.dumps({k: v for k, v in run.steps[-1].items() if k != "expect"}) + "\n")
+        for index, raw in enumerate(itertools.islice(OpGenerator(config, seed), steps)):
+            step = check_step(index, raw, workload.path, lambda field=None: None, workload.config, names)
+            try:
+                driver.run(step.op, step.fields)
+            except CacheError as exc:
+                raw = {**raw, "expect_error": str(exc)}
+            cache.tree.take_touched()  # (what a runner reads after each step: nobody here)
+            out.write(json.dumps({k: v for k, v in raw.items() if k != "expect"}) + "\n")
             written += 1
-            if len(run.steps) >= 4096:  # the trace streams out: the run keeps no history
-                run.steps.clear()
         for step in repro.steps:
             out.write(json.dumps(_renamed(step.raw)) + "\n")
             written += 1
