@@ -53,6 +53,7 @@ def faults_page() -> str:
     for fault in catalogue().values():
         needs = "+".join(dict.fromkeys(("full", *fault.components)))
         extra = [f"{name}={value}" for name, value in fault.options] + ([f"storage {fault.storage}"] if fault.storage else [])
+        extra += ["host tier"] if fault.host_tier and not fault.storage else []
         where = needs + (f" ({', '.join(extra)})" if extra else "") + (" · sessions" if fault.sessions else "")
         rows.append(f"| `{fault.name}` | {where} | {fault.source} | {fault.summary} |")
     return _page("Faults",

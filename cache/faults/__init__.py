@@ -45,6 +45,8 @@ class Fault:
     # a prefetch stop policy: it lives in the storage tier (hicache.storage), and the fuzzer
     # searches it on the storage configs with that policy
     storage: Optional[str] = None
+    # it acts on the host tier (a backup, a load-back): the fuzzer searches it only on configs with one
+    host_tier: bool = False
 
 
 def catalogue() -> dict[str, Fault]:

@@ -82,7 +82,7 @@ FAULTS = (
     Fault(UNEVICT_NO_GPU_STORE, "sgl-project/sglang#32537", ("full",),
           "an insert over a host-only node puts its KV back on the device without a BlockStored(GPU): a router "
           "replaying the events sees those blocks host-only", _install_unevict_no_gpu_store,
-          options=(("enable_kv_cache_events", True),)),
+          options=(("enable_kv_cache_events", True),), host_tier=True),
     Fault(REFILL_NO_CPU_STORE, "sgl-project/sglang#38486", ("full",),
           "pages a storage prefetch places on the host publish no BlockStored(CPU_PINNED): a router never sees "
           "them, and their later removal names blocks it does not know", _install_refill_no_cpu_store,

@@ -245,6 +245,6 @@ FAULTS: list[Fault] = [
     Fault(
         LOAD_BACK_SLOT_KEPT, "sgl-project/sglang#30986", ("mamba",),
         "a called-off load-back leaves the Mamba slot it gave the request on it: the prefill starts from a stale state",
-        _install_load_back_slot_kept,
+        _install_load_back_slot_kept, host_tier=True,
     ),
 ]

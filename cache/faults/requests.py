@@ -117,7 +117,7 @@ FAULTS = (
           "the page below leaks", _install_retract_pads_unaligned_prefix),
     Fault(ABORT_RETRACTED_KEEPS_BACKUP, "sgl-project/sglang#18701", ("full",),
           "aborting a retracted request drops it but not its host backup: the host slots leak",
-          _install_abort_retracted_keeps_backup),
+          _install_abort_retracted_keeps_backup, host_tier=True),
     Fault(STOP_TAIL_FROM_STOP, "sgl-project/sglang#38941", ("full",),
           "a release with a stop mid-page frees the KV past the stop from the stop itself: the page holding the stop "
           "is freed twice", _install_stop_tail_from_stop),

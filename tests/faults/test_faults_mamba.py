@@ -167,3 +167,14 @@ def test_a_fault_that_has_not_fired_changes_nothing(name, path):
         assert dict(sa.records) == dict(sb.records) and sa.globals == sb.globals, f"step {k + 1}"
     if first is None:
         assert faulty.passed == clean.passed
+
+
+def test_a_host_tier_fault_is_searched_only_where_there_is_a_host_tier():
+    """A called-off load-back needs a host tier: sweeping the Mamba configs without one
+    only spends the search (``urc fuzz --fault F`` with no config)."""
+    from workbench.model.fuzzing.sweep import configs_for, sweep_configs
+
+    swept = sweep_configs(("mamba-load-back-slot-kept",))
+    assert swept and all(c.hicache for c in swept)
+    assert any(not c.hicache for c in configs_for(("mamba",)))  # what it searched without the declaration
+    assert {c.hicache for c in sweep_configs(("mamba-lru-not-refreshed",))} >= {None, "write_back"}

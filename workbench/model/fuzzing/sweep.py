@@ -74,14 +74,15 @@ STORAGE_CONFIGS = (  # a storage tier below the host tier, prefetch ops drawn: w
 
 
 def configs_for(components: tuple[str, ...], sessions: bool = False, options: tuple = (),
-                storage: Optional[str] = None) -> list[FuzzConfig]:
+                storage: Optional[str] = None, host_tier: bool = False) -> list[FuzzConfig]:
     """The scale configs (``sessions``: the session configs; ``storage``: the storage
     configs under that prefetch stop policy) that carry these components, fewest
-    components first, each with ``options`` (a fault's model options) added."""
+    components first, each with ``options`` (a fault's model options) added;
+    ``host_tier``: only those with a host tier."""
     pool = SESSION_CONFIGS if sessions else SCALE_CONFIGS
     if storage:
         pool = tuple(dataclasses.replace(c, storage=storage) for c in STORAGE_CONFIGS)
-    fits = [c for c in pool if set(components) <= set(c.components)]
+    fits = [c for c in pool if set(components) <= set(c.components) and (c.hicache or not host_tier)]
     return [c.with_options(dict(options)) for c in sorted(fits, key=lambda c: len(c.components))]
 
 
@@ -111,7 +112,8 @@ def sweep_configs(faults: tuple[str, ...] = ()) -> list[FuzzConfig]:
 
 def fault_needs(faults: tuple[str, ...]) -> dict:
     """What the faults need together: ``configs_for``'s arguments (their components'
-    union, sessions if any needs them, their options, the storage tier's policy)."""
+    union, sessions if any needs them, their options, the storage tier's policy, a
+    host tier if one acts on it)."""
     from cache.faults import catalogue
 
     known = catalogue()
@@ -123,4 +125,4 @@ def fault_needs(faults: tuple[str, ...]) -> dict:
         options.update(dict(fault.options))
         storage = storage or fault.storage
     return {"components": components or (BASE,), "sessions": any(f.sessions for f in entries),
-            "options": tuple(options.items()), "storage": storage}
+            "options": tuple(options.items()), "storage": storage, "host_tier": any(f.host_tier for f in entries)}
