@@ -297,6 +297,42 @@ async def test_a_trace_loads_in_the_background_and_the_list_grows():
         assert app.cursor.step == len(steps)
 
 
+@pytest.mark.asyncio
+async def test_a_chapter_shows_its_text_while_its_cache_is_built(monkeypatch):
+    """The cache (and torch) is built off the UI thread: the first frame already reads
+    the chapter's name and description; stepping waits for the cache, quitting does not."""
+    import threading
+
+    from workbench.model.debugging.cursor import TimelineCursor
+
+    release = threading.Event()
+    prepare = TimelineCursor.prepare
+
+    def slow_prepare(self, chapter):
+        release.wait(10)
+        prepare(self, chapter)
+
+    monkeypatch.setattr(TimelineCursor, "prepare", slow_prepare)
+    app = WorkbenchApp(TOURS[:1], background=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        text = " ".join(shown(app.query_one(StepPanel)).split())
+        assert not app.cursor.chapter.ready
+        assert TOURS[0].name in text and " ".join(TOURS[0].description.split())[:60] in text
+        assert "building the cache" in text
+        await pilot.press("n")  # no step to go to yet: nothing happens, nothing breaks
+        assert app.cursor.step == 0 and not app.cursor.chapter.ready
+        release.set()
+        for _ in range(200):
+            await pilot.pause(0.02)
+            if app.cursor.chapter.loaded:
+                break
+        assert app.query_one(StepList).option_count == len(TOURS[0].steps) + 1
+        assert "building the cache" not in shown(app.query_one(StepPanel))
+        await pilot.press("n")
+        assert app.cursor.step == 1
+
+
 def test_a_bad_file_exits_2_before_the_tui_starts(capsys, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('schema = 1\n[scenario]\nname = "x"\n[config]\ncomponents = ["full"]\nkv_size = 8\n[[step]]\nop = "nope"\n')

@@ -36,7 +36,7 @@ def add_parser(command) -> None:
                             "random trace, reads of a 10,000-node tree (about a minute)")
     bench.add_argument("--tui", action="store_true",
                        help="measure the TUI instead: first paint, load and key-to-repaint times on the 2,000-request "
-                            "trace and a 10,000-node tree (a few minutes)")
+                            "trace and a 10,000-node tree, the tour's first frame and first paint (a few minutes)")
     bench.add_argument("--tui-store", metavar="RUN.urcdb",
                        help="with --tui: also measure the workbench on this stored run (urc run --store): first "
                             "paint, c and C to a counter condition and to an event condition, l with two breakpoints, q")

@@ -48,6 +48,9 @@ from .widgets.step_panel import StepPanel
 from .widgets.tree_panel import TreePanel
 
 
+WHILE_OPENING = ("quit", "help", "help_question", "command_palette", "chapter")  # keys that need no cache
+
+
 def damage_text(error: Exception) -> str:
     return printable(f"damaged store: a value is not as urc writes it ({type(error).__name__}: {error})")[:300]
 
@@ -132,6 +135,13 @@ class WorkbenchApp(Fitting, ExportActions, WhyAction, ScanAction, App[None]):
         self.cursor.switch(index)
         self.selected_session = None
         chapter = self.cursor.chapter
+        if not chapter.ready and self.background:  # its cache is built off the UI thread: show its text now
+            self.query_one(StepList).reset()
+            self.query_one(StepPanel).opening(chapter.scenario, self.cursor.chapter_index, len(self.cursor.chapters))
+            # after the frame is drawn: the import holds the interpreter while it loads torch's libraries
+            self.call_after_refresh(self.prepare_in_background, self.cursor.chapter_index)
+            return
+        self.refresh_bindings()  # the keys that waited for the chapter's cache
         self.query_one(StepList).reset(chapter.timeline.records if chapter.read_only else None)
         self._shown_steps = 0
         if chapter.loaded:
@@ -143,6 +153,15 @@ class WorkbenchApp(Fitting, ExportActions, WhyAction, ScanAction, App[None]):
             self.cursor.load(index)
             self.steps_loaded()
         self.refresh_view()
+
+    @work(thread=True, group="prepare")
+    def prepare_in_background(self, index: int) -> None:
+        self.cursor.prepare(index)
+        self.call_from_thread(self._prepared, index)
+
+    def _prepared(self, index: int) -> None:
+        if index == self.cursor.chapter_index:  # still the chapter on screen
+            self.open_chapter(index)
 
     @work(thread=True, exclusive=True, group="load")
     def load_in_background(self, index: int) -> None:
@@ -233,6 +252,8 @@ class WorkbenchApp(Fitting, ExportActions, WhyAction, ScanAction, App[None]):
         tab, ctrl+… and function keys still act."""
         if isinstance(self.screen, ModalScreen):
             return action not in priority_actions(self.command_table)
+        if not self.cursor.chapter.ready:  # its cache is being built: nothing to step through yet
+            return action in WHILE_OPENING
         if not isinstance(self.focused, Input):
             return True
         return not any(c.action.split("(")[0] == action and is_printable(c.key) for c in self.command_table)

@@ -31,15 +31,45 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass
 class Chapter:
-    runner: Runner | StoredRun
+    """One scenario (run as it is read) or stored run. A scenario's runner is built
+    on first use: building it imports the cache and torch (about a second), so a
+    viewer can show the chapter's name and text while a worker builds it (``prepare``)."""
+
+    source: Scenario | DiskTimeline
     loaded: bool = False
     appender: Optional[StepAppender] = None  # checks steps added at the end, made on first use
     unsaved_ops: int = 0  # live ops run since the chapter was last saved (a followed trace's steps are not)
     series: Optional[RunSeries] = None  # its numbers per step, built on first use (``TimelineCursor.series``)
+    _runner: Runner | StoredRun | None = None
+    _building: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.source, DiskTimeline):  # a stored run reads its file: quick, no cache
+            self._runner, self.loaded = StoredRun(self.source), True
+
+    @property
+    def ready(self) -> bool:
+        """Its runner is built: its states can be read."""
+        return self._runner is not None
+
+    @property
+    def runner(self) -> Runner | StoredRun:
+        return self._runner if self._runner is not None else self.build()
+
+    def build(self) -> Runner | StoredRun:
+        """The runner, built once (whichever thread asks first; the other waits)."""
+        with self._building:
+            if self._runner is None:
+                from ..timeline.runner import Runner
+
+                self._runner = Runner(self.source)
+            return self._runner
 
     @property
     def scenario(self) -> Scenario:
-        return self.runner.scenario  # grows with live ops and a followed trace
+        if self._runner is None:
+            return self.source
+        return self._runner.scenario  # grows with live ops and a followed trace
 
     @property
     def timeline(self) -> Timeline:
@@ -48,17 +78,7 @@ class Chapter:
     @property
     def read_only(self) -> bool:
         """A stored run: its steps come from a file, and no live op can be added."""
-        return isinstance(self.runner, StoredRun)
-
-
-def _chapter(source: Scenario | DiskTimeline) -> Chapter:
-    """A stored run reads its file; a scenario runs, so only a scenario imports the
-    cache (and torch with it): opening a stored run stays quick."""
-    if isinstance(source, DiskTimeline):
-        return Chapter(StoredRun(source), loaded=True)
-    from ..timeline.runner import Runner
-
-    return Chapter(Runner(source))
+        return isinstance(self.source, DiskTimeline)
 
 
 DEFAULT_BREAKPOINTS = ("violation", "failed")
@@ -74,13 +94,17 @@ class TimelineCursor:
         --store``: already checked, read from its file, read-only)."""
         if not scenarios:
             raise ValueError("a cursor needs at least one scenario")
-        self.chapters = [_chapter(source) for source in scenarios]
+        self.chapters = [Chapter(source) for source in scenarios]
         self.chapter_index = 0
         self.step = 0
         self.lock = threading.RLock()
         self.breakpoints: list[Condition] = []  # the user's; empty: stop at any failure (DEFAULT_BREAKPOINTS)
 
     # ---- loading ---------------------------------------------------------------------------------
+    def prepare(self, chapter: int) -> None:
+        """Build the chapter's runner (the cache, torch with it): call from a worker thread."""
+        self.chapters[chapter].build()
+
     def load(self, chapter: int, progress: Optional[Callable[[int, int], None]] = None,
              should_stop: Callable[[], bool] = lambda: False) -> None:
         """Run one chapter to its end (call from a worker thread)."""
