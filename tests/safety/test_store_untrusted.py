@@ -18,6 +18,7 @@ import pytest
 from workbench.cli import main
 from workbench.model.timeline import store_codec
 from workbench.model.timeline.store_run import run_to_store
+from workbench.model.timeline.store_file import FORMAT
 from workbench.model.timeline.stored import StoreError, open_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +63,7 @@ def test_a_pickle_in_a_store_is_never_run(store, tmp_path, capsys):
     code, err = show(store, capsys)
     assert code == 2 and not marker.exists()
     assert "not a timeline store this urc reads" in err and len(err.strip().splitlines()) == 1
-    set_meta(store, "format", store_codec.encode(3))  # the format is right, a value is a pickle
+    set_meta(store, "format", store_codec.encode(FORMAT))  # the format is right, a value is a pickle
     set_meta(store, "shape", pickle.dumps(_Payload(marker)))
     code, err = show(store, capsys)
     assert code == 2 and not marker.exists() and "damaged store: meta shape" in err

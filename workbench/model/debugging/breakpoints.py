@@ -48,6 +48,7 @@ from cache.observe.events import Cause, Event, EventKind
 from ..ops import canonical
 from ..scenarios.errors import shown
 from ..scenarios.fields import HOST_NODE_FIELDS, host_state_field
+from ..timeline.event_index import answers_to
 from ..timeline.state_fields import globals_field, state_field
 from ..timeline.timeline import StepRecord, Timeline
 from ..ops.spec import BASE, sglang_components
@@ -117,6 +118,22 @@ class Condition:
         return bool(self.pools) and not (self.violation is not None or self.failed or self.error or self.event
                                          or self.cause or self.component or self.node is not None or self.op
                                          or self.req or self.session)
+
+    def indexed_steps(self, store) -> Optional[tuple[Callable[[], Sequence[int]], bool]]:
+        """A read of the steps a stored run's indexes say it can hold at, and whether
+        it holds at each of them (else each is read to make sure); None when no index
+        answers it. A condition on an event kind reads the index of kinds (with its
+        component, if it names one); one that holds only at failing steps, the index
+        of those."""
+        extra = (self.violation is not None or self.failed or self.error or self.cause or self.node is not None
+                 or self.op or self.req or self.session or self.steps or self.pools)
+        with_event = getattr(store, "steps_with_event", None)
+        if self.event is not None and with_event is not None:
+            return (lambda: with_event(self.event, self.component)), not extra
+        failing = getattr(store, "failing_indexes", None)
+        if self.failures_only and failing is not None:
+            return failing, False
+        return None
 
     def where(self, series) -> Optional[np.ndarray]:
         """Every step where it holds (a bool per step, index 0 the start), read off the
@@ -246,10 +263,8 @@ def holds(timeline: Timeline, condition: Condition, index: int) -> bool:
 
 
 def _event_matches(c: Condition, e: Event) -> bool:
-    if c.event is not None and e.kind.value != c.event:
-        # a cascade on a deleted leaf is an evict whose cause is the cascade
-        if not (c.event == "cascade" and e.cause is Cause.CASCADE):
-            return False
+    if c.event is not None and c.event not in answers_to(e):  # (a cascade's evict answers to cascade too)
+        return False
     if c.cause is not None and e.cause.value != c.cause:
         return False
     if c.component is not None and e.component != c.component:

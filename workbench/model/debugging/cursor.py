@@ -311,7 +311,7 @@ class TimelineCursor:
         with self.lock:
             conditions, start, timeline = self.active_breakpoints, self.step, self.timeline
             if self.breakpoints_quick():
-                counters = all(getattr(c, "counters_only", False) for c in conditions)
+                counters = any(getattr(c, "counters_only", False) for c in conditions)
                 return search(timeline, conditions, start, forward, series=self.series() if counters else None)
         for hit, passed, total in scan(timeline, conditions, start, forward, self.lock, SCAN_CHUNK):
             if hit is not None:

@@ -1,14 +1,16 @@
 """Finding the steps of a timeline where a condition holds: what the charts mark and
 the cursor runs to. A condition is anything that says whether it holds at a step
-(the breakpoint grammar's ``Condition`` is one); a stored run answers conditions that
-hold only at failing steps from its index of those steps, without reading the rest, and
-a condition over counters alone (``swa_available<4``) from the run's numbers per step
-(``RunSeries``), every step at once."""
+(the breakpoint grammar's ``Condition`` is one). Some are answered without reading
+step after step: a condition over counters alone (``swa_available<4``) from the run's
+numbers per step (``RunSeries``), every step at once; on a stored run, one that holds
+only at failing steps from its index of those, and one on an event kind
+(``event=split``) from its index of kinds."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Optional, Protocol, TypeVar
 
 import numpy as np
@@ -25,6 +27,10 @@ class StepCondition(Protocol):
     def where(self, series) -> Optional[np.ndarray]:
         """Where it holds at every step (a bool per step) from ``series``, or None."""
 
+    def indexed_steps(self, store) -> Optional[tuple[Callable[[], Sequence[int]], bool]]:
+        """A read of the steps a stored run's indexes say it can hold at, and whether
+        it surely holds there; None when no index answers it."""
+
 
 C = TypeVar("C", bound=StepCondition)
 
@@ -32,6 +38,26 @@ C = TypeVar("C", bound=StepCondition)
 def any_holds(timeline: Timeline, conditions: Sequence[C], index: int) -> Optional[C]:
     """The first of ``conditions`` that holds at ``index``, or None."""
     return next((c for c in conditions if c.holds(timeline, index)), None)
+
+
+def answered(timeline: Timeline, conditions: Sequence[C], series=None,
+             end: Optional[int] = None) -> Optional[list[tuple[Sequence[int], bool]]]:
+    """Per condition, the steps it can hold at (sorted) and whether it surely holds at
+    each, without reading step after step: off ``series`` (read to ``end``) or a stored
+    run's indexes; None when one of them needs the steps read."""
+    end = len(timeline) if end is None else end
+    out = []
+    for c in conditions:
+        where = getattr(c, "where", lambda _: None)(series) if series is not None and series.steps >= end else None
+        if where is not None:
+            out.append((np.flatnonzero(where).tolist(), True))
+            continue
+        indexed = getattr(c, "indexed_steps", lambda _: None)(timeline.store)
+        if indexed is None:
+            return None
+        read, sure = indexed
+        out.append((read(), sure))
+    return out
 
 
 def search(timeline: Timeline, conditions: Sequence[C], start: int, forward: bool = True,
@@ -43,16 +69,10 @@ def search(timeline: Timeline, conditions: Sequence[C], start: int, forward: boo
     if not conditions:
         return None
     end = len(timeline) if limit is None else min(limit, len(timeline))
-    if series is not None and series.steps >= end:
-        wheres = [getattr(c, "where", lambda _: None)(series) for c in conditions]
-        if all(w is not None for w in wheres):
-            return _nearest(wheres, conditions, start, end, forward, floor)
+    lists = answered(timeline, conditions, series, end)
+    if lists is not None:
+        return _nearest(timeline, conditions, lists, start, end, forward, floor)
     indices = range(start + 1, end + 1) if forward else range(min(start, end + 1) - 1, max(floor, 1) - 1, -1)
-    failing = getattr(timeline.store, "failing_indexes", None)
-    if failing is not None and all(c.failures_only for c in conditions):
-        # a stored run indexes its failing steps: only they can hold these (the defaults)
-        listed = [i for i in failing() if i in indices]
-        indices = listed if forward else listed[::-1]
     for index in indices:
         hit = any_holds(timeline, conditions, index)
         if hit is not None:
@@ -60,28 +80,58 @@ def search(timeline: Timeline, conditions: Sequence[C], start: int, forward: boo
     return None
 
 
-def _nearest(wheres: list[np.ndarray], conditions: Sequence[C], start: int, end: int,
-             forward: bool, floor: int) -> Optional[tuple[int, C]]:
-    """``search`` over per-step answers: the first marked step past ``start``."""
-    marked = np.logical_or.reduce(wheres)
-    if forward:
-        found = np.flatnonzero(marked[start + 1:end + 1])
-        index = None if not len(found) else start + 1 + int(found[0])
-    else:
-        low = max(floor, 1)
-        found = np.flatnonzero(marked[low:max(low, min(start, end + 1))])
-        index = None if not len(found) else low + int(found[-1])
-    if index is None:
+def _nearest(timeline: Timeline, conditions: Sequence[C], lists: list[tuple[Sequence[int], bool]], start: int,
+             end: int, forward: bool, floor: int) -> Optional[tuple[int, C]]:
+    """``search`` over the answered steps: per condition its first sure step past
+    ``start`` (a step it may hold at is read to make sure), then the nearest of those."""
+    best: Optional[tuple[int, C]] = None
+    for c, (steps, sure) in zip(conditions, lists):
+        if forward:
+            at, stop = bisect.bisect_right(steps, start), bisect.bisect_right(steps, end)
+            candidates = (steps[i] for i in range(at, stop))
+        else:
+            low = max(floor, 1)
+            at, stop = bisect.bisect_left(steps, min(start, end + 1)) - 1, bisect.bisect_left(steps, low) - 1
+            candidates = (steps[i] for i in range(at, stop, -1))
+        for index in candidates:
+            if best is not None and (index >= best[0] if forward else index <= best[0]):
+                break
+            if sure or c.holds(timeline, index):
+                best = (index, c)
+                break
+    if best is None:
         return None
-    return index, next(c for c, w in zip(conditions, wheres) if w[index])
+    index = best[0]  # the first condition listed that holds there names the hit, as a scan would
+    return index, next(c for c, (steps, sure) in zip(conditions, lists)
+                       if _listed(steps, index) and (sure or c.holds(timeline, index)))
+
+
+def _listed(steps: Sequence[int], index: int) -> bool:
+    at = bisect.bisect_left(steps, index)
+    return at < len(steps) and steps[at] == index
+
+
+def all_hits(timeline: Timeline, conditions: Sequence[C], series=None) -> Optional[list[int]]:
+    """Every step where one of ``conditions`` holds, when ``answered`` answers them all
+    (steps it may hold at are read to make sure); None otherwise."""
+    lists = answered(timeline, conditions, series)
+    if lists is None:
+        return None
+    sure = set().union(*(steps for steps, s in lists if s))
+    maybe = sorted(set().union(*(steps for steps, s in lists if not s)) - sure)
+    found = [i for i in maybe if any_holds(timeline, [c for c, (_, s) in zip(conditions, lists) if not s], i)]
+    return sorted(sure.union(found))
 
 
 def quick(timeline: Timeline, conditions: Sequence) -> bool:
     """Does ``search`` answer these without reading step after step (counters, read off
-    the series; failures, from a stored run's index)? Else a scan may take long."""
-    if all(getattr(c, "counters_only", False) for c in conditions):
-        return True
-    return getattr(timeline.store, "failing_indexes", None) is not None and all(c.failures_only for c in conditions)
+    the series; failures and event kinds, from a stored run's indexes)? Else a scan may take long."""
+    def one(c) -> bool:
+        if getattr(c, "counters_only", False):
+            return True
+        return getattr(c, "indexed_steps", lambda _: None)(timeline.store) is not None
+
+    return all(one(c) for c in conditions)
 
 
 def scan(timeline: Timeline, conditions: Sequence[C], start: int, forward: bool = True, lock=None,

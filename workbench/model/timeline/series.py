@@ -43,7 +43,7 @@ import numpy as np
 
 from cache.observe.views import NodeRecord
 
-from .search import any_holds, scan, search
+from .search import all_hits, any_holds, scan, search
 from .timeline import Timeline
 
 POOL_COUNTERS = ("total", "available", "evictable", "protected", "held")
@@ -192,14 +192,15 @@ class RunSeries:
             hits.append(at := hit[0])
 
     def _all_hits(self) -> list[int]:
-        """Every step where a breakpoint holds, found by ``search`` (which a stored run
-        answers from its index of failing steps for the default conditions)."""
-        if self.breakpoints and self.steps >= len(self.timeline):
-            wheres = [getattr(c, "where", lambda _: None)(self) for c in self.breakpoints]
-            if all(w is not None for w in wheres):  # counters alone: every step at once
-                return np.flatnonzero(np.logical_or.reduce(wheres)).tolist()
+        """Every step where a breakpoint holds: answered at once where it can be (the
+        series, a stored run's indexes: ``search.all_hits``), else found by ``search``."""
+        if not self.breakpoints:
+            return []
+        at_once = all_hits(self.timeline, self.breakpoints, self if self.steps >= len(self.timeline) else None)
+        if at_once is not None:
+            return at_once
         hits, at = [], 0
-        while self.breakpoints and (hit := search(self.timeline, self.breakpoints, at)) is not None:
+        while (hit := search(self.timeline, self.breakpoints, at)) is not None:
             hits.append(at := hit[0])
         return hits
 

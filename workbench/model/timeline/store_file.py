@@ -28,7 +28,7 @@ from ..scenarios.scenario import ScenarioError
 from .states import Records
 from .store_codec import MAX_INFLATED, BlobError, decode, decode_costed, encode, make_record  # noqa: F401  (encode: the writer's)
 
-FORMAT = 3  # 3: msgpack with declared types (2 and before were pickles, no longer read)
+FORMAT = 4  # 4: an index of the steps' event kinds; 3: msgpack with declared types (2 and before: pickles)
 CACHED_ROWS = 512  # decoded rows kept per column (a viewer steps around one place)
 CHUNK_BYTES = 8 << 20  # a chunked read of rows stops past this many bytes
 KEY_CACHE_BYTES = 64 << 20  # the reader's cache of node keys
@@ -42,10 +42,11 @@ CREATE TABLE steps (idx INTEGER PRIMARY KEY, passed INTEGER NOT NULL, delta BLOB
 CREATE TABLE keyframes (idx INTEGER PRIMARY KEY, records BLOB NOT NULL);
 CREATE TABLE touches (node INTEGER NOT NULL, idx INTEGER NOT NULL, PRIMARY KEY (node, idx)) WITHOUT ROWID;
 CREATE TABLE series (first INTEGER PRIMARY KEY, rows BLOB NOT NULL);
+CREATE TABLE kinds (code INTEGER NOT NULL, idx INTEGER NOT NULL, PRIMARY KEY (code, idx)) WITHOUT ROWID;
 """
 _COLUMNS = {"meta": ["name", "value"], "keys": ["id", "key"],
             "steps": ["idx", "passed", "delta", "before", "globals", "record"], "keyframes": ["idx", "records"],
-            "touches": ["node", "idx"], "series": ["first", "rows"]}
+            "touches": ["node", "idx"], "series": ["first", "rows"], "kinds": ["code", "idx"]}
 _STEP_COLUMNS = frozenset(_COLUMNS["steps"][2:])
 
 _KEY = NodeRecord._fields.index("key")

@@ -30,6 +30,7 @@ import numpy as np
 from cache.observe.views import GlobalRecord
 
 from ..scenarios.scenario import Scenario, ScenarioError
+from .event_index import KINDS, EventCoder
 from .series import RowMaker
 from .states import Records, StateShape, StateStore, apply_delta
 from .store_columns import StoredColumn, StoredKeyframes, sequence_item
@@ -57,6 +58,7 @@ class DiskStateStore(StateStore):
         self._length = length
         self.pending: dict[int, dict[str, Any]] = {}  # steps not yet written: column -> value
         self.pending_keyframes: list[tuple[int, Records]] = []
+        self.events = EventCoder(KINDS, shape.components)  # the index of kinds' codes (a reader: the file's)
         self._since_keyframe = 0  # records a rebuild would replay since the last keyframe
         self._steps_since = 0
         self._cache = {}
@@ -116,6 +118,8 @@ class DiskStateStore(StateStore):
                 file.db.executemany("INSERT OR IGNORE INTO touches VALUES (?, ?)", (
                     (node, i) for i in done for node in {e.node for e in self.pending[i]["record"].events}
                     if node is not None))
+                file.db.executemany("INSERT OR IGNORE INTO kinds VALUES (?, ?)", (
+                    (code, i) for i in done for code in self.events.codes(self.pending[i]["record"].events)))
                 kept = [(i, records) for i, records in self.pending_keyframes if i <= (done[-1] if done else 0)]
                 file.db.executemany("INSERT OR REPLACE INTO keyframes VALUES (?, ?)",
                                     ((i, encode(file.pack(records))) for i, records in kept))
@@ -171,6 +175,16 @@ class DiskStateStore(StateStore):
         rows = self.file.read("SELECT idx FROM touches WHERE node = ? ORDER BY idx", (node_id,), "the steps' nodes")
         pending = [i for i, row in sorted(self.pending.items())
                    if "record" in row and any(e.node == node_id for e in row["record"].events)]
+        return [i for (i,) in rows] + pending
+
+    def steps_with_event(self, kind: str, component: Optional[str] = None) -> list[int]:
+        """Steps with an event of ``kind`` (on ``component``): the index of kinds."""
+        code = self.events.code(kind, component)
+        if code is None:
+            return []
+        rows = self.file.read("SELECT idx FROM kinds WHERE code = ? ORDER BY idx", (code,), "the steps' events")
+        pending = [i for i, row in sorted(self.pending.items())
+                   if "record" in row and code in self.events.codes(row["record"].events)]
         return [i for (i,) in rows] + pending
 
     def failing_indexes(self) -> list[int]:
@@ -310,6 +324,7 @@ def create_store(path: str, runner) -> DiskTimeline:
         rows = RowMaker(old.store.shape, old.store.current, old.store.globals[0])
         start = rows.row(old.store.globals[0])
         file.put_meta("series_width", len(start))
+        file.put_meta("event_kinds", list(KINDS))
         file.db.execute("INSERT INTO series VALUES (0, ?)", (rows_blob([start]),))
         file.db.execute("COMMIT")
     store = DiskStateStore(file, old.store.shape, old.store.globals[0], dict(old.store.current), 0)
@@ -338,6 +353,13 @@ def open_store(path: str) -> DiskTimeline:
         store = DiskStateStore(file, shape, initial, {}, length)
         store.current = store._rebuild(length)
         store.summary = summary_of(file.meta("summary", store.summary), path)
+        kinds = file.meta("event_kinds")
+        if not (isinstance(kinds, list) and all(isinstance(k, str) for k in kinds)):
+            raise StoreError("damaged store: its event kinds are not as written", path)
+        try:
+            store.events = EventCoder(kinds, shape.components)
+        except ValueError as exc:
+            raise StoreError(f"damaged store: {exc}", path) from None
         complete = file.meta("complete", False) is True and file.meta("steps", -1) == length
         notices = file.meta("notices", [])
         if not (isinstance(notices, list) and all(isinstance(n, str) for n in notices)):
