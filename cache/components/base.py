@@ -427,7 +427,8 @@ class AnchorLockMixin:
         if cd.lock_ref == (0 if step > 0 else 1) and cd.value is not None:
             (self._move_to_protected if step > 0 else self._move_to_evictable)(node)
         cd.lock_ref += step
-        self._emit(kind, node, Cause.REQUEST, self.value_len(node), f"lock_ref={cd.lock_ref}")
+        if self.tree.events.enabled:  # (the detail is built only for a listener)
+            self._emit(kind, node, Cause.REQUEST, self.value_len(node), f"lock_ref={cd.lock_ref}")
         return cd.lock_ref
 
     def acquire_lock(self, node: TreeNode, receipt) -> None:

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 def lock_group_key(receipt) -> tuple:
     """Receipts with equal keys lock the same nodes: one anchor, the same components
     skipped, the same window part released, the same segment boundaries."""
-    uuids = sorted(receipt.component_lock_uuids.items())
-    return receipt.node_id, receipt.skipped_lock_components, receipt.swa_released, tuple(uuids)
+    uuids = receipt.component_lock_uuids
+    ordered = tuple(uuids.items()) if len(uuids) < 2 else tuple(sorted(uuids.items()))
+    return receipt.node_id, receipt.skipped_lock_components, receipt.swa_released, ordered
 
 
 def group_receipts(receipts) -> dict[tuple, dict[int, object]]:
@@ -75,6 +76,7 @@ class TreeLocks:
         self._next_receipt = 0
         self.live_receipts: dict[int, IncLockRefResult] = {}  # receipt id -> receipt
         self.lock_groups: dict[tuple, dict[int, IncLockRefResult]] = {}  # the same, filed by lock_group_key
+        self._filed_under: dict[int, tuple] = {}  # receipt id -> the key it is filed under
 
     def inc_lock_ref(self, node_id: int, skip: tuple[str, ...] = (), host_only: bool = False) -> IncLockRefResult:
         """``host_only``: the node may be host-only (a load-back locks its best match
@@ -180,11 +182,18 @@ class TreeLocks:
             tree._touched.add(node_id)
 
     def _file_receipt(self, receipt) -> None:
-        self.lock_groups.setdefault(lock_group_key(receipt), {})[receipt.receipt_id] = receipt
+        key = self._filed_under[receipt.receipt_id] = lock_group_key(receipt)
+        group = self.lock_groups.get(key)
+        if group is None:
+            group = self.lock_groups[key] = {}
+        group[receipt.receipt_id] = receipt
 
     def _unfile_receipt(self, receipt) -> None:
-        key = lock_group_key(receipt)
-        if self.lock_groups.get(key, {}).pop(receipt.receipt_id, None) is not None and not self.lock_groups[key]:
+        key = self._filed_under.pop(receipt.receipt_id, None)
+        if key is None:  # filed behind the lock calls' back (held_lock_groups refiled it)
+            key = lock_group_key(receipt)
+        group = self.lock_groups.get(key)
+        if group is not None and group.pop(receipt.receipt_id, None) is not None and not group:
             del self.lock_groups[key]
 
     def held_lock_groups(self) -> dict[tuple, dict[int, object]]:
@@ -192,6 +201,7 @@ class TreeLocks:
         (receipts added or dropped behind the lock calls' back)."""
         if sum(map(len, self.lock_groups.values())) != len(self.live_receipts):
             self.lock_groups = group_receipts(self.live_receipts.values())
+            self._filed_under = {r.receipt_id: key for key, group in self.lock_groups.items() for r in group.values()}
         return self.lock_groups
 
     @property
