@@ -78,9 +78,11 @@ def test_the_codec_builds_only_declared_types():
     with pytest.raises(TypeError, match="cannot hold"):
         store_codec.encode(object())
     record = store_codec.RECORDS.index(store_codec.Violation) + 16
-    wrong = msgpack.ExtType(record, msgpack.packb([1, "message"]))  # name must be a str
+    wrong = [msgpack.ExtType(record, b""), 1, "message"]  # name must be a str
     with pytest.raises(store_codec.BlobError, match="Violation whose name is not as declared"):
         store_codec.decode(b"m" + msgpack.packb(wrong))
+    with pytest.raises(store_codec.BlobError, match="malformed extension"):  # a record's fields inside its mark
+        store_codec.decode(b"m" + msgpack.packb(msgpack.ExtType(record, msgpack.packb(["name", "message"]))))
 
 
 def test_a_compressed_bomb_is_refused_within_bounded_memory(store, tmp_path):
@@ -116,17 +118,17 @@ def test_many_small_objects_are_refused_before_they_are_built():
     assert peak < 3 * store_codec.MAX_INFLATED  # the inflated bytes and their histogram, no objects
 
 
-def test_values_nested_past_the_limit_are_refused():
+def test_a_type_mark_out_of_place_or_nested_too_deep_is_refused():
     import msgpack
 
-    value = msgpack.packb(1)
-    for _ in range(store_codec.MAX_NESTING + 1):
-        value = msgpack.packb(msgpack.ExtType(1, b"\x91" + value))  # a tuple holding the next
-    with pytest.raises(store_codec.BlobError, match="nested over"):
-        store_codec.decode(b"m" + value)
+    tuple_mark = msgpack.ExtType(1, b"")
+    for misplaced in ([1, tuple_mark], {"key": tuple_mark}, tuple_mark, [[2, tuple_mark]]):
+        with pytest.raises(store_codec.BlobError, match="malformed extension"):
+            store_codec.decode(b"m" + msgpack.packb(misplaced))
+    assert store_codec.decode(b"m" + msgpack.packb([tuple_mark, [tuple_mark, 1]])) == ((1,),)
     deep = msgpack.packb(1)
     for _ in range(5000):  # 800 bytes of nesting once crashed the reader (the C stack)
-        deep = msgpack.packb(msgpack.ExtType(1, b"\x91" + deep))
+        deep = b"\x92" + msgpack.packb(tuple_mark) + deep  # a tuple holding the next
     with pytest.raises(store_codec.BlobError):
         store_codec.decode(b"m" + deep)
 
@@ -321,8 +323,8 @@ def test_a_record_whose_items_are_not_as_declared_is_refused():
     import msgpack
 
     pool = store_codec.RECORDS.index(store_codec.GlobalRecord) + 16
-    record = msgpack.ExtType(pool, msgpack.packb([1, {"full": 3}, msgpack.ExtType(1, msgpack.packb([])),
-                                                  msgpack.ExtType(1, msgpack.packb([])), None, None, None, {}]))
+    empty = [msgpack.ExtType(1, b"")]  # an empty tuple
+    record = [msgpack.ExtType(pool, b""), 1, {"full": 3}, empty, empty, None, None, None, {}]
     with pytest.raises(store_codec.BlobError, match="GlobalRecord whose pools is not as declared"):
         store_codec.decode(b"m" + msgpack.packb(record))
 

@@ -2,11 +2,14 @@
 
 A store travels (attached to a bug report) and is opened by someone else, so reading
 one must not run code, nor take more than a bounded amount of memory. Each value is
-msgpack; what msgpack lacks is an extension type: a tuple, a read-only mapping, an enum
-member, or a record (a named tuple or dataclass of the snapshot) under its declared name
-in ``RECORDS``. Reading builds only the declared types, fills them field by field
-without calling their code, checks each field against its annotation, and refuses a
-blob whose inflated bytes or decoded objects pass the limits below. Any refusal is a
+msgpack; what msgpack lacks (a tuple, a read-only mapping, an enum member, or a record:
+a named tuple or dataclass of the snapshot, under its declared name in ``RECORDS``) is
+an array whose first item is a type mark, an empty extension value whose code says the
+type. So the whole value is one msgpack pass each way (a mark is a shared constant, and
+nothing is packed inside another packing). Reading builds only the declared types, fills
+them field by field without calling their code, checks each field against its
+annotation, refuses a mark anywhere but at the head of an array, and refuses a blob
+whose inflated bytes or decoded objects pass the limits below. Any refusal is a
 ``BlobError``: the store's reader turns it into one line naming the store.
 """
 
@@ -36,7 +39,6 @@ from .timeline import Failure
 
 MAX_INFLATED = 32 << 20  # bytes one blob may hold once inflated
 MAX_DECODED = 160 << 20  # what one blob's objects may cost in memory, bounded before any is built
-MAX_NESTING = 24  # extension values inside extension values (each level is a C call: deep ones overflow its stack)
 _DICT_ENTRY_COST = 64  # what a dict holds per entry, beyond its key and value objects
 
 
@@ -52,7 +54,7 @@ def _header_costs() -> np.ndarray:
     costs[0xA0:0xC0] = costs[0xD9:0xDC] = 108  # strings
     costs[[0xC0, 0xC2, 0xC3, 0xCC]] = 28  # nil, booleans, uint8: shared objects
     costs[0xC4:0xC7] = 68  # bytes
-    costs[0xC7:0xCA] = costs[0xD4:0xD9] = 420  # extensions: a tuple, a mapping or a record
+    costs[0xC7:0xCA] = costs[0xD4:0xD9] = 420  # extensions: a type mark (the tuple, mapping or record it makes)
     costs[[0xCA, 0xCB]] = 52  # floats
     costs[0xE0:0x100] = 56  # negative fixint: not cached
     return costs
@@ -97,8 +99,8 @@ class BlobError(ValueError):
 
 
 class _Packers:
-    """One msgpack packer per nesting depth: an extension's payload is packed while its
-    parent's packer is mid-value, and a fresh packer for each would cost a third of a write."""
+    """Packers kept for reuse (a fresh one per value costs a third of a write), one per
+    thread packing at the same time."""
 
     def __init__(self) -> None:
         self.free: list[msgpack.Packer] = []
@@ -119,19 +121,26 @@ _PACKERS = _Packers()
 _pack = _PACKERS.pack
 
 
-def _default(obj: Any) -> msgpack.ExtType:
+_MARKS = {code: msgpack.ExtType(code, b"") for code in
+          (_TUPLE, _MAPPING, *_ENUM_CODES.values(), *_RECORD_CODES.values())}  # written: shared, immutable
+_TUPLE_RECORDS = {kind for kind in RECORDS if issubclass(kind, tuple)}
+
+
+def _default(obj: Any) -> Any:
+    """What msgpack cannot write itself, as an array headed by its type's mark."""
     kind = type(obj)
     if kind is tuple:
-        return msgpack.ExtType(_TUPLE, _pack(list(obj)))
+        return [_MARKS[_TUPLE], *obj]
     code = _RECORD_CODES.get(kind)
     if code is not None:
-        values = list(obj) if issubclass(kind, tuple) else [getattr(obj, f) for f in _fields(kind)]
-        return msgpack.ExtType(code, _pack(values))
+        if kind in _TUPLE_RECORDS:
+            return [_MARKS[code], *obj]
+        return [_MARKS[code], *[getattr(obj, f) for f in _fields(kind)]]
     if kind is MappingProxyType:
-        return msgpack.ExtType(_MAPPING, _pack(dict(obj)))
+        return [_MARKS[_MAPPING], dict(obj)]
     code = _ENUM_CODES.get(kind)
     if code is not None:
-        return msgpack.ExtType(code, _pack(obj.value))
+        return [_MARKS[code], obj.value]
     if kind is int:
         return msgpack.ExtType(_BIG_INT, str(obj).encode("ascii"))
     raise TypeError(f"a store cannot hold a {kind.__module__}.{kind.__qualname__}: declare it in store_codec.RECORDS")
@@ -187,20 +196,35 @@ def _inflate(body: bytes) -> bytes:
     return out
 
 
+class _Mark:
+    """A type mark as read: stands at the head of its array until the array is built."""
+
+    __slots__ = ("code",)
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+_READ_MARKS = {code: _Mark(code) for code in _MARKS}
+
+
 class _Reader:
-    """One blob's decoding: its objects' cost bounded before it starts (``spent``), each
-    dict's entries charged as it is built, and extension values nested at most
-    ``MAX_NESTING`` deep."""
+    """One blob's decoding: its objects' cost bounded before it starts (``spent``),
+    each dict's entries charged as it is built, and every type mark read consumed by
+    the array it heads (msgpack's own stack bounds how deep arrays nest)."""
 
     def __init__(self, count_dicts: bool) -> None:
         self.spent = 0
-        self.depth = 0
+        self.marks = 0  # marks read and not yet consumed by their array
         hooks = {"object_hook": self._dict} if count_dicts else {}
-        self._unpack = functools.partial(msgpack.unpackb, ext_hook=self._ext, strict_map_key=False, raw=False,
-                                         **hooks)
+        self._unpack = functools.partial(msgpack.unpackb, ext_hook=self._ext, list_hook=self._list,
+                                         strict_map_key=False, raw=False, **hooks)
 
     def read(self, data: bytes) -> Any:
-        return self._unpack(data)
+        value = self._unpack(data)
+        if self.marks:
+            raise BlobError("a malformed extension value (a type mark that heads no array)")
+        return value
 
     def charge(self, cost: int) -> None:
         self.spent += cost
@@ -216,21 +240,27 @@ class _Reader:
             if 0 < len(data) <= _BIG_INT_DIGITS and data.lstrip(b"-").isdigit():
                 return int(data)
             raise BlobError("a malformed number")
-        if self.depth >= MAX_NESTING:
-            raise BlobError(f"values nested over {MAX_NESTING} deep")
-        self.depth += 1  # (an error ends the whole read: no need to step back on one)
-        value = self._unpack(data)
-        self.depth -= 1
-        kind = type(value)
-        if code == _TUPLE and kind is list:
-            return tuple(value)
-        if code >= _FIRST_RECORD and kind is list:
-            if code - _FIRST_RECORD < len(RECORDS):
-                return make_record(RECORDS[code - _FIRST_RECORD], value)
-        elif code == _MAPPING and kind is dict:
-            return MappingProxyType(value)
-        elif code in _ENUM_MEMBERS and kind is str and value in _ENUM_MEMBERS[code]:
-            return _ENUM_MEMBERS[code][value]
+        mark = _READ_MARKS.get(code) if not data else None
+        if mark is None:
+            raise BlobError(f"a malformed extension value (code {code})")
+        self.marks += 1
+        return mark
+
+    def _list(self, items: list) -> Any:
+        if not items or type(items[0]) is not _Mark:
+            return items
+        self.marks -= 1
+        code = items[0].code
+        if code == _TUPLE:
+            return tuple(items[1:])
+        if code >= _FIRST_RECORD:
+            return make_record(RECORDS[code - _FIRST_RECORD], items[1:])
+        if len(items) == 2:
+            value = items[1]
+            if code == _MAPPING and type(value) is dict:
+                return MappingProxyType(value)
+            if code in _ENUM_MEMBERS and type(value) is str and value in _ENUM_MEMBERS[code]:
+                return _ENUM_MEMBERS[code][value]
         raise BlobError(f"a malformed extension value (code {code})")
 
 

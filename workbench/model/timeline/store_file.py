@@ -28,7 +28,7 @@ from ..scenarios.scenario import ScenarioError
 from .states import Records
 from .store_codec import MAX_INFLATED, BlobError, decode, decode_costed, encode, make_record  # noqa: F401  (encode: the writer's)
 
-FORMAT = 4  # 4: an index of the steps' event kinds; 3: msgpack with declared types (2 and before: pickles)
+FORMAT = 4  # 4: values' types as marks heading arrays, an index of event kinds; 3: nested extension values
 CACHED_ROWS = 512  # decoded rows kept per column (a viewer steps around one place)
 CHUNK_BYTES = 8 << 20  # a chunked read of rows stops past this many bytes
 KEY_CACHE_BYTES = 64 << 20  # the reader's cache of node keys
