@@ -8,6 +8,7 @@ lock there); the rest are the request's own.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any, ClassVar, Optional
 
 import numpy as np
@@ -93,8 +94,26 @@ class Req:
         return self.kv_indices[self.cache_protected_len :]
 
 
+_last_join: tuple = ((), (), (), None)  # the last own_slots answer: (tensors, versions, starts, joined)
+
+
 def own_slots(holders) -> np.ndarray:
     """Every holder's ``own_indices`` joined, on the host (the pool views and checks
-    read them every step; numpy views on the CPU)."""
+    read them every step; numpy views on the CPU). Read-only: it may be the last
+    call's, made from the same tensors (held there, so no other can take their
+    identity), unchanged (torch's version counters) and cut at the same starts; the
+    pool views, SWA's and the checks ask several times a step, mostly of holders no
+    step changed."""
+    global _last_join
     holders = list(holders)
-    return host_tails([r.kv_indices for r in holders], [r.cache_protected_len for r in holders])
+    tensors = tuple(r.kv_indices for r in holders)
+    starts = tuple(r.cache_protected_len for r in holders)
+    versions = tuple(t._version for t in tensors)
+    last_tensors, last_versions, last_starts, joined = _last_join
+    if (joined is not None and starts == last_starts and versions == last_versions
+            and len(tensors) == len(last_tensors) and all(map(operator.is_, tensors, last_tensors))):
+        return joined
+    joined = host_tails(list(tensors), list(starts))
+    joined.flags.writeable = False
+    _last_join = (tensors, versions, starts, joined)
+    return joined

@@ -244,8 +244,7 @@ def request_views(cache) -> tuple[RequestView, ...]:
 
 def pool_views(cache) -> dict[str, PoolView]:
     """Per pool: total, available, evictable, protected and held by running requests."""
-    from ..basics.numpy_views import distinct  # torch: only a live cache gets here, never a stored run's reader
-    from ..basics.request import own_slots
+    from ..basics.request import own_slots  # torch: only a live cache gets here, never a stored run's reader
 
     pool = cache.kv_pool
     held = own_slots(cache.kv_holders())  # on the host: numpy views on the CPU
@@ -256,7 +255,7 @@ def pool_views(cache) -> dict[str, PoolView]:
             pool.available_size(),
             cache.tree.evictable[0],
             cache.tree.protected[0],
-            distinct(held if pool.page_size == 1 else held // pool.page_size) * pool.page_size,
+            _held_pages(held, pool.page_size) * pool.page_size,
         )
     }
     for component in cache.components[1:]:
@@ -268,6 +267,22 @@ def pool_views(cache) -> dict[str, PoolView]:
             views[f"{name}_host"] = PoolView(f"{name}_host", pool.size, pool.available_size(),
                                              pool.size - pool.available_size(), 0, 0)
     return views
+
+
+_last_held: tuple = (None, 0, 0)  # (own_slots' array, page size, its distinct pages)
+
+
+def _held_pages(held, page_size: int) -> int:
+    """The distinct pages in ``held``, counted once per array (``own_slots`` hands the
+    same read-only one back while no holder changed)."""
+    global _last_held
+    if _last_held[0] is held and _last_held[1] == page_size:
+        return _last_held[2]
+    from ..basics.numpy_views import distinct
+
+    count = distinct(held if page_size == 1 else held // page_size)
+    _last_held = (held, page_size, count)
+    return count
 
 
 def _session_ids(cd) -> tuple[str, ...]:
