@@ -48,7 +48,7 @@ from cache.observe.events import Cause, Event, EventKind
 from ..ops import canonical
 from ..scenarios.errors import shown
 from ..scenarios.fields import HOST_NODE_FIELDS, host_state_field
-from ..timeline.event_index import answers_to
+from ..timeline.step_index import answers_to
 from ..timeline.state_fields import globals_field, state_field
 from ..timeline.timeline import StepRecord, Timeline
 from ..ops.spec import BASE, sglang_components
@@ -121,15 +121,24 @@ class Condition:
 
     def indexed_steps(self, store) -> Optional[tuple[Callable[[], Sequence[int]], bool]]:
         """A read of the steps a stored run's indexes say it can hold at, and whether
-        it holds at each of them (else each is read to make sure); None when no index
-        answers it. A condition on an event kind reads the index of kinds (with its
-        component, if it names one); one that holds only at failing steps, the index
-        of those."""
-        extra = (self.violation is not None or self.failed or self.error or self.cause or self.node is not None
-                 or self.op or self.req or self.session or self.steps or self.pools)
+        it holds at each of them (it does when the index covers every term; else each
+        is read to make sure); None when no index answers it. The index of event
+        kinds answers ``event`` (with its ``component``), the index of names ``req``
+        and ``op``, the index of failing steps a condition only a failure can meet."""
+        terms = {name for name, value in (
+            ("violation", self.violation), ("failed", self.failed or None), ("error", self.error or None),
+            ("event", self.event), ("cause", self.cause), ("component", self.component), ("node", self.node),
+            ("op", self.op), ("req", self.req), ("session", self.session), ("steps", self.steps or None),
+            ("pools", self.pools or None)) if value is not None}
         with_event = getattr(store, "steps_with_event", None)
         if self.event is not None and with_event is not None:
-            return (lambda: with_event(self.event, self.component)), not extra
+            return (lambda: with_event(self.event, self.component)), terms <= {"event", "component"}
+        named = getattr(store, "steps_named", None)
+        for field in ("req", "op"):
+            value = getattr(self, field)
+            if value is not None and named is not None:
+                value = canonical(value) if field == "op" else value
+                return (lambda field=field, value=value: named(field, value)), terms == {field}
         failing = getattr(store, "failing_indexes", None)
         if self.failures_only and failing is not None:
             return failing, False

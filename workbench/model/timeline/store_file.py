@@ -28,7 +28,7 @@ from ..scenarios.scenario import ScenarioError
 from .states import Records
 from .store_codec import MAX_INFLATED, BlobError, decode, decode_costed, encode, make_record  # noqa: F401  (encode: the writer's)
 
-FORMAT = 4  # 4: values' types as marks heading arrays, an index of event kinds; 3: nested extension values
+FORMAT = 4  # 4: values' types as marks heading arrays, indexes of event kinds and names; 3: nested extension values
 CACHED_ROWS = 512  # decoded rows kept per column (a viewer steps around one place)
 CHUNK_BYTES = 8 << 20  # a chunked read of rows stops past this many bytes
 KEY_CACHE_BYTES = 64 << 20  # the reader's cache of node keys
@@ -43,10 +43,13 @@ CREATE TABLE keyframes (idx INTEGER PRIMARY KEY, records BLOB NOT NULL);
 CREATE TABLE touches (node INTEGER NOT NULL, idx INTEGER NOT NULL, PRIMARY KEY (node, idx)) WITHOUT ROWID;
 CREATE TABLE series (first INTEGER PRIMARY KEY, rows BLOB NOT NULL);
 CREATE TABLE kinds (code INTEGER NOT NULL, idx INTEGER NOT NULL, PRIMARY KEY (code, idx)) WITHOUT ROWID;
+CREATE TABLE names (field TEXT NOT NULL, value TEXT NOT NULL, idx INTEGER NOT NULL,
+                    PRIMARY KEY (field, value, idx)) WITHOUT ROWID;
 """
 _COLUMNS = {"meta": ["name", "value"], "keys": ["id", "key"],
             "steps": ["idx", "passed", "delta", "before", "globals", "record"], "keyframes": ["idx", "records"],
-            "touches": ["node", "idx"], "series": ["first", "rows"], "kinds": ["code", "idx"]}
+            "touches": ["node", "idx"], "series": ["first", "rows"], "kinds": ["code", "idx"],
+            "names": ["field", "value", "idx"]}
 _STEP_COLUMNS = frozenset(_COLUMNS["steps"][2:])
 
 _KEY = NodeRecord._fields.index("key")

@@ -30,7 +30,7 @@ import numpy as np
 from cache.observe.views import GlobalRecord
 
 from ..scenarios.scenario import Scenario, ScenarioError
-from .event_index import KINDS, EventCoder
+from .step_index import KINDS, EventCoder, step_names
 from .series import RowMaker
 from .states import Records, StateShape, StateStore, apply_delta
 from .store_columns import StoredColumn, StoredKeyframes, sequence_item
@@ -120,6 +120,9 @@ class DiskStateStore(StateStore):
                     if node is not None))
                 file.db.executemany("INSERT OR IGNORE INTO kinds VALUES (?, ?)", (
                     (code, i) for i in done for code in self.events.codes(self.pending[i]["record"].events)))
+                file.db.executemany("INSERT OR IGNORE INTO names VALUES (?, ?, ?)", (
+                    (field, value, i) for i in done for step in (self.pending[i]["record"].step,)
+                    for field, value in step_names(step.op, step.fields)))
                 kept = [(i, records) for i, records in self.pending_keyframes if i <= (done[-1] if done else 0)]
                 file.db.executemany("INSERT OR REPLACE INTO keyframes VALUES (?, ?)",
                                     ((i, encode(file.pack(records))) for i, records in kept))
@@ -185,6 +188,14 @@ class DiskStateStore(StateStore):
         rows = self.file.read("SELECT idx FROM kinds WHERE code = ? ORDER BY idx", (code,), "the steps' events")
         pending = [i for i, row in sorted(self.pending.items())
                    if "record" in row and code in self.events.codes(row["record"].events)]
+        return [i for (i,) in rows] + pending
+
+    def steps_named(self, field: str, value: str) -> list[int]:
+        """Steps whose ``field`` (``op``, by its name now; ``req``) is ``value``: the index of names."""
+        rows = self.file.read("SELECT idx FROM names WHERE field = ? AND value = ? ORDER BY idx", (field, value),
+                              "the steps' names")
+        pending = [i for i, row in sorted(self.pending.items()) if "record" in row
+                   and (field, value) in step_names(row["record"].step.op, row["record"].step.fields)]
         return [i for (i,) in rows] + pending
 
     def failing_indexes(self) -> list[int]:

@@ -1,6 +1,7 @@
-"""A stored run's index of event kinds: a breakpoint on a kind (``event=split``,
-``event=cascade component=swa``) is answered from it, and finds exactly the steps that
-reading every record finds: for ``c`` / ``C`` and for the charts' markers."""
+"""A stored run's indexes of event kinds and names: a breakpoint on a kind
+(``event=split``, ``event=cascade component=swa``), an op or a request (``op=insert``,
+``req=r3``) is answered from them, and finds exactly the steps that reading every
+record finds: for ``c`` / ``C`` and for the charts' markers."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from workbench.model.debugging.breakpoints import parse_conditions
 from workbench.model.scenarios.scenario import load_scenario
-from workbench.model.timeline.event_index import KINDS
+from workbench.model.timeline.step_index import KINDS
 from workbench.model.timeline.runner import run_scenario
 from workbench.model.timeline.search import quick, search
 from workbench.model.timeline.series import RunSeries
@@ -29,17 +30,21 @@ def runs(request, tmp_path_factory):
     store.close()
 
 
-def _conditions(components):
+def _conditions(memory, components):
     texts = [f"event={k}" for k in KINDS] + [f"event={k} component={c}" for k in KINDS for c in components]
-    texts += ["event=cascade", "event=split op=insert", "event=evict cause=cascade"]
+    texts += ["event=cascade", "event=split op=insert", "event=evict cause=cascade", "req=no-such-request"]
+    steps = [r.step for r in memory.records]
+    texts += sorted({f"op={s.op}" for s in steps} | {"op=req_finish", "op=insert event=split"})
+    texts += sorted({f"req={s.fields['req']}" for s in steps if isinstance(s.fields.get("req"), str)})
+    texts += [t + " error" for t in texts if t.startswith("req=")][:3]
     return [(text, parse_conditions([text], components)) for text in texts]
 
 
-def test_each_kind_is_found_at_the_same_steps_as_reading_every_record(runs):
+def test_each_kind_and_name_is_found_at_the_same_steps_as_reading_every_record(runs):
     store, memory = runs
     components = memory.store.shape.components
     found_any = 0
-    for text, conditions in _conditions(components):
+    for text, conditions in _conditions(memory, components):
         by_reading = [i for i in range(1, len(memory) + 1) if conditions[0].holds(memory, i)]
         assert quick(store, conditions), text
         forward, at = [], 0
@@ -51,7 +56,7 @@ def test_each_kind_is_found_at_the_same_steps_as_reading_every_record(runs):
             backward.append(at := hit[0])
         assert backward == by_reading[::-1], text
         found_any += bool(by_reading)
-    assert found_any >= 8  # the tours split, evict, cascade, lock …: the index is not empty
+    assert found_any >= 12  # the tours split, evict, cascade, lock, name requests …: the indexes are not empty
 
 
 def test_the_charts_mark_the_same_steps_from_the_index(runs):

@@ -1,19 +1,23 @@
-"""The event kinds each step had, as a stored run keeps them: a breakpoint on a kind
-(``event=split``, ``event=cascade component=swa``) then finds its steps with one read
-of the index instead of one read per step's record.
+"""What a stored run indexes of each step beyond its failures and its nodes, so a
+breakpoint on it finds its steps with one read of an index instead of one read per
+step's record: the event kinds the step had (``event=split``, ``event=cascade
+component=swa``) and the names it carries (``op=insert``, ``req=r5``).
 
 A step is indexed under each kind its events answer to, once alone and once with the
 event's component; a code packs the two (``kind * 16 + component``, component 0 for
 "any"). The kinds' order is written into the store, so a reader maps names to codes
-by the file, not by this version's enum."""
+by the file, not by this version's enum. Its names are its op (under the op's name
+now, an alias's too) and its request."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Optional
 
 from cache import EventKind
 from cache.observe.events import Cause, Event
+
+from ..ops import canonical
 
 KINDS: tuple[str, ...] = tuple(k.value for k in EventKind)
 COMPONENT_SLOTS = 16  # components a code has room for (the first is "any")
@@ -66,3 +70,14 @@ class EventCoder:
             if on is not None and on != alone:
                 out.append(on)
         return tuple(out)
+
+
+NAMED_FIELDS = ("op", "req")  # the step fields a stored run indexes by value
+
+
+def step_names(op: str, fields: dict) -> Iterator[tuple[str, str]]:
+    """(field, value) for each indexed name of a step: its op, its request."""
+    yield "op", canonical(op)
+    req = fields.get("req")
+    if isinstance(req, str):
+        yield "req", req
