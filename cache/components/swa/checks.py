@@ -130,12 +130,18 @@ def _window_problems(swa: SWAComponent, node, receipt) -> list[str]:
     """What is wrong with one receipt's window lock, each said after its receipt id."""
     covered, boundary, out = 0, receipt.component_lock_uuids.get(swa.name), []
     try:
-        for cur in swa._segment(node, receipt):
-            covered += cur.length
-            if cur.data[swa.index].lock_ref <= 0:
-                out.append(f": node {cur.id} in its segment is unlocked")
-    except LookupError as exc:
-        return [*out, f": {exc}"]
+        segment, missing = swa._segment(node, receipt), None
+    except LookupError as exc:  # its boundary is not above it: every node up to the root is read
+        segment, missing, cur = [], exc, node
+        while cur is not swa.tree.root:
+            segment.append(cur)
+            cur = cur.parent
+    for cur in segment:
+        covered += cur.length
+        if cur.data[swa.index].lock_ref <= 0:
+            out.append(f": node {cur.id} in its segment is unlocked")
+    if missing is not None:
+        return [*out, f": {missing}"]
     if boundary is not None and covered < swa.window:
         out.append(f" covers {covered} < window {swa.window}")
     return out

@@ -260,39 +260,44 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
             node = node.parent
         receipt.component_lock_uuids[self.name] = boundary
 
-    def _segment(self, node: TreeNode, receipt):
-        """The nodes a receipt's window lock covers, from ``node`` up to its boundary."""
+    def _segment(self, node: TreeNode, receipt) -> list[TreeNode]:
+        """The nodes a receipt's window lock covers, from ``node`` up to its boundary
+        (``LookupError`` if the boundary is not above it)."""
         boundary = receipt.component_lock_uuids.get(self.name)
-        root = self.tree.root
+        root, i = self.tree.root, self.index
+        out = []
         while node is not root:
-            yield node
-            if boundary is not None and node.data[self.index].metadata.get("uuid") == boundary:
-                return
+            out.append(node)
+            if boundary is not None and node.data[i].metadata.get("uuid") == boundary:
+                return out
             node = node.parent
         if boundary is not None:
             raise LookupError(f"swa lock boundary {boundary} is not above the receipt's node")
+        return out
 
     def locked_nodes(self, node: TreeNode, receipt) -> list:
-        return list(self._segment(node, receipt))
+        return self._segment(node, receipt)
 
     def check_release(self, node: TreeNode, receipt: DecLockRefParams) -> Optional[str]:
         try:
-            for cur in self._segment(node, receipt):
-                if cur.data[self.index].lock_ref <= 0:
-                    return f"swa segment release hit lock_ref=0 on node {cur.id}"
+            segment = self._segment(node, receipt)
         except LookupError as exc:
             return str(exc)
+        i = self.index
+        for cur in segment:
+            if cur.data[i].lock_ref <= 0:
+                return f"swa segment release hit lock_ref=0 on node {cur.id}"
         return None
 
     def release_lock(self, node: TreeNode, receipt: DecLockRefParams) -> None:
-        for cur in list(self._segment(node, receipt)):
+        for cur in self._segment(node, receipt):
             self._unlock_one(cur, None)
 
     def release_window_lock(self, node: TreeNode, receipt, batch: EvictionBatch) -> None:
         """Early release once decode has moved past the window: a node whose last SWA
         lock goes and that is an evictable leaf loses its SWA data right away (into
         ``batch``, a WINDOW one)."""
-        for cur in list(self._segment(node, receipt)):
+        for cur in self._segment(node, receipt):
             self._unlock_one(cur, batch)
 
     def _unlock_one(self, cur: TreeNode, batch: Optional[EvictionBatch]) -> None:
