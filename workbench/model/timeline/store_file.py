@@ -253,7 +253,10 @@ class StoreFile:
     def steps(self) -> int:
         """How many steps it holds: numbered from 1, each on at least a few bytes of the
         files (a number past that is damage, not a run's length)."""
-        first, last = self.read("SELECT coalesce(min(idx), 1), coalesce(max(idx), 0) FROM steps")[0]
+        # one aggregate per query: SQLite reads min and max off the key's ends only then
+        # (both in one query scan every step: 0.6 s on a 10⁶-step store)
+        first, last = self.read("SELECT coalesce((SELECT min(idx) FROM steps), 1), "
+                                "coalesce((SELECT max(idx) FROM steps), 0)")[0]
         size = sum(os.path.getsize(self.path + side) for side in ("", "-wal") if os.path.isfile(self.path + side))
         if not (isinstance(last, int) and first == 1 and 0 <= last <= size // _MIN_STEP_BYTES):
             raise StoreError("damaged store: its steps are not numbered as written", self.path)
