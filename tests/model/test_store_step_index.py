@@ -78,3 +78,18 @@ def test_a_kind_with_a_counter_condition_is_answered_at_once_too(runs):
     hit = search(store, conditions, 0, series=series)
     first_split = next(i for i in range(1, len(memory) + 1) if conditions[1].holds(memory, i))
     assert hit is not None and hit[0] == first_split and hit[1] is conditions[1]
+
+
+def test_a_condition_no_index_answers_leaves_the_indexes_unread(runs, monkeypatch):
+    """A scan asks chunk after chunk: with one condition that must be read step by step,
+    no index is read for the others (a 10⁶-step index read per 512-step chunk)."""
+    store, memory = runs
+    components = memory.store.shape.components
+    reads = []
+    kinds = store.store.steps_with_event
+    monkeypatch.setattr(store.store, "steps_with_event", lambda *a: reads.append(a) or kinds(*a))
+    conditions = parse_conditions(["event=split", "node=1"], components)
+    assert not quick(store, conditions)
+    hit = search(store, conditions, 0)
+    by_reading = next((i for i in range(1, len(memory) + 1) if any(c.holds(memory, i) for c in conditions)), None)
+    assert (hit[0] if hit else None) == by_reading and reads == []

@@ -3,8 +3,8 @@ the cursor runs to. A condition is anything that says whether it holds at a step
 (the breakpoint grammar's ``Condition`` is one). Some are answered without reading
 step after step: a condition over counters alone (``swa_available<4``) from the run's
 numbers per step (``RunSeries``), every step at once; on a stored run, one that holds
-only at failing steps from its index of those, and one on an event kind
-(``event=split``) from its index of kinds."""
+only at failing steps from its index of those, and one on an event kind, an op or a
+request (``event=split``, ``op=insert``, ``req=r3``) from its indexes of kinds and names."""
 
 from __future__ import annotations
 
@@ -44,19 +44,24 @@ def answered(timeline: Timeline, conditions: Sequence[C], series=None,
              end: Optional[int] = None) -> Optional[list[tuple[Sequence[int], bool]]]:
     """Per condition, the steps it can hold at (sorted) and whether it surely holds at
     each, without reading step after step: off ``series`` (read to ``end``) or a stored
-    run's indexes; None when one of them needs the steps read."""
+    run's indexes; None when one of them needs the steps read (found out before any
+    index is read: a scan asks again for every chunk)."""
     end = len(timeline) if end is None else end
+    covered = series is not None and series.steps >= end
+    indexed = [None if covered and getattr(c, "counters_only", False)
+               else getattr(c, "indexed_steps", lambda _: None)(timeline.store) for c in conditions]
+    if any(i is None and not (covered and getattr(c, "counters_only", False)) for c, i in zip(conditions, indexed)):
+        return None
     out = []
-    for c in conditions:
-        where = getattr(c, "where", lambda _: None)(series) if series is not None and series.steps >= end else None
-        if where is not None:
+    for c, index in zip(conditions, indexed):
+        if index is None:
+            where = c.where(series)
+            if where is None:  # a field the series do not carry
+                return None
             out.append((np.flatnonzero(where).tolist(), True))
-            continue
-        indexed = getattr(c, "indexed_steps", lambda _: None)(timeline.store)
-        if indexed is None:
-            return None
-        read, sure = indexed
-        out.append((read(), sure))
+        else:
+            read, sure = index
+            out.append((read(), sure))
     return out
 
 
