@@ -1,1 +1,1 @@
-"""Running a scenario and what it leaves: the cache driver that runs its ops, the runner, the recorded states (in memory or stored), diffs, JSON export, event phrasing, a whole run's series and the search for steps where a condition holds."""
+"""Running a scenario and what it leaves: the cache driver that runs its ops, the runner, the recorded states (in memory or stored, with a stored run's indexes of its steps), diffs, JSON export, event phrasing, a whole run's series and the search for steps where a condition holds."""
