@@ -93,3 +93,11 @@ def test_a_condition_no_index_answers_leaves_the_indexes_unread(runs, monkeypatc
     hit = search(store, conditions, 0)
     by_reading = next((i for i in range(1, len(memory) + 1) if any(c.holds(memory, i) for c in conditions)), None)
     assert (hit[0] if hit else None) == by_reading and reads == []
+
+
+def test_the_failing_steps_are_read_off_an_index_not_a_scan_of_every_step(runs):
+    """The default breakpoints, the charts' failure marks and ``passed`` ask for the
+    failing steps; on a 10⁶-step store a scan of the steps read 3.8 GB (1–2.5 s)."""
+    store, _ = runs
+    plan = store.store.file.db.execute("EXPLAIN QUERY PLAN SELECT idx FROM steps WHERE passed = 0 ORDER BY idx")
+    assert any("USING INDEX failing" in row[-1] for row in plan.fetchall())

@@ -28,7 +28,7 @@ from ..scenarios.scenario import ScenarioError
 from .states import Records
 from .store_codec import MAX_INFLATED, BlobError, decode, decode_costed, encode, make_record  # noqa: F401  (encode: the writer's)
 
-FORMAT = 4  # 4: values' types as marks heading arrays, indexes of event kinds and names; 3: nested extension values
+FORMAT = 4  # 4: type marks heading arrays, indexes of failing steps, kinds and names; 3: nested extensions
 CACHED_ROWS = 512  # decoded rows kept per column (a viewer steps around one place)
 CHUNK_BYTES = 8 << 20  # a chunked read of rows stops past this many bytes
 KEY_CACHE_BYTES = 64 << 20  # the reader's cache of node keys
@@ -39,6 +39,7 @@ CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE keys (id INTEGER PRIMARY KEY, key BLOB NOT NULL);
 CREATE TABLE steps (idx INTEGER PRIMARY KEY, passed INTEGER NOT NULL, delta BLOB NOT NULL, before BLOB NOT NULL,
                     globals BLOB NOT NULL, record BLOB NOT NULL);
+CREATE INDEX failing ON steps (idx) WHERE passed = 0;
 CREATE TABLE keyframes (idx INTEGER PRIMARY KEY, records BLOB NOT NULL);
 CREATE TABLE touches (node INTEGER NOT NULL, idx INTEGER NOT NULL, PRIMARY KEY (node, idx)) WITHOUT ROWID;
 CREATE TABLE series (first INTEGER PRIMARY KEY, rows BLOB NOT NULL);
