@@ -164,6 +164,14 @@ class StoreFile:
             except _DB_ERRORS as exc:
                 raise StoreError(f"damaged store: cannot read {what} ({exc})", self.path) from None
 
+    def blobs(self, table: str, key: str, column: str, what: str) -> Iterator[tuple[Any, Any]]:
+        """(key, value) of every row of ``table`` in key order, read in runs of at most
+        ``CHUNK_BYTES`` (a few queries, not one a row; no run holds a damaged store's huge values)."""
+        sizes = self.read(f"SELECT {key}, length({column}) FROM {table} ORDER BY {key}", (), what)
+        for part in _parts(sizes, self.path, f"{table} row"):
+            yield from self.read(f"SELECT {key}, {column} FROM {table} WHERE {key} BETWEEN ? AND ? ORDER BY {key}",
+                                 (part[0], part[-1]), what)
+
     # ---- records and their keys ------------------------------------------------------------------
     def key_id(self, key: bytes) -> int:
         found = self._key_ids.get(key)

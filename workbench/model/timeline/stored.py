@@ -162,8 +162,7 @@ class DiskStateStore(StateStore):
         pending = [row["series"] for _, row in sorted(self.pending.items()) if "series" in row]
         room = (len(self) + 1 - len(pending)) * width * 8  # the bytes the written rows may hold
         written = []
-        for first, in file.read("SELECT first FROM series ORDER BY first", (), "the charts' rows"):
-            blob = file.read("SELECT rows FROM series WHERE first = ?", (first,), "the charts' rows")[0][0]
+        for _, blob in file.blobs("series", "first", "rows", "the charts' rows"):
             rows = series_rows(blob, width, file.path, limit=room)
             room -= rows.nbytes
             written.append(rows)
