@@ -333,6 +333,33 @@ async def test_a_chapter_shows_its_text_while_its_cache_is_built(monkeypatch):
         assert app.cursor.step == 1
 
 
+@pytest.mark.asyncio
+async def test_a_chapter_whose_cache_cannot_be_built_says_why_and_the_workbench_stays(monkeypatch):
+    """The cache is built off the UI thread now: a [config] no cache can be built from
+    is said on the chapter (and kept for ``urc tui`` to exit 2 with), never a traceback."""
+    from workbench.model.scenarios.errors import ScenarioError
+    from workbench.model.timeline import runner
+
+    def refuse(scenario, device=None):
+        raise ScenarioError("config cannot be built: not enough memory for the pools", scenario.path, 3)
+
+    monkeypatch.setattr(runner, "build_cache", refuse)
+    app = WorkbenchApp(TOURS[:2], background=True)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(200):
+            await pilot.pause(0.02)
+            if app.input_error is not None:
+                break
+        await pilot.pause()
+        assert "not enough memory for the pools" in str(app.input_error)
+        text = " ".join(shown(app.query_one(StepPanel)).split())
+        assert TOURS[0].name in text and "error: " in text and "not enough memory" in text
+        await pilot.press("n")  # nothing to step through: nothing happens
+        assert app.cursor.step == 0 and not app.cursor.chapter.ready
+        await pilot.press("q")
+    assert app.return_code in (None, 0)
+
+
 def test_a_bad_file_exits_2_before_the_tui_starts(capsys, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('schema = 1\n[scenario]\nname = "x"\n[config]\ncomponents = ["full"]\nkv_size = 8\n[[step]]\nop = "nope"\n')

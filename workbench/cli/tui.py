@@ -84,6 +84,8 @@ def run(args) -> int:
 
     app = WorkbenchApp(scenarios, keymap, follower=follower, divergences=diverged)
     app.run()
+    if app.input_error is not None:  # a chapter's cache could not be built (shown in the workbench too)
+        raise app.input_error
     return EXIT_OK if not app.return_code else EXIT_INTERNAL  # it ended on an error of its own
 
 

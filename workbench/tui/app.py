@@ -84,6 +84,7 @@ class WorkbenchApp(Fitting, ExportActions, WhyAction, ScanAction, App[None]):
         self._bottom_rows = 4  # pools the bottom row is sized for (workbench.tcss: #bottom)
         self.selected: Optional[int] = None
         self.selected_session: Optional[str] = None  # the session whose nodes the tree highlights
+        self.input_error: Optional[ScenarioError] = None  # a chapter whose cache could not be built
 
     def notify(self, message: str, **options) -> None:
         """While a dialog with a text input is open, say it on the dialog's note line too
@@ -156,8 +157,20 @@ class WorkbenchApp(Fitting, ExportActions, WhyAction, ScanAction, App[None]):
 
     @work(thread=True, group="prepare")
     def prepare_in_background(self, index: int) -> None:
-        self.cursor.prepare(index)
+        try:
+            self.cursor.prepare(index)
+        except ScenarioError as exc:  # a [config] the loader passed but no cache can be built from
+            self.call_from_thread(self._cannot_prepare, index, exc)
+            return
         self.call_from_thread(self._prepared, index)
+
+    def _cannot_prepare(self, index: int, exc: ScenarioError) -> None:
+        """Say why, on the chapter's text and as a toast; ``urc tui`` exits 2 with it
+        once the user quits (the workbench stays open for the other chapters)."""
+        self.input_error = exc
+        if index == self.cursor.chapter_index:
+            self.query_one(StepPanel).cannot_open(self.cursor.chapter.scenario, str(exc))
+        self.notify(printable(str(exc)), severity="error", markup=False)
 
     def _prepared(self, index: int) -> None:
         if index == self.cursor.chapter_index:  # still the chapter on screen

@@ -27,6 +27,10 @@ class StepPanel(TextPanel):
         parts = _start(scenario) + [Text("building the cache (torch loads the first time)…", style="dim")]
         self.put(Group(*parts))
 
+    def cannot_open(self, scenario: Scenario, error: str) -> None:
+        """A chapter whose cache cannot be built: its text and why."""
+        self.put(Group(*_start(scenario), Text(f"error: {printable(error)}", style="yellow")))
+
     def show(self, view: StepView) -> None:
         record = view.record
         scenario = view.scenario
