@@ -48,7 +48,7 @@ from .widgets.step_panel import StepPanel
 from .widgets.tree_panel import TreePanel
 
 
-WHILE_OPENING = ("quit", "help", "help_question", "command_palette", "chapter")  # keys that need no cache
+WHILE_OPENING = ("quit", "help", "command_palette", "chapter")  # actions that need no cache
 
 
 def damage_text(error: Exception) -> str:
