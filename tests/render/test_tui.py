@@ -322,6 +322,9 @@ async def test_a_chapter_shows_its_text_while_its_cache_is_built(monkeypatch):
         assert "building the cache" in text
         await pilot.press("n")  # no step to go to yet: nothing happens, nothing breaks
         assert app.cursor.step == 0 and not app.cursor.chapter.ready
+        await pilot.press("question_mark")  # the keys can be read meanwhile
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
         release.set()
         for _ in range(200):
             await pilot.pause(0.02)
