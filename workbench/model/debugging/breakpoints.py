@@ -112,12 +112,20 @@ class Condition:
         return self.failed or self.violation is not None
 
     @property
+    def terms(self) -> frozenset[str]:
+        """The kinds of term it has (``violation``, ``event``, ``req``, ``pools`` …)."""
+        return frozenset(name for name, value in (
+            ("violation", self.violation), ("failed", self.failed or None), ("error", self.error or None),
+            ("event", self.event), ("cause", self.cause), ("component", self.component), ("node", self.node),
+            ("op", self.op), ("req", self.req), ("session", self.session), ("steps", self.steps or None),
+            ("pools", self.pools or None)) if value is not None)
+
+    @property
     def counters_only(self) -> bool:
         """Its terms are state-field and step comparisons alone: the run's numbers per
         step (``RunSeries``) answer it for every step at once."""
-        return bool(self.pools) and not (self.violation is not None or self.failed or self.error or self.event
-                                         or self.cause or self.component or self.node is not None or self.op
-                                         or self.req or self.session)
+        terms = self.terms
+        return "pools" in terms and terms <= {"pools", "steps"}
 
     def indexed_steps(self, store) -> Optional[tuple[Callable[[], Sequence[int]], bool]]:
         """A read of the steps a stored run's indexes say it can hold at, and whether
@@ -125,11 +133,7 @@ class Condition:
         is read to make sure); None when no index answers it. The index of event
         kinds answers ``event`` (with its ``component``), the index of names ``req``
         and ``op``, the index of failing steps a condition only a failure can meet."""
-        terms = {name for name, value in (
-            ("violation", self.violation), ("failed", self.failed or None), ("error", self.error or None),
-            ("event", self.event), ("cause", self.cause), ("component", self.component), ("node", self.node),
-            ("op", self.op), ("req", self.req), ("session", self.session), ("steps", self.steps or None),
-            ("pools", self.pools or None)) if value is not None}
+        terms = self.terms
         with_event = getattr(store, "steps_with_event", None)
         if self.event is not None and with_event is not None:
             return (lambda: with_event(self.event, self.component)), terms <= {"event", "component"}

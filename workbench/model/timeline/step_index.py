@@ -72,9 +72,6 @@ class EventCoder:
         return tuple(out)
 
 
-NAMED_FIELDS = ("op", "req")  # the step fields a stored run indexes by value
-
-
 def step_names(op: str, fields: dict) -> Iterator[tuple[str, str]]:
     """(field, value) for each indexed name of a step: its op, its request."""
     yield "op", canonical(op)

@@ -22,7 +22,7 @@ through the same ``records`` and ``store`` sequences, a step at a time.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Optional
 
 import numpy as np
@@ -172,35 +172,34 @@ class DiskStateStore(StateStore):
             written.append(np.array(pending, dtype=np.int64).reshape(-1, width))
         return np.concatenate(written)
 
+    def _indexed(self, sql: str, args: tuple, what: str, holds: Callable[[StepRecord], bool]) -> list[int]:
+        """The steps one of the file's indexes lists (``sql``: their numbers, in order),
+        then those of the writer's batch whose record ``holds``."""
+        written = [i for (i,) in self.file.read(sql, args, what)]
+        return written + [i for i, row in sorted(self.pending.items()) if "record" in row and holds(row["record"])]
+
     def steps_naming(self, node_id: int) -> list[int]:
         """Steps whose events name the node (``why``'s index, kept in the file)."""
-        rows = self.file.read("SELECT idx FROM touches WHERE node = ? ORDER BY idx", (node_id,), "the steps' nodes")
-        pending = [i for i, row in sorted(self.pending.items())
-                   if "record" in row and any(e.node == node_id for e in row["record"].events)]
-        return [i for (i,) in rows] + pending
+        return self._indexed("SELECT idx FROM touches WHERE node = ? ORDER BY idx", (node_id,), "the steps' nodes",
+                             lambda record: any(e.node == node_id for e in record.events))
 
     def steps_with_event(self, kind: str, component: Optional[str] = None) -> list[int]:
         """Steps with an event of ``kind`` (on ``component``): the index of kinds."""
         code = self.events.code(kind, component)
         if code is None:
             return []
-        rows = self.file.read("SELECT idx FROM kinds WHERE code = ? ORDER BY idx", (code,), "the steps' events")
-        pending = [i for i, row in sorted(self.pending.items())
-                   if "record" in row and code in self.events.codes(row["record"].events)]
-        return [i for (i,) in rows] + pending
+        return self._indexed("SELECT idx FROM kinds WHERE code = ? ORDER BY idx", (code,), "the steps' events",
+                             lambda record: code in self.events.codes(record.events))
 
     def steps_named(self, field: str, value: str) -> list[int]:
         """Steps whose ``field`` (``op``, by its name now; ``req``) is ``value``: the index of names."""
-        rows = self.file.read("SELECT idx FROM names WHERE field = ? AND value = ? ORDER BY idx", (field, value),
-                              "the steps' names")
-        pending = [i for i, row in sorted(self.pending.items()) if "record" in row
-                   and (field, value) in step_names(row["record"].step.op, row["record"].step.fields)]
-        return [i for (i,) in rows] + pending
+        return self._indexed("SELECT idx FROM names WHERE field = ? AND value = ? ORDER BY idx", (field, value),
+                             "the steps' names",
+                             lambda record: (field, value) in step_names(record.step.op, record.step.fields))
 
     def failing_indexes(self) -> list[int]:
-        rows = self.file.read("SELECT idx FROM steps WHERE passed = 0 ORDER BY idx", (), "the failing steps")
-        written = [i for (i,) in rows]
-        return written + [i for i, row in sorted(self.pending.items()) if "record" in row and not row["record"].passed]
+        return self._indexed("SELECT idx FROM steps WHERE passed = 0 ORDER BY idx", (), "the failing steps",
+                             lambda record: not record.passed)
 
 
 class StoredRecords(Sequence):
