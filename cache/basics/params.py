@@ -49,6 +49,18 @@ class MatchResult(NamedTuple):
         return int(self.device_indices.shape[0])
 
 
+_MATCH_FIELD_AT = {name: k for k, name in enumerate(MatchResult._fields)}
+_new_tuple = tuple.__new__
+
+
+def with_match_field(result: MatchResult, name: str, value) -> MatchResult:
+    """``result._replace(name=value)`` for one field, rebuilt by position: a component's
+    match finalizer runs on every match, where ``_replace`` (a dict of every field) cost
+    three times as much."""
+    k = _MATCH_FIELD_AT[name]
+    return _new_tuple(MatchResult, (*result[:k], value, *result[k + 1:]))
+
+
 @dataclasses.dataclass
 class InsertParams:
     key: RadixKey

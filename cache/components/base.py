@@ -149,7 +149,9 @@ class TreeComponent:
         return 0
 
     @default_hook
-    def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int) -> MatchResult:
+    def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int, boundary: int) -> MatchResult:
+        """The result with this component's fields; ``walked``: the key's tokens the walk
+        matched, ``boundary``: the device prefix and host hit the result reports."""
         return result
 
     @default_hook

@@ -36,7 +36,7 @@ from .node import TreeNode
 from .prefetch_placement import TreePrefetch
 from .session_lru import PartitionedLRUList
 from .session_refs import SessionRefTracker
-from .walk import accepted, walk_key
+from .walk import walk_key
 
 
 def _child_order(node: TreeNode):
@@ -227,9 +227,14 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
         if validators:
             best, best_chunks = root, 0
             for child in path:
-                walked += child.length
+                length = child.length
+                walked += length
                 chunks.append(child.data[0].value)
-                if accepted(validators, child):
+                ok = True  # accepted(), inlined: every validator sees every node (they keep state)
+                for validate in validators:
+                    if not validate(child, length):
+                        ok = False
+                if ok:
                     best, best_chunks = child, len(chunks)
             del chunks[best_chunks:]
         else:
@@ -302,8 +307,10 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
             full_kv_hit_length=walked,
             last_visited_node_id=None if last_visited.id == root_id else last_visited.id,
         )
-        for component in self._finalizers:
-            result = component.finalize_match_result(result, best, walked)
+        if self._finalizers:
+            boundary = indices.shape[0] + host_hit  # read once for every finalizer
+            for component in self._finalizers:
+                result = component.finalize_match_result(result, best, walked, boundary)
         return result
 
     # ---- locks (the receipts are TreeLocks', locks.py) ---------------------------

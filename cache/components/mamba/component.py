@@ -20,7 +20,7 @@ import torch
 from ...basics.errors import InvalidValueError, StateSlotsAssertError
 from ...observe.events import Cause, EventKind
 from ...tree.match_verdicts import node_ids_text
-from ...basics.params import EvictParams
+from ...basics.params import EvictParams, with_match_field
 from ...pools.kv_buffer import prefix_hashes
 from ...pools.mamba_pool import MambaStatePool
 from ..base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
@@ -100,12 +100,13 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionM
         cd = path[-1][0].data[self.index]
         return 1 if cd.lock_ref == 0 and cd.value is not None else 0
 
-    def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int) -> MatchResult:
+    def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int, boundary: int) -> MatchResult:
         aligned = walked - walked % self.grid
-        boundary = result.device_prefix_len + result.host_hit_length
-        if best.data[self.index].value is None and best.data[self.index].host_value is not None:
-            result = result._replace(mamba_host_hit_length=1)  # the state is on the host: load it back
-        return result._replace(mamba_branching_seqlen=aligned if aligned > boundary else None)
+        cd = best.data[self.index]
+        if cd.value is None and cd.host_value is not None:
+            result = with_match_field(result, "mamba_host_hit_length", 1)  # the state is on the host: load it back
+        # else None, as it came
+        return with_match_field(result, "mamba_branching_seqlen", aligned) if aligned > boundary else result
 
     def finalize_match_in_cache(self, params, result: MatchResult) -> MatchResult:
         """Copy-on-write: the request gets its own slot holding the matched state."""

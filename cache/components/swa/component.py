@@ -20,6 +20,7 @@ from ...observe.actions import ComponentAction, FreeDeviceKVFullOnly
 from ...observe.events import Cause, EventKind
 from ...basics.keys import ceil_align
 from ...basics.numpy_views import distinct, gather
+from ...basics.params import with_match_field
 from ...basics.request import own_slots
 from ...pools.swa_pool import SWAPool
 from ..base import LRUEvictionMixin, TreeComponent
@@ -129,10 +130,10 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
             covered += n
         return pinned
 
-    def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int) -> MatchResult:
+    def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int, boundary: int) -> MatchResult:
         aligned = walked - walked % self.page_size
-        branching = aligned if aligned > result.device_prefix_len + result.host_hit_length else None
-        result = result._replace(swa_branching_seqlen=branching)
+        if aligned > boundary:  # else None, as it came
+            result = with_match_field(result, "swa_branching_seqlen", aligned)
         return result if self.tree.host_policy is None else self.finalize_host_match(result, best)
 
     on_walkdown = TreeComponent.on_walkdown  # walking through old ancestors must not keep them hot
