@@ -16,11 +16,8 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from .errors import InvalidKeyError
+from .token_lists import MAX_TOKEN_ID, TOKEN_BYTES, bad_tokens, pack_token_list, top_bits_clear
 
-TOKEN_BYTES = 4  # int32 per token
-MAX_TOKEN_ID = 2**31 - 1
-_TOP_BYTE = slice(3, None, 4) if sys.byteorder == "little" else slice(0, None, 4)  # each token's high byte
-_LOW_BYTE = slice(0, None, 4) if sys.byteorder == "little" else slice(3, None, 4)  # True and False: 1, 0
 _INT_CODES = frozenset("bBhHiIlLqQ")
 _WIDE_CODES = frozenset("qQlL") if array("l").itemsize == 8 else frozenset("qQ")  # 64-bit ids
 _largest = np.maximum.reduce
@@ -34,21 +31,13 @@ def ceil_align(n: int, page_size: int) -> int:
 def pack_tokens(token_ids: Iterable[int]) -> bytes:
     """Validate token ids (non-negative ints below 2**31) and pack them to bytes.
 
-    A list or tuple packs in one C pass (``array('I')`` refuses negatives, floats and
-    strings by itself); a token's high bit then means >= 2**31, and only the tokens
-    whose low byte is 0 or 1 are looked at again, for a bool. Arrays, tensors and numpy
+    A list or tuple packs in one C pass (token_lists.py). Arrays, tensors and numpy
     arrays are converted without a per-token Python step."""
     kind = type(token_ids)
     if kind is array and token_ids.typecode in _WIDE_CODES:  # 'q': what SGLang's scheduler holds
         return _narrow_wide(token_ids, token_ids.tolist)
     if kind is list or kind is tuple:
-        try:
-            data = array("I", token_ids).tobytes()
-        except (TypeError, OverflowError):
-            raise _bad_tokens(token_ids) from None
-        if not data[_TOP_BYTE].isascii() or _holds_a_bool(token_ids, data):
-            raise _bad_tokens(token_ids)
-        return data
+        return pack_token_list(token_ids)
     if isinstance(token_ids, (bytes, bytearray, str)):
         raise InvalidKeyError("token ids must be a sequence of ints, not a string or bytes")
     if isinstance(token_ids, array):
@@ -57,8 +46,8 @@ def pack_tokens(token_ids: Iterable[int]) -> bytes:
         if token_ids.typecode not in "iI" or token_ids.itemsize != TOKEN_BYTES:
             return pack_tokens(token_ids.tolist())  # another width: the list path checks it
         data = token_ids.tobytes()
-        if not data[_TOP_BYTE].isascii():  # as 'i', a negative id has its high bit set too
-            raise _bad_tokens(token_ids.tolist())
+        if not top_bits_clear(data):  # as 'i', a negative id has its high bit set too
+            raise bad_tokens(token_ids.tolist())
         return data
     if hasattr(token_ids, "dtype") and hasattr(token_ids, "tolist"):  # a torch tensor or numpy array
         return _pack_tensor(token_ids)
@@ -72,7 +61,7 @@ def _narrow_wide(values, as_list) -> bytes:
     cost ~25 (README, "Keys from `array('q')`")."""
     wide = np.frombuffer(values, np.uint64)
     if wide.size and _largest(wide) > MAX_TOKEN_ID:
-        raise _bad_tokens(as_list())
+        raise bad_tokens(as_list())
     return wide.astype(np.uint32).tobytes()
 
 
@@ -87,31 +76,8 @@ def _pack_tensor(values) -> bytes:
     if values.dtype.itemsize == 2 * TOKEN_BYTES and values.flags.c_contiguous:  # int64, uint64: narrowed as arrays are
         return _narrow_wide(values, values.tolist)
     if len(values) and (int(values.min()) < 0 or int(values.max()) > MAX_TOKEN_ID):
-        raise _bad_tokens(values.tolist())
+        raise bad_tokens(values.tolist())
     return values.astype("=u4", copy=False).tobytes()
-
-
-def _holds_a_bool(token_ids, data: bytes) -> bool:
-    """Whether a token was True or False: only the tokens whose low byte is 0 or 1 (a
-    C-speed byte search, a few in a thousand) are looked at."""
-    low_bytes = data[_LOW_BYTE]
-    for byte in (b"\x00", b"\x01"):
-        at = low_bytes.find(byte)
-        while at >= 0:
-            if type(token_ids[at]) is bool:
-                return True
-            at = low_bytes.find(byte, at + 1)
-    return False
-
-
-def _bad_tokens(token_ids) -> InvalidKeyError:
-    """The error naming the first bad id (the slow path: only when one is bad)."""
-    for tok in token_ids:
-        if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok <= MAX_TOKEN_ID:
-            if isinstance(tok, int) and not isinstance(tok, bool) and tok < 0:
-                return InvalidKeyError(f"token ids must be non-negative (got {tok})")
-            return InvalidKeyError(f"token ids must be non-negative ints below 2**31 (got {tok!r})")
-    return InvalidKeyError("token ids must be non-negative ints below 2**31")
 
 
 def unpack_tokens(data: bytes) -> list[int]:

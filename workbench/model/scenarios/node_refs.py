@@ -15,9 +15,11 @@ import dataclasses
 import re
 from typing import Any, Optional, Union
 
+from cache.basics.token_lists import MAX_TOKEN_ID
+
 from .errors import shown
 
-MAX_TOKEN = 2**31 - 1
+MAX_TOKEN = MAX_TOKEN_ID
 MAX_PATH_TOKENS = 1 << 20  # as a key's limit: a path is a key's prefix
 _ID = re.compile(r"^(0|[1-9][0-9]{0,17})$")
 _PATH = re.compile(r"^\[([^\[\]]*)\]((?:\s+[a-z_]+=\S+)*)\s*$")

@@ -17,9 +17,11 @@ from .node_fields import check_node_expect, is_node_field, table_component
 from .request_fields import REQUEST_STATE, check_request_expect
 from .session_fields import SESSION_TABLES, check_session_expect, is_session_field
 from ..ops.spec import BASE
+from cache.basics.errors import InvalidKeyError
+from cache.basics.token_lists import MAX_TOKEN_ID, pack_token_list  # no numpy: the loader stays light
 from cache.components import COMPONENT_REGISTRY  # names and folder facts only: no torch
 
-MAX_TOKEN = 2**31 - 1
+MAX_TOKEN = MAX_TOKEN_ID
 MAX_KEY_TOKENS = 1 << 20  # tokens in one key: a 1M-token context is the largest in use
 
 
@@ -115,11 +117,15 @@ def _check_field(field, key: str, value, name: str, line: Optional[int]) -> None
 
 
 def _check_tokens(value: list, name: str, line: Optional[int], key: str) -> None:
-    """One pass over the list in C when every id is valid; find the culprit only when not."""
-    if {*map(type, value)} <= {int} and (not value or (min(value) >= 0 and max(value) <= MAX_TOKEN)):  # C-speed passes
+    """One C pass when every id is valid (packed as the cache packs them); the culprit
+    is looked for only when one is not."""
+    try:
+        pack_token_list(value)
         return
+    except InvalidKeyError:
+        pass
     for tok in value:
-        if type(tok) is not int or not 0 <= tok <= MAX_TOKEN:
+        if type(tok) is not int or not 0 <= tok <= MAX_TOKEN_ID:
             what = elide(json.dumps(tok)) if isinstance(tok, (bool, int, float, str, type(None))) else f"a {type(tok).__name__}"
             raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {what})", name, line, key)
 
