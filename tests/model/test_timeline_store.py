@@ -352,3 +352,14 @@ def test_a_batch_interrupted_mid_write_is_written_again_whole(tmp_path, monkeypa
     assert said and 0 < len(kept) and not kept.complete
     for i in range(len(kept) + 1):
         assert kept.state_after(i).records == memory.state_after(i).records, i
+
+
+def test_small_values_are_written_plain_and_large_ones_compressed():
+    from workbench.model.timeline import store_codec
+
+    small = {"nodes": (1, 2, 3)}
+    large = {"nodes": tuple(range(store_codec.COMPRESS_FROM))}
+    small_blob, large_blob = store_codec.encode(small), store_codec.encode(large)
+    assert small_blob[:1] == b"m" and large_blob[:1] == b"z"
+    assert len(large_blob) < len(store_codec.encode(large, compress=False))
+    assert store_codec.decode(small_blob) == small and store_codec.decode(large_blob) == large

@@ -146,11 +146,15 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"a store cannot hold a {kind.__module__}.{kind.__qualname__}: declare it in store_codec.RECORDS")
 
 
+COMPRESS_FROM = 1024  # bytes: below, zlib's set-up per value (~7 µs) costs more than the ~170 bytes it saves a step
+
+
 def encode(obj: Any, compress: bool = True) -> bytes:
-    """One value as a blob; compressed unless told not to (a step's record is mostly
-    token ids, which do not compress: trying cost a third of a run's time)."""
+    """One value as a blob; compressed when it is large enough to be worth it, unless
+    told not to (a step's record is mostly token ids, which do not compress: trying cost
+    a third of a run's time)."""
     packed = _pack(obj)
-    return _ZLIB + zlib.compress(packed, 1) if compress else _RAW + packed
+    return _ZLIB + zlib.compress(packed, 1) if compress and len(packed) >= COMPRESS_FROM else _RAW + packed
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
