@@ -132,11 +132,16 @@ def _line(text: str, at: int) -> int:
     return text.count("\n", 0, at) + 1
 
 
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique)  # one for every line: json.loads with a hook builds one a call
+
+
 def loads_unique(text: str | bytes):
     """``json.loads`` that refuses an object naming a key twice (``DuplicateKeyError``)
     and a number too long to read (``TooLarge``)."""
     try:
-        return json.loads(text, object_pairs_hook=_unique)
+        if isinstance(text, (bytes, bytearray)):  # as json.loads reads bytes
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        return _DECODER.decode(text)
     except ValueError as exc:
         raise _digits(exc) or exc from None
 
