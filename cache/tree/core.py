@@ -339,7 +339,7 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
 
     @property
     def lock_groups(self) -> dict[tuple, dict[int, IncLockRefResult]]:
-        return self.locks.lock_groups
+        return self.locks.held_lock_groups()
 
     # ---- sizes --------------------------------------------------------------
     def evictable_size(self, name: str = FULL) -> int:

@@ -8,6 +8,8 @@ changes, so a refused release leaves the tree as it was.
 Held receipts are also filed by ``lock_group_key`` in ``lock_groups``: receipts with
 one anchor and one signature lock exactly the same nodes, so the per-step checker
 works once per group instead of once per receipt (thousands of locks on one match).
+A lock only notes its receipt as unfiled; the filing is done when the groups are read
+(``held_lock_groups``), so a run nobody checks never pays for it.
 ``TreeLocks`` owns the receipts; the tree core holds one (``tree.locks``) and answers
 the lock calls through it.
 """
@@ -77,6 +79,7 @@ class TreeLocks:
         self.live_receipts: dict[int, IncLockRefResult] = {}  # receipt id -> receipt
         self.lock_groups: dict[tuple, dict[int, IncLockRefResult]] = {}  # the same, filed by lock_group_key
         self._filed_under: dict[int, tuple] = {}  # receipt id -> the key it is filed under
+        self._unfiled: dict[int, IncLockRefResult] = {}  # taken since the groups were last read
 
     def inc_lock_ref(self, node_id: int, skip: tuple[str, ...] = (), host_only: bool = False) -> IncLockRefResult:
         """``host_only``: the node may be host-only (a load-back locks its best match
@@ -104,7 +107,7 @@ class TreeLocks:
         if node.in_leaf_set:
             tree.leaves.discard(node)
         self.live_receipts[self._next_receipt] = receipt
-        self._file_receipt(receipt)
+        self._unfiled[self._next_receipt] = receipt
         if tree._touched is not None:
             tree._touched.add(node_id)
         return receipt
@@ -142,7 +145,8 @@ class TreeLocks:
         for component in releasing:
             component.release_lock(node, params)
         del self.live_receipts[params.receipt_id]
-        self._unfile_receipt(params)
+        if self._unfiled.pop(params.receipt_id, None) is None:
+            self._unfile_receipt(params)
         if not node.in_leaf_set:
             tree.update_leaf_state(node)
         if tree._touched is not None:
@@ -175,9 +179,12 @@ class TreeLocks:
             swa.release_window_lock(node, params, batch)
         for component in below:
             component.release_lock(node, params)
-        self._unfile_receipt(params)
-        params.swa_released = True
-        self._file_receipt(params)
+        if params.receipt_id in self._unfiled:  # filed later, under its key then
+            params.swa_released = True
+        else:
+            self._unfile_receipt(params)
+            params.swa_released = True
+            self._file_receipt(params)
         if tree._touched is not None:
             tree._touched.add(node_id)
 
@@ -197,8 +204,13 @@ class TreeLocks:
             del self.lock_groups[key]
 
     def held_lock_groups(self) -> dict[tuple, dict[int, object]]:
-        """``lock_groups``, refiled from ``live_receipts`` if the two disagree in size
-        (receipts added or dropped behind the lock calls' back)."""
+        """``lock_groups`` with the receipts taken since they were last read filed, and
+        refiled from ``live_receipts`` if the two disagree in size (receipts added or
+        dropped behind the lock calls' back)."""
+        if self._unfiled:
+            for receipt in self._unfiled.values():
+                self._file_receipt(receipt)
+            self._unfiled.clear()
         if sum(map(len, self.lock_groups.values())) != len(self.live_receipts):
             self.lock_groups = group_receipts(self.live_receipts.values())
             self._filed_under = {r.receipt_id: key for key, group in self.lock_groups.items() for r in group.values()}

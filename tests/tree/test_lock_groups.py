@@ -64,6 +64,7 @@ def test_the_per_step_check_does_the_same_lock_work_for_ten_and_a_thousand_locks
     work = []
     for locks in (10, 1000):
         cache, anchor, _ = hybrid(locks)
+        cache.tree.held_lock_groups()  # the locks were taken in earlier steps, whose checks filed them
         touched = {anchor, cache.tree.root.id}
         ok, calls = counted_lock_work(cache, touched)
         assert ok and calls > 0
@@ -88,6 +89,23 @@ def test_a_lost_window_boundary_is_named_for_every_receipt_of_its_group():
     report = check_invariants(cache, touched={anchor})
     segment = [v for v in report if v.name == "lock.receipt_segment"]
     assert {v.message.split(":")[0] for v in segment} == {f"receipt {r.receipt_id}" for r in receipts}
+
+
+def test_a_receipt_is_filed_once_when_the_groups_are_first_read():
+    cache, anchor, receipts = hybrid(0)
+    filed = []
+    original_key = tree_core_locks.lock_group_key
+    tree_core_locks.lock_group_key = lambda receipt: filed.append(receipt.receipt_id) or original_key(receipt)
+    try:
+        taken = [cache.inc_lock_ref(anchor) for _ in range(5)]
+        cache.dec_lock_ref(anchor, taken.pop())  # released before any read: never filed
+        assert filed == []
+        assert sum(map(len, cache.tree.held_lock_groups().values())) == 4
+        assert sorted(filed) == [r.receipt_id for r in taken]
+        cache.tree.held_lock_groups()
+        assert len(filed) == 4
+    finally:
+        tree_core_locks.lock_group_key = original_key
 
 
 @pytest.mark.parametrize("how", ["release", "window then release"])
