@@ -422,20 +422,15 @@ class AnchorLockMixin:
     """A lock on one node only, the match's anchor (Mamba's state, a per-stride entry):
     unlike Full's path lock no ancestor is touched, and the root is never locked."""
 
-    def _step_lock(self, node: TreeNode, step: int, kind: EventKind) -> int:
-        """Move ``node``'s lock_ref by ``step`` (1 or -1); its value changes side as the
-        count leaves or reaches 0. Returns the new count."""
-        cd = node.data[self.index]
-        if cd.lock_ref == (0 if step > 0 else 1) and cd.value is not None:
-            (self._move_to_protected if step > 0 else self._move_to_evictable)(node)
-        cd.lock_ref += step
-        if self.tree.events.enabled:  # (the detail is built only for a listener)
-            self._emit(kind, node, Cause.REQUEST, self.value_len(node), f"lock_ref={cd.lock_ref}")
-        return cd.lock_ref
-
     def acquire_lock(self, node: TreeNode, receipt) -> None:
-        if node is not self.tree.root:
-            self._step_lock(node, 1, EventKind.LOCK)
+        if node is self.tree.root:
+            return
+        cd = node.data[self.index]
+        if cd.lock_ref == 0 and cd.value is not None:  # its value becomes protected
+            self._move_to_protected(node)
+        cd.lock_ref += 1
+        if self.tree.events.enabled:  # (the detail is built only for a listener)
+            self._emit(EventKind.LOCK, node, Cause.REQUEST, self.value_len(node), f"lock_ref={cd.lock_ref}")
 
     def locked_nodes(self, node: TreeNode, receipt) -> list:
         return [] if node is self.tree.root else [node]
@@ -446,5 +441,11 @@ class AnchorLockMixin:
         return None
 
     def release_lock(self, node: TreeNode, receipt) -> None:
-        if node is not self.tree.root and self._step_lock(node, -1, EventKind.UNLOCK) == 0:
-            self.tree.update_leaf_state(node)
+        if node is self.tree.root:
+            return
+        cd = node.data[self.index]
+        if cd.lock_ref == 1 and cd.value is not None:  # its value becomes evictable again
+            self._move_to_evictable(node)
+        cd.lock_ref -= 1
+        if self.tree.events.enabled:  # (the leaf set is the tree's: dec_lock_ref updates it after every release)
+            self._emit(EventKind.UNLOCK, node, Cause.REQUEST, self.value_len(node), f"lock_ref={cd.lock_ref}")

@@ -138,7 +138,7 @@ class TreeLocks:
         else:
             releasing = self._release_order
         for component in self._checked_releases:
-            if component in releasing:
+            if releasing is self._release_order or component in releasing:
                 problem = component.check_release(node, params)
                 if problem:
                     raise LockError(problem)

@@ -154,6 +154,7 @@ class FullComponent(FullHostMixin, TreeComponent):
         events = tree.events.enabled
         # The receipt check guarantees every node on the path holds this lock (a split
         # copies lock_ref to the new parent), so there is nothing to validate here.
+        below_held = False  # the path's node below holds Full KV: this one cannot be a device leaf
         while node is not root:
             cd = node.data[i]
             assert cd.lock_ref > 0, f"full lock_ref=0 on node {node.id} under a live receipt"
@@ -162,11 +163,13 @@ class FullComponent(FullHostMixin, TreeComponent):
                     tree.evictable[i] += node.length
                     tree.protected[i] -= node.length
                 cd.lock_ref = 0
-                tree.update_leaf_state(node)
+                if not below_held:
+                    tree.update_leaf_state(node)
             else:
                 cd.lock_ref -= 1
             if events:
                 self._emit(EventKind.UNLOCK, node, Cause.REQUEST, node.length, f"lock_ref={cd.lock_ref}")
+            below_held = cd.value is not None
             node = node.parent
 
     def free_device_values(self, values: list[torch.Tensor], cause: Cause, node: Optional[int]) -> None:
