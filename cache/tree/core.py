@@ -36,7 +36,7 @@ from .node import TreeNode
 from .prefetch_placement import TreePrefetch
 from .session_lru import PartitionedLRUList
 from .session_refs import SessionRefTracker
-from .walk import walk_key
+from .walk import accepted, walk_key
 
 
 def _child_order(node: TreeNode):
@@ -227,14 +227,9 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
         if validators:
             best, best_chunks = root, 0
             for child in path:
-                length = child.length
-                walked += length
+                walked += child.length
                 chunks.append(child.data[0].value)
-                ok = True  # accepted(), inlined: every validator sees every node (they keep state)
-                for validate in validators:
-                    if not validate(child, length):
-                        ok = False
-                if ok:
+                if accepted(validators, child):
                     best, best_chunks = child, len(chunks)
             del chunks[best_chunks:]
         else:

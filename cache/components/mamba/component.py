@@ -105,8 +105,9 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionM
         cd = best.data[self.index]
         if cd.value is None and cd.host_value is not None:
             result = with_match_field(result, "mamba_host_hit_length", 1)  # the state is on the host: load it back
-        # else None, as it came
-        return with_match_field(result, "mamba_branching_seqlen", aligned) if aligned > boundary else result
+        if aligned > boundary:  # else None, as it came
+            result = with_match_field(result, "mamba_branching_seqlen", aligned)
+        return result
 
     def finalize_match_in_cache(self, params, result: MatchResult) -> MatchResult:
         """Copy-on-write: the request gets its own slot holding the matched state."""
