@@ -154,7 +154,9 @@ class FullComponent(FullHostMixin, TreeComponent):
         events = tree.events.enabled
         # The receipt check guarantees every node on the path holds this lock (a split
         # copies lock_ref to the new parent), so there is nothing to validate here.
-        below_held = False  # the path's node below holds Full KV: this one cannot be a device leaf
+        # a node whose child on the path holds Full KV cannot be a device leaf; the anchor's
+        # leaf state is the tree's, updated once every component has released (locks.py)
+        below_held = True
         while node is not root:
             cd = node.data[i]
             assert cd.lock_ref > 0, f"full lock_ref=0 on node {node.id} under a live receipt"

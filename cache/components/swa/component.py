@@ -310,7 +310,8 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
             return
         if cd.value is not None:
             self._move_to_evictable(cur)
-        self.tree.update_leaf_state(cur)
+        # no leaf-state update: the receipt's Full lock still holds every segment node (Full
+        # releases last), so none can be a device leaf yet; the tree's release updates it
         if batch is not None and cd.value is not None and cur.in_leaf_set:
             self.tree.tombstone(cur, self, batch, cascade=False)
 
