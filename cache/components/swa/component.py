@@ -58,6 +58,7 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
         # a fresh leaf is capped to this many tokens of live SWA (one page-aligned window)
         self.window_tail = ceil_align(self.window, self.page_size)
         self.pool = SWAPool(cfg.swa_pool_size, cfg.kv_size, cfg.page_size, cache.device, self.name)
+        self._checked: Optional[tuple] = None  # (receipt, its segment) the release check just walked
 
     def check_config_value(self, field: str, value):
         if field in fields.FIELDS:  # the rules CacheConfig checks a given value by
@@ -288,10 +289,12 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
         for cur in segment:
             if cur.data[i].lock_ref <= 0:
                 return f"swa segment release hit lock_ref=0 on node {cur.id}"
+        self._checked = (receipt, segment)  # the release that follows walks it no more
         return None
 
     def release_lock(self, node: TreeNode, receipt: DecLockRefParams) -> None:
-        for cur in self._segment(node, receipt):
+        checked, self._checked = self._checked, None
+        for cur in checked[1] if checked is not None and checked[0] is receipt else self._segment(node, receipt):
             self._unlock_one(cur, None)
 
     def release_window_lock(self, node: TreeNode, receipt, batch: EvictionBatch) -> None:
