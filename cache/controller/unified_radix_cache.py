@@ -347,15 +347,15 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
     # ---- locks ----------------------------------------------------------------
     def inc_lock_ref(self, node_id: int, skip_lock_components: tuple[str, ...] = ()) -> IncLockRefResult:
         if not self.events.enabled:  # (the hottest calls: no scope to enter while nobody listens)
-            return self.tree.inc_lock_ref(node_id, tuple(skip_lock_components))
+            return self.tree.locks.inc_lock_ref(node_id, tuple(skip_lock_components))
         with self.events.op("inc_lock_ref"):
-            return self.tree.inc_lock_ref(node_id, tuple(skip_lock_components))
+            return self.tree.locks.inc_lock_ref(node_id, tuple(skip_lock_components))
 
     def dec_lock_ref(self, node_id: int, params: DecLockRefParams | IncLockRefResult, skip_swa: bool = False) -> None:
         if not self.events.enabled:
-            return self.tree.dec_lock_ref(node_id, params, skip_swa)
+            return self.tree.locks.dec_lock_ref(node_id, params, skip_swa)
         with self.events.op("dec_lock_ref"):
-            self.tree.dec_lock_ref(node_id, params, skip_swa)
+            self.tree.locks.dec_lock_ref(node_id, params, skip_swa)
 
     def release_window(self, node_id: int, receipt: IncLockRefResult) -> None:
         """Early release of a lock's SWA window part (decode has moved past the

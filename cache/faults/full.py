@@ -167,11 +167,12 @@ def _install_release_detached_lock(cache) -> None:
     from ..basics.errors import LockError
 
     tree = cache.tree
-    inc_lock_ref, dec_lock_ref = tree.inc_lock_ref, tree.dec_lock_ref
+    locks = tree.locks  # the lock calls' own object: the cache and the tree core both answer through it
+    inc_lock_ref, dec_lock_ref = locks.inc_lock_ref, locks.dec_lock_ref
     anchors: dict = {}  # node id -> node object, kept after the node leaves the tree
 
-    def faulty_inc_lock_ref(node_id, skip=()):
-        receipt = inc_lock_ref(node_id, skip)
+    def faulty_inc_lock_ref(node_id, skip=(), host_only=False):
+        receipt = inc_lock_ref(node_id, skip, host_only)
         anchors[node_id] = tree.nodes[node_id]
         return receipt
 
@@ -202,8 +203,8 @@ def _install_release_detached_lock(cache) -> None:
             fired(cache, RELEASE_DETACHED_LOCK)
         raise LockError(f"{refusal}; released anyway along nodes {walked}")
 
-    tree.inc_lock_ref = faulty_inc_lock_ref
-    tree.dec_lock_ref = faulty_dec_lock_ref
+    locks.inc_lock_ref = faulty_inc_lock_ref
+    locks.dec_lock_ref = faulty_dec_lock_ref
 
 
 def _stolen_lock(tree, node_id):

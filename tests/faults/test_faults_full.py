@@ -142,14 +142,14 @@ PATCHED = {  # (what the installer replaces on the instance)
     "lock-skips-matched-node": [("full", "acquire_lock"), ("full", "release_lock")],
     "split-evictable-drift": [("tree", "_add_leaf")],
     "evictable-double-count": [("full", "release_lock")],
-    "release-detached-lock": [("tree", "inc_lock_ref"), ("tree", "dec_lock_ref")],
+    "release-detached-lock": [("locks", "inc_lock_ref"), ("locks", "dec_lock_ref")],
     "partial-page-empty-node": [("tree", "match_prefix")],
     "ghost-empty-node": [("cache", "_checkpoint")],
 }
 
 
 def _owner(cache, where):
-    return {"full": cache.by_name["full"], "tree": cache.tree, "cache": cache}[where]
+    return {"full": cache.by_name["full"], "tree": cache.tree, "locks": cache.tree.locks, "cache": cache}[where]
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
