@@ -23,7 +23,8 @@ from ...tree.match_verdicts import node_ids_text
 from ...basics.params import EvictParams, with_match_field
 from ...pools.kv_buffer import prefix_hashes
 from ...pools.mamba_pool import MambaStatePool
-from ..base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
+from ..anchor_lock import AnchorLockMixin
+from ..base import LRUEvictionMixin, TreeComponent
 from ..own_pool import OwnPoolMixin
 from . import fields
 from .cap import EvictExcessPathStates, evict_excess_path_states

@@ -28,7 +28,8 @@ from ...observe.events import Cause, EventKind
 from ...basics.keys import unpack_tokens
 from ...basics.params import EvictParams
 from ...pools.kv_buffer import prefix_fingerprints
-from ..base import AnchorLockMixin, LRUEvictionMixin, TreeComponent
+from ..anchor_lock import AnchorLockMixin
+from ..base import LRUEvictionMixin, TreeComponent
 from ..own_pool import OwnPoolMixin
 from .entries import SidecarPool, strides_ending_in
 from .host import SidecarHostMixin

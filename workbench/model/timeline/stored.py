@@ -11,7 +11,7 @@ A state is rebuilt from the nearest keyframe and the deltas after it, as in memo
 than a whole tree holds (or every ``KEYFRAME_MAX_STEPS``), so a jump anywhere costs
 about two trees' worth of records. A node's key is stored once per node (table
 ``keys``), not in every record that mentions the node. Everything else is written by
-``store_codec`` and compressed per step. A store is untrusted input when it is opened:
+``store_codec``, each value of 1 KB or more compressed. A store is untrusted input when it is opened:
 ``store_file`` opens it read-only and checks it, every value is read within limits, and
 what the cache's decoded rows hold is bounded per column (``store_columns``).
 
