@@ -10,6 +10,7 @@ can show them whatever is watching. ``reset()`` of the cache starts them again.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable
 
@@ -28,6 +29,11 @@ STORAGE_FIELDS = ("stored_pages_total", "store_failed_pages_total", "storage_hit
 
 def metric_fields(components: Iterable[str]) -> tuple[str, ...]:
     """Every metric a cache with these components reports, in display order."""
+    return _fields_for(tuple(components))
+
+
+@functools.lru_cache(maxsize=64)  # read every checked step: the names are built once per component list
+def _fields_for(components: tuple[str, ...]) -> tuple[str, ...]:
     return MATCH_FIELDS + tuple(f"{c}_{f}" for c in components for f in COMPONENT_FIELDS) + STORAGE_FIELDS
 
 
