@@ -345,3 +345,23 @@ def test_kv_buffer_mismatches():
     assert buf.mismatches(slots, tokens) == []
     assert buf.mismatches(slots, [3, 1, 9, 1, 5]) == [2, 3, 4]
     assert buf.mismatches(slots[:3], tokens) == []
+
+
+@pytest.mark.parametrize("segments", [1, 2, 3])
+def test_continued_hashes_equal_the_whole_paths_hashes(segments):
+    """Segments after prefixes hash as the whole path does past the prefix: one segment
+    (the probe's usual case) and several at once."""
+    from array import array
+
+    from cache.pools.kv_buffer import continue_hashes, prefix_hashes
+
+    rng = random.Random(segments)
+    keys, starts, expected = [], [], []
+    for _ in range(segments):
+        prefix = [rng.randrange(2**31 - 1) for _ in range(rng.choice([0, 1, 7, 300]))]
+        segment = [rng.randrange(2**31 - 1) for _ in range(rng.choice([0, 1, 5, 1000]))]
+        whole = prefix_hashes(torch.tensor(prefix + segment, dtype=torch.int64))
+        keys.append(array("i", segment).tobytes())
+        starts.append(int(whole[len(prefix) - 1]) if prefix else 0)
+        expected.extend(whole[len(prefix):].tolist())
+    assert continue_hashes(keys, starts).tolist() == expected
