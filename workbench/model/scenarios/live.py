@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+from cache.basics.token_lists import MAX_TOKEN_ID
 from cache.observe.metrics import metric_fields
 
 from .. import ops
@@ -34,7 +35,7 @@ from .live_words import (
     split_words, token_field_of,
 )
 from .node_fields import order_fields
-from .step import EXACT, MAX_KEY_TOKENS, MAX_TOKEN
+from .step import EXACT, MAX_KEY_TOKENS
 
 
 class _Usages(Mapping):
@@ -129,7 +130,7 @@ class _Parser:
         if word.quoted:
             _bad_token(json.dumps(text))
         if (span := RANGE.fullmatch(text)) is not None:
-            if int(span.group(2)) > MAX_TOKEN:
+            if int(span.group(2)) > MAX_TOKEN_ID:
                 _bad_token(span.group(2))
             first, last = int(span.group(1)), int(span.group(2))
             if first > last:
@@ -137,7 +138,7 @@ class _Parser:
             _check_count(len(tokens) + last - first + 1)
             tokens.extend(range(first, last + 1))
         elif TOKEN.fullmatch(text) is not None:
-            if int(text) > MAX_TOKEN:
+            if int(text) > MAX_TOKEN_ID:
                 _bad_token(text)
             _check_count(len(tokens) + 1)
             tokens.append(int(text))

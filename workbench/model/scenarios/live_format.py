@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from cache.basics.token_lists import MAX_TOKEN_ID
+
 from ..ops import OPS
 from .live_words import (
     FIELD_NAME, INT, PLAIN_NAME, TEXT_KEYWORDS, flag_fields, name_fields, reserved_words, slot_of, token_field_of,
 )
 from .node_refs import is_ref, token_runs
-from .step import MAX_TOKEN
 
 
 def format_command(raw: dict[str, Any]) -> str:
@@ -64,7 +65,7 @@ def _expect_words(expect: Any) -> list[str]:
 
 def _token_words(tokens: Any) -> list[str]:
     """Token ids, runs of three or more consecutive ids as FIRST..LAST."""
-    if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t <= MAX_TOKEN for t in tokens):
+    if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in tokens):
         raise ValueError("tokens must be a list of token ids")
     return token_runs(tokens)
 

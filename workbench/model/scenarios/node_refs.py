@@ -19,7 +19,6 @@ from cache.basics.token_lists import MAX_TOKEN_ID
 
 from .errors import shown
 
-MAX_TOKEN = MAX_TOKEN_ID
 MAX_PATH_TOKENS = 1 << 20  # as a key's limit: a path is a key's prefix
 _ID = re.compile(r"^(0|[1-9][0-9]{0,17})$")
 _PATH = re.compile(r"^\[([^\[\]]*)\]((?:\s+[a-z_]+=\S+)*)\s*$")
@@ -83,7 +82,7 @@ def parse_ref(value: Any) -> NodeRef:
         if run is None:
             raise ValueError(f"{shown(word)} in path {shown(value)} is not a token id or a run FIRST..LAST")
         first, last = int(run.group(1)), int(run.group(2) or run.group(1))
-        if last > MAX_TOKEN or first > last:
+        if last > MAX_TOKEN_ID or first > last:
             raise ValueError(f"{shown(word)} in path {shown(value)}: token ids are below 2**31, a run goes upwards")
         if len(tokens) + last - first + 1 > MAX_PATH_TOKENS:
             raise ValueError(f"path {shown(value)} is longer than the {MAX_PATH_TOKENS:,} tokens a key may hold")

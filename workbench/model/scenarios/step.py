@@ -21,7 +21,6 @@ from cache.basics.errors import InvalidKeyError
 from cache.basics.token_lists import MAX_TOKEN_ID, pack_token_list  # no numpy: the loader stays light
 from cache.components import COMPONENT_REGISTRY  # names and folder facts only: no torch
 
-MAX_TOKEN = MAX_TOKEN_ID
 MAX_KEY_TOKENS = 1 << 20  # tokens in one key: a 1M-token context is the largest in use
 
 
