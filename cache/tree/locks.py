@@ -179,11 +179,11 @@ class TreeLocks:
             swa.release_window_lock(node, params, batch)
         for component in below:
             component.release_lock(node, params)
-        if params.receipt_id in self._unfiled:  # filed later, under its key then
-            params.swa_released = True
-        else:
+        filed = params.receipt_id not in self._unfiled  # (an unfiled one is filed later, under its new key)
+        if filed:
             self._unfile_receipt(params)
-            params.swa_released = True
+        params.swa_released = True
+        if filed:
             self._file_receipt(params)
         if tree._touched is not None:
             tree._touched.add(node_id)

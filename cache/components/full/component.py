@@ -153,9 +153,9 @@ class FullComponent(FullHostMixin, TreeComponent):
         root = tree.root
         events = tree.events.enabled
         # The receipt check guarantees every node on the path holds this lock (a split
-        # copies lock_ref to the new parent), so there is nothing to validate here.
-        # a node whose child on the path holds Full KV cannot be a device leaf; the anchor's
-        # leaf state is the tree's, updated once every component has released (locks.py)
+        # copies lock_ref to the new parent), so there is nothing to validate here. A node
+        # whose child on the path holds Full KV cannot be a device leaf; the anchor's leaf
+        # state is the tree's, updated once every component has released (locks.py).
         below_held = True
         while node is not root:
             cd = node.data[i]
