@@ -327,6 +327,9 @@ def test_a_record_whose_items_are_not_as_declared_is_refused():
     record = [msgpack.ExtType(pool, b""), 1, {"full": 3}, empty, empty, None, None, None, {}]
     with pytest.raises(store_codec.BlobError, match="GlobalRecord whose pools is not as declared"):
         store_codec.decode(b"m" + msgpack.packb(record))
+    namespace = store_codec.RECORDS.index(store_codec.Namespace) + 16  # a named tuple's fields are checked too
+    with pytest.raises(store_codec.BlobError, match="Namespace whose extra_key is not as declared"):
+        store_codec.decode(b"m" + msgpack.packb([msgpack.ExtType(namespace, b""), 1, 2, 3]))
 
 
 def test_the_charts_read_no_more_rows_than_the_steps(store, capsys):

@@ -320,6 +320,8 @@ def _check_for(annotation: Any, namespace: dict) -> Optional[Check]:
     """A test of a value against ``annotation``: its runtime type, and for
     ``tuple[X, ...]`` and ``Mapping[K, V]`` each item's or value's; None where the
     annotation says nothing checkable (``Any``, ``object``)."""
+    if isinstance(annotation, typing.ForwardRef):  # a named tuple's annotation under postponed evaluation
+        annotation = annotation.__forward_arg__
     if isinstance(annotation, str):
         try:
             annotation = eval(annotation, namespace)  # our own source's annotation, never a store's bytes
