@@ -5,6 +5,7 @@ crash or a bad line keeps what finished; the CLI and the TUI open it."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import signal
 import subprocess
 import sys
@@ -363,3 +364,34 @@ def test_small_values_are_written_plain_and_large_ones_compressed():
     assert small_blob[:1] == b"m" and large_blob[:1] == b"z"
     assert len(large_blob) < len(store_codec.encode(large, compress=False))
     assert store_codec.decode(small_blob) == small and store_codec.decode(large_blob) == large
+
+
+def namespaced_trace(tmp_path: Path) -> Path:
+    """Keys under a salt and an extra key: their nodes' namespaces are records too."""
+    header = {"schema": 1, "scenario": {"name": "namespaced"}, "config": {"components": ["full"], "kv_size": 64}}
+    steps = [{"op": "insert", "key": [1, 2, 3, 4], "cache_salt": "s"}, {"op": "insert", "key": [1, 2, 5], "extra_key": "a"},
+             {"op": "match", "key": [1, 2, 3], "cache_salt": "s"}, {"op": "insert", "key": [1, 2, 3, 9], "cache_salt": "s"}]
+    path = tmp_path / "namespaced.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in [header, *steps]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("form", ["plain", "marked"])
+def test_node_records_read_back_in_either_form(tmp_path, monkeypatch, form):
+    """Node records are written in the codec's plain form (format 5); a store an
+    earlier urc wrote with them marked (format 4) reads back the same."""
+    from cache.basics.keys import Namespace
+
+    monkeypatch.setattr(stored, "BATCH_STEPS", 2)
+    if form == "marked":
+        monkeypatch.setattr(stored, "encode_plain", stored.encode)
+        monkeypatch.setattr(stored, "FORMAT", 4)
+    path = namespaced_trace(tmp_path)
+    run_to_store(str(path), str(tmp_path / "run.urcdb")).close()
+    with sqlite3.connect(tmp_path / "run.urcdb") as db:
+        heads = {bytes(row[0][:1]) for row in db.execute("SELECT delta FROM steps UNION SELECT records FROM keyframes")}
+    db.close()
+    assert heads <= ({b"p", b"q"} if form == "plain" else {b"m", b"z"})
+    reopened, memory = open_store(str(tmp_path / "run.urcdb")), run_scenario(path)
+    assert_same_timeline(reopened, memory)
+    assert any(type(r.namespace) is Namespace for r in reopened.state_after(len(memory)).records.values())

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cache.observe.views import NodeRecord
 from workbench.cli import main
 from workbench.model.timeline import store_codec
 from workbench.model.timeline.store_run import run_to_store
@@ -83,6 +84,38 @@ def test_the_codec_builds_only_declared_types():
         store_codec.decode(b"m" + msgpack.packb(wrong))
     with pytest.raises(store_codec.BlobError, match="malformed extension"):  # a record's fields inside its mark
         store_codec.decode(b"m" + msgpack.packb(msgpack.ExtType(record, msgpack.packb(["name", "message"]))))
+
+
+def test_the_plain_form_holds_plain_values_only():
+    """Node records' form: arrays read as tuples, no type mark; an int past 64 bits is
+    its one extension, as in the marked form."""
+    import msgpack
+
+    assert store_codec.decode(b"p" + msgpack.packb([[1, 2], None, "x"])) == ((1, 2), None, "x")
+    with pytest.raises(store_codec.BlobError, match="malformed plain value"):
+        store_codec.decode(b"p" + msgpack.packb([msgpack.ExtType(1, b""), 1]))  # a tuple's mark
+    with pytest.raises(TypeError, match="only plain values"):
+        store_codec.encode_plain((1, object()))
+    big = 1 << 80
+    assert store_codec.decode(store_codec.encode_plain((big, -big))) == (big, -big)
+
+
+def test_a_damaged_plain_node_record_is_one_line(store, capsys):
+    """A step's node records, written plain, with a component or a namespace that is no
+    record of its kind: the record's own checks refuse it (a named tuple's fields are
+    checked against their annotations too), in one line naming the node."""
+    with sqlite3.connect(store) as db:
+        (blob,) = db.execute("SELECT delta FROM steps WHERE idx = 3").fetchone()  # the insert's node
+    db.close()
+    node_id, fields = store_codec.decode(blob)[0]
+    namespace, components = NodeRecord._fields.index("namespace"), NodeRecord._fields.index("components")
+    for damaged in (fields[:components] + ((1, 2),) + fields[components + 1:],
+                    fields[:namespace] + ((1, 2, 3),) + fields[namespace + 1:]):
+        with sqlite3.connect(store) as db:
+            db.execute("UPDATE steps SET delta = ? WHERE idx = 3", (store_codec.encode_plain([(node_id, damaged)]),))
+        db.close()
+        code, err = show(store, capsys, "--step", "3")
+        assert code == 2 and f"damaged store: node {node_id}:" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_compressed_bomb_is_refused_within_bounded_memory(store, tmp_path):

@@ -11,6 +11,12 @@ them field by field without calling their code, checks each field against its
 annotation, refuses a mark anywhere but at the head of an array, and refuses a blob
 whose inflated bytes or decoded objects pass the limits below. Any refusal is a
 ``BlobError``: the store's reader turns it into one line naming the store.
+
+Node records, most of what a run writes, have a second form (``encode_plain``): plain
+data, every tuple written by msgpack itself, no type marks (a tuple's mark costs a
+Python call, and a node record holds about ten tuples). Read back, every array is a
+tuple; the reader that knows the record's shape (``store_file.StoreFile.unpack``) names
+the records in it again.
 """
 
 from __future__ import annotations
@@ -76,7 +82,8 @@ def _bound(body: bytes) -> tuple[int, bool]:
     for start in range(0, len(raw), _CHUNK):
         counts += np.bincount(raw[start:start + _CHUNK], minlength=256)
     return int(counts @ _HEADER_COSTS) + len(body), True
-_RAW, _ZLIB = b"m", b"z"  # a blob's first byte: plain msgpack, or zlib over it
+_RAW, _ZLIB = b"m", b"z"  # a blob's first byte: msgpack with type marks, or zlib over it
+_PLAIN, _PLAIN_ZLIB = b"p", b"q"  # plain data, arrays read as tuples (node records), or zlib over it
 
 # Extension codes, part of the format: append only (a new order is a new FORMAT).
 _TUPLE, _MAPPING, _BIG_INT = 1, 2, 3
@@ -102,12 +109,13 @@ class _Packers:
     """Packers kept for reuse (a fresh one per value costs a third of a write), one per
     thread packing at the same time."""
 
-    def __init__(self) -> None:
+    def __init__(self, strict: bool) -> None:
         self.free: list[msgpack.Packer] = []
+        self.strict = strict  # strict: every tuple and record through ``_default``; else plain data only
 
     def pack(self, obj: Any) -> bytes:
-        packer = self.free.pop() if self.free else msgpack.Packer(default=_default, strict_types=True,
-                                                                  use_bin_type=True)
+        packer = self.free.pop() if self.free else msgpack.Packer(
+            default=_default if self.strict else _not_plain, strict_types=self.strict, use_bin_type=True)
         try:
             return packer.pack(obj)
         except BaseException:
@@ -117,8 +125,9 @@ class _Packers:
             self.free.append(packer)
 
 
-_PACKERS = _Packers()
+_PACKERS = _Packers(strict=True)
 _pack = _PACKERS.pack
+_PLAIN_PACKERS = _Packers(strict=False)
 
 
 _MARKS = {code: msgpack.ExtType(code, b"") for code in
@@ -146,6 +155,14 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"a store cannot hold a {kind.__module__}.{kind.__qualname__}: declare it in store_codec.RECORDS")
 
 
+def _not_plain(obj: Any) -> Any:
+    """The plain form's one extension: an int past 64 bits (a sort key), as ``_default`` writes it."""
+    kind = type(obj)
+    if isinstance(obj, int):
+        return msgpack.ExtType(_BIG_INT, str(int(obj)).encode("ascii"))
+    raise TypeError(f"a node record cannot hold a {kind.__module__}.{kind.__qualname__}: only plain values")
+
+
 COMPRESS_FROM = 1024  # bytes: below, zlib's set-up per value (~7 µs) costs more than the ~170 bytes it saves a step
 
 
@@ -155,6 +172,15 @@ def encode(obj: Any, compress: bool = True) -> bytes:
     a third of a run's time)."""
     packed = _pack(obj)
     return _ZLIB + zlib.compress(packed, 1) if compress and len(packed) >= COMPRESS_FROM else _RAW + packed
+
+
+def encode_plain(obj: Any) -> bytes:
+    """A value of plain data (None, bools, numbers, strings, bytes, tuples, lists) as a
+    blob of the plain form, compressed as ``encode`` would. A tuple's subclass (a named
+    tuple) is written as a tuple, an int's or a str's as its value: the reader names
+    them again from the value's known shape."""
+    packed = _PLAIN_PACKERS.pack(obj)
+    return _PLAIN_ZLIB + zlib.compress(packed, 1) if len(packed) >= COMPRESS_FROM else _PLAIN + packed
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
@@ -170,14 +196,14 @@ def decode_costed(blob: bytes) -> tuple[Any, int]:
     cache of decoded values keeps within a budget of it)."""
     blob = bytes(blob)
     head, body = blob[:1], blob[1:]
-    if head == _ZLIB:
+    if head in (_ZLIB, _PLAIN_ZLIB):
         body = _inflate(body)
-    elif head != _RAW:
+    elif head not in (_RAW, _PLAIN):
         raise BlobError("not a value this store format writes")
     if len(body) > MAX_INFLATED:
         raise BlobError(f"a value of {len(body):,} bytes (at most {MAX_INFLATED:,})")
     bound, counted = _bound(body)
-    reader = _Reader(count_dicts=counted)
+    reader = _Reader(count_dicts=counted, plain=head in (_PLAIN, _PLAIN_ZLIB))
     reader.charge(bound)
     try:
         return reader.read(body), reader.spent
@@ -200,6 +226,18 @@ def _inflate(body: bytes) -> bytes:
     return out
 
 
+def _plain_extension(code: int, data: bytes) -> Any:
+    if code == _BIG_INT:
+        return _big_int(data)
+    raise BlobError(f"a malformed plain value (an extension value, code {code})")
+
+
+def _big_int(data: bytes) -> int:
+    if 0 < len(data) <= _BIG_INT_DIGITS and data.lstrip(b"-").isdigit():
+        return int(data)
+    raise BlobError("a malformed number")
+
+
 class _Mark:
     """A type mark as read: stands at the head of its array until the array is built."""
 
@@ -217,12 +255,15 @@ class _Reader:
     each dict's entries charged as it is built, and every type mark read consumed by
     the array it heads (msgpack's own stack bounds how deep arrays nest)."""
 
-    def __init__(self, count_dicts: bool) -> None:
+    def __init__(self, count_dicts: bool, plain: bool = False) -> None:
         self.spent = 0
         self.marks = 0  # marks read and not yet consumed by their array
         hooks = {"object_hook": self._dict} if count_dicts else {}
-        self._unpack = functools.partial(msgpack.unpackb, ext_hook=self._ext, list_hook=self._list,
-                                         strict_map_key=False, raw=False, **hooks)
+        if plain:  # every array a tuple, built by msgpack itself; no type mark
+            hooks.update(use_list=False, ext_hook=_plain_extension)
+        else:
+            hooks.update(ext_hook=self._ext, list_hook=self._list)
+        self._unpack = functools.partial(msgpack.unpackb, strict_map_key=False, raw=False, **hooks)
 
     def read(self, data: bytes) -> Any:
         value = self._unpack(data)
@@ -241,9 +282,7 @@ class _Reader:
 
     def _ext(self, code: int, data: bytes) -> Any:
         if code == _BIG_INT:
-            if 0 < len(data) <= _BIG_INT_DIGITS and data.lstrip(b"-").isdigit():
-                return int(data)
-            raise BlobError("a malformed number")
+            return _big_int(data)
         mark = _READ_MARKS.get(code) if not data else None
         if mark is None:
             raise BlobError(f"a malformed extension value (code {code})")

@@ -21,14 +21,16 @@ from collections.abc import Iterator
 from typing import Any, Optional
 from urllib.parse import quote
 
-from cache.basics.keys import TOKEN_BYTES
-from cache.observe.views import NodeRecord
+from cache.basics.keys import TOKEN_BYTES, Namespace
+from cache.observe.views import ComponentRecord, NodeRecord
 
 from ..scenarios.scenario import ScenarioError
 from .states import Records
-from .store_codec import MAX_INFLATED, BlobError, decode, decode_costed, encode, make_record  # noqa: F401  (encode: the writer's)
+from .store_codec import (MAX_INFLATED, BlobError, decode, decode_costed, encode, encode_plain,  # noqa: F401
+                          make_record)  # (encode, encode_plain: the writer's)
 
-FORMAT = 4  # 4: type marks heading arrays, indexes of failing steps, kinds and names; 3: nested extensions
+FORMAT = 5  # 5: node records in the plain form; 4: type marks heading arrays, indexes of failing steps, kinds, names
+READS = (4, 5)  # 4 differs only in its node records' form, which each value's first byte says
 CACHED_ROWS = 512  # decoded rows kept per column (a viewer steps around one place)
 CHUNK_BYTES = 8 << 20  # a chunked read of rows stops past this many bytes
 KEY_CACHE_BYTES = 64 << 20  # the reader's cache of node keys
@@ -54,6 +56,8 @@ _COLUMNS = {"meta": ["name", "value"], "keys": ["id", "key"],
 _STEP_COLUMNS = frozenset(_COLUMNS["steps"][2:])
 
 _KEY = NodeRecord._fields.index("key")
+_NAMESPACE = NodeRecord._fields.index("namespace")
+_COMPONENTS = NodeRecord._fields.index("components")
 _MIN_STEP_BYTES = 16  # a step's row on disk at the least: its number, a flag and four values
 _DB_ERRORS = (sqlite3.Error, UnicodeDecodeError, OverflowError)  # a damaged schema's text, an id past 64 bits
 
@@ -223,6 +227,7 @@ class StoreFile:
             fields = list(fields)
             fields[_KEY] = keys[fields[_KEY]]
             try:
+                _name_records(fields)
                 out[node_id] = make_record(NodeRecord, fields)
             except BlobError as exc:
                 raise StoreError(f"damaged store: node {node_id}: {exc}", self.path) from None
@@ -273,6 +278,19 @@ class StoreFile:
         return last
 
 
+def _name_records(fields: list) -> None:
+    """A node record's fields as the plain form reads them (``store_codec.encode_plain``),
+    with the records inside named again: a namespace that is a tuple, and each component's
+    tuple. The marked form (format 4) read them named already; anything else is left
+    for ``make_record``'s checks to refuse."""
+    namespace = fields[_NAMESPACE]
+    if type(namespace) is tuple:
+        fields[_NAMESPACE] = make_record(Namespace, namespace)
+    components = fields[_COMPONENTS]
+    if type(components) is tuple and any(type(c) is tuple for c in components):
+        fields[_COMPONENTS] = tuple(make_record(ComponentRecord, c) if type(c) is tuple else c for c in components)
+
+
 def _parts(sizes: list[tuple[Any, Any]], path: str, what: str) -> Iterator[tuple[int, ...]]:
     """Ids from (id, byte length) rows in runs of at most ``CHUNK_BYTES`` (one value
     alone may be larger, up to ``MAX_INFLATED``): no read takes a damaged store's
@@ -307,10 +325,10 @@ def _check(db: sqlite3.Connection, path: str) -> None:
         found = decode(row[0]) if row and isinstance(row[0], bytes) else None
     except BlobError:
         found = None
-    if found != FORMAT and _listened(db):
+    if found not in READS and _listened(db):
         raise StoreError("a KV event stream urc listen --store kept, not a run's timeline: open it with "
                          "urc tui --listen FILE", path)
-    if found != FORMAT:
+    if found not in READS:
         older = " (or one an older urc wrote, which this one no longer reads: run the trace again)" if row else ""
         raise StoreError(f"not a timeline store this urc reads (format {FORMAT}){older}", path)
     for name, columns in _COLUMNS.items():

@@ -77,8 +77,9 @@ def series_rows(blob: Any, width: int, path: str, limit: int = MAX_INFLATED) -> 
 
 
 def packed_records(value: Any, path: str) -> list:
-    """A delta, a before or a keyframe as ``StoreFile.pack`` wrote it: (node id, fields or None) pairs."""
-    if type(value) is not list or not all(type(p) is tuple and len(p) == 2 and type(p[0]) is int
+    """A delta, a before or a keyframe as ``StoreFile.pack`` wrote it: (node id, fields or None) pairs
+    (a list of them in the marked form, a tuple in the plain one)."""
+    if type(value) not in (list, tuple) or not all(type(p) is tuple and len(p) == 2 and type(p[0]) is int
                                          and (p[1] is None or type(p[1]) is tuple) for p in value):
         raise StoreError("damaged store: a tree's records are not as written", path)
     return value

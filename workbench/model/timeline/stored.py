@@ -34,7 +34,7 @@ from .step_index import KINDS, EventCoder, step_names
 from .series import RowMaker
 from .states import Records, StateShape, StateStore, apply_delta
 from .store_columns import StoredColumn, StoredKeyframes, sequence_item
-from .store_file import FORMAT, StoreError, StoreFile, encode  # noqa: F401  (StoreError: re-exported)
+from .store_file import FORMAT, StoreError, StoreFile, encode, encode_plain  # noqa: F401  (StoreError: re-exported)
 from .store_rows import packed_records, record_row, rows_blob, series_rows, step_record, summary_of, typed
 from .timeline import StepRecord, Timeline
 
@@ -112,7 +112,8 @@ class DiskStateStore(StateStore):
             first_new_key = file.next_key
             try:
                 file.db.executemany("INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?)", (
-                    (i, row["record"].passed, encode(file.pack(row["delta"])), encode(file.pack(row["before"])),
+                    (i, row["record"].passed, encode_plain(file.pack(row["delta"])),
+                     encode_plain(file.pack(row["before"])),
                      encode(row["globals"]), encode(record_row(row["record"]), compress=False))
                     for i in done for row in (self.pending[i],)))
                 file.db.executemany("INSERT OR IGNORE INTO touches VALUES (?, ?)", (
@@ -125,7 +126,7 @@ class DiskStateStore(StateStore):
                     for field, value in step_names(step.op, step.fields)))
                 kept = [(i, records) for i, records in self.pending_keyframes if i <= (done[-1] if done else 0)]
                 file.db.executemany("INSERT OR REPLACE INTO keyframes VALUES (?, ?)",
-                                    ((i, encode(file.pack(records))) for i, records in kept))
+                                    ((i, encode_plain(file.pack(records))) for i, records in kept))
                 if done:
                     file.db.execute("INSERT OR REPLACE INTO series VALUES (?, ?)", (done[0], rows_blob(
                         [self.pending[i]["series"] for i in done])))
@@ -329,7 +330,7 @@ def create_store(path: str, runner) -> DiskTimeline:
         file.put_meta("shape", dataclasses.replace(old.store.shape, child_keys={}, order_keys={}))
         file.put_meta("initial_globals", old.store.globals[0])
         file.put_meta("complete", False)
-        file.db.execute("INSERT INTO keyframes VALUES (0, ?)", (encode(file.pack(old.store.current)),))  # the start
+        file.db.execute("INSERT INTO keyframes VALUES (0, ?)", (encode_plain(file.pack(old.store.current)),))  # the start
         rows = RowMaker(old.store.shape, old.store.current, old.store.globals[0])
         start = rows.row(old.store.globals[0])
         file.put_meta("series_width", len(start))
