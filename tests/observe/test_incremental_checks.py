@@ -72,8 +72,8 @@ def flagged(path: Path, at: int, corrupt, monkeypatch, full: bool) -> list[tuple
     real = driver_module.CacheDriver.run
     calls = {"n": 0}
 
-    def run(self, op, fields):
-        result = real(self, op, fields)
+    def run(self, op, fields, *packed):
+        result = real(self, op, fields, *packed)
         calls["n"] += 1
         if calls["n"] == at:
             corrupt(self.cache)

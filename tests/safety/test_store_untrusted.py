@@ -419,7 +419,8 @@ def test_a_stored_op_and_field_name_never_reach_the_screen_raw(store, capsys):
         step[2] = "\x1b[31mevil\x1b]0;title\x07"  # op
         step[3] = {"\x1b[32mkey": 1}  # fields
         step[7] = {}  # raw
-        step[8] = []
+        step[8] = []  # the names raw shares with fields
+        step[9] = {}  # the token fields written apart
         db.execute("UPDATE steps SET record = ? WHERE idx = 1",
                    (store_codec.encode((tuple(step), *row[1:]), compress=False),))
     db.close()

@@ -191,7 +191,7 @@ async def test_a_stored_steps_op_names_and_kv_events_reach_the_tui_and_the_walk_
     with sqlite3.connect(store) as db:  # the record: (step row, result, …, KV event lines)
         record = list(store_codec.decode(db.execute("SELECT record FROM steps WHERE idx = 1").fetchone()[0]))
         step = list(record[0])
-        step[2], step[3], step[7], step[8] = "\x1b[31mop\x1b]0;t\x07", {"\x1b[2Jfield": [1, 2, 3]}, {}, []
+        step[2], step[3], step[7], step[8], step[9] = "\x1b[31mop\x1b]0;t\x07", {"\x1b[2Jfield": [1, 2, 3]}, {}, [], {}
         record[0], record[1], record[8] = tuple(step), {"\x1b[2Jresult": 0}, ("\x1b]0;event\x07",)
         db.execute("UPDATE steps SET record = ? WHERE idx = 1", (store_codec.encode(tuple(record), compress=False),))
     db.close()

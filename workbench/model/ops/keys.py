@@ -26,7 +26,7 @@ def run_insert(driver, f: dict) -> dict:
 
     cache = driver.cache
     tokens = f["key"]
-    key = RadixKey(tokens, f.get("extra_key"), f.get("cache_salt"))
+    key = RadixKey(driver.token_ids(f, "key"), f.get("extra_key"), f.get("cache_salt"))
     aligned = len(tokens) - len(tokens) % cache.page_size
     window_floor = f.get("swa_evicted_seqlen", 0)
     if window_floor:  # a request whose window slid: its SWA KV below the floor is gone
@@ -200,7 +200,7 @@ def run_match(driver, f: dict) -> dict:
     from cache import MatchPrefixParams, RadixKey
 
     cache = driver.cache
-    key = RadixKey(f["key"], f.get("extra_key"), f.get("cache_salt"))
+    key = RadixKey(driver.token_ids(f, "key"), f.get("extra_key"), f.get("cache_salt"))
     result = cache.match_prefix(MatchPrefixParams(key))
     driver.last_match = driver.name_match(f.get("as"), result.last_device_node, result.prefix_len, key, result)
     out = {"prefix_len": result.prefix_len, "host_hit_length": result.host_hit_length,

@@ -43,6 +43,15 @@ class Step:
     expect_error: Optional[str]
     description: str
     raw: dict[str, Any]  # the step exactly as written (for recordings)
+    # each token field as ``check_step`` packed it (``token_lists.pack_token_list``), with the
+    # very list it packed: a reader trusts the bytes only while the field is still that list
+    packed: dict[str, tuple[list, bytes]] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def packed_tokens(self, name: str) -> Optional[bytes]:
+        """The field's token ids as packed when checked, or None (not a token field, or
+        no longer the list that was checked)."""
+        found = self.packed.get(name)
+        return found[1] if found is not None and found[0] is self.fields.get(name) else None
 
 
 def check_step(i: int, raw: dict, name: str, line_of, config: dict, names: Names) -> Step:
@@ -61,8 +70,11 @@ def check_step(i: int, raw: dict, name: str, line_of, config: dict, names: Names
         if field.required and field.name not in raw:
             raise ScenarioError(f"op {op!r} needs {field.name!r}", name, line_of(), field.name)
     fields = {k: raw[k] for k in raw if k not in COMMON_FIELDS}
+    packed = {}
     for key, value in fields.items():
-        _check_field(spec.field(key), key, value, name, line_of(key))
+        data = _check_field(spec.field(key), key, value, name, line_of(key))
+        if data is not None:
+            packed[key] = (value, data)
     error = raw.get("expect_error")
     names.track(spec, fields, error is not None, name, line_of)  # a match may expect its own name
     expect = raw.get("expect", {})
@@ -81,7 +93,7 @@ def check_step(i: int, raw: dict, name: str, line_of, config: dict, names: Names
     if not isinstance(description, str):
         raise ScenarioError("description must be a string", name, line_of("description"), "description")
     _check_needs(spec, fields, config, name, line_of)
-    return Step(i + 1, line_of() or 0, op, fields, dict(expect), error, description, dict(raw))
+    return Step(i + 1, line_of() or 0, op, fields, dict(expect), error, description, dict(raw), packed)
 
 
 def _component_fields(spec, components: list[str]) -> tuple[str, ...]:
@@ -94,17 +106,19 @@ def _component_fields(spec, components: list[str]) -> tuple[str, ...]:
     return spec.component_fields(tuple(COMPONENT_REGISTRY) + tuple(c for c in components if c not in COMPONENT_REGISTRY))
 
 
-def _check_field(field, key: str, value, name: str, line: Optional[int]) -> None:
+def _check_field(field, key: str, value, name: str, line: Optional[int]) -> Optional[bytes]:
+    """Refuse a bad value; a token field's ids come back packed."""
     kind = field.kind if field is not None else ops.COUNT  # a <component>=N field
     if kind == ops.TOKENS:
         if not isinstance(value, list):
             raise ScenarioError("must be a list of token ids", name, line, key)
         if len(value) > MAX_KEY_TOKENS:
             raise ScenarioError(f"{len(value):,} tokens is more than the {MAX_KEY_TOKENS:,} a key may hold", name, line, key)
-        _check_tokens(value, name, line, key)
+        data = _check_tokens(value, name, line, key)
         if field.nonempty and not value:
             raise ScenarioError("needs at least one token", name, line, key)
-    elif kind == ops.NAME:
+        return data
+    if kind == ops.NAME:
         if not isinstance(value, str) or not value:
             raise ScenarioError("must be a non-empty string (a name)", name, line, key)
     elif kind == ops.COUNT:
@@ -113,20 +127,21 @@ def _check_field(field, key: str, value, name: str, line: Optional[int]) -> None
     elif kind == ops.FLAG:
         if not isinstance(value, bool):
             raise ScenarioError("must be true or false", name, line, key)
+    return None
 
 
-def _check_tokens(value: list, name: str, line: Optional[int], key: str) -> None:
-    """One C pass when every id is valid (packed as the cache packs them); the culprit
-    is looked for only when one is not."""
+def _check_tokens(value: list, name: str, line: Optional[int], key: str) -> bytes:
+    """The ids packed as the cache packs them, in one C pass when every id is valid;
+    the culprit is looked for only when one is not."""
     try:
-        pack_token_list(value)
-        return
+        return pack_token_list(value)
     except InvalidKeyError:
         pass
     for tok in value:
         if type(tok) is not int or not 0 <= tok <= MAX_TOKEN_ID:
             what = elide(json.dumps(tok)) if isinstance(tok, (bool, int, float, str, type(None))) else f"a {type(tok).__name__}"
             raise ScenarioError(f"token ids must be non-negative ints below 2**31 (got {what})", name, line, key)
+    raise ScenarioError("token ids must be non-negative ints below 2**31", name, line, key)
 
 
 EXACT = "exact"  # expect.exact: the tables whose listed keys are all there are

@@ -9,6 +9,8 @@ calls live with the op's declaration in ``ops/``.
 from __future__ import annotations
 
 import dataclasses
+from array import array
+from collections.abc import Callable
 from typing import Any, Optional
 
 from cache import CacheError, RadixKey, UnifiedRadixCache
@@ -51,14 +53,34 @@ class CacheDriver:
         self.finished: dict[str, Req] = {}
         self.retracted: dict[str, Req] = {}  # retracted requests: restore or abort them (ops/retraction.py)
         self.last_match: Optional[MatchHandle] = None
+        self._packed: Optional[Callable[[str], Optional[bytes]]] = None  # the running step's (``run``)
 
-    def run(self, op: str, fields: dict[str, Any]) -> Optional[dict[str, Any]]:
+    def run(self, op: str, fields: dict[str, Any],
+            packed: Optional[Callable[[str], Optional[bytes]]] = None) -> Optional[dict[str, Any]]:
+        """``packed``: the step's token fields as its check packed them
+        (``Step.packed_tokens``), so an op hands them to the cache without packing them
+        again."""
         self.last_match = None
         spec = ops.get(op)
         if spec is None:
             raise RunError(f"unknown op {op!r}")
-        with self.cache.scheduler_step():  # one scenario step: SGLang's side polls after it
-            return spec.run(self, fields)
+        self._packed = packed
+        try:
+            with self.cache.scheduler_step():  # one scenario step: SGLang's side polls after it
+                return spec.run(self, fields)
+        finally:
+            self._packed = None
+
+    def token_ids(self, fields: dict[str, Any], name: str):
+        """A token field as the cache should take it: the running step's packed ids as an
+        ``array('I')`` (the cache takes those in one C pass and still checks each id) while
+        the field is the list the step's check packed, else the field itself."""
+        data = self._packed(name) if self._packed is not None else None
+        if data is None:
+            return fields[name]
+        ids = array("I")
+        ids.frombytes(data)
+        return ids
 
     @staticmethod
     def refused(message: str) -> RunError:

@@ -143,7 +143,7 @@ class Runner:
         result, error = None, None
         hits = dict(cache.fault_hits) if cache.fault_hits else None
         try:
-            result = self.driver.run(step.op, step.fields)
+            result = self.driver.run(step.op, step.fields, step.packed_tokens)
         except CacheError as exc:
             error = f"{type(exc).__name__}: {exc}"
         events = tuple(self.log.take())

@@ -14,14 +14,19 @@ from typing import Any
 
 import numpy as np
 
+from cache.basics.token_lists import MAX_TOKEN_ID
+
 from ..scenarios.scenario import Step
-from .store_codec import MAX_INFLATED, BlobError, make_record
+from ..scenarios.step import MAX_KEY_TOKENS
+from .store_codec import MAX_DECODED, MAX_INFLATED, BlobError, make_record
 from .store_file import StoreError
 from .timeline import StepRecord
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord) if f.name != "store")
-_STEP_FIELDS = tuple(f.name for f in dataclasses.fields(Step))
+_STEP_FIELDS = tuple(f.name for f in dataclasses.fields(Step) if f.name != "packed")  # a row's, in order
 _RAW = _STEP_FIELDS.index("raw")
+_FIELDS = _STEP_FIELDS.index("fields")
+_ID_COST = 36  # bytes of Python memory an id read back takes (an int and its slot in a list)
 
 
 def record_row(record: StepRecord) -> tuple:
@@ -37,25 +42,64 @@ def step_record(value: Any, store, path: str) -> StepRecord:
 
 def step_row(step: Step) -> tuple:
     """A step's fields, its ``raw`` naming the values it shares with ``fields`` (a
-    prompt's tokens, written once rather than twice) instead of holding them again."""
+    prompt's tokens, written once rather than twice) instead of holding them again,
+    then its token fields as the loader packed them (``tokens_blob``: bytes, where a
+    list of ids costs msgpack ~25 ns an id), each left None in ``fields``."""
     fields = step.fields
     shared = [name for name, value in step.raw.items() if fields.get(name) is value and value is not None]
     raw = {name: (None if name in shared else value) for name, value in step.raw.items()}
-    return (*(getattr(step, name) for name in _STEP_FIELDS[:_RAW]), raw, shared)
+    tokens = {}
+    for name in step.packed:
+        data = step.packed_tokens(name)
+        if data is not None:
+            tokens[name] = tokens_blob(data)
+    if tokens:
+        fields = {name: (None if name in tokens else value) for name, value in fields.items()}
+    head = tuple(getattr(step, name) for name in _STEP_FIELDS[:_RAW])
+    return (*head[:_FIELDS], fields, *head[_FIELDS + 1:], raw, shared, tokens)
+
+
+def tokens_blob(data: bytes) -> bytes:
+    """Packed int32 ids in the fewest bytes: a width byte, then 2 bytes an id while every
+    id is below 2**16 (most vocabularies' ids), else the 4 as packed."""
+    ids = np.frombuffer(data, dtype=np.uint32)
+    if ids.size and int(ids.max()) >= 1 << 16:
+        return b"\x04" + data
+    return b"\x02" + ids.astype(np.uint16).tobytes()
 
 
 def step_of(row: Any, path: str) -> Step:
-    if (type(row) is not tuple or len(row) != len(_STEP_FIELDS) + 1 or type(row[_RAW]) is not dict
-            or type(row[3]) is not dict or type(row[-1]) is not list
-            or not all(type(name) is str and name in row[3] for name in row[-1])):
+    """The step ``step_row`` wrote (a store of format 4 wrote no token fields apart)."""
+    plain = len(_STEP_FIELDS) + 1  # through ``shared``
+    if type(row) is not tuple or len(row) not in (plain, plain + 1):
         raise StoreError("damaged store: a step is not as written", path)
-    fields, raw = row[3], row[_RAW]
-    for name in row[-1]:
+    shared, tokens = row[plain - 1], row[plain] if len(row) > plain else {}
+    if (type(row[_RAW]) is not dict or type(row[_FIELDS]) is not dict or type(shared) is not list
+            or type(tokens) is not dict or not all(type(name) is str and name in row[_FIELDS]
+                                                   for name in (*shared, *tokens))):
+        raise StoreError("damaged store: a step is not as written", path)
+    fields, raw = row[_FIELDS], row[_RAW]
+    budget = MAX_DECODED // _ID_COST
+    for name, blob in tokens.items():
+        fields[name] = ids = _token_ids(blob, budget, path)
+        budget -= len(ids)
+    for name in shared:
         raw[name] = fields[name]
     try:
-        return make_record(Step, list(row[:_RAW]) + [raw])
+        return make_record(Step, [*row[:_RAW], raw, {}])
     except BlobError as exc:
         raise StoreError(f"damaged store: {exc}", path) from None
+
+
+def _token_ids(blob: Any, budget: int, path: str) -> list[int]:
+    """A token field as ``tokens_blob`` wrote it, within the ids a row may still build."""
+    width = blob[0] if type(blob) is bytes and blob else 0
+    if width not in (2, 4) or (len(blob) - 1) % width or (len(blob) - 1) // width > min(budget, MAX_KEY_TOKENS):
+        raise StoreError("damaged store: a step's token ids are not as written", path)
+    ids = np.frombuffer(blob, dtype=np.uint16 if width == 2 else np.uint32, offset=1)
+    if ids.size and int(ids.max()) > MAX_TOKEN_ID:
+        raise StoreError("damaged store: a step's token ids are not as written", path)
+    return ids.tolist()
 
 
 def rows_blob(rows: list[tuple[int, ...]]) -> bytes:
