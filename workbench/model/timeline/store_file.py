@@ -88,9 +88,10 @@ class StoreFile:
     def create(cls, path: str) -> StoreFile:
         try:
             db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA page_size = 16384")  # a step's row (~3 KB) fits one page: 8 % smaller, opened sooner
             db.execute("PRAGMA journal_mode = WAL")  # fast batches; ``seal`` turns it back before the file is shown
             db.execute("PRAGMA synchronous = NORMAL")  # a crash keeps every committed batch; power loss may cost the last
-            db.execute("PRAGMA wal_autocheckpoint = 16384")  # pages: the log copied back (and synced) every 64 MB, not 4
+            db.execute("PRAGMA wal_autocheckpoint = 4096")  # pages: the log copied back (and synced) every 64 MB
             db.executescript(_TABLES)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write: {exc}", path) from None
