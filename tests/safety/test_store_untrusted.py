@@ -222,8 +222,9 @@ def test_a_leftover_wal_is_read_never_merged(tmp_path, capsys):
 
 def test_random_bytes_in_the_middle_are_refused(store, capsys):
     data = bytearray(store.read_bytes())
-    middle = len(data) // 2 // 4096 * 4096
-    data[middle:middle + 4096] = os.urandom(4096)
+    page = int.from_bytes(data[16:18], "big")  # SQLite's header: the file's page size
+    middle = len(data) // 2 // page * page
+    data[middle:middle + page] = os.urandom(page)
     store.write_bytes(bytes(data))
     code, err = show(store, capsys)
     assert code == 2 and "damaged store" in err and len(err.strip().splitlines()) == 1
