@@ -29,8 +29,10 @@ from .states import Records
 from .store_codec import (MAX_INFLATED, BlobError, decode, decode_costed, encode, encode_plain,  # noqa: F401
                           make_record)  # (encode, encode_plain: the writer's)
 
-FORMAT = 5  # 5: node records in the plain form; 4: type marks heading arrays, indexes of failing steps, kinds, names
-READS = (4, 5)  # 4 differs only in its node records' form, which each value's first byte says
+FORMAT = 5  # 5: node records in the plain form, a step's token fields as bytes; 4: type marks heading arrays,
+#             indexes of failing steps, kinds and names
+READS = (4, 5)  # 4's node records are marked (each value's first byte says which form) and its steps hold
+#                their token lists (a row one item shorter): both still read
 CACHED_ROWS = 512  # decoded rows kept per column (a viewer steps around one place)
 CHUNK_BYTES = 8 << 20  # a chunked read of rows stops past this many bytes
 KEY_CACHE_BYTES = 64 << 20  # the reader's cache of node keys
@@ -331,7 +333,7 @@ def _check(db: sqlite3.Connection, path: str) -> None:
                          "urc tui --listen FILE", path)
     if found not in READS:
         older = " (or one an older urc wrote, which this one no longer reads: run the trace again)" if row else ""
-        raise StoreError(f"not a timeline store this urc reads (format {FORMAT}){older}", path)
+        raise StoreError(f"not a timeline store this urc reads (formats {READS[0]}-{READS[-1]}){older}", path)
     for name, columns in _COLUMNS.items():
         if kinds.get(name) != "table" or tables[name] != columns:
             raise StoreError(f"damaged store: table {name} is missing or not as written", path)
