@@ -106,7 +106,7 @@ def test_damaged_token_bytes_are_one_line(tmp_path, capsys, blob):
     assert len(err.strip().splitlines()) == 1
 
 
-def test_a_row_cannot_build_more_ids_than_a_value_may(tmp_path, monkeypatch):
+def test_a_row_cannot_build_more_ids_than_a_value_may(monkeypatch):
     """Each token field's bytes are bounded like any value's objects: a row whose fields
     together would build past the limit is refused before the lists are made."""
     monkeypatch.setattr(store_rows, "MAX_DECODED", 6 * store_rows._ID_COST)

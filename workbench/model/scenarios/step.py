@@ -45,6 +45,8 @@ class Step:
     raw: dict[str, Any]  # the step exactly as written (for recordings)
     # each token field as ``check_step`` packed it (``token_lists.pack_token_list``), with the
     # very list it packed: a reader trusts the bytes only while the field is still that list
+    # (a list changed in place would not be noticed: a step's lists are never changed, the
+    # timeline's records share them)
     packed: dict[str, tuple[list, bytes]] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def packed_tokens(self, name: str) -> Optional[bytes]:
