@@ -322,11 +322,13 @@ def run_release(driver, f: dict) -> None:
 
 def _check_stop(driver, name: str, req, stop: int) -> None:
     """A stop within the request's output, past what the tree already holds of it
-    (SGLang frees from the stop's page on, so an earlier stop would free tree KV)."""
+    (SGLang frees from the stop's page on, so an earlier stop would free tree KV). With
+    EAGLE's bigram keys the tree holds pairs: N of them span N + 1 tokens."""
     if stop > len(req.output_ids):
         raise driver.refused(f"stop_at={stop}: request {name!r} has {len(req.output_ids)} output tokens")
-    if len(req.origin_input_ids) + stop < req.cache_protected_len:
-        raise driver.refused(f"stop_at={stop} would end request {name!r} inside the {req.cache_protected_len} "
+    held = req.cache_protected_len + int(driver.cache.bigram_keys and req.cache_protected_len > 0)
+    if len(req.origin_input_ids) + stop < held:
+        raise driver.refused(f"stop_at={stop} would end request {name!r} inside the {held} "
                               "tokens the tree already holds for it")
 
 
