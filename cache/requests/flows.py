@@ -82,6 +82,8 @@ class RequestFlows(_Owner):
         ``key`` is what it matches (a streaming turn's stops one token short of its
         input, as init_next_round_input's)."""
         rid = req.rid
+        if self.bigram_keys:  # EAGLE: peek at the pairs match_prefix will walk (a streaming turn's key is raw)
+            key = key.bigram_view()
         path = self.tree.peek_match(key)
         need = self._first_chunk(req, sum(n for _, n in path), chunk)
         shorts = self.shortfalls(need)

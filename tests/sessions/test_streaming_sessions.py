@@ -303,3 +303,18 @@ req = "r1"
 ''')
     run = Runner(load_scenario(path)).run()
     assert [r.error is None for r in run.records] == [True, True, True, False, True, True], [r.error for r in run.records]
+
+
+def test_an_eagle_turn_matches_the_pairs_the_tree_holds():
+    """EAGLE keys token pairs: a first turn's history minus its last token is matched
+    as pairs, and the room for its KV is sized from the same pairs (SGLang 0.5.23 agrees
+    through the bridge: the turn borrows nothing and matches 4 pairs)."""
+    cache = _cache(is_eagle=True)
+    req = cache.new_request([1, 2, 3, 4, 5], rid="a")
+    cache.release_kv_cache(req)  # the tree holds 4 pairs
+    free = cache.available_size()
+    cache.open_session("s1", streaming=True)
+    turn = cache.stream_turn("s1", "t1", [1, 2, 3, 4, 5, 6])
+    assert isinstance(turn, StreamingTurn) and turn.prefix_len == 4
+    assert cache.available_size() == free - 2  # only the two tokens past the matched pairs
+    assert check_invariants(cache) == []
