@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from urc_util import urc
-from workbench.model.fuzzing.campaign import merge, plan, run_campaign, signature
+from workbench.model.fuzzing.campaign import EpisodeCrash, merge, plan, run_campaign, signature
 from workbench.model.fuzzing.fuzz import FuzzConfig, Finding, FuzzResult, fuzz
 
 FAULT = "lock-skips-matched-node"  # flagged within a few dozen steps on Full p1
@@ -70,6 +70,20 @@ def test_workers_report_every_step_they_run():
 def test_no_episode_starts_past_the_time_budget():
     campaign = run_campaign(plan([FuzzConfig(("full",), 1)], [0], 400, episode_steps=200), 1, time_budget=1e-9)
     assert campaign.steps_run == 0 and len(campaign.results) == 2
+
+
+def crashing_episode(config, seed, episode, steps, *rest, **kw) -> FuzzResult:
+    """An episode whose cache raises on seed 1 (as a bug of ours would)."""
+    if seed == 1:
+        raise ZeroDivisionError("a bug")
+    return FuzzResult(config, seed, steps, 0.0, episode)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_episode_that_raises_names_its_config_seed_and_episode(jobs):
+    tasks = plan([FuzzConfig(("full",), 1)], [0, 1], 10, episode_steps=10)
+    with pytest.raises(EpisodeCrash, match=r"^Full p1, seed 1, episode 0: ZeroDivisionError: a bug$"):
+        run_campaign(tasks, jobs, episode=crashing_episode)
 
 
 def test_each_distinct_failure_is_shrunk_once_and_written_without_overwriting(capsys, tmp_path, monkeypatch):

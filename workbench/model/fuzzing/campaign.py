@@ -37,6 +37,10 @@ class EpisodeTask:
     full_checks: bool = False
 
 
+class EpisodeCrash(RuntimeError):
+    """An episode raised instead of running or failing a check: which one it was."""
+
+
 def plan(configs: Iterable[FuzzConfig], seeds: Iterable[int], steps: int, episode_steps: int = EPISODE_STEPS,
          option_sets: Optional[list] = None, full_checks: bool = False) -> list[EpisodeTask]:
     """``steps`` per config and seed, cut into episodes as ``fuzz()`` cuts them."""
@@ -218,8 +222,12 @@ def _run_task(task: EpisodeTask, deadline: Optional[float], report: Callable[[in
             report(n - reported)
             reported = n
 
-    result = episode(task.config, task.seed, task.episode, task.steps, budget, on_step,
-                     full_checks=task.full_checks)
+    try:
+        result = episode(task.config, task.seed, task.episode, task.steps, budget, on_step,
+                         full_checks=task.full_checks)
+    except Exception as exc:  # a bug, not a finding: say which episode, so it can be run again alone
+        raise EpisodeCrash(f"{task.config.label()}, seed {task.seed}, episode {task.episode}: "
+                           f"{type(exc).__name__}: {exc}") from exc
     if result.steps_run > reported:
         report(result.steps_run - reported)
     if result.finding is None:  # its steps are needed only to shrink or write a finding: not kept (or sent)
