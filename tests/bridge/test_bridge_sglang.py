@@ -6,6 +6,7 @@ SGLang, so there they skip with the reason."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -96,6 +97,15 @@ def test_the_host_tier_is_compared_after_every_step():
     report = run_against(scenario, perturb=_drop_a_host_copy)
     d = report.divergence
     assert d is not None and d.step == 7 and d.difference.field == "host_pools.full.available"
+
+
+def test_the_host_tier_runs_without_sglang_sizing_or_timing_warnings(caplog):
+    from sglang.srt.mem_cache import l2_transfer
+
+    l2_transfer._timing_events_supported.cache_clear()  # it warns once per process
+    with caplog.at_level(logging.WARNING):
+        assert run_against(load_scenario(ROOT / "scenarios/tour_hicache.toml")).agrees
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("sglang")] == []
 
 
 def test_a_host_node_copy_is_compared_per_component():

@@ -107,11 +107,13 @@ def _import(version: str) -> SimpleNamespace:
     from .import_standins import install_if_missing
 
     api = SimpleNamespace(version=version, stand_ins=install_if_missing())
-    # SGLang's session controller warns on what a scenario does on purpose (a second open, a rejected
-    # turn); the bridge reports those as results, so its warnings would only be noise on our output
+    # SGLang warns on what a scenario does on purpose (a second open, a rejected turn, a host pool
+    # smaller than the device's) and that a CPU cannot time host copies; the bridge reports the
+    # first as results, so its warnings would only be noise on our output
     _order_session_leaves()
     for name in ("sglang.srt.session", "sglang.srt.mem_cache.unified_cache.session_ref_tracker",
-                 "sglang.srt.managers.schedule_batch"):
+                 "sglang.srt.managers.schedule_batch", "sglang.srt.mem_cache.l2_transfer",
+                 "sglang.srt.mem_cache.pool_host.base"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     for name, module in NAMES.items():
         loaded = importlib.import_module(module)
