@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 zmq = pytest.importorskip("zmq")
-pytest.importorskip("msgspec")
 
 from textual.widgets import Static  # noqa: E402
 

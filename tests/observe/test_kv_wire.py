@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 zmq = pytest.importorskip("zmq")
-pytest.importorskip("msgspec")
 
 from cache.observe.kv_events import CPU, GPU, AllBlocksCleared, BlockRemoved, BlockStored  # noqa: E402
 from urc_util import urc  # noqa: E402

@@ -2,8 +2,8 @@
 over ZMQ, published from a run (``urc run --kv-events tcp://…``) and received from a
 live server (``urc listen``) into a consumer's view of its cache.
 
-pyzmq and msgspec are an optional extra: ``require()`` turns their absence into one
-line naming it, before anything opens a socket."""
+pyzmq is an optional extra (msgspec, which reads the batches, is always installed):
+``require()`` turns its absence into one line naming it, before anything opens a socket."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ SCHEMES = ("tcp://", "ipc://", "inproc://")
 
 
 def require(what: str = "KV events over ZMQ") -> None:
-    """Refuse, in one line, when pyzmq or msgspec cannot be imported."""
-    for module in ("zmq", "msgspec"):
+    """Refuse, in one line, when pyzmq cannot be imported."""
+    for module in ("zmq",):
         try:
             __import__(module)
         except ImportError:
