@@ -66,8 +66,6 @@ class RequestFlows(_Owner):
             raise CacheError(f"request {rid!r} is already running")
         req = Req(rid, list(tokens), self.tree._empty, self.tree.root.id, None, extra_key=extra_key,
                   cache_salt=key.cache_salt, token_bytes=bytearray(key.data), session_id=session_id, session_generation=session_generation)
-        if self.bigram_keys:  # EAGLE: the request matches token pairs (its row keeps every token's slot)
-            key = key.bigram_view()
         if session_id is not None and session_generation is None and self.tree.session_radix_cache:
             req.session_generation = self.session_refs.ensure_session_generation(session_id)
         with self.events.op("new_request", request=rid):
@@ -82,8 +80,8 @@ class RequestFlows(_Owner):
         ``key`` is what it matches (a streaming turn's stops one token short of its
         input, as init_next_round_input's)."""
         rid = req.rid
-        if self.bigram_keys:  # EAGLE: peek at the pairs match_prefix will walk (a streaming turn's key is raw)
-            key = key.bigram_view()
+        if self.bigram_keys:  # EAGLE: the request matches token pairs (its row keeps every token's slot)
+            key = key.bigram_view()  # peeked at as match_prefix will walk it
         path = self.tree.peek_match(key)
         need = self._first_chunk(req, sum(n for _, n in path), chunk)
         shorts = self.shortfalls(need)
