@@ -15,11 +15,10 @@ SCHEMES = ("tcp://", "ipc://", "inproc://")
 
 def require(what: str = "KV events over ZMQ") -> None:
     """Refuse, in one line, when pyzmq cannot be imported."""
-    for module in ("zmq",):
-        try:
-            __import__(module)
-        except ImportError:
-            raise ScenarioError(f"{what} needs {module} (not installed): {EXTRA}") from None
+    try:
+        import zmq  # noqa: F401
+    except ImportError:
+        raise ScenarioError(f"{what} needs zmq (not installed): {EXTRA}") from None
 
 
 def is_endpoint(text: str) -> bool:
