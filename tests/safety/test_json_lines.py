@@ -10,31 +10,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.model.scenarios.inputs import DuplicateKeyError, TooLarge, _one_object, loads_unique
+from workbench.model.scenarios.inputs import DuplicateKeyError, TooLarge, _one_object, _unique, loads_unique
+
+
+def _outcome(read, raw: bytes):
+    """What ``read`` makes of ``raw``: its value, or the kind of its refusal."""
+    try:
+        return read(raw)
+    except (DuplicateKeyError, RecursionError) as exc:
+        return type(exc)
+    except ValueError:
+        return ValueError
 
 
 def _as_json_reads(raw: bytes):
-    """What the exact reader gives: json's value, or the kind of its refusal."""
-    def unique(pairs):
-        if len({k for k, _ in pairs}) != len(pairs):
-            raise DuplicateKeyError("?")
-        return dict(pairs)
-
-    try:
-        return json.loads(raw, object_pairs_hook=unique)
-    except (DuplicateKeyError, RecursionError) as exc:
-        return type(exc)
-    except ValueError:
-        return ValueError
+    """The exact reader: json's own parser with the repeated-key hook."""
+    return _outcome(lambda data: json.loads(data, object_pairs_hook=_unique), raw)
 
 
 def _as_we_read(raw: bytes):
-    try:
-        return loads_unique(raw)
-    except (DuplicateKeyError, RecursionError) as exc:
-        return type(exc)
-    except ValueError:
-        return ValueError
+    return _outcome(loads_unique, raw)
 
 
 def test_a_trace_step_line_is_read_by_msgspec():
