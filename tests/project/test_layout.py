@@ -21,7 +21,7 @@ ROOMS = {  # lowest first: a module imports only its own room or one above it he
     "timeline": ["driver", "runner", "kv_router", "timeline", "states", "follow", "diff", "export", "fmt", "packed",
                  "shown_tree", "shown_sessions", "step_view", "request_diff", "metric_rows", "series", "search",
                  "state_fields", "stored", "store_columns", "store_file", "store_codec", "store_rows", "step_index",
-                 "store_run", "state_deltas", "state_deltas_read"],  # running a scenario, the states it leaves, stored runs
+                 "step_hold", "store_run", "state_deltas", "state_deltas_read"],  # running a scenario, the states it leaves, stored runs
     "kv_wire": ["wire", "publisher", "publish", "listener", "view", "session", "store", "live"],  # KV events over ZMQ
     "debugging": ["cursor", "why", "why_text", "why_request", "why_session", "why_prefetch", "breakpoints",
                   "regression_test"],  # moving through the states, asking why

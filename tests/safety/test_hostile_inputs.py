@@ -58,14 +58,6 @@ def test_sigterm_mid_store_cleans_up_as_ctrl_c_does(tmp_path):
     assert (tmp_path / "x.urcdb").read_bytes() == b"old" and os.listdir(private) == []
 
 
-def test_the_sigterm_handler_lasts_only_as_long_as_the_command(capsys):
-    from workbench.cli import main
-
-    before = signal.getsignal(signal.SIGTERM)
-    assert main(["fuzz", "--list-faults"]) == 0
-    assert signal.getsignal(signal.SIGTERM) is before
-
-
 def test_a_huge_key_is_shown_without_unpacking_it():
     tracemalloc.start()
     try:

@@ -21,6 +21,7 @@ from cache.basics.errors import (
 from ..model.timeline.runner import build_cache
 from ..model.scenarios.scenario import Scenario
 from ..model.timeline.driver import CacheDriver, RunError
+from ..model.timeline.step_hold import HOLD, interrupt_behind
 from cache.observe.kv_events import event_dict
 
 from .canonical import Difference, first_difference, from_snapshot
@@ -146,38 +147,39 @@ def _lockstep(scenario: Scenario, config: dict, report: DifferentialReport, ours
     asserted: list[int] = []  # steps where SGLang asserted as ours said it would
     compared_last = True
     for step in scenario.steps:
-        mine, my_error = _attempt(ours.run, step.op, step.fields)
-        why = next((why for kinds, why in REFUSED_BY_DESIGN.items() if isinstance(my_error, kinds)), None)
-        if why is not None:
-            refused.setdefault(why, []).append(step.index)
-            continue
-        if perturb is not None:
-            perturb(ours, step.index)
-        theirs_result, their_error = _attempt(theirs.run, step.op, step.fields)
-        if isinstance(their_error, BridgeError):
-            raise their_error
-        report.run += 1
-        if my_error is not None and isinstance(their_error, AssertionError):
-            # a server would crash here; while SGLang's state is still ours the run goes on
-            asserted.append(step.index)
-            difference, compared_last = _compare_states(ours, theirs, components, report), True
-            if difference is None:
+        with HOLD:  # an interrupt waits for both sides' step (step_hold)
+            mine, my_error = _attempt(ours.run, step.op, step.fields)
+            why = next((why for kinds, why in REFUSED_BY_DESIGN.items() if isinstance(my_error, kinds)), None)
+            if why is not None:
+                refused.setdefault(why, []).append(step.index)
                 continue
-            if isinstance(my_error, ReferenceAssertsError):  # ours said SGLang asserts mid-change: not compared past it
-                report.stopped_at = step.index
+            if perturb is not None:
+                perturb(ours, step.index)
+            theirs_result, their_error = _attempt(theirs.run, step.op, step.fields)
+            if isinstance(their_error, BridgeError):
+                raise their_error
+            report.run += 1
+            if my_error is not None and isinstance(their_error, AssertionError):
+                # a server would crash here; while SGLang's state is still ours the run goes on
+                asserted.append(step.index)
+                difference, compared_last = _compare_states(ours, theirs, components, report), True
+                if difference is None:
+                    continue
+                if isinstance(my_error, ReferenceAssertsError):  # SGLang asserts mid-change: not compared past it
+                    report.stopped_at = step.index
+                    break
+                report.divergence = Divergence(step.index, step.line, step.op, difference)
                 break
-            report.divergence = Divergence(step.index, step.line, step.op, difference)
-            break
-        difference = _compare_results(mine, my_error, theirs_result, their_error,
-                                      () if theirs.inspectable else NODE_RESULTS)
-        if difference is None and kv_events:
-            difference = _compare_kv_events(ours, theirs, report)
-        compared_last = False
-        if difference is None and (step.index % every == 0 or step.index == len(scenario.steps)):
-            difference, compared_last = _compare_states(ours, theirs, components, report), True
-        if difference is not None:
-            report.divergence = Divergence(step.index, step.line, step.op, difference)
-            break
+            difference = _compare_results(mine, my_error, theirs_result, their_error,
+                                          () if theirs.inspectable else NODE_RESULTS)
+            if difference is None and kv_events:
+                difference = _compare_kv_events(ours, theirs, report)
+            compared_last = False
+            if difference is None and (step.index % every == 0 or step.index == len(scenario.steps)):
+                difference, compared_last = _compare_states(ours, theirs, components, report), True
+            if difference is not None:
+                report.divergence = Divergence(step.index, step.line, step.op, difference)
+                break
     else:
         if not compared_last:  # the last steps were refused by design: the final state still counts
             difference = _compare_states(ours, theirs, components, report)
@@ -210,6 +212,9 @@ def _attempt(run, op: str, fields: dict) -> tuple[Optional[dict], Optional[BaseE
     except BridgeError:
         raise
     except Exception as exc:  # ours: CacheError; SGLang's refusals are asserts and ValueErrors
+        interrupt = interrupt_behind(exc)
+        if interrupt is not None:  # a clean-up's error for a Ctrl-C is no refusal
+            raise interrupt from None
         return None, exc
 
 

@@ -17,9 +17,10 @@ from typing import Optional
 from ..model.scenarios.errors import DATA_ERRORS
 from ..model.scenarios.scenario import ScenarioError
 from ..model.scenarios.storage_place import storage_scope
+from ..model.timeline.step_hold import interrupt_behind
 from . import bench, demo, diff, fuzz, listen, ops, plot, run, show, shrink, svg, tui, why
 from .common import (EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, Parser,
-                     Terminated, say, sigterm_raises, silence_stdout, stores_named, version)
+                     Terminated, interrupts_between_steps, say, silence_stdout, stores_named, version)
 
 __all__ = ["EXIT_CODES", "SUBCOMMANDS", "build_parser", "main"]
 
@@ -50,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stopped(name: str, stop: BaseException) -> int:
+    terminated = isinstance(stop, Terminated)
+    say(f"{name}: {'terminated' if terminated else 'interrupted'}")
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = build_parser()
     try:
@@ -58,21 +65,20 @@ def main(argv: Optional[list[str]] = None) -> int:
         return int(exc.code or 0)
     name = f"urc {args.command}"
     try:
-        with sigterm_raises(), storage_scope(getattr(args, "storage_dir", None)):  # storage never outlives it
+        with interrupts_between_steps(), storage_scope(getattr(args, "storage_dir", None)):  # storage never outlives it
             return args.handler(args)
-    except Terminated:  # SIGTERM: the cleanups of a Ctrl-C ran on the way here
-        say(f"{name}: terminated")
-        return EXIT_TERMINATED
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Terminated): the cleanups ran on the way here
+        return _stopped(name, stop)
     except ScenarioError as exc:
         say(f"{name}: {exc}")
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        say(f"{name}: interrupted")
-        return EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went away (``| head``): nothing more to say
         silence_stdout()
         return EXIT_OK
     except Exception as exc:
+        stop = interrupt_behind(exc)  # a clean-up that failed on the way out of a Ctrl-C or SIGTERM
+        if stop is not None:
+            return _stopped(name, stop)
         if getattr(args, "debug", False):
             raise
         first = (str(exc).splitlines() or [""])[0][:300]

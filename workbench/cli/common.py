@@ -14,6 +14,7 @@ import threading
 from ..model.scenarios.errors import elide, one_line
 from ..model.scenarios.scenario import STDIN, ScenarioError
 from ..model.ops.spec import sglang_component_sets
+from ..model.timeline.step_hold import deliver
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process the signal ended
@@ -60,27 +61,38 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def sigterm_raises():
-    """For the command's length, SIGTERM raises ``Terminated`` in this process; the
-    previous handler is back afterwards. A forked worker that inherited it dies of the
-    signal as before (its parent does the cleaning)."""
+def interrupts_between_steps():
+    """For the command's length, SIGTERM raises ``Terminated`` and Ctrl-C
+    ``KeyboardInterrupt`` between steps: one arriving while a step runs waits for it
+    to end (``step_hold``), a second one does not. The previous handlers are back
+    afterwards; a Ctrl-C someone set to be ignored stays ignored. A forked worker that
+    inherited the SIGTERM handler dies of the signal as before (its parent does the
+    cleaning)."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
     pid = os.getpid()
 
-    def handler(signum, frame):
+    def on_sigterm(signum, frame):
         if os.getpid() != pid:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, previous_term if previous_term is not None else signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
-        raise Terminated()
+        deliver(Terminated())
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    def on_sigint(signum, frame):
+        deliver(KeyboardInterrupt())
+
+    previous_term = signal.signal(signal.SIGTERM, on_sigterm)
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is signal.default_int_handler:
+        signal.signal(signal.SIGINT, on_sigint)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, previous_term if previous_term is not None else signal.SIG_DFL)
+        if previous_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def say(line: str) -> None:

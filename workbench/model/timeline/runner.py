@@ -25,6 +25,7 @@ from ..scenarios.session_fields import is_session_field, observe_session_field
 from ..scenarios.scenario import Scenario, ScenarioError, Step, cache_config
 from ..scenarios.step import EXACT
 from .driver import CacheDriver
+from .step_hold import HOLD, interrupt_behind
 from .states import StateShape, StateStore, TimelineState, all_records
 from .fmt import kv_event_text
 from .kv_router import RouterView
@@ -147,13 +148,21 @@ class Runner:
 
     def run_step(self, step: Step, last: bool = False) -> StepRecord:
         """Run and check one step (``step()`` takes the scenario's next; a streamed trace
-        hands them in itself, ``last`` on its final one, which gets the full sweep)."""
+        hands them in itself, ``last`` on its final one, which gets the full sweep). An
+        interrupt meanwhile is raised once the step is recorded (``step_hold``)."""
+        with HOLD:
+            return self._run_step(step, last)
+
+    def _run_step(self, step: Step, last: bool) -> StepRecord:
         cache, store = self.cache, self.timeline.store
         result, error = None, None
         hits = dict(cache.fault_hits) if cache.fault_hits else None
         try:
             result = self.driver.run(step.op, step.fields, step.packed_tokens)
         except CacheError as exc:
+            interrupt = interrupt_behind(exc)
+            if interrupt is not None:
+                raise interrupt from None
             error = f"{type(exc).__name__}: {exc}"
         events = tuple(self.log.take())
         touched = touched_nodes(cache, events, store.current, cache.tree.take_touched())

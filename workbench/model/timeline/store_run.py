@@ -63,9 +63,8 @@ def run_to_store(source: str, store_path: str, full_checks: bool = False, record
     written = _beside(store_path) if replacing else store_path
     try:
         timeline = create_store(written, runner)
-    except BaseException:
-        if replacing:
-            remove_store(written)
+    except BaseException:  # nothing was run yet: no half-made file stays (nor the target's replacement)
+        remove_store(written)
         raise
     complete = False
     try:

@@ -93,13 +93,13 @@ class DiskStateStore(StateStore):
 
     def add_record(self, record: StepRecord) -> None:
         row = self.pending[record.index]
-        row["record"] = record
         row["series"] = self.rows.row(row["globals"], row["delta"], row["before"])
         step = record.step
         if step.op not in self.summary["ops"]:
             self.summary["ops"].append(step.op)
         if not self.summary["names_session"] and step.fields.get("session") is not None:
             self.summary["names_session"] = True
+        row["record"] = record  # last: a row with its record is whole (``finish`` undoes the others)
         if len(self.pending) >= BATCH_STEPS:
             self.flush()
 
@@ -321,6 +321,22 @@ def create_store(path: str, runner) -> DiskTimeline:
     if len(old):
         raise ValueError("a store starts with the run: this runner has already run steps")
     file = StoreFile.create(path)
+    try:
+        rows = _write_start(file, old)
+    except BaseException:
+        file.close()  # (the caller removes the file)
+        raise
+    store = DiskStateStore(file, old.store.shape, old.store.globals[0], dict(old.store.current), 0)
+    store.rows = rows
+    timeline = DiskTimeline(old.scenario, store, complete=False)
+    timeline.listeners = old.listeners
+    runner.timeline = timeline
+    return timeline
+
+
+def _write_start(file: StoreFile, old) -> RowMaker:
+    """The store's header and step 0 in one transaction: the scenario, the start state
+    and its row of the charts' numbers."""
     scenario = old.scenario
     with file.lock:
         file.db.execute("BEGIN")
@@ -337,12 +353,7 @@ def create_store(path: str, runner) -> DiskTimeline:
         file.put_meta("event_kinds", list(KINDS))
         file.db.execute("INSERT INTO series VALUES (0, ?)", (rows_blob([start]),))
         file.db.execute("COMMIT")
-    store = DiskStateStore(file, old.store.shape, old.store.globals[0], dict(old.store.current), 0)
-    store.rows = rows
-    timeline = DiskTimeline(scenario, store, complete=False)
-    timeline.listeners = old.listeners
-    runner.timeline = timeline
-    return timeline
+    return rows
 
 
 def open_store(path: str) -> DiskTimeline:
