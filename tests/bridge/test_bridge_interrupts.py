@@ -31,7 +31,11 @@ def test_a_ctrl_c_inside_our_insert_is_no_divergence(tmp_path, monkeypatch, caps
         return result
 
     monkeypatch.setattr(UnifiedRadixCache, "insert", insert)
-    assert main(["run", "t.jsonl", "--against", "sglang"]) == 130
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # (a background job's is ignored)
+    try:
+        assert main(["run", "t.jsonl", "--against", "sglang"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
     captured = capsys.readouterr()
     assert seen and captured.err.strip().splitlines()[-1] == "urc run: interrupted"
     assert "DIVERGED" not in captured.out and "diverge" not in captured.out.lower()

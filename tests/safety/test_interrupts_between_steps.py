@@ -19,6 +19,15 @@ from workbench.model.timeline.series import RowMaker
 from workbench.model.timeline.stored import open_store
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises():
+    """Ctrl-C as a terminal's shell leaves it (a shell starting a job in the background
+    makes it ignored, and an ignored one stays ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture
 def trace(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
