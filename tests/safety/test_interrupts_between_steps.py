@@ -145,3 +145,15 @@ def test_a_ctrl_c_mid_insert_in_a_fuzz_campaign_is_no_finding(trace, monkeypatch
     seen = inserts_that_shared_a_prefix(monkeypatch, (signal.SIGINT,))
     assert main(["fuzz", "--seeds", "1", "--steps", "200", "--jobs", "1"]) == 130
     assert seen and capsys.readouterr().out.startswith("STOPPED (interrupted): no failure in ")
+
+
+def test_a_file_that_appears_at_the_path_before_the_store_is_made_stays(trace, monkeypatch):
+    """The path was free when checked, and someone's file is there when the store is
+    made: the store cannot be made, and that file keeps its bytes."""
+    from workbench.model.timeline import store_run
+
+    (trace / "x.urcdb").write_bytes(b"someone's notes, not a database " * 64)
+    monkeypatch.setattr(store_run.os.path, "lexists", lambda path: False)  # as it was when checked
+    with pytest.raises(store_run.StoreError, match="cannot write"):
+        store_run.run_to_store("t.jsonl", "x.urcdb")
+    assert (trace / "x.urcdb").read_bytes() == b"someone's notes, not a database " * 64

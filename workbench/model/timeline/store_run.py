@@ -22,7 +22,7 @@ from typing import Optional, TextIO
 from ..scenarios.outputs import current_umask
 from ..scenarios.scenario import Scenario, Step, load_scenario
 from .runner import KEEP_EVERY, Runner, checked_loop
-from .stored import DiskTimeline, create_store
+from .stored import DiskTimeline, StoreError, create_store
 
 StepListener = Callable[[], None]
 
@@ -63,7 +63,11 @@ def run_to_store(source: str, store_path: str, full_checks: bool = False, record
     written = _beside(store_path) if replacing else store_path
     try:
         timeline = create_store(written, runner)
-    except BaseException:  # nothing was run yet: no half-made file stays (nor the target's replacement)
+    except StoreError:  # not made: what is at the path stays, unless it is our replacement's file
+        if replacing:
+            remove_store(written)
+        raise
+    except BaseException:  # made but not started (an interrupt while its header was written): dropped
         remove_store(written)
         raise
     complete = False
