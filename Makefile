@@ -66,7 +66,8 @@ bridge-setup: $(SGL_STAMP)
 # URC_REQUIRE_SGLANG: a bridge test file that would skip (SGLang not importable) fails instead
 bridge-test: $(SGL_STAMP)
 	@URC_REQUIRE_SGLANG=1 $(SGL_BIN)/python -m pytest -p no:cacheprovider tests/bridge/test_bridge_sglang.py tests/model/test_op_registry.py tests/bridge/test_fuzz_against_sglang.py \
-		tests/bridge/test_bridge_storage.py tests/bridge/test_bridge_prefetch.py tests/tiers/test_storage_backends.py
+		tests/bridge/test_bridge_storage.py tests/bridge/test_bridge_prefetch.py tests/tiers/test_storage_backends.py \
+		tests/bridge/test_bridge_kv_events.py tests/bridge/test_bridge_interrupts.py
 
 # urc fuzz --ray on a small local Ray instance (the optional [ray] extra, added to .venv).
 # URC_REQUIRE_RAY: the Ray tests fail instead of skipping when Ray cannot be imported.
