@@ -1,8 +1,7 @@
 """Ctrl-C and SIGTERM stop a run between steps: one that arrives while a step runs
 waits for the step to be checked and stored, a second one stops it at once (and the
 step cut short is undone). Each signal is raised in this process, inside a chosen
-cache call, so it lands exactly there; ``signal.raise_signal`` runs the handler before
-it returns."""
+cache call (``signal_util``)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import signal
 
 import pytest
 
-from cache import UnifiedRadixCache
+from signal_util import ctrl_c_raising, inside_an_insert_that_shared_a_prefix, signal_inside
 from workbench.cli import main
 from workbench.model.scenarios.workload import write_trace
 from workbench.model.timeline.series import RowMaker
@@ -21,11 +20,8 @@ from workbench.model.timeline.stored import open_store
 
 @pytest.fixture(autouse=True)
 def ctrl_c_raises():
-    """Ctrl-C as a terminal's shell leaves it (a shell starting a job in the background
-    makes it ignored, and an ignored one stays ignored)."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
+    with ctrl_c_raising():
+        yield
 
 
 @pytest.fixture
@@ -34,23 +30,6 @@ def trace(tmp_path, monkeypatch):
     with open("t.jsonl", "w") as stream:
         write_trace(stream, 60, seed=3)
     return tmp_path
-
-
-def signal_inside(monkeypatch, owner, name: str, signals: tuple, when) -> list:
-    """Raise ``signals`` inside ``owner.name`` just after its first call whose result
-    ``when`` accepts; returns a list that holds that call's result once it happened."""
-    original, seen = getattr(owner, name), []
-
-    def wrapped(*args, **kwargs):
-        result = original(*args, **kwargs)
-        if not seen and when(result):
-            seen.append(result)
-            for number in signals:
-                signal.raise_signal(number)
-        return result
-
-    monkeypatch.setattr(owner, name, wrapped)
-    return seen
 
 
 def stored_ops(path: str) -> list[tuple[str, bool]]:
@@ -62,16 +41,10 @@ def stored_ops(path: str) -> list[tuple[str, bool]]:
         timeline.close()
 
 
-def inserts_that_shared_a_prefix(monkeypatch, signals: tuple) -> list:
-    # after such an insert the tree has freed the duplicate slots of the shared prefix:
-    # undoing the step there freed them twice, and that error replaced the interrupt
-    return signal_inside(monkeypatch, UnifiedRadixCache, "insert", signals, lambda result: result.prefix_len > 0)
-
-
 @pytest.mark.parametrize("number, code, word", [(signal.SIGTERM, 143, "terminated"),
                                                 (signal.SIGINT, 130, "interrupted")])
 def test_a_signal_mid_insert_stops_the_run_once_the_step_is_stored(trace, monkeypatch, capsys, number, code, word):
-    seen = inserts_that_shared_a_prefix(monkeypatch, (number,))
+    seen = inside_an_insert_that_shared_a_prefix(monkeypatch, (number,))
     assert main(["run", "t.jsonl", "--store", "x.urcdb"]) == code
     assert seen, "no insert shared a prefix: the trace changed"
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"urc run: {word}"
@@ -81,11 +54,11 @@ def test_a_signal_mid_insert_stops_the_run_once_the_step_is_stored(trace, monkey
 
 
 def test_a_second_signal_in_the_same_step_stops_at_once_and_the_step_is_undone(trace, monkeypatch, capsys):
-    inserts_that_shared_a_prefix(monkeypatch, (signal.SIGTERM,))
+    inside_an_insert_that_shared_a_prefix(monkeypatch, (signal.SIGTERM,))
     assert main(["run", "t.jsonl", "--store", "once.urcdb"]) == 143
     monkeypatch.undo()
     monkeypatch.chdir(trace)
-    inserts_that_shared_a_prefix(monkeypatch, (signal.SIGTERM, signal.SIGTERM))
+    inside_an_insert_that_shared_a_prefix(monkeypatch, (signal.SIGTERM, signal.SIGTERM))
     assert main(["run", "t.jsonl", "--store", "twice.urcdb"]) == 143
     once, twice = stored_ops("once.urcdb"), stored_ops("twice.urcdb")
     assert twice == once[:-1]  # the same insert, cut short this time: not stored, the steps before it are
@@ -113,11 +86,11 @@ def test_a_signal_while_the_store_is_made_leaves_no_file(trace, monkeypatch, cap
 
 
 def test_a_run_in_memory_reports_the_step_the_signal_landed_in(trace, monkeypatch, capsys):
-    inserts_that_shared_a_prefix(monkeypatch, (signal.SIGINT,))
+    inside_an_insert_that_shared_a_prefix(monkeypatch, (signal.SIGINT,))
     assert main(["run", "t.jsonl", "--store", "x.urcdb"]) == 130
     monkeypatch.undo()
     monkeypatch.chdir(trace)
-    inserts_that_shared_a_prefix(monkeypatch, (signal.SIGINT,))
+    inside_an_insert_that_shared_a_prefix(monkeypatch, (signal.SIGINT,))
     capsys.readouterr()
     assert main(["run", "t.jsonl"]) == 130
     checked = len(stored_ops("x.urcdb"))
@@ -125,7 +98,7 @@ def test_a_run_in_memory_reports_the_step_the_signal_landed_in(trace, monkeypatc
 
 
 def test_an_ignored_ctrl_c_stays_ignored(trace, monkeypatch):
-    seen = inserts_that_shared_a_prefix(monkeypatch, (signal.SIGINT,))
+    seen = inside_an_insert_that_shared_a_prefix(monkeypatch, (signal.SIGINT,))
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         assert main(["run", "t.jsonl"]) == 0
@@ -142,7 +115,7 @@ def test_the_handlers_last_only_as_long_as_the_command():
 
 
 def test_a_ctrl_c_mid_insert_in_a_fuzz_campaign_is_no_finding(trace, monkeypatch, capsys):
-    seen = inserts_that_shared_a_prefix(monkeypatch, (signal.SIGINT,))
+    seen = inside_an_insert_that_shared_a_prefix(monkeypatch, (signal.SIGINT,))
     assert main(["fuzz", "--seeds", "1", "--steps", "200", "--jobs", "1"]) == 130
     assert seen and capsys.readouterr().out.startswith("STOPPED (interrupted): no failure in ")
 

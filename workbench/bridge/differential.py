@@ -21,7 +21,7 @@ from cache.basics.errors import (
 from ..model.timeline.runner import build_cache
 from ..model.scenarios.scenario import Scenario
 from ..model.timeline.driver import CacheDriver, RunError
-from ..model.timeline.step_hold import HOLD, interrupt_behind
+from ..model.timeline.step_hold import HOLD, raise_interrupt_behind
 from cache.observe.kv_events import event_dict
 
 from .canonical import Difference, first_difference, from_snapshot
@@ -212,9 +212,7 @@ def _attempt(run, op: str, fields: dict) -> tuple[Optional[dict], Optional[BaseE
     except BridgeError:
         raise
     except Exception as exc:  # ours: CacheError; SGLang's refusals are asserts and ValueErrors
-        interrupt = interrupt_behind(exc)
-        if interrupt is not None:  # a clean-up's error for a Ctrl-C is no refusal
-            raise interrupt from None
+        raise_interrupt_behind(exc)  # a clean-up's error for a Ctrl-C is no refusal
         return None, exc
 
 

@@ -14,7 +14,7 @@ import threading
 from ..model.scenarios.errors import elide, one_line
 from ..model.scenarios.scenario import STDIN, ScenarioError
 from ..model.ops.spec import sglang_component_sets
-from ..model.timeline.step_hold import deliver
+from ..model.timeline.step_hold import HOLD
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process the signal ended
@@ -75,22 +75,23 @@ def interrupts_between_steps():
 
     def on_sigterm(signum, frame):
         if os.getpid() != pid:
-            signal.signal(signal.SIGTERM, previous_term if previous_term is not None else signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, restore_term)
             os.kill(os.getpid(), signal.SIGTERM)
             return
-        deliver(Terminated())
+        HOLD.deliver(Terminated())
 
     def on_sigint(signum, frame):
-        deliver(KeyboardInterrupt())
+        HOLD.deliver(KeyboardInterrupt())
 
     previous_term = signal.signal(signal.SIGTERM, on_sigterm)
+    restore_term = previous_term if previous_term is not None else signal.SIG_DFL  # (None: set outside Python)
     previous_int = signal.getsignal(signal.SIGINT)
     if previous_int is signal.default_int_handler:
         signal.signal(signal.SIGINT, on_sigint)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous_term if previous_term is not None else signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, restore_term)
         if previous_int is signal.default_int_handler:
             signal.signal(signal.SIGINT, previous_int)
 

@@ -25,7 +25,7 @@ from ..scenarios.session_fields import is_session_field, observe_session_field
 from ..scenarios.scenario import Scenario, ScenarioError, Step, cache_config
 from ..scenarios.step import EXACT
 from .driver import CacheDriver
-from .step_hold import HOLD, interrupt_behind
+from .step_hold import HOLD, raise_interrupt_behind
 from .states import StateShape, StateStore, TimelineState, all_records
 from .fmt import kv_event_text
 from .kv_router import RouterView
@@ -160,9 +160,7 @@ class Runner:
         try:
             result = self.driver.run(step.op, step.fields, step.packed_tokens)
         except CacheError as exc:
-            interrupt = interrupt_behind(exc)
-            if interrupt is not None:
-                raise interrupt from None
+            raise_interrupt_behind(exc)
             error = f"{type(exc).__name__}: {exc}"
         events = tuple(self.log.take())
         touched = touched_nodes(cache, events, store.current, cache.tree.take_touched())

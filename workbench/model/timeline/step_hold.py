@@ -4,11 +4,11 @@ A Ctrl-C or SIGTERM raised in the middle of a step can leave it half done: an in
 whose slots the tree already took, a stored row without its record. Undoing such a step
 is not reliable (the op's own clean-up may then free slots twice and raise an error
 that replaces the interrupt, so the run went on and reported a failure nobody made).
-So while a step runs, the command's signal handlers hand their exception to ``deliver``,
-which keeps the first one until the step is whole; a second one during the same step
-raises at once, so a step that never ends can still be stopped. Outside a step
-``deliver`` raises, as the default handlers do. Knows no CLI: the handlers are the
-command's, the ``with HOLD:`` the runner's and the bridge's."""
+So while a step runs, the command's signal handlers hand their exception to
+``HOLD.deliver``, which keeps the first one until the step is whole; a second one
+during the same step raises at once, so a step that never ends can still be stopped.
+Outside a step it raises, as the default handlers do. Knows no CLI: the handlers are
+the command's, the ``with HOLD:`` the runner's and the bridge's."""
 
 from __future__ import annotations
 
@@ -35,17 +35,16 @@ class StepHold:
             held, self.held = self.held, None
             raise held
 
+    def deliver(self, interrupt: BaseException) -> None:
+        """For a signal handler: hold ``interrupt`` while a step runs (the first one
+        only), else raise it here."""
+        if self.depth and self.held is None:
+            self.held = interrupt
+            return
+        raise interrupt
+
 
 HOLD = StepHold()
-
-
-def deliver(interrupt: BaseException) -> None:
-    """For a signal handler: hold ``interrupt`` while a step runs (the first one only),
-    else raise it here."""
-    if HOLD.depth and HOLD.held is None:
-        HOLD.held = interrupt
-        return
-    raise interrupt
 
 
 def interrupt_behind(error: BaseException) -> Optional[BaseException]:
@@ -59,3 +58,10 @@ def interrupt_behind(error: BaseException) -> Optional[BaseException]:
             return cause
         cause, seen = cause.__context__, seen + 1
     return None
+
+
+def raise_interrupt_behind(error: BaseException) -> None:
+    """Where a step's error becomes its outcome: raise the interrupt it replaced instead."""
+    interrupt = interrupt_behind(error)
+    if interrupt is not None:
+        raise interrupt from None
