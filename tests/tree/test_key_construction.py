@@ -11,6 +11,7 @@ import torch
 
 from cache import InsertParams, RadixKey, UnifiedRadixCache
 from cache.basics.errors import InvalidKeyError
+from cache.basics import keys
 from cache.basics.keys import MAX_TOKEN_ID, unpack_tokens
 
 TOKENS = [0, 1, 2, 255, 256, 257, 65535, 65536, 31999, MAX_TOKEN_ID]
@@ -67,6 +68,22 @@ def test_bad_ids_are_named_whatever_the_container(bad, named):
     with pytest.raises(InvalidKeyError, match=r"token ids must be non-negative") as info:
         RadixKey(bad)
     assert named in str(info.value)
+
+
+@pytest.mark.parametrize("checked_cast", [True, False], ids=["value-checking-cast", "max-then-cast"])
+def test_both_ways_of_narrowing_64_bit_ids_agree(monkeypatch, checked_cast):
+    """numpy 2.4+ checks and narrows 64-bit ids in one cast; older numpy takes a max first."""
+    if checked_cast and not keys._casts_check_values():
+        pytest.skip("this numpy has no value-checking cast")
+    monkeypatch.setattr(keys, "_CHECKED_CAST", checked_cast)
+    for wide in (array("q", TOKENS), array("Q", TOKENS), np.array(TOKENS, dtype=np.int64), torch.tensor(TOKENS)):
+        assert RadixKey(wide).data == RadixKey(TOKENS).data
+    for bad, named in [(array("q", [3, -1]), "non-negative (got -1)"), (array("q", [7, 2**31]), "(got 2147483648)"),
+                       (array("q", [2**32]), "(got 4294967296)"), (array("Q", [2**63 + 1]), "(got 9223372036854775809)"),
+                       (torch.tensor([4, -7]), "non-negative (got -7)")]:
+        with pytest.raises(InvalidKeyError, match=r"token ids must be non-negative") as info:
+            RadixKey(bad)
+        assert named in str(info.value)
 
 
 @pytest.mark.parametrize("bad, message", [
