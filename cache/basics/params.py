@@ -53,6 +53,15 @@ _MATCH_FIELD_AT = {name: k for k, name in enumerate(MatchResult._fields)}
 _new_tuple = tuple.__new__
 
 
+def tree_match_result(indices: torch.Tensor, device_node: NodeId, best_node: NodeId, host_hit: int,
+                      walked: int, last_visited: Optional[NodeId]) -> MatchResult:
+    """The tree's MatchResult before any component sets its fields, built by position:
+    every match makes one, and the named tuple's keyword constructor cost a
+    microsecond of a cold match."""
+    return _new_tuple(MatchResult, (indices, device_node, best_node, best_node, host_hit, 0, None, 0, None, None,
+                                    walked, last_visited))
+
+
 def with_match_field(result: MatchResult, name: str, value) -> MatchResult:
     """``result._replace(name=value)`` for one field, rebuilt by position: a component's
     match finalizer runs on every match, where ``_replace`` (a dict of every field) cost

@@ -95,12 +95,17 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
             raise InvalidValueError("cow_mamba needs the request that receives the copy (params.req)")
         if self.bigram_keys:  # EAGLE: the tree keys token pairs (keys.RadixKey.bigram_view)
             params.key = params.key.bigram_view()
+        if not self.events.enabled:  # (no scope to enter while nobody listens, as the lock calls)
+            return self._match(params)
         with self.events.op("match_prefix"):
-            result = self.tree.match_prefix(params.key)
-            for component in self.hooks.finalize_match_in_cache:
-                result = component.finalize_match_in_cache(params, result)
-            self.metrics.count_match(len(params.key), result.device_prefix_len, result.host_hit_length)
-            return result
+            return self._match(params)
+
+    def _match(self, params: MatchPrefixParams) -> MatchResult:
+        result = self.tree.match_prefix(params.key)
+        for component in self.hooks.finalize_match_in_cache:
+            result = component.finalize_match_in_cache(params, result)
+        self.metrics.count_match(len(params.key), int(result.device_indices.shape[0]), result.host_hit_length)
+        return result
 
     def insert(self, params: InsertParams) -> InsertResult:
         if type(params.key) is not RadixKey:
@@ -370,9 +375,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
 
     # ---- sizes ------------------------------------------------------------------
     def available_size(self, component: str = FULL) -> int:
-        if component == FULL:
-            return self.kv_pool.available_size()
-        return self.by_name[component].available_size()
+        return self.kv_pool.available_size() if component == FULL else self.by_name[component].available_size()
 
     def evictable_size(self, component: str = FULL) -> int:
         return self.tree.evictable_size(component)
@@ -387,9 +390,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         return self.tree.protected[0]
 
     def total_size(self, component: str = FULL) -> int:
-        if component == FULL:
-            return self.kv_pool.size
-        return self.by_name[component].pool_size()
+        return self.kv_pool.size if component == FULL else self.by_name[component].pool_size()
 
     def path_device_indices(self, node_id: int) -> torch.Tensor:
         return self.tree.path_device_indices(node_id)

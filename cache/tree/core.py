@@ -17,7 +17,7 @@ import torch
 from ..basics.base_component import FULL
 from ..basics.errors import UnknownNodeError
 from ..basics.keys import TOKEN_BYTES, RadixKey, namespace_order, unpack_tokens
-from ..basics.params import DecLockRefParams, IncLockRefResult, MatchResult
+from ..basics.params import DecLockRefParams, IncLockRefResult, MatchResult, tree_match_result
 from ..observe.events import Cause, EventBus, EventKind
 from ..observe.kv_events import KVEventRecorder
 from .cascade import TreeEviction
@@ -69,6 +69,7 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
         self._overlap_hooks = overriding(components, "on_insert_overlap")
         self._commit_hooks = overriding(components, "commit_insert")
         self._finalizers = overriding(components, "finalize_match_result")
+        self._validating = overriding(components, "create_match_validator")  # those that may refuse a node
         self._empty = torch.empty(0, dtype=torch.int64, device=device)
         self._touched: Optional[set[int]] = None  # recording for take_touched (off until asked)
         self.eviction_policy = eviction_policy or EvictionPolicy()  # Full's leaf order (leaf_policies.py)
@@ -206,7 +207,7 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
         if limit != len(data):
             data = data[:limit]
         validators = []  # loops, not comprehensions, on this hot path: cheaper on short walks
-        for component in self.components:
+        for component in self._validating:
             if (validate := component.create_match_validator()) is not None:
                 validators.append(validate)
         path, cut = walk_key(root, data, key.namespace, ps)
@@ -278,7 +279,8 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
         if self._touched is not None:
             self._touched.add(best.id)
         # MRU bump; each parent slightly older than its child so deeper leaves go first
-        t = self.tick()
+        t = self._clock  # self.tick(), inlined on this hot path
+        self._clock = t + 1.0
         node = best
         while node is not None:
             node.last_access_time = t
@@ -292,16 +294,9 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
             indices = chunks[0]
         else:
             indices = torch.cat(chunks)
-        root_id = self.root.id
-        result = MatchResult(
-            indices,
-            best.id if device is None else device.id,
-            best.id,
-            best.id,
-            host_hit,
-            full_kv_hit_length=walked,
-            last_visited_node_id=None if last_visited.id == root_id else last_visited.id,
-        )
+        last = last_visited.id
+        result = tree_match_result(indices, best.id if device is None else device.id, best.id, host_hit, walked,
+                                   None if last == self.root.id else last)
         if self._finalizers:
             boundary = indices.shape[0] + host_hit  # read once for every finalizer
             for component in self._finalizers:
