@@ -104,7 +104,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         result = self.tree.match_prefix(params.key)
         for component in self.hooks.finalize_match_in_cache:
             result = component.finalize_match_in_cache(params, result)
-        self.metrics.count_match(len(params.key), int(result.device_indices.shape[0]), result.host_hit_length)
+        self.metrics.count_match(len(params.key), result.device_prefix_len, result.host_hit_length)
         return result
 
     def insert(self, params: InsertParams) -> InsertResult:

@@ -3,7 +3,7 @@ share: which nodes it passes, where it would split, and why it stopped."""
 
 from __future__ import annotations
 
-from cache import InsertParams, RadixKey, UnifiedRadixCache
+from cache import InsertParams, MatchPrefixParams, RadixKey, UnifiedRadixCache
 from cache.basics.keys import TOKEN_BYTES
 from cache.tree.walk import WalkStop, walk_key, walk_stop
 
@@ -48,3 +48,13 @@ def test_stop_reasons():
     assert walk_stop(4, 4, partial=False) is WalkStop.KEY_ENDS
     assert walk_stop(2, 4, partial=False) is WalkStop.NO_CHILD
     assert walk_stop(2, 4, partial=True) is WalkStop.PARTIAL
+
+
+def test_a_real_match_reports_its_walk():
+    cache = cache_with([1, 2, 3, 4, 5, 6])
+    leaf = cache.match_prefix(RadixKey([1, 2, 3, 4, 5, 6])).best_match_node
+    result = cache.match_prefix(MatchPrefixParams(RadixKey([1, 2, 3, 4, 9])))  # splits the leaf after 4
+    assert result.prefix_len == 4 and result.full_kv_hit_length == 4 and result.host_hit_length == 0
+    assert result.last_device_node == result.best_match_node == result.last_host_node != leaf
+    assert result.last_visited_node_id == result.best_match_node
+    assert cache.match_prefix(RadixKey([7])).last_visited_node_id is None  # nothing walked: the root is not named
