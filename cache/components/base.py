@@ -9,7 +9,8 @@ component overrides only the phases it cares about; the no-op defaults are marke
 
 Hooks by phase:
   config   config_fields (its own [config] fields, read with config_value)
-  match    create_match_validator, match_verdict, finalize_match_result, finalize_match_in_cache
+  match    create_match_validator, match_verdict, branching_field / branching_grid,
+           finalize_match_result, finalize_host_match, finalize_match_in_cache
   LRU      on_walkdown, on_match_end, on_insert_end
   insert   check_insert_params, on_insert_overlap, commit_insert
   split    redistribute_on_split
@@ -62,6 +63,11 @@ class TreeComponent:
     session_coverage = "node"
     # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK: a checkpoint's re-lock leaves this component out
     skips_decode_lock = False
+    # The MatchResult field where a match says how far a new branch shares this component's
+    # data (SWA's and Mamba's *_branching_seqlen): the walked tokens rounded down to
+    # ``branching_grid`` (params.tree_match_result); None: this component reports none.
+    branching_field: Optional[str] = None
+    branching_grid = 1
     # This component's own [config] fields -> default (None: required), positive ints
     # unless check_config_value says otherwise, named "<component>_<field>"; CacheConfig
     # keeps them in ``extra``.
@@ -155,6 +161,12 @@ class TreeComponent:
         return result
 
     @default_hook
+    def finalize_host_match(self, result: MatchResult, best: TreeNode) -> MatchResult:
+        """With a host tier only: the result with this component's host fields (what a
+        load-back would bring for a match ending at ``best``)."""
+        return result
+
+    @default_hook
     def finalize_match_in_cache(self, params, result: MatchResult) -> MatchResult:
         return result
 
@@ -165,7 +177,7 @@ class TreeComponent:
 
     @default_hook
     def on_match_end(self, node: TreeNode) -> None:
-        """A match ended at ``node``."""
+        """A match ended at ``node`` (never the root: a match that kept nothing refreshes nothing)."""
 
     @default_hook
     def on_insert_end(self, node: TreeNode) -> None:

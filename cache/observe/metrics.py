@@ -38,27 +38,35 @@ def _fields_for(components: tuple[str, ...]) -> tuple[str, ...]:
 
 
 class CacheMetrics:
-    """Counters by name; a name never bumped reads 0."""
+    """Counters by name; a name never bumped reads 0. The four every match bumps are
+    plain attributes: a Counter's four updates cost ~3 µs of a cold match."""
 
-    __slots__ = ("counts",)
+    __slots__ = ("counts", "matches", "device_hit_tokens", "host_hit_tokens", "miss_tokens")
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        self.reset()
 
     def add(self, name: str, tokens: int) -> None:
         if tokens:
             self.counts[name] += tokens
 
     def count_match(self, key_len: int, device: int, host: int) -> None:
-        counts = self.counts
-        counts["matches"] += 1
-        counts["device_hit_tokens"] += device
-        counts["host_hit_tokens"] += host
-        counts["miss_tokens"] += max(key_len - device - host, 0)
+        self.matches += 1
+        self.device_hit_tokens += device
+        self.host_hit_tokens += host
+        miss = key_len - device - host
+        if miss > 0:
+            self.miss_tokens += miss
 
     def reset(self) -> None:
         self.counts.clear()
+        self.matches = self.device_hit_tokens = self.host_hit_tokens = self.miss_tokens = 0
 
     def as_dict(self, components: Iterable[str]) -> dict[str, int]:
         """Every field of ``metric_fields`` with its count (0 where none happened)."""
-        return {name: self.counts.get(name, 0) for name in metric_fields(components)}
+        counts = self.counts
+        out = {name: counts.get(name, 0) for name in metric_fields(components)}
+        out.update(matches=self.matches, device_hit_tokens=self.device_hit_tokens,
+                   host_hit_tokens=self.host_hit_tokens, miss_tokens=self.miss_tokens)
+        return out

@@ -73,6 +73,8 @@ class TreeComponentAPI(Protocol):
     has_window_lock: bool  # a lock part release_window lets go early
     internal_priority: int
     session_coverage: str  # "path", "window" or "node" (session_refs.py)
+    branching_field: Optional[str]  # its MatchResult *_branching_seqlen field, if any
+    branching_grid: int  # the tokens that field is rounded down to
 
     def value_len(self, node: TreeNode) -> int: ...
 
@@ -84,6 +86,8 @@ class TreeComponentAPI(Protocol):
     def match_verdict(self, path: list[TreeNode]) -> Optional[tuple[int, str]]: ...
 
     def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int, boundary: int) -> MatchResult: ...
+
+    def finalize_host_match(self, result: MatchResult, best: TreeNode) -> MatchResult: ...
 
     # LRU refresh
     def on_walkdown(self, node: TreeNode) -> None: ...

@@ -17,7 +17,7 @@ import torch
 from ..basics.base_component import FULL
 from ..basics.errors import UnknownNodeError
 from ..basics.keys import TOKEN_BYTES, RadixKey, namespace_order, unpack_tokens
-from ..basics.params import DecLockRefParams, IncLockRefResult, MatchResult, tree_match_result
+from ..basics.params import DecLockRefParams, IncLockRefResult, MatchResult, match_field_position, tree_match_result
 from ..observe.events import Cause, EventBus, EventKind
 from ..observe.kv_events import KVEventRecorder
 from .cascade import TreeEviction
@@ -69,6 +69,10 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
         self._overlap_hooks = overriding(components, "on_insert_overlap")
         self._commit_hooks = overriding(components, "commit_insert")
         self._finalizers = overriding(components, "finalize_match_result")
+        self._host_finalizers = overriding(components, "finalize_host_match")  # only while a host tier is on
+        # the components' *_branching_seqlen fields, set as the result is built
+        self._branch_grids = tuple((match_field_position(c.branching_field), c.branching_grid)
+                                   for c in components if c.branching_field is not None)
         self._validating = overriding(components, "create_match_validator")  # those that may refuse a node
         self._empty = torch.empty(0, dtype=torch.int64, device=device)
         self._touched: Optional[set[int]] = None  # recording for take_touched (off until asked)
@@ -274,8 +278,9 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
 
     def _finish_match(self, best: TreeNode, chunks: list, walked: int, last_visited: TreeNode,
                       device: Optional[TreeNode] = None, host_hit: int = 0) -> MatchResult:
-        for hook in self._match_end_hooks:
-            hook(best)
+        if best is not self.root:  # a match that kept nothing refreshes nothing
+            for hook in self._match_end_hooks:
+                hook(best)
         if self._touched is not None:
             self._touched.add(best.id)
         # MRU bump; each parent slightly older than its child so deeper leaves go first
@@ -296,7 +301,10 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
             indices = torch.cat(chunks)
         last = last_visited.id
         result = tree_match_result(indices, best.id if device is None else device.id, best.id, host_hit, walked,
-                                   None if last == self.root.id else last)
+                                   None if last == self.root.id else last, self._branch_grids)
+        if self.host_policy is not None:
+            for component in self._host_finalizers:
+                result = component.finalize_host_match(result, best)
         if self._finalizers:
             boundary = indices.shape[0] + host_hit  # read once for every finalizer
             for component in self._finalizers:

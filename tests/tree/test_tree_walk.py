@@ -58,3 +58,15 @@ def test_a_real_match_reports_its_walk():
     assert result.last_device_node == result.best_match_node == result.last_host_node != leaf
     assert result.last_visited_node_id == result.best_match_node
     assert cache.match_prefix(RadixKey([7])).last_visited_node_id is None  # nothing walked: the root is not named
+
+
+def test_match_end_hooks_see_where_a_match_ended_but_never_the_root():
+    cache = UnifiedRadixCache(components=("full", "swa"), kv_size=64, sliding_window=2, device="cpu")
+    slots = cache.alloc_kv(4)
+    cache.write_kv(slots, [1, 2, 3, 4])
+    cache.insert(InsertParams(RadixKey([1, 2, 3, 4]), slots))
+    seen = []
+    cache.tree._match_end_hooks.append(seen.append)  # the list the tree calls at every match's end
+    hit = cache.match_prefix(RadixKey([1, 2, 3, 4]))
+    cache.match_prefix(RadixKey([9, 9]))  # a miss: the match kept nothing
+    assert [node.id for node in seen] == [hit.best_match_node]

@@ -43,6 +43,7 @@ CHUNK_SIZE = 64  # the model's SSM chunk: checkpoints sit on lcm(chunk, page) bo
 class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
     name = "mamba"
     uses_lru = True
+    branching_field = "mamba_branching_seqlen"  # on the state grid (chunk and page)
     leaf_priority = 0
     internal_priority = 0
     sets_checkpoints = True  # a request is cached up to its last tracked state
@@ -60,6 +61,7 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionM
         self.skips_decode_lock = self.config_value("mamba_skip_decode_lock")
         chunk = max(CHUNK_SIZE, cfg.page_size)
         self.grid = chunk * cfg.page_size // math.gcd(chunk, cfg.page_size)
+        self.branching_grid = self.grid
         self.pool = MambaStatePool(cfg.mamba_size, cache.device, self.name)
 
     def check_config_value(self, field: str, value):
@@ -101,13 +103,10 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionM
         cd = path[-1][0].data[self.index]
         return 1 if cd.lock_ref == 0 and cd.value is not None else 0
 
-    def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int, boundary: int) -> MatchResult:
-        aligned = walked - walked % self.grid
+    def finalize_host_match(self, result: MatchResult, best: TreeNode) -> MatchResult:
         cd = best.data[self.index]
         if cd.value is None and cd.host_value is not None:
             result = with_match_field(result, "mamba_host_hit_length", 1)  # the state is on the host: load it back
-        if aligned > boundary:  # else None, as it came
-            result = with_match_field(result, "mamba_branching_seqlen", aligned)
         return result
 
     def finalize_match_in_cache(self, params, result: MatchResult) -> MatchResult:

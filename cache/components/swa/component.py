@@ -20,7 +20,6 @@ from ...observe.actions import ComponentAction, FreeDeviceKVFullOnly
 from ...observe.events import Cause, EventKind
 from ...basics.keys import ceil_align
 from ...basics.numpy_views import distinct, gather
-from ...basics.params import with_match_field
 from ...basics.request import own_slots
 from ...pools.swa_pool import SWAPool
 from ..base import LRUEvictionMixin, TreeComponent
@@ -34,10 +33,13 @@ if TYPE_CHECKING:
     from ...basics.params import DecLockRefParams, IncLockRefResult, InsertParams, MatchResult
     from ...tree.node import TreeNode
 
+_NO_GAP_YET = float("inf")  # a match's run of live SWA before any tombstone: every window is covered
+
 
 class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
     name = "swa"
     uses_lru = True
+    branching_field = "swa_branching_seqlen"  # on the page grid
     kv_peer = True
     leaf_priority = 0
     internal_priority = 1
@@ -55,6 +57,7 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
         self.gates_prefix_match = self.config_value("swa_gates_prefix_match")
         self.frees_out_of_window = self.config_value("swa_free_out_of_window")
         self.page_size = cfg.page_size
+        self.branching_grid = cfg.page_size
         # a fresh leaf is capped to this many tokens of live SWA (one page-aligned window)
         self.window_tail = ceil_align(self.window, self.page_size)
         self.pool = SWAPool(cfg.swa_pool_size, cfg.kv_size, cfg.page_size, cache.device, self.name)
@@ -79,14 +82,15 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
     # ---- match ------------------------------------------------------------
     def create_match_validator(self):
         i, window = self.index, self.window
-        run = [float("inf")]  # tokens of live SWA since the last gap (no gap yet: infinite)
+        run = _NO_GAP_YET  # tokens of live SWA since the last gap
 
         def validate(node: TreeNode, length: int) -> bool:
+            nonlocal run
             if node.data[i].value is None:
-                run[0] = 0
+                run = 0
                 return self.ungated_tombstone(node)
-            run[0] += length
-            return run[0] >= window
+            run += length
+            return run >= window
 
         return validate
 
@@ -130,12 +134,6 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
                 pinned += n
             covered += n
         return pinned
-
-    def finalize_match_result(self, result: MatchResult, best: TreeNode, walked: int, boundary: int) -> MatchResult:
-        aligned = walked - walked % self.page_size
-        if aligned > boundary:  # else None, as it came
-            result = with_match_field(result, "swa_branching_seqlen", aligned)
-        return result if self.tree.host_policy is None else self.finalize_host_match(result, best)
 
     on_walkdown = TreeComponent.on_walkdown  # walking through old ancestors must not keep them hot
 
