@@ -54,17 +54,18 @@ _new_tuple = tuple.__new__
 
 
 def tree_match_result(indices: torch.Tensor, device_node: NodeId, best_node: NodeId, host_hit: int,
-                      walked: int, last_visited: Optional[NodeId],
+                      walked: int, last_visited: Optional[NodeId], device_len: int = 0,
                       branch_grids: tuple[tuple[int, int], ...] = ()) -> MatchResult:
     """The tree's MatchResult, built by position: every match makes one, and the named
     tuple's keyword constructor cost a microsecond of a cold match. ``branch_grids``:
     (field position, grid) for each component's branching field (``branching_field``):
     the ``walked`` tokens rounded down to the grid, set where that passes the device
-    prefix and host hit the result reports (else the field stays None). Filled here, in
-    the one tuple, because a finalizer per component rebuilding it cost ~2 µs each."""
+    prefix (``device_len`` tokens, the length of ``indices``) and the host hit (else the
+    field stays None). Filled here, in the one tuple, because a finalizer per component
+    rebuilding it cost ~2 µs each."""
     fields = [indices, device_node, best_node, best_node, host_hit, 0, None, 0, None, None, walked, last_visited]
     if branch_grids:
-        boundary = indices.shape[0] + host_hit
+        boundary = device_len + host_hit
         for at, grid in branch_grids:
             aligned = walked - walked % grid
             if aligned > boundary:

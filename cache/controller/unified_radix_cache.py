@@ -64,7 +64,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self.by_name = {c.name: c for c in self.components}
         _check_component_fields(self.components, cfg.extra)
         self.tree = UnifiedTreeCore(self.components, cfg.page_size, self.device, self.events, cfg.session_radix_cache,
-                                    make_policy(cfg.eviction_policy, cfg.eviction_policy_config))
+                                    make_policy(cfg.eviction_policy, cfg.eviction_policy_config), self.metrics)
         if cfg.enable_kv_cache_events:  # on from the start: SGLang's construction reset clears the router
             self.tree.kv_events.enable()
             self.tree.kv_events.all_cleared()
@@ -104,8 +104,7 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         result = self.tree.match_prefix(params.key)
         for component in self.hooks.finalize_match_in_cache:
             result = component.finalize_match_in_cache(params, result)
-        self.metrics.count_match(len(params.key), result.device_prefix_len, result.host_hit_length)
-        return result
+        return result  # (its hits were counted by the tree, which knows them without asking a tensor)
 
     def insert(self, params: InsertParams) -> InsertResult:
         if type(params.key) is not RadixKey:

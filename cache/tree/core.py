@@ -20,6 +20,7 @@ from ..basics.keys import TOKEN_BYTES, RadixKey, namespace_order, unpack_tokens
 from ..basics.params import DecLockRefParams, IncLockRefResult, MatchResult, match_field_position, tree_match_result
 from ..observe.events import Cause, EventBus, EventKind
 from ..observe.kv_events import KVEventRecorder
+from ..observe.metrics import CacheMetrics
 from .cascade import TreeEviction
 from .component_api import FullComponentAPI, TreeComponentAPI, WindowLockAPI
 from .hooks import overriding
@@ -51,7 +52,8 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
     collaborators that own theirs."""
 
     def __init__(self, components: list[TreeComponentAPI], page_size: int, device: torch.device, events: EventBus,
-                 session_radix_cache: bool = False, eviction_policy: Optional[EvictionPolicy] = None):
+                 session_radix_cache: bool = False, eviction_policy: Optional[EvictionPolicy] = None,
+                 metrics: Optional[CacheMetrics] = None):
         if not components or components[0].name != FULL:
             raise ValueError("the first component must be 'full'")
         self.components = components
@@ -60,6 +62,7 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
         self.page_bytes = page_size * TOKEN_BYTES
         self.device = device
         self.events = events
+        self.metrics = CacheMetrics() if metrics is None else metrics  # a match counts its hits where it is made
         for component in components:
             component.tree = self
         # each hook list holds only the components whose class overrides it (hooks.py)
@@ -200,13 +203,14 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
     def match_prefix(self, key: RadixKey) -> MatchResult:
         data = key.data
         ps = self.page_size
-        ntok = len(data) // TOKEN_BYTES
-        ntok -= ntok % ps
+        key_len = len(data) // TOKEN_BYTES
+        ntok = key_len - key_len % ps
         limit = ntok * TOKEN_BYTES
         root = self.root
         if limit == 0:
             if self.events.enabled:
                 emit_verdicts(self, key, root, None)
+            self.metrics.count_match(key_len, 0, 0)
             return MatchResult(self._empty, root.id, root.id, root.id)
         if limit != len(data):
             data = data[:limit]
@@ -223,26 +227,26 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
             path[-1] = self._split_node(split_child, cut)
         node = path[-1] if path else root
         if self.host_policy is not None:  # host copies count: host_load.py
-            result = self.host_match(path, node)
+            result = self.host_match(path, node, key_len)
             if self.events.enabled:
                 emit_verdicts(self, key, node, split_child)
             return result
         chunks: list[torch.Tensor] = []
         walked = 0
         if validators:
-            best, best_chunks = root, 0
+            best, best_chunks, kept = root, 0, 0
             for child in path:
                 walked += child.length
                 chunks.append(child.data[0].value)
                 if accepted(validators, child):
-                    best, best_chunks = child, len(chunks)
+                    best, best_chunks, kept = child, len(chunks), walked
             del chunks[best_chunks:]
         else:
             for child in path:
                 walked += child.length
                 chunks.append(child.data[0].value)
-            best = node
-        result = self._finish_match(best, chunks, walked, node)
+            best, kept = node, walked
+        result = self._finish_match(best, chunks, walked, node, key_len, kept)
         if self.events.enabled:  # after the match end's PROMOTE, so it stays the step's first named node
             emit_verdicts(self, key, node, split_child)
         return result
@@ -276,8 +280,11 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
         del path[best:]
         return path
 
-    def _finish_match(self, best: TreeNode, chunks: list, walked: int, last_visited: TreeNode,
-                      device: Optional[TreeNode] = None, host_hit: int = 0) -> MatchResult:
+    def _finish_match(self, best: TreeNode, chunks: list, walked: int, last_visited: TreeNode, key_len: int,
+                      kept: int, device: Optional[TreeNode] = None, host_hit: int = 0) -> MatchResult:
+        """The match's result and its side effects (LRU refresh, access times, counts).
+        ``kept``: the tokens of the device prefix, summed from the nodes' lengths so that
+        nothing here asks a tensor its size (a cold torch call costs ~2 µs)."""
         if best is not self.root:  # a match that kept nothing refreshes nothing
             for hook in self._match_end_hooks:
                 hook(best)
@@ -301,14 +308,14 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
             indices = torch.cat(chunks)
         last = last_visited.id
         result = tree_match_result(indices, best.id if device is None else device.id, best.id, host_hit, walked,
-                                   None if last == self.root.id else last, self._branch_grids)
+                                   None if last == self.root.id else last, kept, self._branch_grids)
         if self.host_policy is not None:
             for component in self._host_finalizers:
                 result = component.finalize_host_match(result, best)
         if self._finalizers:
-            boundary = indices.shape[0] + host_hit  # read once for every finalizer
             for component in self._finalizers:
-                result = component.finalize_match_result(result, best, walked, boundary)
+                result = component.finalize_match_result(result, best, walked, kept + host_hit)
+        self.metrics.count_match(key_len, kept, host_hit)
         return result
 
     # ---- locks (the receipts are TreeLocks', locks.py) ---------------------------

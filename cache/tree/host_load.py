@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class TreeHostLoad:
     """Mixed into UnifiedTreeCore beside TreeHostTier, whose state it uses."""
 
-    def host_match(self, path: list[TreeNode], last: TreeNode) -> MatchResult:
+    def host_match(self, path: list[TreeNode], last: TreeNode, key_len: int) -> MatchResult:
         """A match along ``path`` with a host tier. The best node is the deepest where
         every component accepts its data on either tier; the device prefix ends at the
         deepest where every component has it on the device. The host hit is the Full
@@ -34,14 +34,15 @@ class TreeHostLoad:
         device_checks = [v for c in self.components[1:] if (v := c.create_match_validator()) is not None]
         root = self.root
         best = device = root
-        chunks, device_chunks, walked = [], 0, 0
+        chunks, device_chunks, walked, on_device_len, kept = [], 0, 0, 0, 0
         for node in path:
             walked += node.length
             on_device = node.data[0].value is not None
             if on_device:
                 chunks.append(node.data[0].value)
+                on_device_len += node.length
             if accepted(device_checks, node) and on_device:
-                device, device_chunks = node, len(chunks)
+                device, device_chunks, kept = node, len(chunks), on_device_len
             if accepted(host_checks, node):
                 best = node
         host_hit = 0
@@ -51,7 +52,7 @@ class TreeHostLoad:
                 host_hit += node.length
             node = node.parent
         del chunks[device_chunks:]
-        return self._finish_match(best, chunks, walked, last, device, host_hit)
+        return self._finish_match(best, chunks, walked, last, key_len, kept, device, host_hit)
 
     just_unevicted: Optional[TreeNode] = None  # for SWA's overlap hook, which recovers its window
 

@@ -37,7 +37,7 @@ def test_field_positions_are_the_named_tuples():
 ])
 def test_branching_fields_are_the_walk_on_each_grid_past_what_the_result_reports(walked, device, host, expected):
     grids = ((match_field_position("mamba_branching_seqlen"), 256), (match_field_position("swa_branching_seqlen"), 32))
-    built = tree_match_result(torch.arange(device), 4, 4, host, walked, 4, grids)
+    built = tree_match_result(torch.arange(device), 4, 4, host, walked, 4, device, grids)
     assert (built.mamba_branching_seqlen, built.swa_branching_seqlen) == expected
     named = MatchResult(torch.arange(device), 4, 4, 4, host, full_kv_hit_length=walked, last_visited_node_id=4,
                         mamba_branching_seqlen=expected[0], swa_branching_seqlen=expected[1])
