@@ -250,7 +250,8 @@ class TreeComponent:
     # ---- locks ------------------------------------------------------------
     @default_hook
     def acquire_lock(self, node: TreeNode, receipt: IncLockRefResult) -> None:
-        """Take this component's share of a lock anchored on ``node`` (default: none)."""
+        """Take this component's share of a lock anchored on ``node`` (default: none).
+        Never asked for the root, which holds no data: a lock there takes nothing."""
 
     @default_hook
     def locked_nodes(self, node: TreeNode, receipt) -> list:

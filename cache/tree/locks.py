@@ -97,7 +97,9 @@ class TreeLocks:
                 raise LockError(f"cannot skip {unknown}: skip only auxiliary components of this cache {list(tree.by_name)[1:]}")
         self._next_receipt += 1
         receipt = IncLockRefResult(0, node_id, self._next_receipt, skip)
-        if skip:
+        if node is tree.root:  # the root holds no component's data: a lock there takes nothing (a miss's lock)
+            pass
+        elif skip:
             for component in tree.components:
                 if component.name not in skip:
                     component.acquire_lock(node, receipt)
@@ -133,6 +135,9 @@ class TreeLocks:
                 "release_window first (or release the whole lock without skip_swa)"
             )
         skip_swa = params.swa_released
+        if node is tree.root:  # its lock took nothing (inc_lock_ref), and the root is never a leaf
+            self._forget(params)
+            return
         if params.skipped_lock_components or skip_swa:
             releasing = [c for c in self._release_order if self.releases(c, params, skip_swa)]
         else:
@@ -144,13 +149,17 @@ class TreeLocks:
                     raise LockError(problem)
         for component in releasing:
             component.release_lock(node, params)
-        del self.live_receipts[params.receipt_id]
-        if self._unfiled.pop(params.receipt_id, None) is None:
-            self._unfile_receipt(params)
+        self._forget(params)
         if not node.in_leaf_set:
             tree.update_leaf_state(node)
-        if tree._touched is not None:
-            tree._touched.add(node_id)
+
+    def _forget(self, receipt) -> None:
+        """A released receipt is held no more."""
+        del self.live_receipts[receipt.receipt_id]
+        if self._unfiled.pop(receipt.receipt_id, None) is None:
+            self._unfile_receipt(receipt)
+        if self.tree._touched is not None:
+            self.tree._touched.add(receipt.node_id)
 
     def dec_window_lock(self, node_id: int, params, batch: EvictionBatch) -> None:
         """Early release of a lock's SWA window part (decode moved past the window),

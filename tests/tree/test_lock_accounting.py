@@ -53,3 +53,22 @@ def test_a_lock_no_receipt_accounts_for_is_named():
     node.data[1].lock_ref -= 1
     cache.dec_lock_ref(m.last_device_node, receipt)
     assert check_invariants(cache) == []
+
+
+def test_a_lock_at_the_root_takes_nothing_and_is_released_once():
+    cache = UnifiedRadixCache(components=("full", "swa", "mamba"), kv_size=64, sliding_window=4, mamba_size=4,
+                              device="cpu")
+    miss = cache.match_prefix(RadixKey([7, 8, 9]))
+    root = cache.tree.root
+    assert miss.last_device_node == root.id
+    before = cache.snapshot()
+    receipt = cache.inc_lock_ref(root.id)
+    assert receipt.delta == 0 and receipt.component_lock_uuids == {}
+    assert [cd.lock_ref for cd in root.data] == [1, 1, 1]  # the root's own fixed lock, no more
+    assert cache.protected_size("full") == cache.protected_size("swa") == 0
+    assert check_invariants(cache) == []
+    cache.release_window(root.id, receipt)  # the window part too: nothing to let go
+    cache.dec_lock_ref(root.id, receipt)
+    assert cache.snapshot().nodes == before.nodes and check_invariants(cache) == []
+    with pytest.raises(LockError, match="not held"):
+        cache.dec_lock_ref(root.id, receipt)
