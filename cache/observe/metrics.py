@@ -65,8 +65,9 @@ class CacheMetrics:
 
     def as_dict(self, components: Iterable[str]) -> dict[str, int]:
         """Every field of ``metric_fields`` with its count (0 where none happened)."""
+        out = {"matches": self.matches, "device_hit_tokens": self.device_hit_tokens,  # MATCH_FIELDS, in order
+               "host_hit_tokens": self.host_hit_tokens, "miss_tokens": self.miss_tokens}
         counts = self.counts
-        out = {name: counts.get(name, 0) for name in metric_fields(components)}
-        out.update(matches=self.matches, device_hit_tokens=self.device_hit_tokens,
-                   host_hit_tokens=self.host_hit_tokens, miss_tokens=self.miss_tokens)
+        for name in _fields_for(tuple(components))[len(MATCH_FIELDS):]:
+            out[name] = counts.get(name, 0)
         return out
