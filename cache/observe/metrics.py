@@ -38,8 +38,8 @@ def _fields_for(components: tuple[str, ...]) -> tuple[str, ...]:
 
 
 class CacheMetrics:
-    """Counters by name; a name never bumped reads 0. The four every match bumps are
-    plain attributes: a Counter's four updates cost ~3 µs of a cold match."""
+    """Counters by name; a name never bumped reads 0. The four every match bumps (the
+    tree counts them, ``count_match``) are plain attributes, not a Counter's items."""
 
     __slots__ = ("counts", "matches", "device_hit_tokens", "host_hit_tokens", "miss_tokens")
 

@@ -98,14 +98,13 @@ class TreeLocks:
         self._next_receipt += 1
         receipt = IncLockRefResult(0, node_id, self._next_receipt, skip)
         if node is tree.root:  # the root holds no component's data: a lock there takes nothing (a miss's lock)
-            pass
+            taking = ()
         elif skip:
-            for component in tree.components:
-                if component.name not in skip:
-                    component.acquire_lock(node, receipt)
+            taking = [c for c in tree.components if c.name not in skip]
         else:
-            for component in tree.components:
-                component.acquire_lock(node, receipt)
+            taking = tree.components
+        for component in taking:
+            component.acquire_lock(node, receipt)
         if node.in_leaf_set:
             tree.leaves.discard(node)
         self.live_receipts[self._next_receipt] = receipt
