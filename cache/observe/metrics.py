@@ -41,7 +41,7 @@ class CacheMetrics:
     """Counters by name; a name never bumped reads 0. The four every match bumps (the
     tree counts them, ``count_match``) are plain attributes, not a Counter's items."""
 
-    __slots__ = ("counts", "matches", "device_hit_tokens", "host_hit_tokens", "miss_tokens")
+    __slots__ = ("counts", *MATCH_FIELDS)
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -61,13 +61,13 @@ class CacheMetrics:
 
     def reset(self) -> None:
         self.counts.clear()
-        self.matches = self.device_hit_tokens = self.host_hit_tokens = self.miss_tokens = 0
+        for name in MATCH_FIELDS:
+            setattr(self, name, 0)
 
     def as_dict(self, components: Iterable[str]) -> dict[str, int]:
         """Every field of ``metric_fields`` with its count (0 where none happened)."""
-        out = {"matches": self.matches, "device_hit_tokens": self.device_hit_tokens,  # MATCH_FIELDS, in order
-               "host_hit_tokens": self.host_hit_tokens, "miss_tokens": self.miss_tokens}
+        out = {name: getattr(self, name) for name in MATCH_FIELDS}  # metric_fields starts with them
         counts = self.counts
-        for name in _fields_for(tuple(components))[len(MATCH_FIELDS):]:
+        for name in metric_fields(components)[len(MATCH_FIELDS):]:
             out[name] = counts.get(name, 0)
         return out

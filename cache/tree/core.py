@@ -312,9 +312,8 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
         if self.host_policy is not None:
             for component in self._host_finalizers:
                 result = component.finalize_host_match(result, best)
-        if self._finalizers:
-            for component in self._finalizers:
-                result = component.finalize_match_result(result, best, walked, kept + host_hit)
+        for component in self._finalizers:
+            result = component.finalize_match_result(result, best, walked, kept + host_hit)
         self.metrics.count_match(key_len, kept, host_hit)
         return result
 

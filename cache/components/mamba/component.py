@@ -61,7 +61,6 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionM
         self.skips_decode_lock = self.config_value("mamba_skip_decode_lock")
         chunk = max(CHUNK_SIZE, cfg.page_size)
         self.grid = chunk * cfg.page_size // math.gcd(chunk, cfg.page_size)
-        self.branching_grid = self.grid
         self.pool = MambaStatePool(cfg.mamba_size, cache.device, self.name)
 
     def check_config_value(self, field: str, value):
@@ -77,6 +76,10 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionM
         return {"slot": int(value[0])} if value is not None else {}
 
     # ---- match ------------------------------------------------------------
+    @property
+    def branching_grid(self) -> int:
+        return self.grid
+
     def create_match_validator(self):
         i = self.index
         # a node matched only in part is split first and its upper part has no state

@@ -57,7 +57,6 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
         self.gates_prefix_match = self.config_value("swa_gates_prefix_match")
         self.frees_out_of_window = self.config_value("swa_free_out_of_window")
         self.page_size = cfg.page_size
-        self.branching_grid = cfg.page_size
         # a fresh leaf is capped to this many tokens of live SWA (one page-aligned window)
         self.window_tail = ceil_align(self.window, self.page_size)
         self.pool = SWAPool(cfg.swa_pool_size, cfg.kv_size, cfg.page_size, cache.device, self.name)
@@ -80,6 +79,10 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
         return {"boundary": uuid} if uuid is not None else {}
 
     # ---- match ------------------------------------------------------------
+    @property
+    def branching_grid(self) -> int:
+        return self.page_size
+
     def create_match_validator(self):
         i, window = self.index, self.window
         run = _NO_GAP_YET  # tokens of live SWA since the last gap
