@@ -64,7 +64,8 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         self.by_name = {c.name: c for c in self.components}
         _check_component_fields(self.components, cfg.extra)
         self.tree = UnifiedTreeCore(self.components, cfg.page_size, self.device, self.events, cfg.session_radix_cache,
-                                    make_policy(cfg.eviction_policy, cfg.eviction_policy_config), self.metrics)
+                                    make_policy(cfg.eviction_policy, cfg.eviction_policy_config), self.metrics,
+                                    self.kv_pool.holds_ids)
         if cfg.enable_kv_cache_events:  # on from the start: SGLang's construction reset clears the router
             self.tree.kv_events.enable()
             self.tree.kv_events.all_cleared()
@@ -133,8 +134,8 @@ class UnifiedRadixCache(RequestFlows, RequestLoadBack, RequestRetraction, HostCa
         for action in actions:
             if bus.enabled:
                 bus.emit(EventKind.ACTION, action.component, action.node, action.cause, action.tokens, action.describe())
-            if isinstance(action, FreeDeviceKV):  # FreeDeviceKVFullOnly too
-                self.free_kv(action.values, action.cause, action.node, full_only=action.full_only)
+            if isinstance(action, FreeDeviceKV):  # FreeDeviceKVFullOnly too; the insert's slots, range checked
+                self.free_kv(action.values, action.cause, action.node, full_only=action.full_only, trusted=True)
             elif isinstance(action, BackupKV):
                 self.host.backup(action.nodes)
             elif isinstance(action, ComponentAction):

@@ -42,8 +42,8 @@ class PagedAllocator:
         self._owned = torch.zeros(self.num_pages, dtype=torch.int32, device=self.device)
         if self.on_host:  # views of the same memory, not copies
             self._stack_np, self._owned_np = self._stack.numpy(), self._owned.numpy()
-            self._order_np = np.arange(self.num_pages, dtype=np.int64)
-            self._stamp_np = np.zeros(self.num_pages, dtype=np.int64)
+            # a free marks the i-th page it names -(i + 1): a page named twice keeps only its later mark
+            self._marks_np = np.arange(-1, -self.num_pages - 1, -1, dtype=np.int32)
 
     def available_size(self) -> int:
         """Free slots (whole pages)."""
@@ -84,10 +84,10 @@ class PagedAllocator:
         """Return the pages holding ``indices``; returns the number of slots freed.
         ``trusted``: indices this pool handed out and a tree node kept (eviction), so the
         range/dtype checks are skipped; the double-free check always runs."""
-        if indices.shape[0] == 0:
-            return 0
         if self.on_host:
             return self._free_on_host(indices, trusted)
+        if indices.shape[0] == 0:
+            return 0
         if not trusted:
             self.check_foreign(indices)
         pages = self.page_ids(indices)
@@ -104,26 +104,34 @@ class PagedAllocator:
         return k * self.page_size
 
     def _free_on_host(self, indices: torch.Tensor, trusted: bool) -> int:
-        """``free`` through numpy: every page must be owned (none already free) and, at
-        page 1, named once (a later duplicate overwrites its stamp; above page 1 the
-        pages are deduplicated anyway), checked before any change."""
+        """``free`` through numpy, in one array: every page must be owned (none already
+        free) and, at page 1, named once, checked before anything is left changed. A
+        free page holds 0 or a negative mark; at page 1 the marks written in order
+        show a page named twice (it keeps the later one), and the owned counts read
+        first put the pool back."""
         if not trusted:
-            self.check_foreign(indices)
+            self._check_tensor(indices)
         pages = indices.numpy()
-        k = pages.shape[0]
-        duplicated = False
-        if self.page_size > 1:
-            pages = np.unique(pages // self.page_size)
-            k = pages.shape[0]
-        else:
-            order = self._order_np[:k]
-            stamp = self._stamp_np
-            stamp[pages] = order
-            duplicated = bool((stamp[pages] != order).any())
+        if pages.shape[0] == 0:
+            return 0
+        if not trusted:
+            self._check_host_range(pages)
         owned = self._owned_np
-        if duplicated or owned[pages].min() < 1:
-            raise DoubleFreeError(f"{self.name} pool: double free of slot(s) {self._already_free(indices)}")
-        owned[pages] = 0
+        if self.page_size > 1:  # deduplicated: a page named twice is freed once
+            pages = np.unique(pages // self.page_size)
+            if owned[pages].min() < 1:
+                raise DoubleFreeError(f"{self.name} pool: double free of slot(s) {self._already_free(indices)}")
+            owned[pages] = 0
+        else:
+            held = owned[pages]
+            if held.min() < 1:
+                raise DoubleFreeError(f"{self.name} pool: double free of slot(s) {self._already_free(indices)}")
+            marks = self._marks_np[: pages.shape[0]]
+            owned[pages] = marks
+            if (owned[pages] != marks).any():
+                owned[pages] = held  # undo: leave the pool as it was
+                raise DoubleFreeError(f"{self.name} pool: double free of slot(s) {self._already_free(indices)}")
+        k = pages.shape[0]
         top = self._top
         self._stack_np[top : top + k] = pages
         self._top = top + k
@@ -131,21 +139,41 @@ class PagedAllocator:
 
     def check_foreign(self, indices: torch.Tensor) -> None:
         """Refuse indices this pool cannot have handed out (dtype, shape, device, range)."""
-        if indices.dtype is not torch.int64 or indices.dim() != 1:
-            raise ForeignIndexError(f"{self.name} pool: indices must be a 1-D int64 tensor")
+        self._check_tensor(indices)
         if self.on_host:
-            if not indices.is_cpu:
-                raise ForeignIndexError(f"{self.name} pool: indices on {indices.device}, pool on {self.device}")
             values = indices.numpy()
-            # one pass for both bounds: a negative id read as unsigned lies beyond any size
-            if values.shape[0] and values.view(np.uint64).max() >= self.size:
-                self._check_range(int(values.min()), int(values.max()))
+            if values.shape[0]:
+                self._check_host_range(values)
         else:
             if indices.device != self.device:
                 raise ForeignIndexError(f"{self.name} pool: indices on {indices.device}, pool on {self.device}")
             if indices.shape[0]:
                 lo, hi = indices.aminmax()
                 self._check_range(int(lo), int(hi))
+
+    def holds_ids(self, slots: torch.Tensor) -> bool:
+        """Every id in ``slots`` (a 1-D int64 tensor on the pool's device) lies in the
+        pool. The tree asks this of an insert's value before it keeps the ids, so their
+        frees (of duplicates at once, the rest at eviction) take the range as checked."""
+        if self.on_host:
+            values = slots.numpy()
+            return values.shape[0] == 0 or values.view(np.uint64).max() < self.size
+        if slots.shape[0] == 0:
+            return True
+        lo, hi = slots.aminmax()
+        return int(lo) >= 0 and int(hi) < self.size
+
+    def _check_tensor(self, indices: torch.Tensor) -> None:
+        if indices.dtype is not torch.int64 or indices.dim() != 1:
+            raise ForeignIndexError(f"{self.name} pool: indices must be a 1-D int64 tensor")
+        if self.on_host and not indices.is_cpu:
+            raise ForeignIndexError(f"{self.name} pool: indices on {indices.device}, pool on {self.device}")
+
+    def _check_host_range(self, values: np.ndarray) -> None:
+        """One pass for both bounds of a non-empty host array: a negative id read as
+        unsigned lies beyond any size."""
+        if values.view(np.uint64).max() >= self.size:
+            self._check_range(int(values.min()), int(values.max()))
 
     def _check_range(self, lo: int, hi: int) -> None:
         if lo < 0 or hi >= self.size:
@@ -156,7 +184,7 @@ class PagedAllocator:
         seen, bad = set(), []
         owned = self._owned.tolist()
         for slot, page in zip(indices.tolist(), pages.tolist()):
-            if owned[page] == 0 or page in seen:
+            if owned[page] <= 0 or page in seen:
                 bad.append(slot)
             seen.add(page)
         return bad[:8]
@@ -180,4 +208,5 @@ class PagedAllocator:
         return bool(gather(self._owned, pages).min() > 0)
 
     def owned_mask(self) -> torch.Tensor:
-        return self._owned.clone()
+        """1 for each page handed out, 0 for each free one (a copy)."""
+        return (self._owned > 0).to(torch.int32)

@@ -10,6 +10,7 @@ actions (insert) or per-component free lists (eviction) that the controller exec
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Optional
 
 import torch
@@ -53,7 +54,8 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
 
     def __init__(self, components: list[TreeComponentAPI], page_size: int, device: torch.device, events: EventBus,
                  session_radix_cache: bool = False, eviction_policy: Optional[EvictionPolicy] = None,
-                 metrics: Optional[CacheMetrics] = None):
+                 metrics: Optional[CacheMetrics] = None,
+                 slots_in_pool: Callable[[torch.Tensor], bool] = lambda slots: True):
         if not components or components[0].name != FULL:
             raise ValueError("the first component must be 'full'")
         self.components = components
@@ -63,6 +65,7 @@ class UnifiedTreeCore(TreeInsert, TreeEviction, TreeHostEviction, TreeHostLoad, 
         self.device = device
         self.events = events
         self.metrics = CacheMetrics() if metrics is None else metrics  # a match counts its hits where it is made
+        self.slots_in_pool = slots_in_pool  # an insert's value lies in the Full pool (the controller's range check)
         for component in components:
             component.tree = self
         # each hook list holds only the components whose class overrides it (hooks.py)

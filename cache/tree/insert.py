@@ -137,6 +137,8 @@ class TreeInsert:
             raise InvalidValueError(f"value has {n} slots but the key has {key_len} tokens")
         if value.device != self.device:
             raise InvalidValueError(f"value is on {value.device}, the cache on {self.device}")
+        if not self.slots_in_pool(value):  # the frees of its duplicates, and eviction later, trust this
+            raise InvalidValueError(f"value holds slot ids outside the Full pool ({int(value.min())}..{int(value.max())})")
         return value
 
     def _free_duplicates(self, value, start: int, end: int, params: InsertParams, node: TreeNode, pending: list) -> None:

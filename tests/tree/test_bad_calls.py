@@ -158,6 +158,21 @@ def test_value_of_wrong_dtype_or_shape(full):
         bad_insert(cache, tokens, None)
 
 
+def test_value_with_slot_ids_outside_the_pool(full):
+    """Refused at the insert, not at a later eviction: the frees of an insert's slots
+    (its duplicates at once, the rest when evicted) trust their range."""
+    cache, P = full.cache, full.ps
+    populated(full)
+    tokens = seq(1, 2, P) + seq(300, 1, P)  # the first two pages are duplicates of the tree's
+    size = cache.kv_pool.size
+    for bad_slot in (-1, size, 2**40):
+        for at in (0, len(tokens) - 1):  # in the duplicated part, and in the part a new leaf would keep
+            value = torch.arange(len(tokens), dtype=torch.int64)
+            value[at] = bad_slot
+            with unchanged(cache, InvalidValueError, "outside the Full pool"):
+                bad_insert(cache, tokens, value)
+
+
 def test_negative_prev_prefix_len(full):
     cache, P = full.cache, full.ps
     populated(full)
