@@ -157,7 +157,7 @@ class PagedAllocator:
         frees (of duplicates at once, the rest at eviction) take the range as checked."""
         if self.on_host:
             values = slots.numpy()
-            return values.shape[0] == 0 or values.view(np.uint64).max() < self.size
+            return values.shape[0] == 0 or bool(values.view(np.uint64).max() < self.size)
         if slots.shape[0] == 0:
             return True
         lo, hi = slots.aminmax()

@@ -192,6 +192,14 @@ def test_double_free_within_one_call(ps):
     assert_consistent(pool)
 
 
+def test_holds_ids_names_only_ids_in_the_pool(ps):
+    pool = make(ps)
+    size = pool.size
+    assert pool.holds_ids(t([])) is True and pool.holds_ids(t([0, size - 1, 3])) is True
+    for bad in ([-1], [size], [0, 2**40], [-(2**62), 1], [2**63 - 1]):
+        assert pool.holds_ids(t(bad)) is False, bad
+
+
 def test_free_never_allocated(ps):
     pool = make(ps)
     before = state(pool)
