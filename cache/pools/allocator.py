@@ -82,8 +82,9 @@ class PagedAllocator:
 
     def free(self, indices: torch.Tensor, trusted: bool = False) -> int:
         """Return the pages holding ``indices``; returns the number of slots freed.
-        ``trusted``: indices this pool handed out and a tree node kept (eviction), so the
-        range/dtype checks are skipped; the double-free check always runs."""
+        ``trusted``: indices whose form and range were checked before the tree kept them
+        (a node's at eviction, an insert's duplicates), so those checks are skipped; the
+        double-free check always runs."""
         if self.on_host:
             return self._free_on_host(indices, trusted)
         if indices.shape[0] == 0:
