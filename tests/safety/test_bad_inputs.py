@@ -74,6 +74,8 @@ CASES = [
     Case("ops-zero", ("bench", "--fuzz-jobs", "--ops", "0"), 2, r"--ops must be a positive int"),
     Case("write-trace-with-trace", ("bench", "--trace", "base.jsonl", "--write-trace", "new.jsonl"), 2,
          r"--write-trace writes the seeded workload .*leave out --trace"),
+    Case("repeat-with-trace", ("bench", "--trace", "base.jsonl", "--repeat", "0.3"), 2,
+         r"--repeat shapes the seeded workload .*leave out --trace"),
     # options and config values, checked before anything runs
     Case("negative-time-budget", ("fuzz", "--time-budget", "-1"), 2, r"--time-budget must be a positive number"),
     Case("nan-shrink-budget", ("fuzz", "--shrink-budget", "nan"), 2, r"--shrink-budget must be a positive number"),

@@ -40,6 +40,7 @@ class BenchConfig:
     sliding_window: int = 128
     mamba_size: int = 256
     device: str = "cpu"
+    repeat: float = 0.0  # the share of requests repeating a recent one whole (workload.build_workload)
 
     def cache(self) -> UnifiedRadixCache:
         extra = {}
@@ -53,7 +54,8 @@ class BenchConfig:
 
 
 def build_workload(cfg: BenchConfig) -> list[list[int]]:
-    return workload.build_workload(cfg.requests, cfg.seed, cfg.prompts, cfg.min_len, cfg.max_len, cfg.page_size)
+    return workload.build_workload(cfg.requests, cfg.seed, cfg.prompts, cfg.min_len, cfg.max_len, cfg.page_size,
+                                   cfg.repeat)
 
 
 def stats(samples_ns: list[int]) -> dict:

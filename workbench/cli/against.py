@@ -88,7 +88,8 @@ def bench_against(args, scenario) -> int:
     if scenario is None:  # the seeded workload (--requests, --seed, --components), written as a trace
         with tempfile.TemporaryDirectory() as tmp:
             report = side_by_side(_workload_trace(args, Path(tmp)), cores, args.allow_version, args.keys or "array")
-        report["file"] = f"seeded workload: {args.requests} requests, seed {args.seed}, {args.components}"
+        report["file"] = f"seeded workload: {args.requests} requests, seed {args.seed}, {args.components}" + (
+            f", {args.repeat:g} repeated" if args.repeat else "")
     else:
         report = side_by_side(scenario, cores, args.allow_version, args.keys or "array")
     if args.json:
@@ -109,5 +110,5 @@ def _workload_trace(args, folder: Path):
 
     path = folder / "workload.jsonl"
     with path.open("w", encoding="utf-8") as stream:
-        write_trace(stream, args.requests, args.seed, tuple(args.components.split(",")))
+        write_trace(stream, args.requests, args.seed, tuple(args.components.split(",")), args.repeat)
     return load_scenario(path)

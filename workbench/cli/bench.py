@@ -20,6 +20,10 @@ def add_parser(command) -> None:
     bench.add_argument("--requests", type=int, default=5000, metavar="N",
                        help="requests in the seeded workload (default 5000)")
     bench.add_argument("--seed", type=int, default=0, metavar="S", help="workload seed (default 0)")
+    bench.add_argument("--repeat", type=float, default=0.0, metavar="FRACTION",
+                       help="the share of the workload's requests (0 to below 1) that repeat one of the last 64 whole, "
+                            "so matches hit past the shared prompts and hybrid locks take their windows (default 0: "
+                            "SGLang's bench workload)")
     bench.add_argument("--device", default="cpu", choices=DEVICES,
                        help="where the pools live: cpu (default), cuda, or auto (cuda when present)")
     bench.add_argument("--components", default=BASE, choices=component_sets(), metavar="LIST",
@@ -89,6 +93,13 @@ def run(args) -> int:
                              "--tree-sizes": args.tree_sizes != "1000,100000"})
     if args.requests <= 0:
         raise ScenarioError("--requests must be a positive int")
+    if not 0 <= args.repeat < 1:
+        raise ScenarioError(f"--repeat must be a fraction from 0 to below 1 (got {args.repeat:g})")
+    other_modes = (args.trace, args.timeline, args.tui, args.svg, args.plot, args.fuzz, args.fuzz_jobs, args.store,
+                   args.shrink, args.states, args.listen)
+    if args.repeat and any(other_modes):
+        raise ScenarioError("--repeat shapes the seeded workload (the plain bench, --write-trace, --against): "
+                            "leave out --trace and the other modes")
     try:
         sizes = tuple(int(x) for x in args.tree_sizes.split(",") if x.strip())
     except ValueError:
@@ -112,7 +123,7 @@ def run(args) -> int:
         from ..model.scenarios.workload import write_trace
 
         with open_output(args.write_trace, (), args.force, "--write-trace") as stream:
-            steps = write_trace(stream, args.requests, args.seed, components)
+            steps = write_trace(stream, args.requests, args.seed, components, args.repeat)
         if args.write_trace != "-":
             print(f"wrote {steps:,} steps ({args.requests:,} requests) to {args.write_trace}", file=sys.stderr)
         return EXIT_OK
@@ -217,7 +228,8 @@ def run(args) -> int:
         return EXIT_OK
     from ..bench.synthetic import BenchConfig, full_report, print_report
 
-    config = BenchConfig(requests=args.requests, seed=args.seed, device=args.device, components=components)
+    config = BenchConfig(requests=args.requests, seed=args.seed, device=args.device, components=components,
+                         repeat=args.repeat)
     report = full_report(config, sizes if components == (BASE,) else ())
     if args.json:
         print(json.dumps(report, indent=2))

@@ -19,11 +19,15 @@ from ..ops.requests import DECODE, PREFILL, RELEASE
 from ..ops.spec import BASE, stateful, windowed
 
 VOCAB = 32000
+RECENT = 64  # a repeated request is one of the last RECENT requests
 
 
 def build_workload(requests: int, seed: int = 0, prompts: int = 8, min_len: int = 64, max_len: int = 2048,
-                   page_size: int = 1) -> list[list[int]]:
-    """Shared prompts (64..1024 tokens, Zipf-weighted) plus random suffixes."""
+                   page_size: int = 1, repeat: float = 0.0) -> list[list[int]]:
+    """Shared prompts (64..1024 tokens, Zipf-weighted) plus random suffixes. ``repeat``:
+    the share of requests that repeat one of the last ``RECENT`` whole (a retry, a
+    conversation sent again), so matches hit past the shared prompt; at 0 no draw is made
+    for it and the workload is the one SGLang's bench generates."""
     rng = random.Random(seed)
     shared = []
     for _ in range(prompts):
@@ -32,6 +36,9 @@ def build_workload(requests: int, seed: int = 0, prompts: int = 8, min_len: int 
     weights = [1.0 / (i + 1) for i in range(len(shared))]
     out = []
     for _ in range(requests):
+        if repeat and out and rng.random() < repeat:
+            out.append(rng.choice(out[-RECENT:]))
+            continue
         prompt = rng.choices(shared, weights=weights)[0]
         total = rng.randint(min_len, max_len)
         out.append(prompt + [rng.randrange(1, VOCAB) for _ in range(max(1, total - len(prompt)))])
@@ -49,22 +56,24 @@ def trace_config(components: tuple[str, ...], kv_size: int = 65536, sliding_wind
     return config
 
 
-def trace_records(requests: int, seed: int = 0, components: tuple[str, ...] = (BASE,)) -> Iterator[dict[str, Any]]:
+def trace_records(requests: int, seed: int = 0, components: tuple[str, ...] = (BASE,),
+                  repeat: float = 0.0) -> Iterator[dict[str, Any]]:
     """The header, then four steps per request."""
-    name = f"bench-{','.join(components)}-{requests}"
+    name = f"bench-{','.join(components)}-{requests}" + (f"-repeat-{repeat:g}" if repeat else "")
     yield {"schema": 1, "scenario": {"name": name, "description": "urc bench --write-trace workload"},
            "config": trace_config(components)}
-    for i, key in enumerate(build_workload(requests, seed)):
+    for i, key in enumerate(build_workload(requests, seed, repeat=repeat)):
         yield MATCH.step(key=key, as_=f"m{i}")
         yield LOCK.step(match=f"m{i}", as_=f"L{i}")
         yield INSERT.step(key=key)
         yield UNLOCK.step(lock=f"L{i}")
 
 
-def write_trace(stream: TextIO, requests: int, seed: int = 0, components: tuple[str, ...] = (BASE,)) -> int:
+def write_trace(stream: TextIO, requests: int, seed: int = 0, components: tuple[str, ...] = (BASE,),
+                repeat: float = 0.0) -> int:
     """Write the trace; returns the number of steps."""
     steps = -1
-    for record in trace_records(requests, seed, components):
+    for record in trace_records(requests, seed, components, repeat):
         stream.write(json.dumps(record, separators=(",", ":")) + "\n")
         steps += 1
     return steps
