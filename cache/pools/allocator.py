@@ -87,10 +87,10 @@ class PagedAllocator:
         double-free check always runs."""
         if self.on_host:
             return self._free_on_host(indices, trusted)
+        if not trusted:  # checked first on both paths: an empty tensor of the wrong form is refused too
+            self.check_foreign(indices)
         if indices.shape[0] == 0:
             return 0
-        if not trusted:
-            self.check_foreign(indices)
         pages = self.page_ids(indices)
         k = pages.shape[0]
         ones = self._ones[:k]

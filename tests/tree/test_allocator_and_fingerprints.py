@@ -192,6 +192,15 @@ def test_double_free_within_one_call(ps):
     assert_consistent(pool)
 
 
+def test_an_empty_free_frees_nothing_and_is_checked_like_any_other(ps):
+    pool = make(ps)
+    before = state(pool)
+    assert pool.free(t([])) == 0 and pool.free(t([]), trusted=True) == 0
+    with pytest.raises(ForeignIndexError, match="1-D int64"):
+        pool.free(torch.empty(0, dtype=torch.int32))
+    assert state(pool) == before
+
+
 def test_holds_ids_names_only_ids_in_the_pool(ps):
     pool = make(ps)
     size = pool.size
