@@ -115,8 +115,8 @@ class PagedAllocator:
         pages = indices.numpy()
         if pages.shape[0] == 0:
             return 0
-        if not trusted:
-            self._check_host_range(pages)
+        if not trusted and not self._host_ids_in_range(pages):
+            self._refuse_range(indices)
         owned = self._owned_np
         if self.page_size > 1:  # deduplicated: a page named twice is freed once
             pages = np.unique(pages // self.page_size)
@@ -141,44 +141,34 @@ class PagedAllocator:
     def check_foreign(self, indices: torch.Tensor) -> None:
         """Refuse indices this pool cannot have handed out (dtype, shape, device, range)."""
         self._check_tensor(indices)
-        if self.on_host:
-            values = indices.numpy()
-            if values.shape[0]:
-                self._check_host_range(values)
-        else:
-            if indices.device != self.device:
-                raise ForeignIndexError(f"{self.name} pool: indices on {indices.device}, pool on {self.device}")
-            if indices.shape[0]:
-                lo, hi = indices.aminmax()
-                self._check_range(int(lo), int(hi))
+        if not self.holds_ids(indices):
+            self._refuse_range(indices)
 
     def holds_ids(self, slots: torch.Tensor) -> bool:
         """Every id in ``slots`` (a 1-D int64 tensor on the pool's device) lies in the
         pool. The tree asks this of an insert's value before it keeps the ids, so their
         frees (of duplicates at once, the rest at eviction) take the range as checked."""
         if self.on_host:
-            values = slots.numpy()
-            return values.shape[0] == 0 or bool(values.view(np.uint64).max() < self.size)
+            return self._host_ids_in_range(slots.numpy())
         if slots.shape[0] == 0:
             return True
         lo, hi = slots.aminmax()
         return int(lo) >= 0 and int(hi) < self.size
 
+    def _host_ids_in_range(self, values: np.ndarray) -> bool:
+        """One pass for both bounds: a negative id read as unsigned lies beyond any size."""
+        return values.shape[0] == 0 or bool(values.view(np.uint64).max() < self.size)
+
     def _check_tensor(self, indices: torch.Tensor) -> None:
         if indices.dtype is not torch.int64 or indices.dim() != 1:
             raise ForeignIndexError(f"{self.name} pool: indices must be a 1-D int64 tensor")
-        if self.on_host and not indices.is_cpu:
+        elsewhere = not indices.is_cpu if self.on_host else indices.device != self.device
+        if elsewhere:
             raise ForeignIndexError(f"{self.name} pool: indices on {indices.device}, pool on {self.device}")
 
-    def _check_host_range(self, values: np.ndarray) -> None:
-        """One pass for both bounds of a non-empty host array: a negative id read as
-        unsigned lies beyond any size."""
-        if values.view(np.uint64).max() >= self.size:
-            self._check_range(int(values.min()), int(values.max()))
-
-    def _check_range(self, lo: int, hi: int) -> None:
-        if lo < 0 or hi >= self.size:
-            raise ForeignIndexError(f"{self.name} pool: index out of range [0, {self.size}): {lo}..{hi}")
+    def _refuse_range(self, indices: torch.Tensor) -> None:
+        lo, hi = int(indices.min()), int(indices.max())
+        raise ForeignIndexError(f"{self.name} pool: index out of range [0, {self.size}): {lo}..{hi}")
 
     def _already_free(self, indices: torch.Tensor) -> list[int]:
         pages = torch.div(indices, self.page_size, rounding_mode="floor")
