@@ -11,8 +11,7 @@ import pytest
 
 from workbench.model.scenarios.scenario import load_scenario
 from workbench.model.scenarios.workload import RECENT, build_workload, write_trace
-from workbench.model.timeline.driver import CacheDriver
-from workbench.model.timeline.runner import build_cache
+from workbench.model.timeline.runner import Runner
 
 from urc_util import urc
 
@@ -36,12 +35,9 @@ def _device_hits(repeat: float, tmp_path) -> int:
     path = tmp_path / f"hybrid-{repeat}.jsonl"
     with path.open("w", encoding="utf-8") as stream:
         write_trace(stream, 60, 1, ("full", "swa", "mamba"), repeat)
-    scenario = load_scenario(path)
-    cache = build_cache(scenario, None)
-    driver = CacheDriver(cache)
-    for step in scenario.steps:
-        driver.run(step.op, step.fields)
-    return cache.metrics.device_hit_tokens
+    runner = Runner(load_scenario(path))
+    assert runner.run().passed  # every step checked
+    return runner.cache.metrics.device_hit_tokens
 
 
 def test_repeats_make_hybrid_matches_hit(tmp_path):
