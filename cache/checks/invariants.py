@@ -141,7 +141,7 @@ def verify_match(cache: UnifiedRadixCache, key: RadixKey | list[int], result: Ma
         return [Violation("match.too_long", f"match returned {n} slots for a {len(tokens)}-token key")]
     if n % cache.page_size:
         return [Violation("match.page_aligned", f"match length {n} is not a multiple of page {cache.page_size}")]
-    bad = cache.kv_buffer.mismatches(indices, tokens[:n])
+    bad = cache.kv_buffer.mismatches(indices, tokens)
     if bad:
         return [Violation("match.fingerprint", f"{len(bad)} slot(s) hold the wrong KV, first at position {bad[0]}")]
     return [v for c in cache.components for v in component_checks.verify_match(c, tokens, result)]

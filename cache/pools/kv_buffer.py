@@ -59,28 +59,84 @@ def _joined_sums(keys: list[bytes]) -> np.ndarray:
     return csum
 
 
+class _LastHashed:
+    """The last tokens ``prefix_hashes`` hashed, a copy, and their hashes (read-only). A
+    checked step hashes one request's tokens up to four times: the match's check, the
+    KV write, the Mamba state and the insert's check of the new node. Each is a prefix
+    of the request or a segment of it, so all but the first are answered here; a hit
+    is decided by comparing every token, so the answer is what hashing would give."""
+
+    __slots__ = ("tokens", "hashes")
+
+    def __init__(self) -> None:
+        self.tokens = self.hashes = np.zeros(0, dtype=np.int64)
+
+    def prefix(self, tokens: np.ndarray) -> Optional[np.ndarray]:
+        known, hashes = self.tokens, self.hashes  # read once: another thread may replace both
+        n = tokens.shape[0]
+        if n > known.shape[0] or not np.array_equal(tokens, known[:n]):
+            return None
+        return hashes[:n]
+
+    def segment(self, key: bytes, offset: int, start: int) -> Optional[np.ndarray]:
+        """``continue_hashes([key], [start])`` when the tokens hashed last hold ``key`` at
+        ``offset`` after a prefix whose fingerprint is ``start`` (0 at offset 0)."""
+        known, hashes = self.tokens, self.hashes
+        n = len(key) // TOKEN_BYTES
+        if offset < 0 or offset + n > known.shape[0] or start != (int(hashes[offset - 1]) if offset else 0):
+            return None
+        if not np.array_equal(np.frombuffer(key, dtype=np.int32), known[offset:offset + n]):
+            return None
+        return hashes[offset:offset + n]
+
+    def keep(self, tokens: np.ndarray, hashes: np.ndarray) -> None:
+        hashes.flags.writeable = False
+        self.tokens, self.hashes = tokens.copy(), hashes  # the caller's tokens may change later
+
+
+_LAST = _LastHashed()
+
+
 def prefix_hashes(tokens) -> np.ndarray:
-    """Fingerprint of every prefix of ``tokens`` (position i covers tokens[0..i]), on the host."""
+    """Fingerprint of every prefix of ``tokens`` (position i covers tokens[0..i]), on the
+    host; read-only (it may be the memo's)."""
     tokens = host_ints(tokens)
     n = tokens.shape[0]
     if n == 0:
         return tokens
+    known = _LAST.prefix(tokens)
+    if known is not None:
+        return known
     pw, ipw = _POWERS.get(n)
-    return np.cumsum((tokens + 1) % _P * ipw % _P) % _P * pw % _P
+    hashes = np.cumsum((tokens + 1) % _P * ipw % _P) % _P * pw % _P
+    _LAST.keep(tokens, hashes)
+    return hashes
 
 
 def prefix_fingerprints(tokens, device: torch.device | None = None) -> torch.Tensor:
     """``prefix_hashes`` as a tensor on ``device`` (what the buffer is written with)."""
     if device is None and isinstance(tokens, torch.Tensor):
         device = tokens.device
-    out = torch.from_numpy(prefix_hashes(tokens))
+    out = torch.from_numpy(prefix_hashes(tokens).copy())  # a tensor of its own: the hashes are read-only
     return out if device is None else out.to(device)
 
 
-def continue_hashes(keys: list[bytes], starts: list[int]) -> np.ndarray:
+def continue_hashes(keys: list[bytes], starts: list[int], offsets: Optional[list[int]] = None) -> np.ndarray:
     """For token segments (packed keys), each following a prefix whose fingerprint is
     ``starts[k]`` (0: no prefix), the fingerprint at every position, segment after
-    segment: ``prefix_hashes(prefix + segment)[len(prefix):]`` for all at once."""
+    segment: ``prefix_hashes(prefix + segment)[len(prefix):]`` for all at once.
+    ``offsets``: each prefix's length in tokens, where known, so the last tokens hashed
+    (the step's request) can answer segments of themselves."""
+    if offsets is not None:
+        known = [_LAST.segment(key, offset, start) for key, offset, start in zip(keys, offsets, starts)]
+        unknown = [k for k, hashes in enumerate(known) if hashes is None]
+        if len(unknown) < len(known):
+            if unknown:  # hashed together, then cut back into their places
+                fresh = continue_hashes([keys[k] for k in unknown], [starts[k] for k in unknown])
+                ends = np.cumsum([len(keys[k]) // TOKEN_BYTES for k in unknown]).tolist()
+                for k, lo, hi in zip(unknown, [0] + ends, ends):
+                    known[k] = fresh[lo:hi]
+            return known[0] if len(known) == 1 else np.concatenate(known)
     lengths = np.fromiter((len(k) // TOKEN_BYTES for k in keys), dtype=np.int64, count=len(keys))
     csum = _joined_sums(keys)
     total = csum.shape[0] - 1
@@ -218,6 +274,10 @@ class KVFingerprintBuffer:
         return bool(np.array_equal(self.read_host(slots), expected))
 
     def mismatches(self, slots: torch.Tensor, tokens) -> list[int]:
-        """Positions i where slot i does not hold the fingerprint of tokens[0..i]."""
+        """Positions i where slot i does not hold the fingerprint of tokens[0..i] (the
+        slots may cover a prefix of ``tokens``: all of them are hashed, as the insert of
+        the same request will ask for them next)."""
+        if not slots.shape[0]:
+            return []
         expected = prefix_hashes(tokens)[: slots.shape[0]]
         return np.flatnonzero(self.read_host(slots) != expected).tolist()

@@ -1,0 +1,107 @@
+"""The fingerprint hashes answered from the last tokens hashed (``kv_buffer._LastHashed``):
+every answer equals the hash computed afresh, whatever was hashed before, and the
+per-step check still catches a wrong KV on the node it answers for."""
+
+from __future__ import annotations
+
+import random
+from array import array
+
+import numpy as np
+import pytest
+
+from cache import InsertParams, MatchPrefixParams, RadixKey, UnifiedRadixCache, check_invariants
+from cache.checks.invariants import verify_match
+from cache.checks.incremental import probe
+from cache.pools.kv_buffer import continue_hashes, prefix_hashes
+
+P, B = 2**31 - 1, 1_000_003
+
+
+def plain_hashes(tokens) -> list[int]:
+    """The fingerprint of every prefix, one token at a time: h = h * B + (t + 1) mod p."""
+    out, h = [], 0
+    for t in tokens:
+        h = (h * B + t + 1) % P
+        out.append(h)
+    return out
+
+
+def test_prefixes_of_the_last_tokens_and_other_tokens_hash_as_afresh():
+    rng = random.Random(5)
+    first = [rng.randrange(50_000) for _ in range(600)]
+    other = first[:599] + [first[599] + 1]  # the same but for the last token
+    for tokens in (first, first[:1], first[:300], first, other, first[:599], other, first + [7, 8], first):
+        assert prefix_hashes(np.array(tokens, dtype=np.int32)).tolist() == plain_hashes(tokens)
+
+
+def test_tokens_changed_in_place_after_hashing_are_hashed_again():
+    """The memo keeps a copy: a caller's buffer (a request's fill ids) may change later."""
+    tokens = array("q", range(100))
+    assert prefix_hashes(tokens).tolist() == plain_hashes(tokens)
+    tokens[40] = 999
+    assert prefix_hashes(tokens).tolist() == plain_hashes(tokens)
+    assert prefix_hashes(tokens[:50]).tolist() == plain_hashes(tokens[:50])
+
+
+def test_the_hashes_handed_out_are_read_only():
+    tokens = list(range(1, 60))
+    hashes = prefix_hashes(tokens)
+    with pytest.raises(ValueError):
+        hashes[3] = 0
+    assert prefix_hashes(tokens[:10]).tolist() == plain_hashes(tokens[:10])
+
+
+def test_segments_with_offsets_hash_as_without_them():
+    """Segments of the last tokens hashed (at their offsets, after their own prefix's
+    fingerprint) and segments that are not (other tokens, a wrong start, a wrong or
+    unknown offset) together give what hashing every segment gives."""
+    rng = random.Random(11)
+    request = [rng.randrange(50_000) for _ in range(500)]
+    whole = plain_hashes(request)
+    prefix_hashes(request)  # the step's request, hashed last
+    stranger = [rng.randrange(50_000) for _ in range(40)]
+    cases = [  # (tokens, offset, start)
+        (request[:100], 0, 0),
+        (request[100:350], 100, whole[99]),
+        (request[350:], 350, whole[349]),
+        (request[100:350], 100, whole[98]),  # a start that is not the prefix's
+        (request[100:350], 99, whole[98]),  # the tokens are not at that offset
+        (request[200:260], -1, whole[199]),  # no offset known (the parent links loop)
+        (stranger, 0, 0),
+        (request[450:], 450, whole[449]),
+    ]
+    keys = [array("i", tokens).tobytes() for tokens, _, _ in cases]
+    starts = [start for _, _, start in cases]
+    offsets = [offset for _, offset, _ in cases]
+    expected = continue_hashes(keys, starts).tolist()
+    assert continue_hashes(keys, starts, offsets).tolist() == expected
+    assert continue_hashes(keys[:3], starts[:3], offsets[:3]).tolist() == whole  # every one from the memo
+    for k in range(len(cases)):
+        assert continue_hashes(keys[k:k + 1], starts[k:k + 1], offsets[k:k + 1]).tolist() == \
+            continue_hashes(keys[k:k + 1], starts[k:k + 1]).tolist()
+    assert continue_hashes([], [], []).tolist() == []
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_the_probe_still_catches_a_wrong_kv_on_the_node_just_inserted(page_size, where):
+    """After an insert the memo holds the request's hashes; a slot of the new node
+    holding another fingerprint still fails the probe (which then hands over to the
+    sweep), and a match over it names the slot."""
+    cache = UnifiedRadixCache(components=("full",), kv_size=256, page_size=page_size, device="cpu")
+    shared = list(range(1, 17))
+    for tokens in (shared + [20, 21, 22, 23], shared + [30, 31, 32, 33, 34, 35, 36, 37]):
+        slots = cache.alloc_kv(len(tokens))
+        cache.write_kv(slots, tokens)
+        cache.tree.take_touched()
+        cache.insert(InsertParams(RadixKey(tokens), slots))
+    touched = cache.tree.take_touched()
+    assert probe(cache, touched) and check_invariants(cache, touched=touched) == []
+    leaf = max(cache.tree.nodes.values(), key=lambda node: node.id)  # the second insert's new node
+    slot = int(leaf.data[0].value[0 if where == "first" else -1])
+    cache.kv_buffer.data[slot] = (int(cache.kv_buffer.data[slot]) + 1) % P
+    assert not probe(cache, touched)
+    tokens = shared + [30, 31, 32, 33, 34, 35, 36, 37]
+    result = cache.match_prefix(MatchPrefixParams(RadixKey(tokens)))
+    assert [v.name for v in verify_match(cache, RadixKey(tokens), result)] == ["match.fingerprint"]
