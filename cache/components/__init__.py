@@ -100,11 +100,12 @@ class ComponentRegistry(Mapping):
         """A constant the component's folder declares (its ``__init__``, torch-free), or
         ``default`` when it declares none. A component registered at run time has no
         folder here: the module its class lives in declares its constants, if any."""
-        if name in self._built_in:
-            declaring = f".{name}"
-        else:
-            declaring = self.parts(name).component.partition(":")[0]
-        return getattr(importlib.import_module(declaring, package=__name__), constant, default)
+        key = (name, "declaring")
+        module = self._loaded.get(key)
+        if module is None:  # looked up once: the ops ask on every step
+            declaring = f".{name}" if name in self._built_in else self.parts(name).component.partition(":")[0]
+            module = self._loaded[key] = importlib.import_module(declaring, package=__name__)
+        return getattr(module, constant, default)
 
     def declaring(self, constant: str) -> tuple[str, ...]:
         """The components whose folder declares ``constant`` true, in registry order."""
