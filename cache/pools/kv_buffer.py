@@ -55,7 +55,7 @@ def _joined_sums(keys: list[bytes]) -> np.ndarray:
     csum = np.zeros(total + 1, dtype=np.int64)
     if total:
         tokens = np.frombuffer(joined, dtype=np.int32).astype(np.int64)
-        np.cumsum((tokens + 1) % _P * _POWERS.get(total)[1] % _P, out=csum[1:])
+        np.cumsum((tokens + 1) * _POWERS.get(total)[1] % _P, out=csum[1:])  # int32 tokens: under 2**62
     return csum
 
 
@@ -137,6 +137,8 @@ def continue_hashes(keys: list[bytes], starts: list[int], offsets: Optional[list
                 for k, lo, hi in zip(unknown, [0] + ends, ends):
                     known[k] = fresh[lo:hi]
             return known[0] if len(known) == 1 else np.concatenate(known)
+    if len(keys) == 1:
+        return _continue_one(keys[0], int(starts[0]))
     lengths = np.fromiter((len(k) // TOKEN_BYTES for k in keys), dtype=np.int64, count=len(keys))
     csum = _joined_sums(keys)
     total = csum.shape[0] - 1
@@ -146,8 +148,23 @@ def continue_hashes(keys: list[bytes], starts: list[int], offsets: Optional[list
     first = np.repeat(np.cumsum(lengths) - lengths, lengths)  # where each position's segment starts
     pos = np.arange(total)
     local = (csum[1:] - csum[first]) % _P * pw[:total] % _P  # sum (t_i + 1) B**(pos - i) over the segment
-    carried = np.repeat(np.asarray(starts, dtype=np.int64), lengths) * pw[pos - first + 1] % _P
+    carried = np.repeat(np.asarray(starts, dtype=np.int64) % _P, lengths) * pw[pos - first + 1] % _P
     return (carried + local) % _P
+
+
+def _continue_one(key: bytes, start: int) -> np.ndarray:
+    """``continue_hashes`` of one segment (the probe's usual case): the segment's own
+    prefix hashes plus the start carried along, without the cuts between segments."""
+    tokens = np.frombuffer(key, dtype=np.int32).astype(np.int64)
+    n = tokens.shape[0]
+    pw, ipw = _POWERS.get(n + 1)
+    # int32 tokens: |t + 1| <= 2**31, so each product below stays under 2**62 unreduced,
+    # and the two summed at the end under 2**63
+    out = np.cumsum((tokens + 1) * ipw[:n] % _P) % _P * pw[:n]
+    start %= _P  # a start read from a corrupt buffer may be anything
+    if start:
+        out += start * pw[1:]
+    return out % _P
 
 
 def continue_fingerprints(keys: list[bytes], starts: list[int], device: torch.device) -> torch.Tensor:

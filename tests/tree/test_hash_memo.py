@@ -105,3 +105,21 @@ def test_the_probe_still_catches_a_wrong_kv_on_the_node_just_inserted(page_size,
     tokens = shared + [30, 31, 32, 33, 34, 35, 36, 37]
     result = cache.match_prefix(MatchPrefixParams(RadixKey(tokens)))
     assert [v.name for v in verify_match(cache, RadixKey(tokens), result)] == ["match.fingerprint"]
+
+
+@pytest.mark.parametrize("start", [0, 1, P - 1, -1, 2**40])
+def test_segments_of_extreme_tokens_after_any_start_hash_as_one_token_at_a_time(start):
+    """The int32 extremes, after any start (a corrupt buffer may hold anything), one
+    segment alone and beside others."""
+    tokens = [2**31 - 1, -(2**31), 0, -1, 2**31 - 2] * 40
+
+    def plain_after(h):
+        out = []
+        for t in tokens:
+            h = (h * B + t + 1) % P
+            out.append(h)
+        return out
+
+    key = array("i", tokens).tobytes()
+    assert continue_hashes([key], [start]).tolist() == plain_after(start % P)
+    assert continue_hashes([key, key], [start, 0]).tolist() == plain_after(start % P) + plain_after(0)
