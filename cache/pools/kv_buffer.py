@@ -100,6 +100,7 @@ _LAST = _LastHashed()
 def prefix_hashes(tokens) -> np.ndarray:
     """Fingerprint of every prefix of ``tokens`` (position i covers tokens[0..i]), on the
     host; read-only (it may be the memo's)."""
+    narrow = isinstance(tokens, np.ndarray) and tokens.dtype == np.int32  # a packed key's tokens
     tokens = host_ints(tokens)
     n = tokens.shape[0]
     if n == 0:
@@ -108,7 +109,8 @@ def prefix_hashes(tokens) -> np.ndarray:
     if known is not None:
         return known
     pw, ipw = _POWERS.get(n)
-    hashes = np.cumsum((tokens + 1) % _P * ipw % _P) % _P * pw % _P
+    terms = (tokens + 1) * ipw if narrow else (tokens + 1) % _P * ipw  # int32: under 2**62 unreduced
+    hashes = np.cumsum(terms % _P) % _P * pw % _P
     _LAST.keep(tokens, hashes)
     return hashes
 

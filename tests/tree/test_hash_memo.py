@@ -33,6 +33,8 @@ def test_prefixes_of_the_last_tokens_and_other_tokens_hash_as_afresh():
     other = first[:599] + [first[599] + 1]  # the same but for the last token
     for tokens in (first, first[:1], first[:300], first, other, first[:599], other, first + [7, 8], first):
         assert prefix_hashes(np.array(tokens, dtype=np.int32)).tolist() == plain_hashes(tokens)
+    wide = [2**40, -(2**40), 3, 2**62]  # ids past int32 (a list, not a packed key) are reduced first
+    assert prefix_hashes(wide).tolist() == plain_hashes(wide)
 
 
 def test_tokens_changed_in_place_after_hashing_are_hashed_again():
@@ -121,5 +123,9 @@ def test_segments_of_extreme_tokens_after_any_start_hash_as_one_token_at_a_time(
         return out
 
     key = array("i", tokens).tobytes()
+    if start == 0:  # a packed key's int32 tokens, and the same ids as wide ints
+        assert prefix_hashes(np.frombuffer(key, dtype=np.int32)).tolist() == plain_after(0)
+        assert prefix_hashes([t + 1 for t in tokens]).tolist() != plain_after(0)  # another key: not the memo's
+        assert prefix_hashes(array("q", tokens)).tolist() == plain_after(0)
     assert continue_hashes([key], [start]).tolist() == plain_after(start % P)
     assert continue_hashes([key, key], [start, 0]).tolist() == plain_after(start % P) + plain_after(0)
