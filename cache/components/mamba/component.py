@@ -19,6 +19,7 @@ import torch
 
 from ...basics.errors import InvalidValueError, StateSlotsAssertError
 from ...observe.events import Cause, EventKind
+from ...observe.views import PoolView
 from ...tree.match_verdicts import node_ids_text
 from ...basics.params import EvictParams, with_match_field
 from ...pools.kv_buffer import prefix_hashes
@@ -73,7 +74,9 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionM
 
     def node_extras(self, node: TreeNode) -> dict:
         value = node.data[self.index].value
-        return {"slot": int(value[0])} if value is not None else {}
+        if value is None:
+            return {}
+        return {"slot": value.item() if value.numel() == 1 else int(value[0])}  # item(): a third of indexing
 
     # ---- match ------------------------------------------------------------
     @property
@@ -336,8 +339,6 @@ class MambaComponent(MambaHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvictionM
 
     # ---- pools ------------------------------------------------------------
     def pool_views(self) -> dict:
-        from ...observe.views import PoolView
-
         held = sum(len(self.held_slots(r)) for r in self.cache.kv_holders())
         i = self.index
         return {"mamba": PoolView("mamba", self.pool.size, self.pool.available_size(), self.tree.evictable[i], self.tree.protected[i], held)}

@@ -25,6 +25,7 @@ import torch
 
 from ...observe.actions import ComponentAction
 from ...observe.events import Cause, EventKind
+from ...observe.views import PoolView
 from ...basics.keys import unpack_tokens
 from ...basics.params import EvictParams
 from ...pools.kv_buffer import prefix_fingerprints
@@ -229,8 +230,6 @@ class SidecarComponent(SidecarHostMixin, AnchorLockMixin, OwnPoolMixin, LRUEvict
 
     # ---- pool -------------------------------------------------------------
     def pool_views(self) -> dict:
-        from ...observe.views import PoolView
-
         i, pool = self.index, self.pool
         return {self.name: PoolView(self.name, pool.size, pool.available_size(), self.tree.evictable[i], self.tree.protected[i], 0)}
 

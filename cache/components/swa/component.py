@@ -18,6 +18,7 @@ import torch
 
 from ...observe.actions import ComponentAction, FreeDeviceKVFullOnly
 from ...observe.events import Cause, EventKind
+from ...observe.views import PoolView
 from ...basics.keys import ceil_align
 from ...basics.numpy_views import distinct, gather
 from ...basics.request import own_slots
@@ -397,12 +398,13 @@ class SWAComponent(SWAHostMixin, OwnPoolMixin, LRUEvictionMixin, TreeComponent):
         """The SWA pages running requests hold (mapped from their own Full slots; a
         page as often as its slots), read on the host in one gather: every step's
         snapshot asks."""
-        swa = gather(self.pool.mapping, own_slots(self.cache.kv_holders()))
+        full = own_slots(self.cache.kv_holders())
+        if not full.shape[0]:  # no running request holds any: nothing to read
+            return full
+        swa = gather(self.pool.mapping, full)
         return swa[swa >= 0] // self.page_size
 
     def pool_views(self) -> dict:
-        from ...observe.views import PoolView
-
         held = distinct(self.held_by_requests()) * self.page_size
         pool = self.pool
         return {
