@@ -1,5 +1,5 @@
 """Where cache data lives in memory: the page allocator, the slot pools, the
-fingerprinted KV buffer and the host pools. Pools know slots and bytes, never the tree.
+fingerprinted KV buffer (and what its hashes remember) and the host pools. Pools know slots and bytes, never the tree.
 
 May import: ``basics``."""
 

@@ -20,6 +20,7 @@ import torch
 
 from ..basics.keys import TOKEN_BYTES
 from ..basics.numpy_views import gather, host_ints, host_lasts
+from .hash_memos import LastHashed, SegmentHashes
 
 _P = 2**31 - 1
 _B = 1_000_003
@@ -59,42 +60,8 @@ def _joined_sums(keys: list[bytes]) -> np.ndarray:
     return csum
 
 
-class _LastHashed:
-    """The last tokens ``prefix_hashes`` hashed, a copy, and their hashes (read-only). A
-    checked step hashes one request's tokens up to four times: the match's check, the
-    KV write, the Mamba state and the insert's check of the new node. Each is a prefix
-    of the request or a segment of it, so all but the first are answered here; a hit
-    is decided by comparing every token, so the answer is what hashing would give."""
-
-    __slots__ = ("tokens", "hashes")
-
-    def __init__(self) -> None:
-        self.tokens = self.hashes = np.zeros(0, dtype=np.int64)
-
-    def prefix(self, tokens: np.ndarray) -> Optional[np.ndarray]:
-        known, hashes = self.tokens, self.hashes  # read once: another thread may replace both
-        n = tokens.shape[0]
-        if n > known.shape[0] or not np.array_equal(tokens, known[:n]):
-            return None
-        return hashes[:n]
-
-    def segment(self, key: bytes, offset: int, start: int) -> Optional[np.ndarray]:
-        """``continue_hashes([key], [start])`` when the tokens hashed last hold ``key`` at
-        ``offset`` after a prefix whose fingerprint is ``start`` (0 at offset 0)."""
-        known, hashes = self.tokens, self.hashes
-        n = len(key) // TOKEN_BYTES
-        if offset < 0 or offset + n > known.shape[0] or start != (int(hashes[offset - 1]) if offset else 0):
-            return None
-        if not np.array_equal(np.frombuffer(key, dtype=np.int32), known[offset:offset + n]):
-            return None
-        return hashes[offset:offset + n]
-
-    def keep(self, tokens: np.ndarray, hashes: np.ndarray) -> None:
-        hashes.flags.writeable = False
-        self.tokens, self.hashes = tokens.copy(), hashes  # the caller's tokens may change later
-
-
-_LAST = _LastHashed()
+_LAST = LastHashed()
+_SEGMENTS = SegmentHashes(max_tokens=1 << 20)  # 8 MiB of hashes at most
 
 
 def prefix_hashes(tokens) -> np.ndarray:
@@ -128,19 +95,30 @@ def continue_hashes(keys: list[bytes], starts: list[int], offsets: Optional[list
     ``starts[k]`` (0: no prefix), the fingerprint at every position, segment after
     segment: ``prefix_hashes(prefix + segment)[len(prefix):]`` for all at once.
     ``offsets``: each prefix's length in tokens, where known, so the last tokens hashed
-    (the step's request) can answer segments of themselves."""
+    (the step's request) can answer segments of themselves. Read-only."""
+    starts = [int(start) % _P for start in starts]  # a start read from a corrupt buffer may be anything
+    known = [_SEGMENTS.get(key, start) for key, start in zip(keys, starts)]
     if offsets is not None:
-        known = [_LAST.segment(key, offset, start) for key, offset, start in zip(keys, offsets, starts)]
-        unknown = [k for k, hashes in enumerate(known) if hashes is None]
-        if len(unknown) < len(known):
-            if unknown:  # hashed together, then cut back into their places
-                fresh = continue_hashes([keys[k] for k in unknown], [starts[k] for k in unknown])
-                ends = np.cumsum([len(keys[k]) // TOKEN_BYTES for k in unknown]).tolist()
-                for k, lo, hi in zip(unknown, [0] + ends, ends):
-                    known[k] = fresh[lo:hi]
-            return known[0] if len(known) == 1 else np.concatenate(known)
+        for k, hashes in enumerate(known):
+            if hashes is None:
+                known[k] = _LAST.segment(keys[k], offsets[k], starts[k])
+    unknown = [k for k, hashes in enumerate(known) if hashes is None]
+    if unknown:  # hashed together, then cut back into their places
+        fresh = _hash_segments([keys[k] for k in unknown], [starts[k] for k in unknown])
+        ends = np.cumsum([len(keys[k]) // TOKEN_BYTES for k in unknown]).tolist()
+        for k, lo, hi in zip(unknown, [0] + ends, ends):
+            known[k] = fresh[lo:hi]
+    for key, start, hashes in zip(keys, starts, known):
+        _SEGMENTS.keep(key, start, hashes)
+    if len(known) == 1:
+        return known[0]
+    return np.concatenate(known) if known else np.zeros(0, dtype=np.int64)
+
+
+def _hash_segments(keys: list[bytes], starts: list[int]) -> np.ndarray:
+    """``continue_hashes`` computed, for reduced starts."""
     if len(keys) == 1:
-        return _continue_one(keys[0], int(starts[0]))
+        return _continue_one(keys[0], starts[0])
     lengths = np.fromiter((len(k) // TOKEN_BYTES for k in keys), dtype=np.int64, count=len(keys))
     csum = _joined_sums(keys)
     total = csum.shape[0] - 1
@@ -150,7 +128,7 @@ def continue_hashes(keys: list[bytes], starts: list[int], offsets: Optional[list
     first = np.repeat(np.cumsum(lengths) - lengths, lengths)  # where each position's segment starts
     pos = np.arange(total)
     local = (csum[1:] - csum[first]) % _P * pw[:total] % _P  # sum (t_i + 1) B**(pos - i) over the segment
-    carried = np.repeat(np.asarray(starts, dtype=np.int64) % _P, lengths) * pw[pos - first + 1] % _P
+    carried = np.repeat(np.asarray(starts, dtype=np.int64), lengths) * pw[pos - first + 1] % _P
     return (carried + local) % _P
 
 
@@ -163,7 +141,6 @@ def _continue_one(key: bytes, start: int) -> np.ndarray:
     # int32 tokens: |t + 1| <= 2**31, so each product below stays under 2**62 unreduced,
     # and the two summed at the end under 2**63
     out = np.cumsum((tokens + 1) * ipw[:n] % _P) % _P * pw[:n]
-    start %= _P  # a start read from a corrupt buffer may be anything
     if start:
         out += start * pw[1:]
     return out % _P
@@ -171,7 +148,7 @@ def _continue_one(key: bytes, start: int) -> np.ndarray:
 
 def continue_fingerprints(keys: list[bytes], starts: list[int], device: torch.device) -> torch.Tensor:
     """``continue_hashes`` as a tensor on ``device``."""
-    return torch.from_numpy(continue_hashes(keys, starts)).to(device)
+    return torch.from_numpy(continue_hashes(keys, starts).copy()).to(device)  # its own: the hashes are read-only
 
 
 def node_path_fingerprints(nodes, targets=None) -> list[Optional[int]]:

@@ -129,3 +129,40 @@ def test_segments_of_extreme_tokens_after_any_start_hash_as_one_token_at_a_time(
         assert prefix_hashes(array("q", tokens)).tolist() == plain_after(0)
     assert continue_hashes([key], [start]).tolist() == plain_after(start % P)
     assert continue_hashes([key, key], [start, 0]).tolist() == plain_after(start % P) + plain_after(0)
+
+
+def test_kept_segments_stay_within_their_bound_oldest_out():
+    from cache.pools.hash_memos import SegmentHashes
+
+    kept = SegmentHashes(max_tokens=100)
+    keys = [array("i", [k] * 30).tobytes() for k in range(5)]
+    for k, key in enumerate(keys):
+        kept.keep(key, k, np.arange(30, dtype=np.int64))
+        assert kept.tokens <= 100
+    assert [kept.get(key, k) is not None for k, key in enumerate(keys)] == [False, False, True, True, True]
+    assert kept.get(keys[4], 0) is None  # another start: another segment
+    kept.keep(b"", 0, np.zeros(0, dtype=np.int64))
+    kept.keep(bytearray(keys[0]), 0, np.arange(30, dtype=np.int64))  # a buffer that may change: not kept
+    kept.keep(array("i", [9] * 101).tobytes(), 0, np.arange(101, dtype=np.int64))  # over the bound alone
+    assert kept.tokens == 90 and kept.get(bytearray(keys[0]), 0) is None
+    base = np.arange(60, dtype=np.int64)
+    kept.keep(keys[0], 7, base[:30])
+    assert kept.get(keys[0], 7).base is not base and not kept.get(keys[0], 7).flags.writeable
+
+
+def test_a_node_key_seen_before_is_answered_with_the_same_hashes():
+    """The probe re-reads a node (the parent of an evicted leaf, an ancestor of the next
+    insert) by its key and its parent's fingerprint: the same answer, whatever was
+    hashed between, and a changed start is hashed afresh."""
+    rng = random.Random(3)
+    key = array("i", [rng.randrange(50_000) for _ in range(200)]).tobytes()
+    first = continue_hashes([key], [12345]).tolist()
+    prefix_hashes([rng.randrange(50_000) for _ in range(300)])  # something else hashed meanwhile
+    assert continue_hashes([key], [12345]).tolist() == first
+    assert continue_hashes([key, key], [12345, 54321]).tolist() == first + continue_hashes([key], [54321]).tolist()
+    tokens = np.frombuffer(key, dtype=np.int32).tolist()
+    expected, h = [], 12345
+    for t in tokens:
+        h = (h * B + t + 1) % P
+        expected.append(h)
+    assert first == expected
