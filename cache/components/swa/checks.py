@@ -176,14 +176,16 @@ def _translations_ok(pool, i: int, nodes: list) -> bool:
     if any(v is not None and (v.shape[0] != n.length or v.shape[0] != f.shape[0]) for n, f, v in zip(nodes, fulls, values)):
         return False
     mapped = gather(pool.mapping, host_cat(fulls))
-    live = np.repeat(np.array([v is not None for v in values]), [f.shape[0] for f in fulls])
-    if (mapped[~live] >= 0).any():
-        return False
     present = [v for v in values if v is not None]
-    if not present:
-        return True
+    if len(present) < len(values):  # tombstones among them: their slots must map to nothing
+        live = np.repeat(np.array([v is not None for v in values]), [f.shape[0] for f in fulls])
+        if (mapped[~live] >= 0).any():
+            return False
+        if not present:
+            return True
+        mapped = mapped[live]
     cat = host_cat(present)
-    return bool(cat.min() >= 0) and np.array_equal(cat, mapped[live]) and pool.allocator.all_owned(cat)
+    return bool(cat.min() >= 0) and np.array_equal(cat, mapped) and pool.allocator.all_owned(cat)
 
 
 def verify_match(swa: SWAComponent, tokens: list[int], result) -> list[Violation]:
