@@ -28,7 +28,7 @@ class MambaStatePool(FingerprintedSlotPool):
         for running the SSM: the state tensors are filled from the fingerprint)."""
         value = float(fingerprint % 1_000_003)
         if self.conv.device.type == "cpu":  # through numpy views: one small torch index_put costs several
-            index = host_ints(slot)
+            index = slot if type(slot) is int else host_ints(slot)
             self.conv.numpy()[index] = value
             self.ssm.numpy()[index] = -value
             self.fingerprint.numpy()[index] = fingerprint

@@ -68,6 +68,21 @@ def test_a_mamba_state_round_trips_through_the_host():
     assert host.available_size() == 0  # the first of the two went through, the second was refused
 
 
+@pytest.mark.parametrize("form", ["tensor", "0-d tensor", "int"])
+def test_a_state_written_on_the_cpu_fills_only_its_own_slot(form):
+    """A state write goes through numpy views on the CPU: the slot's conv and SSM
+    tensors and fingerprint, whatever form the slot comes in, and no other slot's."""
+    cache = UnifiedRadixCache(kv_size=64, components=("full", "mamba"), mamba_size=4, device="cpu")
+    pool = cache.by_name["mamba"].pool
+    slot = pool.alloc(1)
+    pool.write({"tensor": slot, "0-d tensor": slot[0], "int": int(slot[0])}[form], 2_000_017)
+    s = int(slot[0])
+    assert pool.fingerprint_of(slot) == 2_000_017 and pool.consistent(slot)
+    assert bool((pool.conv[s] == 2_000_017 % 1_000_003).all()) and bool((pool.ssm[s] == -(2_000_017 % 1_000_003)).all())
+    others = [k for k in range(pool.size) if k != s]
+    assert bool((pool.conv[others] == 0).all()) and bool((pool.fingerprint[others] == -1).all())
+
+
 def test_host_memory_is_pinned_only_where_cuda_can_use_it():
     host = HostKVPool(8, 1)
     assert host.buffer.data.device.type == "cpu"
