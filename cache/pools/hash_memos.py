@@ -6,6 +6,7 @@ per-step checks still read the buffer fresh and compare it with that answer."""
 
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import numpy as np
@@ -17,15 +18,17 @@ class LastHashed:
     """The last tokens ``prefix_hashes`` hashed (a copy) and their hashes (read-only).
     A checked step hashes one request's tokens up to four times: the match's check,
     the KV write, the Mamba state and the insert's check of the new node. Each is a
-    prefix of the request or a segment of it, so all but the first are answered here."""
+    prefix of the request or a segment of it, so all but the first are answered here.
+    The pair is one tuple, replaced whole: a workbench checks chapters in threads."""
 
-    __slots__ = ("tokens", "hashes")
+    __slots__ = ("_pair",)
 
     def __init__(self) -> None:
-        self.tokens = self.hashes = np.zeros(0, dtype=np.int64)
+        empty = np.zeros(0, dtype=np.int64)
+        self._pair = (empty, empty)
 
     def prefix(self, tokens: np.ndarray) -> Optional[np.ndarray]:
-        known, hashes = self.tokens, self.hashes  # read once: another thread may replace both
+        known, hashes = self._pair
         n = tokens.shape[0]
         if n > known.shape[0] or not np.array_equal(tokens, known[:n]):
             return None
@@ -34,7 +37,7 @@ class LastHashed:
     def segment(self, key: bytes, offset: int, start: int) -> Optional[np.ndarray]:
         """``continue_hashes([key], [start])`` when the tokens hashed last hold ``key`` at
         ``offset`` after a prefix whose fingerprint is ``start`` (0 at offset 0)."""
-        known, hashes = self.tokens, self.hashes
+        known, hashes = self._pair
         n = len(key) // TOKEN_BYTES
         if offset < 0 or offset + n > known.shape[0] or start != (int(hashes[offset - 1]) if offset else 0):
             return None
@@ -44,7 +47,7 @@ class LastHashed:
 
     def keep(self, tokens: np.ndarray, hashes: np.ndarray) -> None:
         hashes.flags.writeable = False
-        self.tokens, self.hashes = tokens.copy(), hashes  # the caller's tokens may change later
+        self._pair = (tokens.copy(), hashes)  # a copy: the caller's tokens may change later
 
 
 class SegmentHashes:
@@ -57,6 +60,7 @@ class SegmentHashes:
         self.max_tokens = max_tokens
         self.tokens = 0
         self._hashes: dict[tuple[bytes, int], np.ndarray] = {}
+        self._lock = threading.Lock()  # keeping counts and drops: one thread at a time
 
     def get(self, key: bytes, start: int) -> Optional[np.ndarray]:
         if type(key) is not bytes:  # a node's key is; a caller's buffer may change later
@@ -69,8 +73,11 @@ class SegmentHashes:
             return  # empty segments are not kept: every entry counts towards the bound
         hashes = hashes.copy()  # not a view: a slice would keep the whole array it was cut from
         hashes.flags.writeable = False
-        kept = self._hashes
-        while kept and self.tokens + n > self.max_tokens:
-            self.tokens -= kept.pop(next(iter(kept))).shape[0]
-        kept[(key, start)] = hashes
-        self.tokens += n
+        with self._lock:
+            kept = self._hashes
+            if (key, start) in kept:
+                return
+            while kept and self.tokens + n > self.max_tokens:
+                self.tokens -= kept.pop(next(iter(kept))).shape[0]
+            kept[(key, start)] = hashes
+            self.tokens += n

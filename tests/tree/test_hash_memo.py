@@ -166,3 +166,39 @@ def test_a_node_key_seen_before_is_answered_with_the_same_hashes():
         h = (h * B + t + 1) % P
         expected.append(h)
     assert first == expected
+
+
+def test_threads_hashing_different_requests_each_get_their_own_hashes():
+    """A workbench checks chapters in threads: each thread's answers stay its own
+    tokens' hashes while the other replaces what was hashed last."""
+    import threading
+
+    rng = random.Random(8)
+    requests = [[rng.randrange(50_000) for _ in range(rng.randrange(200, 900))] for _ in range(2)]
+    expected = [plain_hashes(tokens) for tokens in requests]
+    keys = [array("i", tokens[100:]).tobytes() for tokens in requests]
+    wrong = []
+
+    def work(k: int) -> None:
+        tokens = np.array(requests[k], dtype=np.int32)
+        for n in range(300):
+            cut = 50 + n % 150
+            if prefix_hashes(tokens[:cut]).tolist() != expected[k][:cut]:
+                wrong.append((k, "prefix", n))
+            got = continue_hashes([keys[k]], [expected[k][99] + (n % 3 == 0)], [100]).tolist()
+            start = (expected[k][99] + (n % 3 == 0)) % P
+            want = expected[k][100:] if n % 3 else None
+            if want is None:
+                want, h = [], start
+                for t in requests[k][100:]:
+                    h = (h * B + t + 1) % P
+                    want.append(h)
+            if got != want:
+                wrong.append((k, "segment", n))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
