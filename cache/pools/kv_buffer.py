@@ -66,7 +66,7 @@ _SEGMENTS = SegmentHashes(max_tokens=1 << 20)  # 8 MiB of hashes at most
 
 def prefix_hashes(tokens) -> np.ndarray:
     """Fingerprint of every prefix of ``tokens`` (position i covers tokens[0..i]), on the
-    host; read-only (it may be the memo's)."""
+    host; read-only (it may be the remembered one, ``hash_memos.LastHashed``)."""
     narrow = isinstance(tokens, np.ndarray) and tokens.dtype == np.int32  # a packed key's tokens
     tokens = host_ints(tokens)
     n = tokens.shape[0]
@@ -95,7 +95,8 @@ def continue_hashes(keys: list[bytes], starts: list[int], offsets: Optional[list
     ``starts[k]`` (0: no prefix), the fingerprint at every position, segment after
     segment: ``prefix_hashes(prefix + segment)[len(prefix):]`` for all at once.
     ``offsets``: each prefix's length in tokens, where known, so the last tokens hashed
-    (the step's request) can answer segments of themselves. Read-only."""
+    (the step's request) can answer segments of themselves. The answer may be a
+    remembered array: read it, never write into it."""
     starts = [int(start) % _P for start in starts]  # a start read from a corrupt buffer may be anything
     known = [_SEGMENTS.get(key, start) for key, start in zip(keys, starts)]
     if offsets is not None:
