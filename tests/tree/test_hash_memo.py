@@ -1,6 +1,7 @@
-"""The fingerprint hashes answered from the last tokens hashed (``kv_buffer._LastHashed``):
-every answer equals the hash computed afresh, whatever was hashed before, and the
-per-step check still catches a wrong KV on the node it answers for."""
+"""The fingerprint hashes answered from what they remember (``pools/hash_memos.py``: the
+last tokens hashed, the node segments continued lately): every answer equals the hash
+computed afresh, whatever was hashed before, and the per-step check still catches a
+wrong KV on the node it answers for."""
 
 from __future__ import annotations
 
