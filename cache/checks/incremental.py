@@ -68,6 +68,7 @@ from ..basics.numpy_views import host_cat
 from ..basics.page_hash import chain_violations
 from ..pools.kv_buffer import continue_hashes, path_fingerprints
 from ..sessions.streaming import check_streaming
+from ..tree.node import path_starts
 from . import component_checks
 from .host import probe_host_tier
 from .locks import expected_locks
@@ -200,17 +201,6 @@ def _nodes_ok(cache, nodes: list) -> bool:
         return True
     starts = path_fingerprints([node.parent for node in nodes], cache.kv_buffer)  # read: as strict,
     # a wrong stored value makes the child's own fingerprints (the whole path's KV) mismatch
-    offsets = [_tokens_above(node, len(registry)) for node in nodes]
-    return cache.kv_buffer.holds(slots, continue_hashes([node.key for node in nodes], starts, offsets))
-
-
-def _tokens_above(node, most: int) -> int:
-    """The tokens on a node's path above it (its ancestors' keys); -1 when the parent
-    links run past ``most`` nodes (a loop)."""
-    total, node = 0, node.parent
-    for _ in range(most):
-        if node is None:
-            return total
-        total += node.length
-        node = node.parent
-    return -1
+    above = path_starts(tree, nodes)  # where each key sits in its path: the step's request may hold it
+    return cache.kv_buffer.holds(slots, continue_hashes([node.key for node in nodes], starts,
+                                                        [above[node.id] for node in nodes]))

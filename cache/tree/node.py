@@ -91,3 +91,22 @@ class TreeNode:
 
     def __repr__(self) -> str:
         return f"TreeNode(id={self.id}, len={self.length})"
+
+
+def path_starts(tree, nodes: list) -> dict[int, int]:
+    """node id -> tokens on the path above it, for ``nodes`` (each parent chain walked
+    once); LookupError when a chain runs longer than the tree (its parent links loop)."""
+    starts = {tree.root.id: 0}
+    limit = len(tree.nodes) + 1  # a parent chain longer than the tree loops
+    for node in nodes:
+        chain, cur = [], node
+        while cur.id not in starts:
+            chain.append(cur)
+            cur = cur.parent
+            if len(chain) > limit:
+                raise LookupError(f"node {node.id}: its parent links loop")
+        at = starts[cur.id] + cur.length
+        for child in reversed(chain):
+            starts[child.id] = at
+            at += child.length
+    return starts

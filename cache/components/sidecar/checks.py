@@ -12,6 +12,7 @@ from ...basics.violation import Violation
 from ...pools.balance import pool_balance
 from ...pools.kv_buffer import continue_fingerprints, node_path_fingerprints, prefix_hashes
 from ...tree.columns import NodeColumns
+from ...tree.node import path_starts
 from .entries import entries_agree, strides_ending_in
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def check(sidecar: SidecarComponent, cols: Optional[NodeColumns] = None) -> list
     tree, pool, i = sidecar.tree, sidecar.pool, sidecar.index
     cols = cols if cols is not None else NodeColumns.of_tree(tree)
     out: list[tuple[str, str]] = []
-    starts = _path_starts(tree, cols.nodes)
+    starts = path_starts(tree, cols.nodes)
     rows = [k for k, v in enumerate(cols.values[i]) if v is not None]
     good = []
     for k in rows:
@@ -42,24 +43,6 @@ def check(sidecar: SidecarComponent, cols: Optional[NodeColumns] = None) -> list
             out.append(("sidecar.entry_boundary", f"node {node.id}: an entry does not hold the KV of its stride's prefix"))
     out.extend(pool_balance(pool.allocator, tree_slots, []))
     return out
-
-
-def _path_starts(tree, nodes: list) -> dict[int, int]:
-    """node id -> tokens on the path above it, for ``nodes`` (each parent chain once)."""
-    starts = {tree.root.id: 0}
-    limit = len(tree.nodes) + 1  # a parent chain longer than the tree loops
-    for node in nodes:
-        chain, cur = [], node
-        while cur.id not in starts:
-            chain.append(cur)
-            cur = cur.parent
-            if len(chain) > limit:
-                raise LookupError(f"node {node.id}: its parent links loop")
-        at = starts[cur.id] + cur.length
-        for child in reversed(chain):
-            starts[child.id] = at
-            at += child.length
-    return starts
 
 
 def _wrong_entries(sidecar: SidecarComponent, nodes: list, starts: dict[int, int], slots: torch.Tensor,
@@ -98,7 +81,7 @@ def probe(sidecar: SidecarComponent, nodes: list) -> bool:
     tree, pool, i = sidecar.tree, sidecar.pool, sidecar.index
     held = [n for n in nodes if n.data[i].value is not None]
     if held:
-        starts = _path_starts(tree, held)
+        starts = path_starts(tree, held)
         for node in held:
             value = node.data[i].value
             want = strides_ending_in(starts[node.id], node.length, sidecar.stride)
@@ -138,7 +121,7 @@ def check_host(sidecar: SidecarComponent, pool, nodes: list) -> list[tuple[str, 
     if not held:
         return []
     out, good = [], []
-    starts = _path_starts(sidecar.tree, held)
+    starts = path_starts(sidecar.tree, held)
     for node in held:
         value = node.data[i].host_value
         want = strides_ending_in(starts[node.id], node.length, sidecar.stride)
