@@ -75,11 +75,23 @@ def prefix_hashes(tokens) -> np.ndarray:
     known = _LAST.prefix(tokens)
     if known is not None:
         return known
-    pw, ipw = _POWERS.get(n)
-    terms = (tokens + 1) * ipw if narrow else (tokens + 1) % _P * ipw  # int32: under 2**62 unreduced
-    hashes = np.cumsum(terms % _P) % _P * pw % _P
+    hashes = _run_hashes(tokens, 0, narrow)
     _LAST.keep(tokens, hashes)
     return hashes
+
+
+def _run_hashes(tokens: np.ndarray, start: int, narrow: bool) -> np.ndarray:
+    """The fingerprint at every position of int64 ``tokens`` following a prefix whose
+    fingerprint is ``start`` (reduced; 0: no prefix). ``narrow``: the ids fit int32 (a
+    packed key's), so |t + 1| <= 2**31 and each product stays under 2**62 unreduced, the
+    two summed at the end under 2**63; wider ids are reduced first."""
+    n = tokens.shape[0]
+    pw, ipw = _POWERS.get(n + 1)
+    terms = (tokens + 1) * ipw[:n] if narrow else (tokens + 1) % _P * ipw[:n]
+    out = np.cumsum(terms % _P) % _P * pw[:n]
+    if start:
+        out += start * pw[1:]
+    return out % _P
 
 
 def prefix_fingerprints(tokens, device: torch.device | None = None) -> torch.Tensor:
@@ -118,8 +130,8 @@ def continue_hashes(keys: list[bytes], starts: list[int], offsets: Optional[list
 
 def _hash_segments(keys: list[bytes], starts: list[int]) -> np.ndarray:
     """``continue_hashes`` computed, for reduced starts."""
-    if len(keys) == 1:
-        return _continue_one(keys[0], starts[0])
+    if len(keys) == 1:  # the probe's usual case: no cuts between segments
+        return _run_hashes(np.frombuffer(keys[0], dtype=np.int32).astype(np.int64), starts[0], True)
     lengths = np.fromiter((len(k) // TOKEN_BYTES for k in keys), dtype=np.int64, count=len(keys))
     csum = _joined_sums(keys)
     total = csum.shape[0] - 1
@@ -131,20 +143,6 @@ def _hash_segments(keys: list[bytes], starts: list[int]) -> np.ndarray:
     local = (csum[1:] - csum[first]) % _P * pw[:total] % _P  # sum (t_i + 1) B**(pos - i) over the segment
     carried = np.repeat(np.asarray(starts, dtype=np.int64), lengths) * pw[pos - first + 1] % _P
     return (carried + local) % _P
-
-
-def _continue_one(key: bytes, start: int) -> np.ndarray:
-    """``continue_hashes`` of one segment (the probe's usual case): the segment's own
-    prefix hashes plus the start carried along, without the cuts between segments."""
-    tokens = np.frombuffer(key, dtype=np.int32).astype(np.int64)
-    n = tokens.shape[0]
-    pw, ipw = _POWERS.get(n + 1)
-    # int32 tokens: |t + 1| <= 2**31, so each product below stays under 2**62 unreduced,
-    # and the two summed at the end under 2**63
-    out = np.cumsum((tokens + 1) * ipw[:n] % _P) % _P * pw[:n]
-    if start:
-        out += start * pw[1:]
-    return out % _P
 
 
 def continue_fingerprints(keys: list[bytes], starts: list[int], device: torch.device) -> torch.Tensor:
