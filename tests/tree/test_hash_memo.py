@@ -19,9 +19,10 @@ from cache.pools.kv_buffer import continue_hashes, prefix_hashes
 P, B = 2**31 - 1, 1_000_003
 
 
-def plain_hashes(tokens) -> list[int]:
-    """The fingerprint of every prefix, one token at a time: h = h * B + (t + 1) mod p."""
-    out, h = [], 0
+def plain_hashes(tokens, start: int = 0) -> list[int]:
+    """The fingerprint at every position after a prefix whose fingerprint is ``start``
+    (0: none), one token at a time: h = h * B + (t + 1) mod p."""
+    out, h = [], start
     for t in tokens:
         h = (h * B + t + 1) % P
         out.append(h)
@@ -58,7 +59,7 @@ def test_the_hashes_handed_out_are_read_only():
 def test_segments_with_offsets_hash_as_without_them():
     """Segments of the last tokens hashed (at their offsets, after their own prefix's
     fingerprint) and segments that are not (other tokens, a wrong start, a wrong or
-    unknown offset) together give what hashing every segment gives."""
+    negative offset) together give what hashing every segment gives."""
     rng = random.Random(11)
     request = [rng.randrange(50_000) for _ in range(500)]
     whole = plain_hashes(request)
@@ -70,7 +71,7 @@ def test_segments_with_offsets_hash_as_without_them():
         (request[350:], 350, whole[349]),
         (request[100:350], 100, whole[98]),  # a start that is not the prefix's
         (request[100:350], 99, whole[98]),  # the tokens are not at that offset
-        (request[200:260], -1, whole[199]),  # no offset known (the parent links loop)
+        (request[200:260], -1, whole[199]),  # an offset no path has (negative)
         (stranger, 0, 0),
         (request[450:], 450, whole[449]),
     ]
@@ -115,21 +116,13 @@ def test_segments_of_extreme_tokens_after_any_start_hash_as_one_token_at_a_time(
     """The int32 extremes, after any start (a corrupt buffer may hold anything), one
     segment alone and beside others."""
     tokens = [2**31 - 1, -(2**31), 0, -1, 2**31 - 2] * 40
-
-    def plain_after(h):
-        out = []
-        for t in tokens:
-            h = (h * B + t + 1) % P
-            out.append(h)
-        return out
-
     key = array("i", tokens).tobytes()
     if start == 0:  # a packed key's int32 tokens, and the same ids as wide ints
-        assert prefix_hashes(np.frombuffer(key, dtype=np.int32)).tolist() == plain_after(0)
-        assert prefix_hashes([t + 1 for t in tokens]).tolist() != plain_after(0)  # another key: not the memo's
-        assert prefix_hashes(array("q", tokens)).tolist() == plain_after(0)
-    assert continue_hashes([key], [start]).tolist() == plain_after(start % P)
-    assert continue_hashes([key, key], [start, 0]).tolist() == plain_after(start % P) + plain_after(0)
+        assert prefix_hashes(np.frombuffer(key, dtype=np.int32)).tolist() == plain_hashes(tokens)
+        assert prefix_hashes([t + 1 for t in tokens]).tolist() != plain_hashes(tokens)  # another key: not the memo's
+        assert prefix_hashes(array("q", tokens)).tolist() == plain_hashes(tokens)
+    assert continue_hashes([key], [start]).tolist() == plain_hashes(tokens, start % P)
+    assert continue_hashes([key, key], [start, 0]).tolist() == plain_hashes(tokens, start % P) + plain_hashes(tokens)
 
 
 def test_kept_segments_stay_within_their_bound_oldest_out():
@@ -161,12 +154,7 @@ def test_a_node_key_seen_before_is_answered_with_the_same_hashes():
     prefix_hashes([rng.randrange(50_000) for _ in range(300)])  # something else hashed meanwhile
     assert continue_hashes([key], [12345]).tolist() == first
     assert continue_hashes([key, key], [12345, 54321]).tolist() == first + continue_hashes([key], [54321]).tolist()
-    tokens = np.frombuffer(key, dtype=np.int32).tolist()
-    expected, h = [], 12345
-    for t in tokens:
-        h = (h * B + t + 1) % P
-        expected.append(h)
-    assert first == expected
+    assert first == plain_hashes(np.frombuffer(key, dtype=np.int32).tolist(), 12345)
 
 
 def test_threads_hashing_different_requests_each_get_their_own_hashes():
@@ -186,14 +174,9 @@ def test_threads_hashing_different_requests_each_get_their_own_hashes():
             cut = 50 + n % 150
             if prefix_hashes(tokens[:cut]).tolist() != expected[k][:cut]:
                 wrong.append((k, "prefix", n))
-            got = continue_hashes([keys[k]], [expected[k][99] + (n % 3 == 0)], [100]).tolist()
-            start = (expected[k][99] + (n % 3 == 0)) % P
-            want = expected[k][100:] if n % 3 else None
-            if want is None:
-                want, h = [], start
-                for t in requests[k][100:]:
-                    h = (h * B + t + 1) % P
-                    want.append(h)
+            start = (expected[k][99] + (n % 3 == 0)) % P  # every third: not the prefix's fingerprint
+            got = continue_hashes([keys[k]], [start], [100]).tolist()
+            want = expected[k][100:] if n % 3 else plain_hashes(requests[k][100:], start)
             if got != want:
                 wrong.append((k, "segment", n))
 
